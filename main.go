@@ -1,0 +1,169 @@
+// Command nogoo9 runs the nogoo9 workspace controller, its REST/MCP front end and its proxy.
+//
+// main only wires: flags, logger, manager and cache, component setup, probes, signals.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// version is stamped by `make build` through -ldflags.
+var version = "dev"
+
+type options struct {
+	namespace         string
+	metricsAddr       string
+	probeAddr         string
+	leaderElect       bool
+	leaderElectionID  string
+	qps               float64
+	burst             int
+	components        string
+	templateDir       string
+	maxPerUser        int
+	upgradeTimeout    time.Duration
+	maxConcurrentUpgr int
+	upgradeWorkers    int
+	apiAddr           string
+	proxyAddr         string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "default"), "Namespace whose workspace pods and template ConfigMaps nogoo9 manages.")
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint (0 disables it).")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica runs the controllers; the API and proxy run on every replica.")
+	flag.StringVar(&o.leaderElectionID, "leader-election-id", "nogoo9-controller", "Name of the leader-election Lease.")
+	flag.Float64Var(&o.qps, "kube-api-qps", 500, "Client-side rate limit on API requests per second; bulk upgrades are bounded by it.")
+	flag.IntVar(&o.burst, "kube-api-burst", 1000, "Client-side burst of API requests.")
+	flag.StringVar(&o.components, "components", "controller,api,proxy", "Comma-separated components to run: controller, api, proxy.")
+	flag.StringVar(&o.templateDir, "template-dir", "", "Directory of local YAML templates (same shape as template ConfigMaps); empty for none.")
+	flag.IntVar(&o.maxPerUser, "max-workspaces-per-user", envInt("MAX_WORKSPACES_PER_USER", 0), "Workspaces a non-admin user may own (0 = unlimited).")
+	flag.DurationVar(&o.upgradeTimeout, "upgrade-timeout", 10*time.Minute, "How long an upgraded pod may take to become Ready before the upgrade fails.")
+	flag.IntVar(&o.maxConcurrentUpgr, "max-concurrent-upgrades", 200, "Upgrades in flight at once; more requests wait their turn.")
+	flag.IntVar(&o.upgradeWorkers, "upgrade-workers", 32, "Workspace reconcile workers.")
+	flag.StringVar(&o.apiAddr, "api-bind-address", ":8090", "Address of the REST API (/api/v1) and MCP endpoint (/mcp).")
+	flag.StringVar(&o.proxyAddr, "proxy-bind-address", ":8091", "Address of the workspace proxy.")
+	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	if err := run(o); err != nil {
+		log.Error(err, "nogoo9 stopped")
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	log := ctrl.Log.WithName("setup")
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	components, err := parseComponents(o.components)
+	if err != nil {
+		return err
+	}
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	cfg.UserAgent = "nogoo9/" + version
+
+	workspacePods := labels.SelectorFromSet(labels.Set{workspace.LabelType: workspace.TypeWorkspace})
+	templateMaps := labels.SelectorFromSet(labels.Set{workspace.LabelPodTemplate: "true"})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect && components["controller"],
+		LeaderElectionID:        o.leaderElectionID,
+		LeaderElectionNamespace: o.namespace,
+		// Leaving the lease on shutdown lets a standby take over at once instead of after the
+		// lease duration.
+		LeaderElectionReleaseOnCancel: true,
+		Cache: cache.Options{
+			DefaultNamespaces: map[string]cache.Config{o.namespace: {}},
+			// Only workspace pods and template ConfigMaps are cached, stripped of what nogoo9
+			// never reads: a cluster's other pods cost nothing.
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}:                   {Label: workspacePods, Transform: workspace.StripPod},
+				&corev1.ConfigMap{}:             {Label: templateMaps, Transform: workspace.StripManagedFields},
+				&corev1.PersistentVolumeClaim{}: {Transform: workspace.StripManagedFields},
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+
+	// Component wiring: each package exposes a Setup that adds its runnables to the manager.
+	// (wired by the component issues)
+
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("starting nogoo9", "version", version, "namespace", o.namespace, "components", o.components)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+func parseComponents(s string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, c := range strings.Split(s, ",") {
+		c = strings.TrimSpace(c)
+		switch c {
+		case "controller", "api", "proxy":
+			out[c] = true
+		case "":
+		default:
+			return nil, fmt.Errorf("--components: unknown component %q: use a comma-separated list of controller, api, proxy", c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--components is empty: name at least one of controller, api, proxy")
+	}
+	return out, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(key string, def int) int {
+	var n int
+	if v := os.Getenv(key); v != "" {
+		if _, err := fmt.Sscanf(v, "%d", &n); err == nil {
+			return n
+		}
+	}
+	return def
+}

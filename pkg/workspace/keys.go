@@ -1,0 +1,98 @@
+package workspace
+
+// Every label and annotation nogoo9 reads or writes. docs/labels-and-annotations.md documents them
+// for kubectl users; keep the two in step.
+const (
+	// Prefix starts every key nogoo9 owns.
+	Prefix = "nogoo9/"
+
+	// LabelType marks a Pod as a workspace pod; its value is TypeWorkspace. The controller's cache
+	// selects on it, so a Pod without it is invisible to nogoo9.
+	LabelType     = Prefix + "type"
+	TypeWorkspace = "workspace"
+
+	// LabelWorkspaceID is the workspace's id, a DNS-1123 label unique in the namespace. All pods of
+	// one workspace (two during an upgrade) share it.
+	LabelWorkspaceID = Prefix + "workspace-id"
+
+	// LabelUserSub is a label-safe form of the owner's subject (see UserLabel). Use it to select;
+	// ownership is decided only by the raw subject in AnnOwner.
+	LabelUserSub = Prefix + "user-sub"
+
+	// LabelTemplate is the name of the template the workspace was spawned from.
+	LabelTemplate = Prefix + "template"
+
+	// LabelTemplateVersion is the template version the pod was built from, as a label so that
+	// outdated pods can be selected; AnnTemplateVersion holds the exact (unsanitised) value.
+	LabelTemplateVersion = Prefix + "template-version"
+
+	// AnnTemplateVersion is the exact template version the pod was built from.
+	AnnTemplateVersion = Prefix + "template-version"
+
+	// AnnOwner is the owner's raw subject (e.g. "auth0|5f1c..." or "jane@example.com").
+	AnnOwner = Prefix + "owner"
+
+	// AnnWorkspaceName is the workspace's display name.
+	AnnWorkspaceName = Prefix + "workspace-name"
+
+	// AnnWorkspacePath is the proxy path prefix of the workspace (IDE, terminal), e.g. /ws/jane/demo/.
+	AnnWorkspacePath = Prefix + "workspace-path"
+	// AnnWorkspacePort is the container port AnnWorkspacePath is routed to.
+	AnnWorkspacePort = Prefix + "workspace-port"
+	// AnnPreviewPath is the proxy path prefix of the user's dev-server preview.
+	AnnPreviewPath = Prefix + "preview-path"
+	// AnnPreviewPort is the container port AnnPreviewPath is routed to.
+	AnnPreviewPort = Prefix + "preview-port"
+	// AnnStripPrefix ("true"/"false", default "true") says whether the proxy strips the route
+	// prefix before forwarding. Copied from the template.
+	AnnStripPrefix = Prefix + "strip-prefix"
+	// AnnPublicPreview ("true") makes the preview path reachable without authentication. Explicit
+	// opt-in on the template; never the default.
+	AnnPublicPreview = Prefix + "public-preview"
+
+	// AnnUpgradeRequested is the upgrade intent. Any non-empty value requests an upgrade to the
+	// template's current version; "true" is the canonical value (kubectl annotate ... =true). The
+	// API writes the RFC 3339 request time. The controller clears it when the upgrade ends.
+	AnnUpgradeRequested = Prefix + "upgrade-requested"
+	// AnnUpgradePod is the name the upgraded pod will get. Written with the intent by the API so it
+	// can answer at once; filled in by the controller when a person wrote only the intent. Being
+	// deterministic, it makes a repeated create fail with AlreadyExists instead of duplicating.
+	AnnUpgradePod = Prefix + "upgrade-pod"
+	// AnnUpgradeStartedAt (RFC 3339) is when the controller started acting on the intent; the
+	// upgrade deadline counts from it.
+	AnnUpgradeStartedAt = Prefix + "upgrade-started-at"
+	// AnnUpgradeFrom, on an upgraded pod, names the pod it replaces. With AnnUpgradeFromUID and
+	// AnnUpgradeFromVersion it is what recovery reads after a crash.
+	AnnUpgradeFrom        = Prefix + "upgrade-from"
+	AnnUpgradeFromUID     = Prefix + "upgrade-from-uid"
+	AnnUpgradeFromVersion = Prefix + "upgrade-from-version"
+	// AnnUpgradeStrategy is "SideBySide" or "Recreate", stamped on the upgraded pod.
+	AnnUpgradeStrategy = Prefix + "upgrade-strategy"
+	// AnnRollbackSpec, on a recreate-upgraded pod, holds the previous pod spec (JSON) so the
+	// workspace can be brought back on it if the upgrade fails after the old pod is gone.
+	AnnRollbackSpec = Prefix + "rollback-spec"
+	// AnnLastUpgradeError is "Upgrade failed at <RFC3339>: <reason>: <message>", on the pod that
+	// stays after a failed upgrade.
+	AnnLastUpgradeError = Prefix + "last-upgrade-error"
+
+	// AnnMaintenance takes the workspace out of service (phase Unavailable) with its value as the
+	// reason. Settable with kubectl or by admins through the API; removing it restores service.
+	AnnMaintenance = Prefix + "maintenance"
+
+	// LabelPodTemplate marks a ConfigMap as a workspace template ("true").
+	LabelPodTemplate = Prefix + "pod-template"
+	// AnnDescription is a template's human description.
+	AnnDescription = Prefix + "description"
+
+	// ConditionPrefix: a Pod condition whose type starts with it and is False makes the workspace
+	// Unavailable (see Phase).
+	ConditionPrefix = "Workspace"
+)
+
+// Template ConfigMap data keys.
+const (
+	// DataSpec holds the template's PodSpec as JSON.
+	DataSpec = "spec"
+	// DataVolumeClaims holds a JSON list of PersistentVolumeClaim templates.
+	DataVolumeClaims = "volumeClaims"
+)

@@ -1,0 +1,88 @@
+package workspace
+
+import (
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// IsWorkspacePod reports whether pod carries the workspace type label and an id.
+func IsWorkspacePod(pod *corev1.Pod) bool {
+	return pod.Labels[LabelType] == TypeWorkspace && pod.Labels[LabelWorkspaceID] != ""
+}
+
+// ID is the workspace id of a workspace pod.
+func ID(pod *corev1.Pod) string { return pod.Labels[LabelWorkspaceID] }
+
+// Owner is the raw owner subject of a workspace pod. Ownership checks compare this value.
+func Owner(pod *corev1.Pod) string { return pod.Annotations[AnnOwner] }
+
+// TemplateVersion is the exact template version a workspace pod was built from.
+func TemplateVersion(pod *corev1.Pod) string {
+	if v, ok := pod.Annotations[AnnTemplateVersion]; ok {
+		return v
+	}
+	return pod.Labels[LabelTemplateVersion]
+}
+
+// IsReady reports whether pod is Running, has an IP, is not being deleted and has condition
+// Ready=True: the pod can take traffic.
+func IsReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// NewestFirst sorts pods by creation time, newest first; ties break on name so the order is
+// stable. It sorts in place and returns pods.
+func NewestFirst(pods []*corev1.Pod) []*corev1.Pod {
+	sort.SliceStable(pods, func(i, j int) bool {
+		ti, tj := pods[i].CreationTimestamp, pods[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return tj.Before(&ti)
+		}
+		return pods[i].Name > pods[j].Name
+	})
+	return pods
+}
+
+// Active picks the pod that serves a workspace: among pods (newest first), the first that is
+// ready; if none is, the newest that is not being deleted; if all are being deleted, the newest.
+// It returns nil for no pods. pods must already be sorted with NewestFirst.
+func Active(pods []*corev1.Pod) *corev1.Pod {
+	for _, p := range pods {
+		if IsReady(p) {
+			return p
+		}
+	}
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil {
+			return p
+		}
+	}
+	if len(pods) > 0 {
+		return pods[0]
+	}
+	return nil
+}
+
+// GroupByID groups workspace pods by workspace id, each group sorted newest first. Pods that are
+// not workspace pods are skipped.
+func GroupByID(pods []*corev1.Pod) map[string][]*corev1.Pod {
+	out := make(map[string][]*corev1.Pod)
+	for _, p := range pods {
+		if IsWorkspacePod(p) {
+			out[ID(p)] = append(out[ID(p)], p)
+		}
+	}
+	for _, g := range out {
+		NewestFirst(g)
+	}
+	return out
+}
