@@ -32,6 +32,10 @@ const (
 	// AnnOwner is the owner's raw subject (e.g. "auth0|5f1c..." or "jane@example.com").
 	AnnOwner = Prefix + "owner"
 
+	// AnnContext holds the caller-supplied context values of the spawn as a JSON object, so an
+	// upgrade re-renders the template with the same values.
+	AnnContext = Prefix + "context"
+
 	// AnnWorkspaceName is the workspace's display name.
 	AnnWorkspaceName = Prefix + "workspace-name"
 
