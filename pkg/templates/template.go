@@ -1,0 +1,26 @@
+package templates
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Template is one decoded, valid version of a workspace template.
+//
+// The fields below are a contract the spawner, the upgrade controller and the front end rely on;
+// add fields, do not rename these.
+type Template struct {
+	// Name is the ConfigMap's (or YAML file's) name.
+	Name string
+	// Version is the nogoo9/template-version annotation; a change makes workspaces outdated.
+	Version string
+	// Description is the nogoo9/description annotation.
+	Description string
+	// Source says where it came from: "configmap:<namespace>/<name>" or "file:<path>".
+	Source string
+	// Spec is the pod spec, with ${...} placeholders not yet expanded.
+	Spec corev1.PodSpec
+	// VolumeClaims are PVC templates; the spawner creates one PVC per claim per workspace.
+	VolumeClaims []corev1.PersistentVolumeClaim
+	// Annotations are the template object's annotations (expansion helpers, routing options).
+	Annotations map[string]string
+}
