@@ -1,0 +1,144 @@
+package auth
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+)
+
+// OIDCConfig configures OIDC bearer-token verification.
+type OIDCConfig struct {
+	// IssuerURL is the issuer; its /.well-known/openid-configuration is read at start.
+	IssuerURL string
+	// ClientID is the audience every token must carry.
+	ClientID string
+	// CAFile, when set, is a PEM bundle trusted for the issuer's TLS (added to the system pool).
+	CAFile string
+	// SubjectClaim names the claim that identifies the caller ("sub" when empty).
+	SubjectClaim string
+	// AdminClaim and AdminValue: a token whose AdminClaim equals AdminValue (or, for a list claim
+	// such as "groups", contains it) belongs to an admin. Empty AdminClaim: nobody is an admin.
+	AdminClaim string
+	AdminValue string
+	// Now is the clock for expiry checks (time.Now when nil).
+	Now func() time.Time
+}
+
+// OIDC verifies OIDC ID tokens (JWTs) against one issuer.
+type OIDC struct {
+	cfg      OIDCConfig
+	verifier *oidc.IDTokenVerifier
+}
+
+// NewOIDC discovers the issuer (one HTTP round trip) and returns its verifier. Signatures are
+// checked against the issuer's JWKS, fetched on demand and refreshed when an unknown key id
+// appears; "alg: none" and any algorithm the issuer does not announce are refused.
+func NewOIDC(ctx context.Context, cfg OIDCConfig) (*OIDC, error) {
+	if cfg.IssuerURL == "" {
+		return nil, errors.New("--oidc-issuer-url is empty: set it to your identity provider's issuer URL")
+	}
+	if cfg.ClientID == "" {
+		return nil, errors.New("--oidc-client-id is empty: set it to the audience your tokens are issued for")
+	}
+	if cfg.SubjectClaim == "" {
+		cfg.SubjectClaim = "sub"
+	}
+	if cfg.AdminClaim != "" && cfg.AdminValue == "" {
+		return nil, fmt.Errorf("--oidc-admin-claim=%s needs --oidc-admin-value (the value that makes an admin)", cfg.AdminClaim)
+	}
+	client, err := httpClient(cfg.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	ctx = oidc.ClientContext(ctx, client)
+	provider, err := oidc.NewProvider(ctx, cfg.IssuerURL)
+	if err != nil {
+		return nil, fmt.Errorf("discover OIDC issuer %s: %w", cfg.IssuerURL, err)
+	}
+	// The verifier's JWKS fetches use the provider's client, not ctx's lifetime.
+	v := provider.VerifierContext(oidc.ClientContext(context.WithoutCancel(ctx), client), &oidc.Config{ClientID: cfg.ClientID, Now: cfg.Now})
+	return &OIDC{cfg: cfg, verifier: v}, nil
+}
+
+func httpClient(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return &http.Client{Timeout: 30 * time.Second}, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("read --oidc-ca-file: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--oidc-ca-file %s holds no PEM certificate", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}, nil
+}
+
+// Authenticate implements Authenticator.
+func (o *OIDC) Authenticate(r *http.Request) (*Caller, error) {
+	return authenticate(r, o.VerifyToken)
+}
+
+// VerifyToken implements Authenticator.
+func (o *OIDC) VerifyToken(ctx context.Context, token string) (*Caller, error) {
+	idt, err := o.verifier.Verify(ctx, token)
+	if err != nil {
+		return nil, &Error{Reason: "token rejected (expired, wrong audience or issuer, or bad signature)", Err: err}
+	}
+	var claims map[string]any
+	if err := idt.Claims(&claims); err != nil {
+		return nil, &Error{Reason: "token claims are not a JSON object", Err: err}
+	}
+	sub, _ := claims[o.cfg.SubjectClaim].(string)
+	if sub == "" {
+		return nil, &Error{Reason: fmt.Sprintf("token has no string claim %q to identify the caller", o.cfg.SubjectClaim)}
+	}
+	c := &Caller{Subject: sub, Groups: stringList(claims["groups"]), Expiry: idt.Expiry}
+	if o.cfg.AdminClaim != "" {
+		c.IsAdmin = claimHas(claims[o.cfg.AdminClaim], o.cfg.AdminValue)
+	}
+	return c, nil
+}
+
+func stringList(v any) []string {
+	switch t := v.(type) {
+	case string:
+		return []string{t}
+	case []any:
+		out := make([]string, 0, len(t))
+		for _, e := range t {
+			if s, ok := e.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// claimHas reports whether a claim value equals want: a string, a bool ("true"), or a list
+// containing it.
+func claimHas(v any, want string) bool {
+	switch t := v.(type) {
+	case bool:
+		return fmt.Sprint(t) == want
+	case string:
+		return t == want
+	default:
+		return slices.Contains(stringList(v), want)
+	}
+}

@@ -1,0 +1,51 @@
+package auth
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Options are the authentication flags.
+type Options struct {
+	Mode string
+	OIDC OIDCConfig
+	Kube KubernetesConfig
+	// audiences is the raw --token-audiences flag.
+	audiences string
+}
+
+// BindFlags registers --auth and the --oidc-* / --admin-group flags on fs.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Mode, "auth", "oidc", "How callers are authenticated: oidc (verify OIDC ID tokens) or kubernetes (TokenReview).")
+	fs.StringVar(&o.OIDC.IssuerURL, "oidc-issuer-url", "", "OIDC issuer URL (--auth=oidc).")
+	fs.StringVar(&o.OIDC.ClientID, "oidc-client-id", "", "Audience (client id) OIDC tokens must carry (--auth=oidc).")
+	fs.StringVar(&o.OIDC.CAFile, "oidc-ca-file", "", "PEM CA bundle to trust for the OIDC issuer's TLS, added to the system roots.")
+	fs.StringVar(&o.OIDC.SubjectClaim, "oidc-subject-claim", "sub", "Claim that identifies the caller; its value becomes the workspace owner.")
+	fs.StringVar(&o.OIDC.AdminClaim, "oidc-admin-claim", "", "Claim that marks admins, e.g. groups (empty: no admins).")
+	fs.StringVar(&o.OIDC.AdminValue, "oidc-admin-value", "", "Value of --oidc-admin-claim (or member of it, for a list) that makes an admin.")
+	fs.StringVar(&o.Kube.AdminGroup, "admin-group", "", "With --auth=kubernetes: members of this group are admins (empty: no admins).")
+	fs.StringVar(&o.audiences, "token-audiences", "", "With --auth=kubernetes: comma-separated audiences a token must be valid for (empty: the API server's).")
+}
+
+// New builds the configured Authenticator. c is used for TokenReview (--auth=kubernetes).
+func (o *Options) New(ctx context.Context, c client.Client) (Authenticator, error) {
+	switch o.Mode {
+	case "oidc":
+		return NewOIDC(ctx, o.OIDC)
+	case "kubernetes":
+		if o.audiences != "" {
+			for _, a := range strings.Split(o.audiences, ",") {
+				if a = strings.TrimSpace(a); a != "" {
+					o.Kube.Audiences = append(o.Kube.Audiences, a)
+				}
+			}
+		}
+		return NewKubernetes(c, o.Kube), nil
+	default:
+		return nil, fmt.Errorf("--auth=%q is not a mode: use oidc or kubernetes", o.Mode)
+	}
+}

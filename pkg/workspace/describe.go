@@ -1,0 +1,88 @@
+package workspace
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Info is the view of one workspace that the REST API and the MCP tools return from list and get.
+// Status is embedded, so its phase, reason and message are top-level JSON fields.
+type Info struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Owner     string `json:"owner"`
+	UserLabel string `json:"userLabel"`
+	Template  string `json:"template"`
+	// TemplateVersion is the version the active pod was built from.
+	TemplateVersion string `json:"templateVersion"`
+	// LatestTemplateVersion is the template's current version, as the caller passed it ("" when
+	// the template is unknown, e.g. deleted).
+	LatestTemplateVersion string `json:"latestTemplateVersion,omitempty"`
+	// IsOutdated is true when the latest version is known and differs from TemplateVersion.
+	IsOutdated bool `json:"isOutdated"`
+	Status
+	// ActivePod is the pod that serves (or will serve) the workspace.
+	ActivePod     string `json:"activePod"`
+	WorkspacePath string `json:"workspacePath,omitempty"`
+	PreviewPath   string `json:"previewPath,omitempty"`
+	// LastUpgradeError is nogoo9/last-upgrade-error of the active pod.
+	LastUpgradeError string `json:"lastUpgradeError,omitempty"`
+	// UpgradePod is the pod an upgrade in flight creates or created: the intent's
+	// nogoo9/upgrade-pod, or the live upgraded pod that is not serving yet.
+	UpgradePod string `json:"upgradePod,omitempty"`
+	// Maintenance is the nogoo9/maintenance value when the workspace is in maintenance.
+	Maintenance string `json:"maintenance,omitempty"`
+	// CreatedAt is the creation time of the oldest pod the workspace has now (after an upgrade,
+	// that of the upgraded pod).
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Describe builds the Info of one workspace from all of its pods (any order; not reordered) and
+// its template's latest version. It is pure and cheap (no allocation beyond the result when pods
+// are already newest first, as GroupByID returns them), because the API calls it for every
+// workspace of a list. It returns the zero Info for no pods.
+func Describe(pods []*corev1.Pod, latestVersion string, now time.Time) Info {
+	if len(pods) == 0 {
+		return Info{}
+	}
+	pods = sortedCopy(pods)
+	active := Active(pods)
+	oldest := pods[len(pods)-1]
+
+	info := Info{
+		ID:                    ID(active),
+		Name:                  active.Annotations[AnnWorkspaceName],
+		Owner:                 Owner(active),
+		UserLabel:             active.Labels[LabelUserSub],
+		Template:              active.Labels[LabelTemplate],
+		TemplateVersion:       TemplateVersion(active),
+		LatestTemplateVersion: latestVersion,
+		Status:                phaseSorted(pods, now),
+		ActivePod:             active.Name,
+		WorkspacePath:         active.Annotations[AnnWorkspacePath],
+		PreviewPath:           active.Annotations[AnnPreviewPath],
+		LastUpgradeError:      active.Annotations[AnnLastUpgradeError],
+		UpgradePod:            active.Annotations[AnnUpgradePod],
+		CreatedAt:             oldest.CreationTimestamp.Time,
+	}
+	if info.Name == "" {
+		info.Name = info.ID
+	}
+	if info.UserLabel == "" && info.Owner != "" {
+		info.UserLabel = UserLabel(info.Owner)
+	}
+	info.IsOutdated = latestVersion != "" && info.TemplateVersion != latestVersion
+	if v, ok := maintenance(pods, active); ok {
+		info.Maintenance = v
+		if v == "" {
+			info.Maintenance = "true"
+		}
+	}
+	if info.UpgradePod == "" {
+		if p := incomingPod(pods, active); p != nil {
+			info.UpgradePod = p.Name
+		}
+	}
+	return info
+}

@@ -1,0 +1,325 @@
+package workspace
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Reasons Phase reports besides the kubelet's and scheduler's own (ErrImagePull, Unschedulable...),
+// which it passes through unchanged.
+const (
+	ReasonNoPods            = "NoPods"
+	ReasonDeleting          = "Deleting"
+	ReasonMaintenance       = "Maintenance"
+	ReasonUpgradeRequested  = "UpgradeRequested"
+	ReasonUpgradeInProgress = "UpgradeInProgress"
+	ReasonPodFailed         = "PodFailed"
+	ReasonPodCompleted      = "PodCompleted"
+	ReasonRunning           = "Running"
+	ReasonPending           = "Pending"
+	ReasonContainersNotRdy  = "ContainersNotReady"
+	ReasonReadinessGates    = "ReadinessGatesPending"
+)
+
+// terminalWaitingReasons are container waiting reasons that do not heal by themselves: the pod
+// must be replaced (fixed template, upgrade, or delete and respawn). ErrImagePull and
+// ImagePullBackOff are not here: a registry blip or a pushed-late tag heals, so they stay
+// Initializing with the kubelet's message.
+var terminalWaitingReasons = map[string]bool{
+	"CrashLoopBackOff":           true,
+	"InvalidImageName":           true,
+	"ErrImageNeverPull":          true,
+	"CreateContainerConfigError": true,
+	"CreateContainerError":       true,
+	"RunContainerError":          true,
+	"PreCreateHookError":         true,
+	"PreStartHookError":          true,
+}
+
+// Phase derives a workspace's phase from all of its pods (any order; the slice is not reordered
+// unless it is already newest first, in which case it is left as it is). It is pure: the same pods
+// and now give the same answer. now only shapes messages ("pending for 2m0s").
+//
+// Precedence, first match wins (see docs/phases.md for why):
+//
+//  1. Terminating: every pod is being deleted (or there is no pod at all: NoPods).
+//  2. Unavailable: a live pod carries nogoo9/maintenance (reason Maintenance, message = its value),
+//     or the active pod has a condition "Workspace*" that is False (reason and message from it).
+//  3. Upgrading: the active pod carries the intent nogoo9/upgrade-requested, or a live pod with
+//     nogoo9/upgrade-from that is not Ready yet is on its way in.
+//  4. Failed: the active pod's phase is Failed or Succeeded, or one of its containers waits for a
+//     terminal reason (CrashLoopBackOff, InvalidImageName, CreateContainerConfigError, ...).
+//  5. Ready: the active pod is Running, has an IP and is Ready.
+//  6. Scheduling: the active pod is not bound to a node (reason from PodScheduled=False).
+//  7. Initializing: anything else: scheduled, init containers or containers not ready yet.
+func Phase(pods []*corev1.Pod, now time.Time) Status {
+	return phaseSorted(sortedCopy(pods), now)
+}
+
+// sortedCopy returns pods newest first, without touching the caller's order: when pods already are
+// newest first (GroupByID's groups are), it is returned as it is and nothing is allocated.
+func sortedCopy(pods []*corev1.Pod) []*corev1.Pod {
+	for i := 1; i < len(pods); i++ {
+		if newerThan(pods[i], pods[i-1]) {
+			cp := make([]*corev1.Pod, len(pods))
+			copy(cp, pods)
+			return NewestFirst(cp)
+		}
+	}
+	return pods
+}
+
+// newerThan mirrors NewestFirst's order: a sorts before b.
+func newerThan(a, b *corev1.Pod) bool {
+	ta, tb := a.CreationTimestamp, b.CreationTimestamp
+	if !ta.Equal(&tb) {
+		return tb.Before(&ta)
+	}
+	return a.Name > b.Name
+}
+
+// phaseSorted is Phase for pods already sorted newest first.
+func phaseSorted(pods []*corev1.Pod, now time.Time) Status {
+	if len(pods) == 0 {
+		return Status{Phase: PhaseTerminating, Reason: ReasonNoPods, Message: "the workspace has no pods left"}
+	}
+	active := Active(pods)
+	if active.DeletionTimestamp != nil {
+		// Active prefers a live pod, so the active pod being deleted means every pod is.
+		msg := fmt.Sprintf("pod %s is being deleted", active.Name)
+		if over := now.Sub(active.DeletionTimestamp.Time); over > 0 {
+			msg += fmt.Sprintf("; its grace period ended %s ago, the node may be unreachable", over.Round(time.Second))
+		}
+		return Status{Phase: PhaseTerminating, Reason: ReasonDeleting, Message: msg}
+	}
+
+	if st, ok := unavailable(pods, active); ok {
+		return st
+	}
+	if st, ok := upgrading(pods, active, now); ok {
+		return st
+	}
+	return podPhase(active, now)
+}
+
+// unavailable reports an operator's maintenance annotation on any live pod, or a False Workspace*
+// condition on the active pod. Conditions of a pod that is still on its way in (an upgrade's new
+// pod) do not count: that pod does not serve yet.
+func unavailable(pods []*corev1.Pod, active *corev1.Pod) (Status, bool) {
+	if v, ok := maintenance(pods, active); ok {
+		if v == "" || v == "true" {
+			v = "the workspace is in maintenance"
+		}
+		return Status{Phase: PhaseUnavailable, Reason: ReasonMaintenance, Message: v}, true
+	}
+	for i := range active.Status.Conditions {
+		c := &active.Status.Conditions[i]
+		if strings.HasPrefix(string(c.Type), ConditionPrefix) && c.Status == corev1.ConditionFalse {
+			reason := c.Reason
+			if reason == "" {
+				reason = string(c.Type)
+			}
+			msg := c.Message
+			if msg == "" {
+				msg = fmt.Sprintf("condition %s is False", c.Type)
+			}
+			return Status{Phase: PhaseUnavailable, Reason: reason, Message: msg}, true
+		}
+	}
+	return Status{}, false
+}
+
+// maintenance returns the value of nogoo9/maintenance on the active pod, else on any other live
+// pod (an operator who annotated the old pod of a running upgrade still means the workspace).
+func maintenance(pods []*corev1.Pod, active *corev1.Pod) (string, bool) {
+	if v, ok := active.Annotations[AnnMaintenance]; ok {
+		return v, true
+	}
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil {
+			if v, ok := p.Annotations[AnnMaintenance]; ok {
+				return v, true
+			}
+		}
+	}
+	return "", false
+}
+
+// upgrading reports an upgrade in flight: the intent on the active pod, or an upgraded pod
+// (nogoo9/upgrade-from) that is live and not Ready yet. Its message carries the new pod's own
+// progress, so "Upgrading: ErrImagePull ..." is visible while the old pod still serves.
+func upgrading(pods []*corev1.Pod, active *corev1.Pod, now time.Time) (Status, bool) {
+	if p := incomingPod(pods, active); p != nil {
+		sub := podPhase(p, now)
+		msg := fmt.Sprintf("pod %s (version %s) is replacing %s: %s", p.Name, TemplateVersion(p), p.Annotations[AnnUpgradeFrom], sub.Phase)
+		if sub.Reason != "" {
+			msg += ": " + sub.Reason
+		}
+		if sub.Message != "" {
+			msg += ": " + sub.Message
+		}
+		return Status{Phase: PhaseUpgrading, Reason: ReasonUpgradeInProgress, Message: msg}, true
+	}
+	if active.Annotations[AnnUpgradeRequested] != "" {
+		msg := fmt.Sprintf("an upgrade of pod %s (version %s) was requested", active.Name, TemplateVersion(active))
+		if target := active.Annotations[AnnUpgradePod]; target != "" {
+			msg += "; the new pod will be " + target
+		}
+		return Status{Phase: PhaseUpgrading, Reason: ReasonUpgradeRequested, Message: msg}, true
+	}
+	return Status{}, false
+}
+
+// incomingPod is the upgraded pod on its way in: live, carrying nogoo9/upgrade-from, not Ready,
+// and the active pod or newer than it (an older leftover is not an upgrade in flight).
+func incomingPod(pods []*corev1.Pod, active *corev1.Pod) *corev1.Pod {
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Annotations[AnnUpgradeFrom] == "" || IsReady(p) {
+			continue
+		}
+		if p == active || newerThan(p, active) {
+			return p
+		}
+	}
+	return nil
+}
+
+// podPhase is the phase of a single live pod: Failed, Ready, Scheduling or Initializing.
+func podPhase(p *corev1.Pod, now time.Time) Status {
+	switch p.Status.Phase {
+	case corev1.PodFailed:
+		reason := p.Status.Reason // e.g. Evicted
+		if reason == "" {
+			reason = ReasonPodFailed
+		}
+		msg := p.Status.Message
+		if msg == "" {
+			msg = "pod " + p.Name + " failed" + terminatedDetail(p)
+		}
+		return Status{Phase: PhaseFailed, Reason: reason, Message: msg}
+	case corev1.PodSucceeded:
+		return Status{Phase: PhaseFailed, Reason: ReasonPodCompleted, Message: "pod " + p.Name + " exited" + terminatedDetail(p) + "; a workspace is expected to keep running"}
+	}
+	if c, s := waitingContainer(p, terminalWaitingReasons); c != "" {
+		return Status{Phase: PhaseFailed, Reason: s.Reason, Message: containerMessage(c, s)}
+	}
+	if IsReady(p) {
+		return Status{Phase: PhaseReady, Reason: ReasonRunning, Message: "pod " + p.Name + " is ready"}
+	}
+	if p.Spec.NodeName == "" && !conditionTrue(p, corev1.PodScheduled) {
+		st := Status{Phase: PhaseScheduling, Reason: ReasonPending, Message: "waiting for the scheduler"}
+		if c := condition(p, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse {
+			if c.Reason != "" {
+				st.Reason = c.Reason
+			}
+			if c.Message != "" {
+				st.Message = c.Message
+			}
+		}
+		if age := now.Sub(p.CreationTimestamp.Time); !p.CreationTimestamp.IsZero() && age >= time.Second {
+			st.Message += fmt.Sprintf(" (pending for %s)", age.Round(time.Second))
+		}
+		return st
+	}
+	return initializing(p)
+}
+
+// initializing explains why a scheduled pod is not ready: the first waiting init container, then
+// the first waiting container (image pulls, container creation), then containers running but not
+// ready, then readiness gates.
+func initializing(p *corev1.Pod) Status {
+	if c, s := waitingContainer(p, nil); c != "" {
+		if s.Reason == "PodInitializing" {
+			if ic := runningInit(p); ic != "" {
+				return Status{Phase: PhaseInitializing, Reason: s.Reason, Message: "init container " + ic + " is running"}
+			}
+		}
+		return Status{Phase: PhaseInitializing, Reason: s.Reason, Message: containerMessage(c, s)}
+	}
+	var notReady []string
+	for i := range p.Status.ContainerStatuses {
+		if cs := &p.Status.ContainerStatuses[i]; !cs.Ready {
+			notReady = append(notReady, cs.Name)
+		}
+	}
+	if len(notReady) > 0 {
+		return Status{Phase: PhaseInitializing, Reason: ReasonContainersNotRdy,
+			Message: fmt.Sprintf("pod %s: containers not ready: %s", p.Name, strings.Join(notReady, ", "))}
+	}
+	var gates []string
+	for _, g := range p.Spec.ReadinessGates {
+		if !conditionTrue(p, g.ConditionType) {
+			gates = append(gates, string(g.ConditionType))
+		}
+	}
+	if len(gates) > 0 {
+		return Status{Phase: PhaseInitializing, Reason: ReasonReadinessGates,
+			Message: fmt.Sprintf("pod %s: waiting for readiness gates: %s", p.Name, strings.Join(gates, ", "))}
+	}
+	msg := "pod " + p.Name + " is starting"
+	if c := condition(p, corev1.PodReady); c != nil && c.Message != "" {
+		msg += ": " + c.Message
+	}
+	return Status{Phase: PhaseInitializing, Reason: ReasonPending, Message: msg}
+}
+
+// waitingContainer returns the first init container, then container, that is waiting with a
+// reason in only (any reason when only is nil). Init containers that already ran are skipped.
+func waitingContainer(p *corev1.Pod, only map[string]bool) (string, *corev1.ContainerStateWaiting) {
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for i := range list {
+			w := list[i].State.Waiting
+			if w == nil || w.Reason == "" {
+				continue
+			}
+			if only == nil || only[w.Reason] {
+				return list[i].Name, w
+			}
+		}
+	}
+	return "", nil
+}
+
+// runningInit names the init container that is running, if any.
+func runningInit(p *corev1.Pod) string {
+	for i := range p.Status.InitContainerStatuses {
+		if p.Status.InitContainerStatuses[i].State.Running != nil {
+			return p.Status.InitContainerStatuses[i].Name
+		}
+	}
+	return ""
+}
+
+func containerMessage(container string, w *corev1.ContainerStateWaiting) string {
+	if w.Message == "" {
+		return "container " + container + ": " + w.Reason
+	}
+	return "container " + container + ": " + w.Message
+}
+
+// terminatedDetail names the first container that terminated with an error, for Failed messages.
+func terminatedDetail(p *corev1.Pod) string {
+	for i := range p.Status.ContainerStatuses {
+		if t := p.Status.ContainerStatuses[i].State.Terminated; t != nil {
+			return fmt.Sprintf(" (container %s exited with code %d: %s)", p.Status.ContainerStatuses[i].Name, t.ExitCode, t.Reason)
+		}
+	}
+	return ""
+}
+
+func condition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func conditionTrue(p *corev1.Pod, t corev1.PodConditionType) bool {
+	c := condition(p, t)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
