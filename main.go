@@ -23,6 +23,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/nogoo9/no-crd/controllers"
+	"github.com/nogoo9/no-crd/pkg/api"
+	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/proxy"
+	"github.com/nogoo9/no-crd/pkg/spawner"
+	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -45,6 +52,11 @@ type options struct {
 	upgradeWorkers    int
 	apiAddr           string
 	proxyAddr         string
+	proxyOrigins      string
+	proxyGrace        time.Duration
+	insecureCookie    bool
+	publicURL         string
+	auth              auth.Options
 }
 
 func main() {
@@ -64,6 +76,11 @@ func main() {
 	flag.IntVar(&o.upgradeWorkers, "upgrade-workers", 32, "Workspace reconcile workers.")
 	flag.StringVar(&o.apiAddr, "api-bind-address", ":8090", "Address of the REST API (/api/v1) and MCP endpoint (/mcp).")
 	flag.StringVar(&o.proxyAddr, "proxy-bind-address", ":8091", "Address of the workspace proxy.")
+	flag.StringVar(&o.proxyOrigins, "proxy-allowed-origins", "", "Comma-separated extra origins (scheme://host[:port]) allowed to open WebSockets through the proxy; its own origin is always allowed.")
+	flag.DurationVar(&o.proxyGrace, "proxy-not-ready-grace", proxy.DefaultNotReadyGrace, "How long a pod may stay not-ready before the proxy closes the WebSockets opened on it.")
+	flag.BoolVar(&o.insecureCookie, "insecure-cookie", false, "Drop the Secure attribute of the proxy's login cookie (plain-HTTP development on loopback only).")
+	flag.StringVar(&o.publicURL, "public-url", "", "Externally visible base URL of the API (e.g. https://nogoo9.example.com); names the MCP resource in /.well-known/oauth-protected-resource.")
+	o.auth.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -124,6 +141,64 @@ func run(o options) error {
 	// Component wiring: each package exposes a Setup that adds its runnables to the manager.
 	// (wired by the component issues)
 
+	// Templates and spawner (issue 3): every component reads templates; the api spawns.
+	registry, err := templates.Setup(mgr, templates.Options{Namespace: o.namespace, TemplateDir: o.templateDir})
+	if err != nil {
+		return fmt.Errorf("set up templates: %w", err)
+	}
+	var spawn *spawner.Spawner
+	if components["api"] {
+		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, MaxPerUser: o.maxPerUser})
+	}
+
+	// Authentication (issue 5): the api and the proxy verify the same tokens.
+	ctx := ctrl.SetupSignalHandler()
+	var authn auth.Authenticator
+	if components["api"] || components["proxy"] {
+		if authn, err = o.auth.New(ctx, mgr.GetClient()); err != nil {
+			return fmt.Errorf("set up authentication: %w", err)
+		}
+	}
+
+	// REST API and MCP (issue 5): served on every replica, no leader election.
+	if components["api"] {
+		if _, err := api.Setup(ctx, mgr, api.Options{
+			Addr: o.apiAddr, Namespace: o.namespace, Version: version, Auth: authn,
+			Templates: frontend.FromRegistry(registry), Spawner: frontend.FromSpawner(spawn.Spawn),
+			PublicURL: o.publicURL,
+		}); err != nil {
+			return fmt.Errorf("set up api: %w", err)
+		}
+	}
+
+	// Workspace proxy (issue 6): routes from the pod informer; served on every replica.
+	if components["proxy"] {
+		if err := proxy.Setup(mgr, authn, proxy.Options{
+			BindAddress:    o.proxyAddr,
+			AllowedOrigins: proxy.ParseOrigins(o.proxyOrigins),
+			NotReadyGrace:  o.proxyGrace,
+			InsecureCookie: o.insecureCookie,
+		}); err != nil {
+			return fmt.Errorf("set up proxy: %w", err)
+		}
+	}
+
+	// Phase controller (issue 7): phase Events and the nogoo9_workspaces gauge; leader only.
+	if components["controller"] {
+		if err := controllers.SetupPhaseReconciler(mgr); err != nil {
+			return fmt.Errorf("set up phase controller: %w", err)
+		}
+	}
+
+	// Upgrade controller (issue 4): the template-upgrade state machine; leader only.
+	if components["controller"] {
+		if err := controllers.SetupWorkspaceReconciler(mgr, registry, controllers.UpgradeOptions{
+			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, Timeout: o.upgradeTimeout,
+		}); err != nil {
+			return fmt.Errorf("set up upgrade controller: %w", err)
+		}
+	}
+
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
@@ -131,7 +206,7 @@ func run(o options) error {
 		return err
 	}
 	log.Info("starting nogoo9", "version", version, "namespace", o.namespace, "components", o.components)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }
 
 func parseComponents(s string) (map[string]bool, error) {

@@ -24,3 +24,17 @@ type Template struct {
 	// Annotations are the template object's annotations (expansion helpers, routing options).
 	Annotations map[string]string
 }
+
+// Info describes one template as List reports it, valid or not.
+type Info struct {
+	Name        string `json:"name"`
+	Version     string `json:"version,omitempty"`
+	Description string `json:"description,omitempty"`
+	Source      string `json:"source"`
+	// Valid is false when the current content of the source does not decode; Error says why.
+	Valid bool   `json:"valid"`
+	Error string `json:"error,omitempty"`
+	// ServingVersion is the version Get returns: Version when valid, the last valid version while
+	// a broken edit is in place, empty when there never was a valid one.
+	ServingVersion string `json:"servingVersion,omitempty"`
+}

@@ -70,7 +70,8 @@ const (
 	AnnUpgradeFrom        = Prefix + "upgrade-from"
 	AnnUpgradeFromUID     = Prefix + "upgrade-from-uid"
 	AnnUpgradeFromVersion = Prefix + "upgrade-from-version"
-	// AnnUpgradeStrategy is "SideBySide" or "Recreate", stamped on the upgraded pod.
+	// AnnUpgradeStrategy is "SideBySide" or "Recreate", stamped on the upgraded pod, or "Rollback" on
+	// the pod that restores a failed Recreate upgrade.
 	AnnUpgradeStrategy = Prefix + "upgrade-strategy"
 	// AnnRollbackSpec, on a recreate-upgraded pod, holds the previous pod spec (JSON) so the
 	// workspace can be brought back on it if the upgrade fails after the old pod is gone.
@@ -99,4 +100,32 @@ const (
 	DataSpec = "spec"
 	// DataVolumeClaims holds a JSON list of PersistentVolumeClaim templates.
 	DataVolumeClaims = "volumeClaims"
+)
+
+// Template annotations read by the spawner's expansion helpers (see docs/templates.md). They sit
+// on the template ConfigMap (or YAML file), never on pods.
+const (
+	// AnnRequiredContext lists, comma-separated, the context keys a spawn must provide.
+	AnnRequiredContext = Prefix + "required-context"
+	// AnnInitFrom pre-populates a workspace volume before the main containers start, from
+	// "s3://bucket/prefix" or "configmap:<name>". It runs once per volume (a marker file records it).
+	AnnInitFrom = Prefix + "init-from"
+	// AnnInitVolume names the volume AnnInitFrom fills (default: the template's first volume claim).
+	AnnInitVolume = Prefix + "init-volume"
+	// AnnInitImage overrides the image of the init container.
+	AnnInitImage = Prefix + "init-image"
+	// AnnInitSecret names a Secret whose keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+	// AWS_SESSION_TOKEN, AWS_REGION, ...) become the S3 init container's environment.
+	AnnInitSecret = Prefix + "init-secret"
+	// AnnInitS3Endpoint sets AWS_ENDPOINT_URL for S3-compatible stores (MinIO, Ceph, ...).
+	AnnInitS3Endpoint = Prefix + "init-s3-endpoint"
+	// AnnPreStop is a shell script run as the lifecycle.preStop hook before a workspace pod stops.
+	AnnPreStop = Prefix + "pre-stop"
+	// AnnPreStopContainer names the container that gets the hook (default: the first one).
+	AnnPreStopContainer = Prefix + "pre-stop-container"
+	// AnnTerminationGrace (seconds) sets terminationGracePeriodSeconds when AnnPreStop is used.
+	AnnTerminationGrace = Prefix + "termination-grace-period"
+
+	// LabelQuotaLedger ("true") marks the per-owner quota ledger ConfigMaps of the spawner.
+	LabelQuotaLedger = Prefix + "quota-ledger"
 )

@@ -47,6 +47,14 @@ func NewestFirst(pods []*corev1.Pod) []*corev1.Pod {
 		if !ti.Equal(&tj) {
 			return tj.Before(&ti)
 		}
+		// Creation times have one-second resolution, so an upgraded pod is often as "old" as the
+		// pod it replaces: the upgrade-from link decides before the name does.
+		if pods[i].Annotations[AnnUpgradeFrom] == pods[j].Name {
+			return true
+		}
+		if pods[j].Annotations[AnnUpgradeFrom] == pods[i].Name {
+			return false
+		}
 		return pods[i].Name > pods[j].Name
 	})
 	return pods

@@ -135,3 +135,23 @@ func ValidateID(id string) error {
 	}
 	return nil
 }
+
+// ClaimName is the name of the PersistentVolumeClaim a workspace gets for the template volume claim
+// named claim: "<PodName(owner, id)>-<claim>", at most 63 characters. It does not depend on the pod
+// name, so an upgraded pod mounts the same claim. When the claim part must be shortened, a hash of
+// the full claim name keeps two claims of one workspace apart.
+func ClaimName(owner, id, claim string) string {
+	base := PodName(owner, id)
+	room := validation.DNS1123LabelMaxLength - len(base) - 1
+	part := sanitizeDNS(claim, room)
+	if part == claim && part != "" {
+		return base + "-" + part
+	}
+	// Sanitised or cut: add a short hash of the raw claim name.
+	const h = 4
+	part = sanitizeDNS(claim, room-h-1)
+	if part == "" {
+		return base + "-" + shortHash(h, claim)
+	}
+	return base + "-" + part + "-" + shortHash(h, claim)
+}

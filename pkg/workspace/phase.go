@@ -39,9 +39,9 @@ var terminalWaitingReasons = map[string]bool{
 	"PreStartHookError":          true,
 }
 
-// Phase derives a workspace's phase from all of its pods (any order; the slice is not reordered
-// unless it is already newest first, in which case it is left as it is). It is pure: the same pods
-// and now give the same answer. now only shapes messages ("pending for 2m0s").
+// Phase derives a workspace's phase from all of its pods (any order; the caller's slice is never
+// reordered). It is pure: the same pods and now give the same answer. now only shapes messages
+// ("pending for 2m0s", "grace period ended 1m0s ago"), never the phase.
 //
 // Precedence, first match wins (see docs/phases.md for why):
 //

@@ -1,0 +1,320 @@
+// Package config_test builds the Kustomize manifests with kubectl and checks what operators read
+// before they install nogoo9: the RBAC is least privilege, and every Deployment is hardened.
+package config_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+const (
+	namespace      = "nogoo9-system"
+	serviceAccount = "nogoo9-manager"
+)
+
+// allowedRole is every (group, resource) nogoo9 touches in its namespace and the exact verbs; see
+// the comments in config/rbac/role.yaml for which code needs which. Widening the Role means
+// changing this table on purpose.
+var allowedRole = map[string][]string{
+	"/pods":                      {"create", "delete", "get", "list", "patch", "watch"},
+	"/configmaps":                {"create", "get", "list", "update", "watch"},
+	"/persistentvolumeclaims":    {"create", "delete", "get", "list", "watch"},
+	"/events":                    {"create", "list", "patch", "watch"},
+	"events.k8s.io/events":       {"create", "patch"},
+	"coordination.k8s.io/leases": {"create", "get", "update"},
+}
+
+var allowedClusterRole = map[string][]string{
+	"authentication.k8s.io/tokenreviews": {"create"},
+}
+
+// manifests is the parsed output of `kubectl kustomize dir`.
+type manifests struct {
+	roles           []rbacv1.Role
+	clusterRoles    []rbacv1.ClusterRole
+	roleBindings    []rbacv1.RoleBinding
+	clusterBindings []rbacv1.ClusterRoleBinding
+	deployments     []appsv1.Deployment
+	services        []corev1.Service
+	serviceAccounts []corev1.ServiceAccount
+	kinds           []string
+}
+
+func build(t *testing.T, dir string) *manifests {
+	t.Helper()
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl not on PATH: install it to check the manifests (it has Kustomize built in)")
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(kubectl, "kustomize", dir)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
+	}
+	m := &manifests{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("kubectl kustomize %s: parse output: %v", dir, err)
+		}
+		if u.Object == nil {
+			continue
+		}
+		m.kinds = append(m.kinds, u.GetKind()+"/"+u.GetName())
+		var target any
+		switch u.GetKind() {
+		case "Role":
+			m.roles = append(m.roles, rbacv1.Role{})
+			target = &m.roles[len(m.roles)-1]
+		case "ClusterRole":
+			m.clusterRoles = append(m.clusterRoles, rbacv1.ClusterRole{})
+			target = &m.clusterRoles[len(m.clusterRoles)-1]
+		case "RoleBinding":
+			m.roleBindings = append(m.roleBindings, rbacv1.RoleBinding{})
+			target = &m.roleBindings[len(m.roleBindings)-1]
+		case "ClusterRoleBinding":
+			m.clusterBindings = append(m.clusterBindings, rbacv1.ClusterRoleBinding{})
+			target = &m.clusterBindings[len(m.clusterBindings)-1]
+		case "Deployment":
+			m.deployments = append(m.deployments, appsv1.Deployment{})
+			target = &m.deployments[len(m.deployments)-1]
+		case "Service":
+			m.services = append(m.services, corev1.Service{})
+			target = &m.services[len(m.services)-1]
+		case "ServiceAccount":
+			m.serviceAccounts = append(m.serviceAccounts, corev1.ServiceAccount{})
+			target = &m.serviceAccounts[len(m.serviceAccounts)-1]
+		case "Namespace":
+			if u.GetName() != namespace {
+				t.Errorf("%s: Namespace %q, want %q", dir, u.GetName(), namespace)
+			}
+			continue
+		default:
+			t.Errorf("%s: unexpected object %s/%s: the install should hold only RBAC, Deployments, Services and the Namespace", dir, u.GetKind(), u.GetName())
+			continue
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, target, true); err != nil {
+			t.Errorf("%s: %s/%s has fields its type does not know: %v", dir, u.GetKind(), u.GetName(), err)
+		}
+	}
+	return m
+}
+
+// flatten turns rules into "group/resource" -> sorted verbs, failing on anything beyond plain
+// resource rules.
+func flatten(t *testing.T, where string, rules []rbacv1.PolicyRule) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, r := range rules {
+		if len(r.NonResourceURLs) > 0 || len(r.ResourceNames) > 0 {
+			t.Errorf("%s: rule %+v: only plain resource rules are expected", where, r)
+		}
+		if slices.Contains(r.APIGroups, "*") || slices.Contains(r.Resources, "*") || slices.Contains(r.Verbs, "*") {
+			t.Errorf("%s: rule %+v has a wildcard", where, r)
+		}
+		for _, res := range r.Resources {
+			if res == "secrets" || strings.HasPrefix(res, "secrets/") {
+				t.Errorf("%s: rule %+v grants access to secrets", where, r)
+			}
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					key := g + "/" + res
+					if !slices.Contains(out[key], v) {
+						out[key] = append(out[key], v)
+					}
+				}
+			}
+		}
+	}
+	for k := range out {
+		sort.Strings(out[k])
+	}
+	return out
+}
+
+func equalRules(got, want map[string][]string) string {
+	var diffs []string
+	for k, v := range got {
+		w, ok := want[k]
+		switch {
+		case !ok:
+			diffs = append(diffs, fmt.Sprintf("unexpected resource %s %v", k, v))
+		case !slices.Equal(v, w):
+			diffs = append(diffs, fmt.Sprintf("%s: verbs %v, want exactly %v", k, v, w))
+		}
+	}
+	for k, w := range want {
+		if _, ok := got[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("missing %s %v (nogoo9 needs it)", k, w))
+		}
+	}
+	sort.Strings(diffs)
+	return strings.Join(diffs, "; ")
+}
+
+func TestManifests(t *testing.T) {
+	for _, dir := range []string{"default", "split"} {
+		t.Run(dir, func(t *testing.T) {
+			m := build(t, dir)
+			checkRBAC(t, dir, m)
+			checkDeployments(t, dir, m)
+			checkServices(t, dir, m)
+		})
+	}
+}
+
+func checkRBAC(t *testing.T, dir string, m *manifests) {
+	if len(m.serviceAccounts) != 1 || m.serviceAccounts[0].Name != serviceAccount || m.serviceAccounts[0].Namespace != namespace {
+		t.Errorf("%s: want exactly ServiceAccount %s/%s, got %v", dir, namespace, serviceAccount, m.kinds)
+	}
+	if len(m.roles) != 1 || len(m.clusterRoles) != 1 || len(m.roleBindings) != 1 || len(m.clusterBindings) != 1 {
+		t.Fatalf("%s: want one Role, ClusterRole, RoleBinding and ClusterRoleBinding, got %v", dir, m.kinds)
+	}
+	role, cr := m.roles[0], m.clusterRoles[0]
+	if role.Namespace != namespace {
+		t.Errorf("%s: Role in namespace %q, want %q", dir, role.Namespace, namespace)
+	}
+	if d := equalRules(flatten(t, dir+" Role", role.Rules), allowedRole); d != "" {
+		t.Errorf("%s: Role %s is not the least privilege nogoo9 needs: %s", dir, role.Name, d)
+	}
+	if d := equalRules(flatten(t, dir+" ClusterRole", cr.Rules), allowedClusterRole); d != "" {
+		t.Errorf("%s: ClusterRole %s is not the least privilege nogoo9 needs: %s", dir, cr.Name, d)
+	}
+	if cr.AggregationRule != nil {
+		t.Errorf("%s: ClusterRole %s aggregates other roles", dir, cr.Name)
+	}
+	sa := rbacv1.Subject{Kind: "ServiceAccount", Name: serviceAccount, Namespace: namespace}
+	rb, crb := m.roleBindings[0], m.clusterBindings[0]
+	if rb.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}) || !slices.Equal(rb.Subjects, []rbacv1.Subject{sa}) {
+		t.Errorf("%s: RoleBinding %s binds %+v to %+v, want Role %s to %+v", dir, rb.Name, rb.RoleRef, rb.Subjects, role.Name, sa)
+	}
+	if crb.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}) || !slices.Equal(crb.Subjects, []rbacv1.Subject{sa}) {
+		t.Errorf("%s: ClusterRoleBinding %s binds %+v to %+v, want ClusterRole %s to %+v", dir, crb.Name, crb.RoleRef, crb.Subjects, cr.Name, sa)
+	}
+}
+
+// components returns the --components value of c and whether --leader-elect is on (the binary's
+// default is on).
+func components(c corev1.Container) (string, bool) {
+	comps, leader := "controller,api,proxy", true
+	for _, a := range c.Args {
+		switch {
+		case strings.HasPrefix(a, "--components="):
+			comps = strings.TrimPrefix(a, "--components=")
+		case a == "--leader-elect" || a == "--leader-elect=true":
+			leader = true
+		case a == "--leader-elect=false":
+			leader = false
+		}
+	}
+	return comps, leader
+}
+
+func checkDeployments(t *testing.T, dir string, m *manifests) {
+	var controllers, frontends int
+	for _, d := range m.deployments {
+		where := dir + " Deployment " + d.Name
+		spec := d.Spec.Template.Spec
+		if d.Namespace != namespace || spec.ServiceAccountName != serviceAccount {
+			t.Errorf("%s: namespace %q service account %q, want %q and %q", where, d.Namespace, spec.ServiceAccountName, namespace, serviceAccount)
+		}
+		if !labels.SelectorFromSet(d.Spec.Selector.MatchLabels).Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("%s: selector %v does not match its pod labels %v", where, d.Spec.Selector.MatchLabels, d.Spec.Template.Labels)
+		}
+		psc := spec.SecurityContext
+		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: pod securityContext %+v: want runAsNonRoot and seccomp RuntimeDefault", where, psc)
+		}
+		if len(spec.Containers) != 1 {
+			t.Fatalf("%s: %d containers, want 1", where, len(spec.Containers))
+		}
+		c := spec.Containers[0]
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 || (sc.Privileged != nil && *sc.Privileged) {
+			t.Errorf("%s: container securityContext %+v: want no privilege escalation, read-only root, all capabilities dropped", where, sc)
+		}
+		if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" ||
+			c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+			t.Errorf("%s: want liveness /healthz and readiness /readyz probes", where)
+		}
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+			t.Errorf("%s: want CPU and memory requests and a memory limit, got %+v", where, c.Resources)
+		}
+		if !strings.Contains(c.Image, "/") {
+			t.Errorf("%s: image %q was not set by the images transformer", where, c.Image)
+		}
+		var podNS bool
+		for _, e := range c.Env {
+			podNS = podNS || (e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace")
+		}
+		if !podNS {
+			t.Errorf("%s: want POD_NAMESPACE from the downward API", where)
+		}
+		comps, leader := components(c)
+		if strings.Contains(comps, "controller") {
+			controllers++
+			if !leader {
+				t.Errorf("%s: runs the controller without leader election", where)
+			}
+		} else {
+			frontends++
+			if leader {
+				t.Errorf("%s: components %s need no leader election: set --leader-elect=false so every replica serves at once", where, comps)
+			}
+		}
+	}
+	want := map[string][2]int{"default": {1, 0}, "split": {1, 1}}[dir]
+	if controllers != want[0] || frontends != want[1] {
+		t.Errorf("%s: %d controller and %d front-end Deployments, want %d and %d", dir, controllers, frontends, want[0], want[1])
+	}
+}
+
+// checkServices: every Service selects pods of some Deployment that has the named target port and
+// runs the component behind it.
+func checkServices(t *testing.T, dir string, m *manifests) {
+	for _, s := range m.services {
+		for _, p := range s.Spec.Ports {
+			var found bool
+			for _, d := range m.deployments {
+				if !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+					continue
+				}
+				c := d.Spec.Template.Spec.Containers[0]
+				comps, _ := components(c)
+				for _, cp := range c.Ports {
+					if cp.Name == p.TargetPort.String() && (cp.Name == "metrics" || strings.Contains(comps, cp.Name)) {
+						found = true
+					}
+				}
+				if p.Name != "metrics" && !strings.Contains(comps, p.Name) {
+					t.Errorf("%s: Service %s port %s selects Deployment %s, which runs only %s", dir, s.Name, p.Name, d.Name, comps)
+				}
+			}
+			if !found {
+				t.Errorf("%s: Service %s port %s reaches no Deployment serving it", dir, s.Name, p.Name)
+			}
+		}
+	}
+}

@@ -1,0 +1,188 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// PhaseControllerName names the phase controller, its Events' reporting controller and its logs.
+const PhaseControllerName = "workspace-phase"
+
+// allPhases lists every phase, so the gauge exports a 0 for each from the start.
+var allPhases = []workspace.PhaseName{
+	workspace.PhaseScheduling, workspace.PhaseInitializing, workspace.PhaseReady, workspace.PhaseUpgrading,
+	workspace.PhaseUnavailable, workspace.PhaseFailed, workspace.PhaseTerminating,
+}
+
+// workspacesGauge is nogoo9_workspaces{phase}: workspaces per phase, as seen by the leader.
+var workspacesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "nogoo9_workspaces",
+	Help: "Workspaces per phase (Scheduling, Initializing, Ready, Upgrading, Unavailable, Failed, Terminating), as seen by the elected controller.",
+}, []string{"phase"})
+
+func init() {
+	metrics.Registry.MustRegister(workspacesGauge)
+}
+
+// PhaseReconciler computes each workspace's phase from the cached pods, records every phase
+// transition as one Event on the workspace's active pod, and keeps nogoo9_workspaces{phase}.
+//
+// It remembers the last phase per workspace in memory only: phases are derived from pods, so
+// nothing is lost on a restart except the "previous phase". After a restart or a leader change
+// the first sighting of a workspace created before the reconciler started sets the gauge but
+// emits no Event (otherwise every handover would repeat one Event per workspace); a workspace
+// created since then gets its first Event as usual. A transition that happened while no leader
+// ran is thus not recorded as an Event; the current phase is always in the API.
+type PhaseReconciler struct {
+	// Reader lists workspace pods; the manager's cache in production.
+	Reader client.Reader
+	// Recorder emits core/v1 Events. The core recorder is used on purpose, not the events.k8s.io
+	// one: the latter writes the third and later occurrences of an isomorphic event (same pod,
+	// reason) only every 30 minutes, so "Ready again after maintenance" would stay invisible;
+	// the core recorder patches the count at once and still rate-limits per pod.
+	Recorder record.EventRecorder
+	// Gauge is nogoo9_workspaces by default.
+	Gauge *prometheus.GaugeVec
+	// Now is time.Now by default.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	started time.Time
+	last    map[types.NamespacedName]workspace.PhaseName
+}
+
+// SetupPhaseReconciler adds the phase controller to mgr. It runs on the elected leader only.
+func SetupPhaseReconciler(mgr ctrl.Manager) error {
+	r := &PhaseReconciler{
+		Reader:   mgr.GetCache(),
+		Recorder: mgr.GetEventRecorderFor(PhaseControllerName), //nolint:staticcheck // see PhaseReconciler.Recorder
+	}
+	return r.SetupWithManager(mgr)
+}
+
+// SetupWithManager registers r with mgr, watching workspace pods and reconciling per workspace
+// (namespace + workspace id).
+func (r *PhaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.init()
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(PhaseControllerName).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(WorkspaceRequest)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(r)
+}
+
+// WorkspaceRequest maps a workspace pod to the reconcile request of its workspace: namespace and
+// workspace id. Other pods map to nothing.
+func WorkspaceRequest(_ context.Context, obj client.Object) []reconcile.Request {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || !workspace.IsWorkspacePod(pod) {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: workspace.ID(pod)}}}
+}
+
+func (r *PhaseReconciler) init() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.Gauge == nil {
+		r.Gauge = workspacesGauge
+	}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	if r.last == nil {
+		r.last = make(map[types.NamespacedName]workspace.PhaseName)
+		r.started = r.Now()
+		for _, p := range allPhases {
+			r.Gauge.WithLabelValues(string(p)).Add(0)
+		}
+	}
+}
+
+// Reconcile observes one workspace's pods, derives its phase and records a transition.
+func (r *PhaseReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	r.init()
+	log := ctrl.LoggerFrom(ctx)
+
+	var list corev1.PodList
+	if err := r.Reader.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingLabels{
+		workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: req.Name,
+	}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("list pods of workspace %s: %w", req, err)
+	}
+	if len(list.Items) == 0 {
+		r.forget(req.NamespacedName)
+		return reconcile.Result{}, nil
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	workspace.NewestFirst(pods)
+	now := r.Now()
+	st := workspace.Phase(pods, now)
+
+	prev, seen, announce := r.record(req.NamespacedName, st.Phase, pods[0].CreationTimestamp.Time)
+	if seen && prev == st.Phase {
+		return reconcile.Result{}, nil
+	}
+	log.V(1).Info("workspace phase changed", "workspace", req, "from", prev, "to", st.Phase, "reason", st.Reason)
+	if !announce {
+		return reconcile.Result{}, nil
+	}
+	active := workspace.Active(pods)
+	eventType := corev1.EventTypeNormal
+	if st.Phase == workspace.PhaseFailed || st.Phase == workspace.PhaseUnavailable {
+		eventType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(active, eventType, "Phase"+string(st.Phase),
+		"workspace %s is %s: %s: %s", req, st.Phase, st.Reason, st.Message)
+	log.V(1).Info("recorded phase event", "pod", klog.KObj(active), "phase", st.Phase)
+	return reconcile.Result{}, nil
+}
+
+// record stores phase as key's current phase and moves the gauge. It returns the previous phase,
+// whether the workspace had been seen, and whether the change deserves an Event (see the type's
+// comment on restarts).
+func (r *PhaseReconciler) record(key types.NamespacedName, phase workspace.PhaseName, newest time.Time) (prev workspace.PhaseName, seen, announce bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev, seen = r.last[key]
+	if seen && prev == phase {
+		return prev, true, false
+	}
+	if seen {
+		r.Gauge.WithLabelValues(string(prev)).Dec()
+	}
+	r.Gauge.WithLabelValues(string(phase)).Inc()
+	r.last[key] = phase
+	// Creation timestamps have whole seconds: a pod created in the second the reconciler
+	// started counts as new.
+	return prev, seen, seen || !newest.Before(r.started.Truncate(time.Second))
+}
+
+// forget drops a workspace whose pods are all gone.
+func (r *PhaseReconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prev, ok := r.last[key]; ok {
+		r.Gauge.WithLabelValues(string(prev)).Dec()
+		delete(r.last, key)
+	}
+}

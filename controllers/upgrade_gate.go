@@ -1,0 +1,174 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/nogoo9/no-crd/pkg/upgrade"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// reservationTTL bounds how long a create the cache has not shown yet counts against the cap.
+const reservationTTL = 2 * time.Minute
+
+// gate enforces --max-concurrent-upgrades. The count comes from the observed state (workspaces
+// with an upgraded pod in flight in the cache) plus the creates this process made that the cache
+// does not show yet (reservations, like the ReplicaSet controller's expectations). A reservation
+// also keeps a stale read from starting a second upgrade of the same workspace under another
+// name. Waiting workspaces are remembered only to wake them early when a slot frees; without that
+// memory (after a restart) they still come back on their own timer.
+type gate struct {
+	max    int
+	reader client.Reader
+	wake   chan<- event.GenericEvent
+
+	mu        sync.Mutex
+	reserved  map[types.NamespacedName]reservation
+	waiting   []types.NamespacedName
+	isWaiting map[types.NamespacedName]bool
+	announced map[types.UID]bool
+}
+
+type reservation struct {
+	name string
+	at   time.Time
+}
+
+func newGate(max int, reader client.Reader, wake chan<- event.GenericEvent) *gate {
+	return &gate{max: max, reader: reader, wake: wake, reserved: map[types.NamespacedName]reservation{},
+		isWaiting: map[types.NamespacedName]bool{}, announced: map[types.UID]bool{}}
+}
+
+// acquire admits the upgrade of key creating pod name, or says how many are in flight.
+func (g *gate) acquire(ctx context.Context, key types.NamespacedName, name string, now time.Time) (ok bool, inFlight int, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r, has := g.reserved[key]; has && now.Sub(r.at) < reservationTTL {
+		// Same name: a retry of the create this process made (AlreadyExists makes it harmless).
+		// Another name: a stale read; wait until the cache shows the first pod.
+		return r.name == name, len(g.reserved), nil
+	}
+	if g.max <= 0 {
+		g.reserved[key] = reservation{name: name, at: now}
+		return true, 0, nil
+	}
+	flying, err := g.inFlight(ctx)
+	if err != nil {
+		return false, 0, err
+	}
+	n := len(flying)
+	for k, r := range g.reserved {
+		switch {
+		case now.Sub(r.at) >= reservationTTL:
+			delete(g.reserved, k)
+		case !flying[k]:
+			n++
+		}
+	}
+	if n >= g.max {
+		if !g.isWaiting[key] {
+			g.isWaiting[key] = true
+			g.waiting = append(g.waiting, key)
+		}
+		return false, n, nil
+	}
+	g.reserved[key] = reservation{name: name, at: now}
+	if g.isWaiting[key] {
+		delete(g.isWaiting, key)
+	}
+	return true, n, nil
+}
+
+// inFlight lists, from the cache, the workspaces with an upgrade in flight.
+func (g *gate) inFlight(ctx context.Context) (map[types.NamespacedName]bool, error) {
+	var list corev1.PodList
+	if err := g.reader.List(ctx, &list, client.MatchingLabels{workspace.LabelType: workspace.TypeWorkspace}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list workspace pods to count upgrades in flight: %w", err)
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	return upgrade.InFlightWorkspaces(pods), nil
+}
+
+// observed drops key's reservation once the cache shows the pod it was for.
+func (g *gate) observed(key types.NamespacedName, pods []*corev1.Pod) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r, has := g.reserved[key]
+	if !has {
+		return
+	}
+	for _, p := range pods {
+		if p.Name == r.name {
+			delete(g.reserved, key)
+			return
+		}
+	}
+}
+
+// release frees key's reservation (its upgrade ended or never started) and wakes waiting
+// workspaces: two per freed slot, as some of them may have been served meanwhile.
+func (g *gate) release(key types.NamespacedName) {
+	g.mu.Lock()
+	delete(g.reserved, key)
+	var wake []types.NamespacedName
+	for len(g.waiting) > 0 && len(wake) < 2 {
+		k := g.waiting[0]
+		g.waiting = g.waiting[1:]
+		if g.isWaiting[k] {
+			delete(g.isWaiting, k)
+			wake = append(wake, k)
+		}
+	}
+	g.mu.Unlock()
+	for _, k := range wake {
+		select {
+		case g.wake <- keyEvent(k):
+		default: // full: the waiting workspace comes back on its own timer
+		}
+	}
+}
+
+// forget drops everything about a workspace that has no pods any more.
+func (g *gate) forget(key types.NamespacedName) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.reserved, key)
+	delete(g.isWaiting, key)
+}
+
+// announce reports whether the "queued" Event for pod uid is still to be recorded (once per pod
+// per process: a restart may say it again, which is harmless).
+func (g *gate) announce(uid types.UID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.announced[uid] {
+		return false
+	}
+	if len(g.announced) > 100000 {
+		g.announced = map[types.UID]bool{}
+	}
+	g.announced[uid] = true
+	return true
+}
+
+// waitingCount is the number of workspaces queued behind the cap, for the metrics.
+func (g *gate) waitingCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.isWaiting)
+}
+
+func ctrlObjectMeta(k types.NamespacedName) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}
+}

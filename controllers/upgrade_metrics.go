@@ -1,0 +1,118 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/nogoo9/no-crd/pkg/upgrade"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+var (
+	upgradesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nogoo9_upgrades_total",
+		Help: "Finished workspace upgrades by result (succeeded, failed) and strategy (SideBySide, Recreate, none when it could not start).",
+	}, []string{"result", "strategy"})
+	upgradeDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "nogoo9_upgrade_duration_seconds",
+		Help:    "Time from the start of a workspace upgrade (nogoo9/upgrade-started-at) to its end, by result.",
+		Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200},
+	}, []string{"result"})
+
+	outdatedDesc = prometheus.NewDesc("nogoo9_template_workspaces",
+		"Workspaces per template and whether they run an older version than the template's current one (outdated=\"true\").",
+		[]string{"template", "outdated"}, nil)
+	inFlightDesc = prometheus.NewDesc("nogoo9_upgrades_in_flight", "Workspaces with an upgrade in flight, as observed in the cache.", nil, nil)
+	waitingDesc  = prometheus.NewDesc("nogoo9_upgrades_waiting", "Workspaces whose upgrade waits for a slot (--max-concurrent-upgrades).", nil, nil)
+
+	collectorOnce sync.Once
+	// current is the reconciler whose cache the collector reads (the last one set up).
+	current atomic.Pointer[WorkspaceReconciler]
+)
+
+func init() {
+	metrics.Registry.MustRegister(upgradesTotal, upgradeDuration)
+}
+
+func observeUpgrade(result, strategy string, d time.Duration) {
+	if strategy == "" {
+		strategy = "none"
+	}
+	upgradesTotal.WithLabelValues(result, strategy).Inc()
+	upgradeDuration.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// registerCollector makes r the source of the scrape-time gauges (computed from the cache, so
+// they cost nothing between scrapes).
+func registerCollector(r *WorkspaceReconciler) {
+	current.Store(r)
+	collectorOnce.Do(func() { metrics.Registry.MustRegister(workspaceCollector{}) })
+}
+
+type workspaceCollector struct{}
+
+func (workspaceCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- outdatedDesc
+	ch <- inFlightDesc
+	ch <- waitingDesc
+}
+
+func (workspaceCollector) Collect(ch chan<- prometheus.Metric) {
+	r := current.Load()
+	if r == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var list corev1.PodList
+	if err := r.Reader.List(ctx, &list, client.MatchingLabels{workspace.LabelType: workspace.TypeWorkspace}, client.UnsafeDisableDeepCopy); err != nil {
+		return // cache not started (not the leader yet): no sample rather than a wrong one
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	counts := OutdatedCounts(pods, r.Templates)
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(outdatedDesc, prometheus.GaugeValue, float64(n), k.template, boolLabel(k.outdated))
+	}
+	ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(len(upgrade.InFlightWorkspaces(pods))))
+	if r.gate != nil {
+		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(r.gate.waitingCount()))
+	}
+}
+
+type outdatedKey struct {
+	template string
+	outdated bool
+}
+
+// OutdatedCounts counts workspaces per template and outdatedness: a workspace is outdated when
+// its active pod's version differs from its template's current version.
+func OutdatedCounts(pods []*corev1.Pod, reg TemplateSource) map[outdatedKey]int {
+	out := map[outdatedKey]int{}
+	for _, group := range workspace.GroupByID(pods) {
+		active := workspace.Active(group)
+		name := active.Labels[workspace.LabelTemplate]
+		target := upgrade.Target{Name: name}
+		if t, ok := reg.Get(name); ok {
+			target.Found, target.Version = true, t.Version
+		}
+		out[outdatedKey{template: name, outdated: upgrade.Outdated(active, target)}]++
+	}
+	return out
+}
+
+func boolLabel(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}

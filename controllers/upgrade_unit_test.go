@@ -1,0 +1,105 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+func upgradeUnitPod(name, id, tmpl, version string, ann map[string]string) *corev1.Pod {
+	a := map[string]string{workspace.AnnTemplateVersion: version}
+	for k, v := range ann {
+		a[k] = v
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name),
+		CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		Labels:            map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id, workspace.LabelTemplate: tmpl},
+		Annotations:       a}}
+}
+
+func TestOutdatedCounts(t *testing.T) {
+	reg := &fakeTemplates{}
+	reg.set(&templates.Template{Name: "python", Version: "v2"})
+	pods := []*corev1.Pod{
+		upgradeUnitPod("a", "a", "python", "v1", nil),
+		upgradeUnitPod("b", "b", "python", "v2", nil),
+		upgradeUnitPod("c", "c", "python", "v1", nil),
+		upgradeUnitPod("d", "d", "gone", "v1", nil),
+	}
+	got := OutdatedCounts(pods, reg)
+	want := map[outdatedKey]int{{"python", true}: 2, {"python", false}: 1, {"gone", false}: 1}
+	if len(got) != len(want) {
+		t.Fatalf("counts = %v, want %v", got, want)
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("counts[%v] = %d, want %d", k, got[k], n)
+		}
+	}
+}
+
+// TestGateCountsObservedUpgradesAndReservations checks the cap against what the cache shows plus
+// the creates the cache does not show yet, and that a stale read cannot start a second upgrade of
+// the same workspace under another name.
+func TestGateCountsObservedUpgradesAndReservations(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	old := upgradeUnitPod("ws-a", "a", "python", "v1", nil)
+	inFlight := upgradeUnitPod("ws-a-up-x", "a", "python", "v2", map[string]string{
+		workspace.AnnUpgradeFrom: "ws-a", workspace.AnnUpgradeFromUID: "uid-ws-a", workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
+	c := fake.NewClientBuilder().WithObjects(old, inFlight).Build()
+	wake := make(chan event.GenericEvent, 10)
+	g := newGate(2, c, wake)
+	ctx := context.Background()
+	key := func(id string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: id} }
+
+	tests := []struct {
+		name string
+		key  string
+		pod  string
+		ok   bool
+	}{
+		{"one observed in flight: a second upgrade fits", "b", "ws-b-up-1", true},
+		{"the same create again (stale read) is admitted", "b", "ws-b-up-1", true},
+		{"another name for the same workspace waits for the cache", "b", "ws-b-up-2", false},
+		{"observed + reserved reach the cap of 2: a third waits", "c", "ws-c-up-1", false},
+	}
+	for _, tt := range tests {
+		ok, _, err := g.acquire(ctx, key(tt.key), tt.pod, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok != tt.ok {
+			t.Errorf("%s: admitted = %v, want %v", tt.name, ok, tt.ok)
+		}
+	}
+	if g.waitingCount() != 1 {
+		t.Errorf("waiting = %d, want 1", g.waitingCount())
+	}
+	// b's upgrade ends: c is woken and fits.
+	g.release(key("b"))
+	select {
+	case ev := <-wake:
+		if ev.Object.GetName() != "c" {
+			t.Errorf("woke %s, want c", ev.Object.GetName())
+		}
+	default:
+		t.Errorf("no workspace woken after a slot freed")
+	}
+	if ok, _, _ := g.acquire(ctx, key("c"), "ws-c-up-1", now); !ok {
+		t.Errorf("c not admitted after a slot freed")
+	}
+	// A reservation the cache never confirms expires.
+	if ok, _, _ := g.acquire(ctx, key("d"), "ws-d-up-1", now.Add(3*time.Minute)); !ok {
+		t.Errorf("an expired reservation still counts against the cap")
+	}
+}

@@ -1,0 +1,517 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/nogoo9/no-crd/pkg/spawner"
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// UpgradeControllerName names the upgrade controller, its Events' source and its logs.
+const UpgradeControllerName = "workspace-upgrade"
+
+// indexWorkspaceID is the pod field index holding the workspace id, so one workspace's pods are
+// listed without scanning every cached pod.
+const indexWorkspaceID = "nogoo9.workspaceID"
+
+// TemplateSource is what the upgrade controller needs of the template registry
+// (*templates.Registry satisfies it; tests supply fixed templates).
+type TemplateSource interface {
+	// Get returns the latest valid version of template name.
+	Get(name string) (*templates.Template, bool)
+	// Subscribe calls fn with a template's name whenever it changes.
+	Subscribe(fn func(name string))
+}
+
+// PodBuilder renders template t for the workspace of old (same identity) as a pod named name, with
+// the PVCs it mounts. The default is spawner.BuildPod with spawner.IdentityFromPod(old).
+type PodBuilder func(t *templates.Template, old *corev1.Pod, name string) (*corev1.Pod, []*corev1.PersistentVolumeClaim, error)
+
+// UpgradeOptions tunes the upgrade controller; main.go fills it from flags.
+type UpgradeOptions struct {
+	// Workers is the number of workspaces reconciled at once (--upgrade-workers, default 32).
+	Workers int
+	// MaxConcurrentUpgrades caps the workspaces with an upgrade in flight
+	// (--max-concurrent-upgrades, default 200 there); zero or negative: no cap.
+	MaxConcurrentUpgrades int
+	// Timeout is the upgrade deadline (--upgrade-timeout, default 10m).
+	Timeout time.Duration
+	// Now is the clock (time.Now by default); tests move it to pass the deadline.
+	Now func() time.Time
+	// BuildPod renders the upgraded pod (spawner.BuildPod by default).
+	BuildPod PodBuilder
+	// Name overrides UpgradeControllerName (tests that run two managers in one process).
+	Name string
+}
+
+func (o *UpgradeOptions) defaults() {
+	if o.Workers <= 0 {
+		o.Workers = 32
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = upgrade.DefaultTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.BuildPod == nil {
+		o.BuildPod = spawnerBuild
+	}
+	if o.Name == "" {
+		o.Name = UpgradeControllerName
+	}
+}
+
+// spawnerBuild is the production PodBuilder.
+func spawnerBuild(t *templates.Template, old *corev1.Pod, name string) (*corev1.Pod, []*corev1.PersistentVolumeClaim, error) {
+	id, err := spawner.IdentityFromPod(old)
+	if err != nil {
+		return nil, nil, err
+	}
+	return spawner.BuildPod(t, id, name)
+}
+
+// WorkspaceReconciler is the upgrade controller: per workspace (namespace + workspace id) it
+// observes the pods and claims from the cache, asks upgrade.Plan for the next move, applies it and
+// returns. It keeps no state that matters across passes except the concurrency gate's
+// reservations (the cache lags its own creates) and which waiting workspaces to wake first.
+type WorkspaceReconciler struct {
+	// Client writes (create, delete, merge-patch) and Reader is the cache it observes.
+	Client client.Client
+	Reader client.Reader
+	// APIReader reads full pods (the cache strips them) for rollback specs and name conflicts.
+	APIReader client.Reader
+	Templates TemplateSource
+	Recorder  record.EventRecorder
+	Opts      UpgradeOptions
+
+	gate *gate
+	wake chan event.GenericEvent
+}
+
+// SetupWorkspaceReconciler adds the upgrade controller to mgr (leader only) with the template
+// source reg.
+func SetupWorkspaceReconciler(mgr ctrl.Manager, reg TemplateSource, opts UpgradeOptions) error {
+	opts.defaults()
+	r := &WorkspaceReconciler{
+		Client:    mgr.GetClient(),
+		Reader:    mgr.GetCache(),
+		APIReader: mgr.GetAPIReader(),
+		Templates: reg,
+		Recorder:  mgr.GetEventRecorderFor(opts.Name), //nolint:staticcheck // core/v1 Events, as the phase controller (see PhaseReconciler.Recorder)
+		Opts:      opts,
+	}
+	return r.SetupWithManager(mgr)
+}
+
+// SetupWithManager registers r: pod and PVC events map to their workspace, template changes to
+// every workspace of the template, freed concurrency slots to waiting workspaces.
+func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Opts.defaults()
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexWorkspaceID, func(o client.Object) []string {
+		if p, ok := o.(*corev1.Pod); ok && workspace.IsWorkspacePod(p) {
+			return []string{workspace.ID(p)}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index pods by workspace id: %w", err)
+	}
+	r.wake = make(chan event.GenericEvent, 1024)
+	r.gate = newGate(r.Opts.MaxConcurrentUpgrades, r.Reader, r.wake)
+	registerCollector(r)
+	r.Templates.Subscribe(r.templateChanged)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(r.Opts.Name).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(WorkspaceRequest)).
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimRequest)).
+		WatchesRawSource(source.Channel(r.wake, handler.EnqueueRequestsFromMapFunc(keyRequest))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Opts.Workers}).
+		Complete(r)
+}
+
+// claimRequest maps a workspace PVC (labelled with its workspace id by the spawner) to its
+// workspace: its access modes decide the strategy.
+func claimRequest(_ context.Context, obj client.Object) []reconcile.Request {
+	id := obj.GetLabels()[workspace.LabelWorkspaceID]
+	if id == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: id}}}
+}
+
+// keyRequest maps the wake-up objects (namespace + workspace id as name) to their request.
+func keyRequest(_ context.Context, obj client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}}}
+}
+
+// templateChanged enqueues every workspace of template name. On a replica that is not the leader
+// nobody reads the channel: the sends give up after a minute (a new leader reconciles every
+// workspace when it starts anyway).
+func (r *WorkspaceReconciler) templateChanged(name string) {
+	go func() {
+		timeout := time.NewTimer(time.Minute)
+		defer timeout.Stop()
+		var list corev1.PodList
+		if err := r.Reader.List(context.Background(), &list, client.MatchingLabels{workspace.LabelTemplate: name}, client.UnsafeDisableDeepCopy); err != nil {
+			ctrl.Log.WithName(r.Opts.Name).Error(err, "List workspaces of a changed template", "template", name)
+			return
+		}
+		seen := map[types.NamespacedName]bool{}
+		for i := range list.Items {
+			p := &list.Items[i]
+			k := types.NamespacedName{Namespace: p.Namespace, Name: workspace.ID(p)}
+			if workspace.IsWorkspacePod(p) && !seen[k] {
+				seen[k] = true
+				select {
+				case r.wake <- keyEvent(k):
+				case <-timeout.C:
+					return
+				}
+			}
+		}
+	}()
+}
+
+func keyEvent(k types.NamespacedName) event.GenericEvent {
+	return event.GenericEvent{Object: &corev1.Pod{ObjectMeta: ctrlObjectMeta(k)}}
+}
+
+// Reconcile observes one workspace, plans its next move and applies it.
+func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	obs, tmplName, err := r.observe(ctx, req.NamespacedName)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	r.gate.observed(req.NamespacedName, obs.Pods)
+	if len(obs.Pods) == 0 {
+		r.gate.forget(req.NamespacedName)
+		return reconcile.Result{}, nil
+	}
+	target := upgrade.Target{Name: tmplName}
+	tmpl, found := r.Templates.Get(tmplName)
+	if found {
+		target.Found, target.Version = true, tmpl.Version
+	}
+	now := r.Opts.Now()
+	move := upgrade.Plan(obs, target, now, upgrade.Config{Timeout: r.Opts.Timeout})
+	if len(move.Actions) > 0 {
+		log.V(1).Info("Planned move", "state", move.State, "actions", len(move.Actions))
+	}
+	res := reconcile.Result{}
+	if move.RequeueAfter > 0 {
+		// A little past the deadline, so the next pass sees it passed.
+		res.RequeueAfter = move.RequeueAfter + time.Second
+	}
+	for _, a := range move.Actions {
+		wait, err := r.apply(ctx, req.NamespacedName, a, tmpl, now)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if wait == stopMove {
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		}
+		if wait > 0 {
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+	}
+	return res, nil
+}
+
+// observe lists the workspace's pods and the claims they mount from the cache.
+func (r *WorkspaceReconciler) observe(ctx context.Context, key types.NamespacedName) (upgrade.Observed, string, error) {
+	var list corev1.PodList
+	if err := r.Reader.List(ctx, &list, client.InNamespace(key.Namespace), client.MatchingFields{indexWorkspaceID: key.Name}); err != nil {
+		return upgrade.Observed{}, "", fmt.Errorf("list pods of workspace %s: %w", key, err)
+	}
+	obs := upgrade.Observed{Claims: map[string]*corev1.PersistentVolumeClaim{}}
+	tmplName := ""
+	for i := range list.Items {
+		p := &list.Items[i]
+		if !workspace.IsWorkspacePod(p) {
+			continue
+		}
+		obs.Pods = append(obs.Pods, p)
+		if tmplName == "" || p.DeletionTimestamp == nil {
+			if n := p.Labels[workspace.LabelTemplate]; n != "" {
+				tmplName = n
+			}
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil {
+				continue
+			}
+			name := v.PersistentVolumeClaim.ClaimName
+			if _, done := obs.Claims[name]; done {
+				continue
+			}
+			var c corev1.PersistentVolumeClaim
+			switch err := r.Reader.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, &c); {
+			case err == nil:
+				obs.Claims[name] = &c
+			case apierrors.IsNotFound(err):
+				// Unknown claims are taken as single-writer by the planner.
+			default:
+				return upgrade.Observed{}, "", fmt.Errorf("get claim %s/%s of workspace %s: %w", key.Namespace, name, key.Name, err)
+			}
+		}
+	}
+	return obs, tmplName, nil
+}
+
+// stopMove, returned by apply, ends the move early: its remaining actions no longer hold.
+const stopMove = time.Duration(-1)
+
+// apply performs one action. wait > 0 asks to stop the move and come back then (no slot free);
+// stopMove asks to stop it and re-plan.
+func (r *WorkspaceReconciler) apply(ctx context.Context, key types.NamespacedName, a upgrade.Action, tmpl *templates.Template, now time.Time) (time.Duration, error) {
+	switch a.Kind {
+	case upgrade.CreateUpgradePod:
+		return r.createUpgradePod(ctx, key, a, tmpl, now)
+	case upgrade.CreateRollbackPod:
+		return 0, r.createRollbackPod(ctx, key, a, now)
+	case upgrade.DeletePod:
+		return r.deletePod(ctx, key, a)
+	case upgrade.PatchPod:
+		done, err := r.patchPod(ctx, a.Pod, a.Annotations, a.Remove)
+		if err != nil {
+			return 0, err
+		}
+		if !done {
+			// The pod is gone or replaced: the cache was stale. The rest of the move assumed it
+			// (e.g. "the old pod keeps serving, delete the new one"), so stop and re-plan.
+			ctrl.LoggerFrom(ctx).V(1).Info("Pod changed under the move; re-planning", "pod", klog.KObj(a.Pod))
+			return stopMove, nil
+		}
+		r.concluded(key, a)
+		return 0, nil
+	case upgrade.Event:
+		r.event(a)
+		return 0, nil
+	}
+	return 0, fmt.Errorf("unknown planner action %q", a.Kind)
+}
+
+// concluded records the Event and metrics of a write that actually happened.
+func (r *WorkspaceReconciler) concluded(key types.NamespacedName, a upgrade.Action) {
+	if a.Reason != "" {
+		r.event(a)
+	}
+	if a.Result != "" {
+		observeUpgrade(a.Result, string(a.Strategy), a.Duration)
+		r.gate.release(key)
+	}
+}
+
+func (r *WorkspaceReconciler) event(a upgrade.Action) {
+	on := a.Pod
+	if a.EventOn != nil {
+		on = a.EventOn
+	}
+	r.Recorder.Event(on, a.EventType, a.Reason, a.Message)
+}
+
+// createUpgradePod starts an upgrade: within the concurrency cap, build the pod from the template
+// with the old pod's identity, make sure its claims exist, and create it.
+func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.NamespacedName, a upgrade.Action, tmpl *templates.Template, now time.Time) (time.Duration, error) {
+	log := ctrl.LoggerFrom(ctx)
+	old := a.Pod
+	if a.NeedsSlot {
+		ok, inFlight, err := r.gate.acquire(ctx, key, a.Name, now)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			if r.gate.announce(old.UID) {
+				r.Recorder.Eventf(old, corev1.EventTypeNormal, upgrade.ReasonUpgradeRequested,
+					"Upgrade of pod %s is queued: %d upgrades are in flight (--max-concurrent-upgrades=%d); it starts when one finishes.",
+					old.Name, inFlight, r.Opts.MaxConcurrentUpgrades)
+			}
+			return waitForSlot(), nil
+		}
+	}
+	failStart := func(reason string, err error) (time.Duration, error) {
+		r.gate.release(key)
+		for _, fa := range upgrade.FailStart(old, reason, err.Error(), now) {
+			if wait, aerr := r.apply(ctx, key, fa, tmpl, now); aerr != nil || wait != 0 {
+				return wait, aerr
+			}
+		}
+		return 0, nil
+	}
+	pod, claims, err := r.Opts.BuildPod(tmpl, old, a.Name)
+	if err != nil {
+		return failStart("TemplateRenderFailed", fmt.Errorf("template %s version %s does not render for this workspace: %w", tmpl.Name, tmpl.Version, err))
+	}
+	pod.Name, pod.Namespace, pod.GenerateName = a.Name, old.Namespace, ""
+	upgrade.PreserveIdentity(pod, old)
+	for k, v := range a.Annotations {
+		pod.Annotations[k] = v
+	}
+	if a.Strategy == upgrade.Recreate {
+		var full corev1.Pod
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(old), &full); err != nil {
+			r.gate.release(key)
+			if apierrors.IsNotFound(err) {
+				return 0, nil // gone meanwhile: the next pass sees it
+			}
+			return 0, fmt.Errorf("read pod %s for its rollback spec: %w", old.Name, err)
+		}
+		spec, err := upgrade.RollbackSpec(&full)
+		if err != nil {
+			return failStart("RollbackSpecFailed", err)
+		}
+		pod.Annotations[workspace.AnnRollbackSpec] = spec
+	}
+	for _, c := range claims {
+		c.Namespace = old.Namespace
+		if err := r.Client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
+			r.gate.release(key)
+			return 0, fmt.Errorf("create claim %s for upgraded pod %s: %w", c.Name, pod.Name, err)
+		}
+	}
+	err = r.Client.Create(ctx, pod)
+	switch {
+	case err == nil:
+		log.Info("Created upgraded pod", "pod", klog.KObj(pod), "from", klog.KObj(old), "strategy", a.Strategy)
+		r.event(a)
+		return 0, nil
+	case apierrors.IsAlreadyExists(err):
+		// A repeated create after a stale read or a crash: done if it is the pod this upgrade made.
+		var existing corev1.Pod
+		if gerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), &existing); gerr != nil {
+			return 0, fmt.Errorf("read existing pod %s: %w", pod.Name, gerr)
+		}
+		if existing.Annotations[workspace.AnnUpgradeFromUID] == string(old.UID) {
+			return 0, nil
+		}
+		return failStart("PodNameConflict", fmt.Errorf("a pod named %s already exists and is not this workspace's upgrade: remove %s from pod %s or delete that pod", pod.Name, workspace.AnnUpgradePod, old.Name))
+	case apierrors.IsInvalid(err) || (apierrors.IsForbidden(err) && isAdmissionRejection(err)):
+		return failStart("PodRejected", fmt.Errorf("the API server rejected pod %s: %w", pod.Name, err))
+	default:
+		r.gate.release(key)
+		return 0, fmt.Errorf("create upgraded pod %s: %w", pod.Name, err)
+	}
+}
+
+// isAdmissionRejection tells a policy refusal (quota, admission) from a transient Forbidden while a
+// namespace terminates; both are Forbidden, only the first never heals by retrying soon.
+func isAdmissionRejection(err error) bool {
+	return !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
+}
+
+// createRollbackPod brings a failed Recreate upgrade back on the spec stored on the failed pod.
+// Without a usable spec, the failed pod stays (never leave the workspace with nothing) and the
+// error says so.
+func (r *WorkspaceReconciler) createRollbackPod(ctx context.Context, key types.NamespacedName, a upgrade.Action, now time.Time) error {
+	var full corev1.Pod
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(a.Pod), &full); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("read pod %s for its rollback spec: %w", a.Pod.Name, err)
+	}
+	pod, err := upgrade.RollbackPod(&full, a.Name, a.Annotations)
+	if err != nil {
+		text := a.Annotations[workspace.AnnLastUpgradeError] + "; cannot roll back: " + err.Error()
+		if _, perr := r.patchPod(ctx, a.Pod, map[string]string{workspace.AnnLastUpgradeError: text},
+			[]string{workspace.AnnRollbackSpec, workspace.AnnUpgradeStartedAt}); perr != nil {
+			return perr
+		}
+		r.Recorder.Eventf(a.Pod, corev1.EventTypeWarning, upgrade.ReasonUpgradeFailed,
+			"Upgrade of workspace %s failed and pod %s cannot be rolled back (%v); it stays as the workspace's pod: fix the template and request the upgrade again.", key.Name, a.Pod.Name, err)
+		observeUpgrade(upgrade.ResultFailed, string(upgrade.Recreate), a.Duration)
+		r.gate.release(key)
+		return nil
+	}
+	switch err := r.Client.Create(ctx, pod); {
+	case err == nil:
+		ctrl.LoggerFrom(ctx).Info("Created rollback pod", "pod", klog.KObj(pod), "failed", klog.KObj(a.Pod))
+		r.event(a)
+		observeUpgrade(a.Result, string(upgrade.Recreate), a.Duration)
+		r.gate.release(key)
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		return nil
+	default:
+		return fmt.Errorf("create rollback pod %s: %w", pod.Name, err)
+	}
+}
+
+// deletePod deletes a pod with its UID as precondition: a retried delete never removes a newer pod
+// that reused the name. NotFound and a failed precondition mean it is already gone. The pod that
+// stays instead (Keep) is first read from the API server: if the cache was stale and it is gone or
+// going, the move stops, so nogoo9 never deletes a workspace's last pod.
+func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.NamespacedName, a upgrade.Action) (time.Duration, error) {
+	if k := a.Keep; k != nil {
+		var live corev1.Pod
+		err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(k), &live)
+		if apierrors.IsNotFound(err) || (err == nil && (live.UID != k.UID || live.DeletionTimestamp != nil)) {
+			ctrl.LoggerFrom(ctx).V(1).Info("Pod that stays is gone; re-planning", "pod", klog.KObj(k))
+			return stopMove, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read pod %s before deleting %s: %w", k.Name, a.Pod.Name, err)
+		}
+	}
+	err := r.Client.Delete(ctx, a.Pod, client.Preconditions{UID: &a.Pod.UID})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("delete pod %s: %w", a.Pod.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Deleted pod", "pod", klog.KObj(a.Pod), "reason", a.Reason)
+	r.concluded(key, a)
+	return 0, nil
+}
+
+// patchPod merge-patches nogoo9's annotations on pod (set, and remove), with the pod's UID in the
+// patch as a precondition. done is false when the pod is gone or was replaced.
+func (r *WorkspaceReconciler) patchPod(ctx context.Context, pod *corev1.Pod, set map[string]string, remove []string) (done bool, err error) {
+	ann := map[string]any{}
+	for _, k := range remove {
+		ann[k] = nil
+	}
+	for k, v := range set {
+		ann[k] = v
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": ann}})
+	if err != nil {
+		return false, err
+	}
+	target := &corev1.Pod{ObjectMeta: ctrlObjectMeta(client.ObjectKeyFromObject(pod))}
+	err = r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, body))
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("patch annotations of pod %s: %w", pod.Name, err)
+	}
+	return true, nil
+}
+
+// waitForSlot is how long a queued upgrade waits before looking again if no finished upgrade
+// wakes it first.
+func waitForSlot() time.Duration {
+	return 5*time.Second + time.Duration(rand.Int64N(int64(2*time.Second)))
+}

@@ -1,0 +1,553 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/nogoo9/no-crd/pkg/spawner"
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// fakeTemplates is a TemplateSource whose templates the test sets.
+type fakeTemplates struct {
+	mu   sync.Mutex
+	m    map[string]*templates.Template
+	subs []func(string)
+}
+
+func (f *fakeTemplates) Get(name string) (*templates.Template, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.m[name]
+	if !ok {
+		return nil, false
+	}
+	return t.DeepCopy(), true
+}
+
+func (f *fakeTemplates) Subscribe(fn func(string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.subs = append(f.subs, fn)
+}
+
+func (f *fakeTemplates) set(t *templates.Template) {
+	f.mu.Lock()
+	if f.m == nil {
+		f.m = map[string]*templates.Template{}
+	}
+	f.m[t.Name] = t
+	subs := append([]func(string){}, f.subs...)
+	f.mu.Unlock()
+	for _, fn := range subs {
+		fn(t.Name)
+	}
+}
+
+// testClock is the controller's clock, moved by the test.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// ideTemplate is template "ide" at version with image, optionally with a claim of mode.
+func ideTemplate(version, image string, mode corev1.PersistentVolumeAccessMode) *templates.Template {
+	t := &templates.Template{Name: "ide", Version: version, Source: "test",
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: image, Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}}}
+	if mode != "" {
+		t.VolumeClaims = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "home"},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{mode},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}}
+		t.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "home", MountPath: "/home/user"}}
+	}
+	return t
+}
+
+// upgradeEnv is one namespace on the shared API server with a manager running the upgrade
+// controller, and the helpers a story needs.
+type upgradeEnv struct {
+	t     *testing.T
+	g     *gomega.WithT
+	cfg   *rest.Config
+	c     client.Client
+	ns    string
+	reg   *fakeTemplates
+	clock *testClock
+	opts  UpgradeOptions
+	stop  func()
+}
+
+var managerSeq struct {
+	sync.Mutex
+	n int
+}
+
+// start runs a manager like main.go's (stripped pod cache, one namespace) with the controller.
+func (e *upgradeEnv) start() {
+	e.t.Helper()
+	mgr, err := ctrl.NewManager(e.cfg, ctrl.Options{
+		Scheme:                 clientgoscheme.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache: cache.Options{
+			DefaultNamespaces: map[string]cache.Config{e.ns: {}},
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{workspace.LabelType: workspace.TypeWorkspace}), Transform: workspace.StripPod},
+			},
+		},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	opts := e.opts
+	opts.Now = e.clock.Now
+	managerSeq.Lock()
+	managerSeq.n++
+	opts.Name = fmt.Sprintf("%s-%d", UpgradeControllerName, managerSeq.n)
+	managerSeq.Unlock()
+	if err := SetupWorkspaceReconciler(mgr, e.reg, opts); err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	stopped := false
+	e.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("manager: %v", err)
+		}
+	}
+	e.t.Cleanup(e.stop)
+}
+
+// spawn creates a Ready workspace of owner with id from the current template, as the spawner would.
+func (e *upgradeEnv) spawn(owner, id string) *corev1.Pod {
+	e.t.Helper()
+	tmpl, _ := e.reg.Get("ide")
+	pod, claims, err := spawner.BuildPod(tmpl, spawner.Identity{Owner: owner, ID: id}, workspace.PodName(owner, id))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range claims {
+		c.Namespace = e.ns
+		e.g.Expect(e.c.Create(ctx, c)).To(gomega.Succeed())
+	}
+	pod.Namespace = e.ns
+	e.g.Expect(e.c.Create(ctx, pod)).To(gomega.Succeed())
+	e.setReady(pod.Name)
+	return e.get(pod.Name)
+}
+
+func (e *upgradeEnv) get(name string) *corev1.Pod {
+	e.t.Helper()
+	var p corev1.Pod
+	e.g.Expect(e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: name}, &p)).To(gomega.Succeed())
+	return &p
+}
+
+// setStatus plays the kubelet.
+func (e *upgradeEnv) setStatus(name string, mut func(s *corev1.PodStatus)) {
+	e.t.Helper()
+	e.g.Eventually(func() error {
+		var p corev1.Pod
+		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: name}, &p); err != nil {
+			return err
+		}
+		mut(&p.Status)
+		return e.c.Status().Update(context.Background(), &p)
+	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+}
+
+func (e *upgradeEnv) setReady(name string) {
+	e.setStatus(name, func(s *corev1.PodStatus) {
+		s.Phase, s.PodIP = corev1.PodRunning, "10.244.0.9"
+		s.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: "ide", Ready: true, Image: "x",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+	})
+}
+
+func (e *upgradeEnv) setWaiting(name, reason, msg string) {
+	e.setStatus(name, func(s *corev1.PodStatus) {
+		s.Phase = corev1.PodPending
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: "ide", Image: "x",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}}
+	})
+}
+
+// annotate is `kubectl annotate pod <name> key=value --overwrite` (value nil: key-).
+func (e *upgradeEnv) annotate(name, key string, value *string) {
+	e.t.Helper()
+	v := "null"
+	if value != nil {
+		v = fmt.Sprintf("%q", *value)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, key, v)
+	obj := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name}}
+	e.g.Expect(e.c.Patch(context.Background(), obj, client.RawPatch(types.MergePatchType, []byte(patch)))).To(gomega.Succeed())
+}
+
+// poke changes an unrelated annotation of pod name, so the controller looks again (as the
+// kubelet's next status write would).
+func (e *upgradeEnv) poke(name string) {
+	e.t.Helper()
+	v := time.Now().Format(time.RFC3339Nano)
+	e.annotate(name, "test.nogoo9/poke", &v)
+}
+
+// pods lists the workspace's pods that are not being deleted, by name.
+func (e *upgradeEnv) pods(g gomega.Gomega, id string) map[string]*corev1.Pod {
+	var list corev1.PodList
+	g.Expect(e.c.List(context.Background(), &list, client.InNamespace(e.ns), client.MatchingLabels{workspace.LabelWorkspaceID: id})).To(gomega.Succeed())
+	out := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp == nil {
+			out[list.Items[i].Name] = &list.Items[i]
+		}
+	}
+	return out
+}
+
+// upgradedPod waits for the one pod of id that replaces from, and returns it.
+func (e *upgradeEnv) upgradedPod(id, from string) *corev1.Pod {
+	e.t.Helper()
+	var up *corev1.Pod
+	e.g.Eventually(func(g gomega.Gomega) {
+		up = nil
+		for _, p := range e.pods(g, id) {
+			if p.Annotations[workspace.AnnUpgradeFrom] == from {
+				g.Expect(up).To(gomega.BeNil(), "two upgraded pods")
+				up = p
+			}
+		}
+		g.Expect(up).NotTo(gomega.BeNil())
+	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	return up
+}
+
+// events returns the reasons of the Events on pod name.
+func (e *upgradeEnv) events(g gomega.Gomega, name string) []string {
+	var list corev1.EventList
+	g.Expect(e.c.List(context.Background(), &list, client.InNamespace(e.ns))).To(gomega.Succeed())
+	var out []string
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Name == name && strings.HasPrefix(ev.Source.Component, UpgradeControllerName) {
+			out = append(out, ev.Reason)
+		}
+	}
+	return out
+}
+
+func (e *upgradeEnv) expectIdentity(g gomega.Gomega, p, orig *corev1.Pod) {
+	for _, k := range []string{workspace.LabelUserSub, workspace.LabelWorkspaceID, workspace.LabelType} {
+		g.Expect(p.Labels[k]).To(gomega.Equal(orig.Labels[k]), "label %s", k)
+	}
+	for _, k := range []string{workspace.AnnOwner, workspace.AnnWorkspaceName, workspace.AnnWorkspacePath, workspace.AnnPreviewPath, workspace.AnnWorkspacePort, workspace.AnnPreviewPort} {
+		g.Expect(p.Annotations[k]).To(gomega.Equal(orig.Annotations[k]), "annotation %s", k)
+	}
+}
+
+// TestUpgradeControllerOnAPIServer runs the upgrade user stories on one real kube-apiserver
+// (envtest; the test plays the kubelet by writing pod status). Each story has its namespace.
+func TestUpgradeControllerOnAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver (run without -short)")
+	}
+	log.SetLogger(zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(false)))
+	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop envtest: %v", err)
+		}
+	})
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsSeq := 0
+	newEnv := func(t *testing.T, tmpl *templates.Template, opts UpgradeOptions) *upgradeEnv {
+		nsSeq++
+		ns := fmt.Sprintf("up-%d", nsSeq)
+		if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		reg := &fakeTemplates{}
+		reg.set(tmpl)
+		e := &upgradeEnv{t: t, g: gomega.NewWithT(t), cfg: cfg, c: c, ns: ns, reg: reg,
+			clock: &testClock{now: time.Now()}, opts: opts}
+		return e
+	}
+
+	t.Run("side-by-side upgrade requested with kubectl annotate keeps the owner and replaces the pod once the new one is Ready", func(t *testing.T) {
+		e := newEnv(t, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
+		e.start()
+		old := e.spawn("auth0|jane", "demo")
+		e.reg.set(ideTemplate("v2", "ide:2", ""))
+		before := testutil.ToFloat64(upgradesTotal.WithLabelValues(upgrade.ResultSucceeded, string(upgrade.SideBySide)))
+
+		// An admin requests it, by hand: only the intent annotation.
+		yes := "true"
+		e.annotate(old.Name, workspace.AnnUpgradeRequested, &yes)
+		up := e.upgradedPod("demo", old.Name)
+		e.g.Expect(up.Name).To(gomega.HavePrefix(workspace.PodName("auth0|jane", "demo") + "-up-"))
+		e.g.Expect(workspace.TemplateVersion(up)).To(gomega.Equal("v2"))
+		e.g.Expect(up.Spec.Containers[0].Image).To(gomega.Equal("ide:2"))
+		e.g.Expect(up.Annotations[workspace.AnnUpgradeStrategy]).To(gomega.Equal(string(upgrade.SideBySide)))
+		e.g.Expect(up.Annotations[workspace.AnnUpgradeFromUID]).To(gomega.Equal(string(old.UID)))
+		e.expectIdentity(e.g, up, old)
+		// The old pod serves until the new one is Ready.
+		e.g.Consistently(func(g gomega.Gomega) {
+			g.Expect(e.pods(g, "demo")).To(gomega.HaveLen(2))
+		}).WithTimeout(time.Second).Should(gomega.Succeed())
+
+		e.setReady(up.Name)
+		e.g.Eventually(func(g gomega.Gomega) {
+			pods := e.pods(g, "demo")
+			g.Expect(pods).To(gomega.HaveLen(1))
+			g.Expect(pods).To(gomega.HaveKey(up.Name))
+			g.Expect(e.events(g, old.Name)).To(gomega.ContainElement(upgrade.ReasonUpgradeStarted))
+			g.Expect(e.events(g, up.Name)).To(gomega.ContainElement(upgrade.ReasonUpgradeSucceeded))
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		e.g.Expect(testutil.ToFloat64(upgradesTotal.WithLabelValues(upgrade.ResultSucceeded, string(upgrade.SideBySide)))).To(gomega.Equal(before + 1))
+	})
+
+	t.Run("side-by-side upgrade that misses the deadline leaves the old pod serving with the error and no intent", func(t *testing.T) {
+		e := newEnv(t, ideTemplate("v1", "ide:1", ""), UpgradeOptions{Timeout: 10 * time.Minute})
+		e.start()
+		old := e.spawn("bob", "api")
+		e.reg.set(ideTemplate("v2", "registry.invalid/ide:2", ""))
+		yes := "true"
+		e.annotate(old.Name, workspace.AnnUpgradeRequested, &yes)
+		up := e.upgradedPod("api", old.Name)
+		e.setWaiting(up.Name, "ImagePullBackOff", `Back-off pulling image "registry.invalid/ide:2"`)
+		e.g.Consistently(func(g gomega.Gomega) {
+			g.Expect(e.pods(g, "api")).To(gomega.HaveLen(2))
+		}).WithTimeout(time.Second).Should(gomega.Succeed())
+
+		// Eleven minutes later; any change to the pod wakes the controller.
+		e.setWaiting(up.Name, "ErrImagePull", `failed to pull image "registry.invalid/ide:2": not found`)
+		e.clock.Add(11 * time.Minute)
+		e.poke(up.Name)
+		e.g.Eventually(func(g gomega.Gomega) {
+			pods := e.pods(g, "api")
+			g.Expect(pods).To(gomega.HaveLen(1))
+			stays := pods[old.Name]
+			g.Expect(stays).NotTo(gomega.BeNil())
+			g.Expect(stays.Annotations).NotTo(gomega.HaveKey(workspace.AnnUpgradeRequested))
+			g.Expect(stays.Annotations[workspace.AnnLastUpgradeError]).To(gomega.MatchRegexp(`^Upgrade failed at \S+Z: ErrImagePull: container ide: failed to pull image`))
+			g.Expect(e.events(g, old.Name)).To(gomega.ContainElement(upgrade.ReasonUpgradeFailed))
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	})
+
+	t.Run("recreate upgrade over a ReadWriteOncePod claim, requested by the API with the pod name, succeeds and keeps the claim", func(t *testing.T) {
+		e := newEnv(t, ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod), UpgradeOptions{})
+		e.start()
+		old := e.spawn("carol", "data")
+		e.reg.set(ideTemplate("v2", "ide:2", corev1.ReadWriteOncePod))
+		name := workspace.PodName("carol", "data") + "-up-apixx"
+		e.g.Expect(e.c.Patch(context.Background(), old, client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(
+			`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, workspace.AnnUpgradeRequested, time.Now().UTC().Format(time.RFC3339),
+			workspace.AnnUpgradePod, name))))).To(gomega.Succeed())
+
+		// The new pod appears first, holding the old spec; then the old pod goes.
+		var up *corev1.Pod
+		e.g.Eventually(func(g gomega.Gomega) {
+			pods := e.pods(g, "data")
+			g.Expect(pods).To(gomega.HaveLen(1))
+			up = pods[name]
+			g.Expect(up).NotTo(gomega.BeNil())
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		e.g.Expect(up.Annotations[workspace.AnnUpgradeStrategy]).To(gomega.Equal(string(upgrade.Recreate)))
+		e.g.Expect(up.Annotations[workspace.AnnRollbackSpec]).To(gomega.ContainSubstring(`"image":"ide:1"`))
+		e.expectIdentity(e.g, up, old)
+
+		e.setReady(name)
+		e.g.Eventually(func(g gomega.Gomega) {
+			p := e.pods(g, "data")[name]
+			g.Expect(p).NotTo(gomega.BeNil())
+			g.Expect(p.Annotations).NotTo(gomega.HaveKey(workspace.AnnRollbackSpec))
+			g.Expect(p.Annotations).NotTo(gomega.HaveKey(workspace.AnnUpgradeStartedAt))
+			g.Expect(e.events(g, name)).To(gomega.ContainElement(upgrade.ReasonUpgradeSucceeded))
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		var claims corev1.PersistentVolumeClaimList
+		e.g.Expect(e.c.List(context.Background(), &claims, client.InNamespace(e.ns))).To(gomega.Succeed())
+		e.g.Expect(claims.Items).To(gomega.HaveLen(1))
+		e.g.Expect(claims.Items[0].DeletionTimestamp).To(gomega.BeNil())
+	})
+
+	t.Run("recreate upgrade that times out brings the workspace back on its previous spec with the error", func(t *testing.T) {
+		e := newEnv(t, ideTemplate("v1", "ide:1", corev1.ReadWriteOnce), UpgradeOptions{Timeout: 10 * time.Minute})
+		e.start()
+		old := e.spawn("dave", "ml")
+		e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
+		yes := "true"
+		e.annotate(old.Name, workspace.AnnUpgradeRequested, &yes)
+		var up *corev1.Pod
+		e.g.Eventually(func(g gomega.Gomega) {
+			pods := e.pods(g, "ml")
+			g.Expect(pods).To(gomega.HaveLen(1))
+			for _, p := range pods {
+				up = p
+			}
+			g.Expect(up.Name).NotTo(gomega.Equal(old.Name))
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+
+		e.setWaiting(up.Name, "CrashLoopBackOff", "back-off 5m0s restarting failed container")
+		e.clock.Add(11 * time.Minute)
+		e.poke(up.Name)
+		e.g.Eventually(func(g gomega.Gomega) {
+			pods := e.pods(g, "ml")
+			g.Expect(pods).To(gomega.HaveLen(1))
+			var back *corev1.Pod
+			for _, p := range pods {
+				back = p
+			}
+			g.Expect(back.Name).NotTo(gomega.Equal(up.Name))
+			g.Expect(back.Annotations[workspace.AnnUpgradeStrategy]).To(gomega.Equal(string(upgrade.Rollback)))
+			g.Expect(workspace.TemplateVersion(back)).To(gomega.Equal("v1"))
+			g.Expect(back.Spec.Containers[0].Image).To(gomega.Equal("ide:1"))
+			g.Expect(back.Annotations[workspace.AnnLastUpgradeError]).To(gomega.ContainSubstring("CrashLoopBackOff"))
+			e.expectIdentity(g, back, old)
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	})
+
+	t.Run("garbage intent is removed with a Warning Event and starts nothing", func(t *testing.T) {
+		e := newEnv(t, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
+		e.start()
+		old := e.spawn("erin", "web")
+		e.reg.set(ideTemplate("v2", "ide:2", ""))
+		junk := "yes please, tomorrow"
+		e.annotate(old.Name, workspace.AnnUpgradeRequested, &junk)
+		e.g.Eventually(func(g gomega.Gomega) {
+			pods := e.pods(g, "web")
+			g.Expect(pods).To(gomega.HaveLen(1))
+			g.Expect(pods[old.Name].Annotations).NotTo(gomega.HaveKey(workspace.AnnUpgradeRequested))
+			g.Expect(e.events(g, old.Name)).To(gomega.ContainElement(upgrade.ReasonInvalidUpgradeRequest))
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		// A valid request afterwards works: nothing is wedged.
+		yes := "true"
+		e.annotate(old.Name, workspace.AnnUpgradeRequested, &yes)
+		e.upgradedPod("web", old.Name)
+	})
+
+	t.Run("a restart mid-upgrade converges: the new manager finishes what the old one started", func(t *testing.T) {
+		e := newEnv(t, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
+		e.start()
+		a := e.spawn("frank", "one")
+		b := e.spawn("frank", "two")
+		e.reg.set(ideTemplate("v2", "ide:2", ""))
+		yes := "true"
+		e.annotate(a.Name, workspace.AnnUpgradeRequested, &yes)
+		e.annotate(b.Name, workspace.AnnUpgradeRequested, &yes)
+		upA := e.upgradedPod("one", a.Name)
+		upB := e.upgradedPod("two", b.Name)
+		e.stop()
+
+		// While nogoo9 is down: one new pod becomes Ready, the other misses its deadline.
+		e.setReady(upA.Name)
+		e.setWaiting(upB.Name, "ErrImagePull", "not found")
+		e.clock.Add(30 * time.Minute)
+		e.start()
+		e.g.Eventually(func(g gomega.Gomega) {
+			one, two := e.pods(g, "one"), e.pods(g, "two")
+			g.Expect(one).To(gomega.HaveLen(1))
+			g.Expect(one).To(gomega.HaveKey(upA.Name))
+			g.Expect(two).To(gomega.HaveLen(1))
+			g.Expect(two).To(gomega.HaveKey(b.Name))
+			g.Expect(two[b.Name].Annotations[workspace.AnnLastUpgradeError]).To(gomega.ContainSubstring("ErrImagePull"))
+			g.Expect(two[b.Name].Annotations).NotTo(gomega.HaveKey(workspace.AnnUpgradeRequested))
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	})
+
+	t.Run("the concurrency cap holds: with a cap of 1, three requested upgrades run one at a time", func(t *testing.T) {
+		e := newEnv(t, ideTemplate("v1", "ide:1", ""), UpgradeOptions{MaxConcurrentUpgrades: 1})
+		e.start()
+		ids := []string{"w1", "w2", "w3"}
+		olds := map[string]*corev1.Pod{}
+		for _, id := range ids {
+			olds[id] = e.spawn("gina", id)
+		}
+		e.reg.set(ideTemplate("v2", "ide:2", ""))
+		yes := "true"
+		for _, id := range ids {
+			e.annotate(olds[id].Name, workspace.AnnUpgradeRequested, &yes)
+		}
+		done := map[string]bool{}
+		e.g.Eventually(func(g gomega.Gomega) {
+			inFlight := 0
+			for _, id := range ids {
+				pods := e.pods(g, id)
+				if len(pods) == 2 {
+					inFlight++
+					for _, p := range pods {
+						if p.Annotations[workspace.AnnUpgradeFrom] != "" && !workspace.IsReady(p) {
+							e.setReady(p.Name)
+						}
+					}
+				}
+				if len(pods) == 1 && pods[olds[id].Name] == nil {
+					done[id] = true
+				}
+			}
+			// Checked on every poll, not only at the end.
+			if inFlight > 1 {
+				e.t.Fatalf("%d upgrades in flight with a cap of 1", inFlight)
+			}
+			g.Expect(done).To(gomega.HaveLen(3))
+		}).WithTimeout(60 * time.Second).WithPolling(50 * time.Millisecond).Should(gomega.Succeed())
+		e.g.Eventually(func(g gomega.Gomega) {
+			queued := 0
+			for _, id := range ids {
+				for _, r := range e.events(g, olds[id].Name) {
+					if r == upgrade.ReasonUpgradeRequested {
+						queued++
+					}
+				}
+			}
+			g.Expect(queued).To(gomega.BeNumerically(">=", 1))
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	})
+}

@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// writeVerbs are the apiserver_request_total verbs that change state.
+var writeVerbs = map[string]bool{"POST": true, "CREATE": true, "PUT": true, "UPDATE": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}
+
+// excludedResources are written by every component on a timer, not by the rollout under test.
+var excludedResources = map[string]bool{"leases": true, "events": true}
+
+// CountWrites scrapes the API server's /metrics (with the client's admin credentials) and returns
+// the sum of apiserver_request_total over write verbs, leaving out leases and events.
+func CountWrites(ctx context.Context, cs kubernetes.Interface) (float64, error) {
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("scrape kube-apiserver /metrics: %w", err)
+	}
+	return SumWrites(body)
+}
+
+// SumWrites sums apiserver_request_total samples of the Prometheus text exposition in body whose
+// verb is a write and whose resource is not excluded.
+func SumWrites(body []byte) (float64, error) {
+	var total float64
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		end := strings.LastIndexByte(line, '}')
+		if end < 0 {
+			return 0, fmt.Errorf("malformed metrics line %q", line)
+		}
+		labels := parseLabels(line[len("apiserver_request_total{"):end])
+		if !writeVerbs[labels["verb"]] || excludedResources[labels["resource"]] {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[end+1:]), 64)
+		if err != nil {
+			return 0, fmt.Errorf("metrics line %q: value: %w", line, err)
+		}
+		total += v
+	}
+	return total, sc.Err()
+}
+
+// parseLabels reads `a="x",b="y"` (label values in the API server's metrics have no escaped quotes
+// that matter here; an escaped quote is kept as is).
+func parseLabels(s string) map[string]string {
+	out := map[string]string{}
+	for len(s) > 0 {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
+			return out
+		}
+		key := strings.TrimLeft(s[:eq], ", ")
+		rest := s[eq+2:]
+		end := 0
+		for end < len(rest) && (rest[end] != '"' || (end > 0 && rest[end-1] == '\\')) {
+			end++
+		}
+		out[key] = rest[:end]
+		if end+1 > len(rest) {
+			return out
+		}
+		s = rest[end+1:]
+	}
+	return out
+}

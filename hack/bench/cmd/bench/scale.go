@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/nogoo9/no-crd/hack/bench"
+	"github.com/nogoo9/no-crd/hack/localcluster"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+func titleRead(scale int) string {
+	return fmt.Sprintf("4. Read path at scale (%d workspace pods)", scale)
+}
+func titleMemory(scale, other int) string {
+	return fmt.Sprintf("5. Memory at scale (%d workspace pods + %d other pods)", scale, other)
+}
+
+const (
+	scaleNS = "bench-scale"
+	otherNS = "bench-other"
+	lists   = 30 // list_workspaces calls per round and interface
+)
+
+// populate creates scale workspace pods (labels and annotations per the contracts) and other
+// plain pods, and waits until kwok runs all of them.
+func populate(ctx context.Context, c config, cs kubernetes.Interface) error {
+	for _, ns := range []string{scaleNS, otherNS} {
+		if err := ensureNS(ctx, cs, ns); err != nil {
+			return err
+		}
+	}
+	logf("creating %d workspace pods and %d other pods", c.scale, c.other)
+	t := time.Now()
+	err := bench.Parallel(ctx, c.scale+c.other, 64, func(ctx context.Context, i int) error {
+		var pod *corev1.Pod
+		if i < c.scale {
+			owner := fmt.Sprintf("user-%d", i%100)
+			id := fmt.Sprintf("ws-%d", i)
+			pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+				Name: workspace.PodName(owner, id), Namespace: scaleNS,
+				Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id,
+					workspace.LabelUserSub: workspace.UserLabel(owner), workspace.LabelTemplate: "bench-scale",
+					workspace.LabelTemplateVersion: workspace.VersionLabel("1")},
+				Annotations: map[string]string{workspace.AnnOwner: owner, workspace.AnnTemplateVersion: "1",
+					workspace.AnnWorkspaceName: id, workspace.AnnWorkspacePath: "/ws/" + workspace.UserLabel(owner) + "/" + id + "/",
+					workspace.AnnWorkspacePort: "8080", workspace.AnnContext: `{"repo":"https://example.com/r.git"}`},
+			}}
+		} else {
+			pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("other-%d", i), Namespace: otherNS,
+				Labels: map[string]string{"app": "other"}}}
+		}
+		pod.Spec = corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "ide", Image: "registry.local/bench/ide:v1",
+				Env:   []corev1.EnvVar{{Name: "HOME", Value: "/home/user"}, {Name: "LANG", Value: "C.UTF-8"}},
+				Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+		}
+		_, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("create pods: %w", err)
+	}
+	logf("created in %s; waiting for kwok to run them", time.Since(t).Round(time.Second))
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	for _, p := range []struct {
+		ns string
+		n  int
+	}{{scaleNS, c.scale}, {otherNS, c.other}} {
+		err := bench.WaitPods(wctx, cs, p.ns, "", fmt.Sprintf("%d pods Running in %s", p.n, p.ns), func(pods []*corev1.Pod) bool {
+			ready := 0
+			for _, pod := range pods {
+				if workspace.IsReady(pod) {
+					ready++
+				}
+			}
+			return ready >= p.n
+		})
+		if err != nil {
+			return err
+		}
+	}
+	logf("all pods Running after %s", time.Since(t).Round(time.Second))
+	return nil
+}
+
+// heapInuse reads go_memstats_heap_inuse_bytes from a Prometheus endpoint.
+func heapInuse(ctx context.Context, url string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		}
+	}
+	return 0, fmt.Errorf("%s has no go_memstats_heap_inuse_bytes", url)
+}
+
+// measureMemory records RSS and heap of a process after its cache has settled.
+func measureMemory(ctx context.Context, res *bench.Results, fig, subject string, pid int, metricsURL string) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(3 * time.Second):
+	}
+	if rss, err := bench.RSSBytes(pid); err != nil {
+		res.Fail(fig, "RSS, "+subject, "MiB", err)
+	} else {
+		res.Add(fig, "RSS, "+subject, "MiB", rss/(1<<20))
+	}
+	if h, err := heapInuse(ctx, metricsURL); err != nil {
+		res.Fail(fig, "Go heap in use, "+subject, "MiB", err)
+	} else {
+		res.Add(fig, "Go heap in use, "+subject, "MiB", h/(1<<20))
+	}
+}
+
+// naiveRound starts the naive-cache baseline, records its cold start and memory, and stops it.
+func naiveRound(ctx context.Context, c config, cl *localcluster.Cluster, bin string, res *bench.Results) error {
+	figR, figM := titleRead(c.scale), titleMemory(c.scale, c.other)
+	ports, err := localcluster.FreePorts(2)
+	if err != nil {
+		return err
+	}
+	t := time.Now()
+	p, err := bench.StartProcess("naivecache", bin, []string{
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]), fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1])},
+		filepath.Join(cl.Dir, "naivecache.log"), "KUBECONFIG="+cl.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	defer p.Stop()
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := p.WaitHTTP(sctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]), nil); err != nil {
+		return err
+	}
+	res.Add(figR, "cold start until cache synced, naive cache of every Pod", "s", time.Since(t).Seconds())
+	measureMemory(ctx, res, figM, "naive cache of every Pod", p.PID(), fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0]))
+	return nil
+}
+
+// nogoo9Round starts nogoo9, records its cold start (until /readyz and a list of all workspaces
+// answers with every one of them), list latencies through REST and MCP, and its memory.
+func nogoo9Round(ctx context.Context, c config, cl *localcluster.Cluster, cs kubernetes.Interface, res *bench.Results) error {
+	figR, figM := titleRead(c.scale), titleMemory(c.scale, c.other)
+	t := time.Now()
+	n, err := startNogoo9(ctx, c, cl, scaleNS, "nogoo9-scale")
+	if err != nil {
+		return err
+	}
+	defer n.stop()
+	hasAPI := nogoo9Supports(c.nogoo9, "--auth") == nil
+	if hasAPI {
+		for {
+			var out struct {
+				Workspaces []json.RawMessage `json:"workspaces"`
+			}
+			err := n.call(ctx, http.MethodGet, "/api/v1/workspaces?all=true", nil, &out)
+			if err == nil && len(out.Workspaces) >= c.scale {
+				break
+			}
+			if ctx.Err() != nil || time.Since(t) > 3*time.Minute {
+				return fmt.Errorf("nogoo9 never listed %d workspaces (last: %d, %v)", c.scale, len(out.Workspaces), err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	res.Add(figR, "cold start until ready and cache synced, nogoo9", "s", time.Since(t).Seconds())
+	if hasAPI {
+		var rest, viaMCP []float64
+		for i := 0; i < lists; i++ {
+			s := time.Now()
+			if err := n.call(ctx, http.MethodGet, "/api/v1/workspaces?all=true", nil, nil); err != nil {
+				return err
+			}
+			rest = append(rest, float64(time.Since(s).Microseconds())/1000)
+		}
+		session, err := n.mcpSession(ctx)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < lists; i++ {
+			s := time.Now()
+			if err := callTool(ctx, session, "list_workspaces", map[string]any{"allUsers": true}); err != nil {
+				session.Close()
+				return err
+			}
+			viaMCP = append(viaMCP, float64(time.Since(s).Microseconds())/1000)
+		}
+		session.Close()
+		res.Add(figR, "p50 list_workspaces via REST (all users)", "ms", bench.Percentile(rest, 50))
+		res.Add(figR, "p99 list_workspaces via REST (all users)", "ms", bench.Percentile(rest, 99))
+		res.Add(figR, "p50 list_workspaces via MCP (all users)", "ms", bench.Percentile(viaMCP, 50))
+		res.Add(figR, "p99 list_workspaces via MCP (all users)", "ms", bench.Percentile(viaMCP, 99))
+	}
+	measureMemory(ctx, res, figM, "nogoo9", n.proc.PID(), n.metrics)
+	return nil
+}
+
+// apiListRound is the read-path baseline: listing the workspace pods straight from kube-apiserver
+// with their label selector, as `kubectl get pods -l nogoo9/type=workspace` does.
+func apiListRound(ctx context.Context, c config, cs kubernetes.Interface, res *bench.Results) error {
+	var lat []float64
+	for i := 0; i < lists; i++ {
+		s := time.Now()
+		l, err := cs.CoreV1().Pods(scaleNS).List(ctx, metav1.ListOptions{LabelSelector: workspace.LabelType + "=" + workspace.TypeWorkspace})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) < c.scale {
+			return fmt.Errorf("kube-apiserver listed %d workspace pods, want %d", len(l.Items), c.scale)
+		}
+		lat = append(lat, float64(time.Since(s).Microseconds())/1000)
+	}
+	fig := titleRead(c.scale)
+	res.Add(fig, "p50 pod list from kube-apiserver (label selector)", "ms", bench.Percentile(lat, 50))
+	res.Add(fig, "p99 pod list from kube-apiserver (label selector)", "ms", bench.Percentile(lat, 99))
+	return nil
+}
+
+// figuresScale measures figures 4 and 5 on a fresh cluster with scale workspace pods and other
+// pods, interleaving the naive-cache baseline, the API-server list baseline and nogoo9.
+func figuresScale(ctx context.Context, c config, res *bench.Results) error {
+	figR, figM := titleRead(c.scale), titleMemory(c.scale, c.other)
+	res.Note(figR, "cold start: process start until /readyz answers and a list of all workspaces returns every one of them (nogoo9), or until the Pod cache has synced (naive cache)")
+	res.Note(figM, "both processes run against the same cluster in turn, one at a time")
+	naiveBin := filepath.Join(c.workDir, "naivecache")
+	build := exec.CommandContext(ctx, "go", "build", "-o", naiveBin, "./hack/bench/naivecache")
+	build.Dir = c.root
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build hack/bench/naivecache: %w", err)
+	}
+	cl, err := startCluster(ctx, c, "scale")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := cl.Stop(); err != nil {
+			logf("stopping cluster: %v", err)
+		}
+	}()
+	cs, err := fastClient(cl)
+	if err != nil {
+		return err
+	}
+	if err := populate(ctx, c, cs); err != nil {
+		return err
+	}
+	for r := 1; r <= c.rounds && ctx.Err() == nil; r++ {
+		logf("figures 4-5: round %d of %d", r, c.rounds)
+		if err := naiveRound(ctx, c, cl, naiveBin, res); err != nil {
+			res.Fail(figM, "RSS, naive cache of every Pod", "MiB", err)
+		}
+		if err := apiListRound(ctx, c, cs, res); err != nil {
+			res.Fail(figR, "p50 pod list from kube-apiserver (label selector)", "ms", err)
+		}
+		if err := nogoo9Round(ctx, c, cl, cs, res); err != nil {
+			res.Fail(figM, "RSS, nogoo9", "MiB", err)
+		}
+	}
+	for _, p := range []string{"p50 ", "p99 "} {
+		for _, via := range []string{"REST", "MCP"} {
+			res.Compare(figR, p+"list_workspaces via "+via+" (all users)", p+"pod list from kube-apiserver (label selector)")
+		}
+	}
+	res.Compare(figR, "cold start until ready and cache synced, nogoo9", "cold start until cache synced, naive cache of every Pod")
+	res.Compare(figM, "RSS, nogoo9", "RSS, naive cache of every Pod")
+	res.Compare(figM, "Go heap in use, nogoo9", "Go heap in use, naive cache of every Pod")
+	res.Note(figR, "list latency is the caller's round trip on loopback for the whole list as an admin (all users' workspaces), %d calls per round; nogoo9 serves it from its cache", lists)
+	if c.scale != 10000 {
+		res.Note(figR, "scale %d (BENCH_SCALE=10000 for the issue's figure)", c.scale)
+	}
+	res.Note(figM, "RSS from /proc/<pid>/status VmRSS, heap from go_memstats_heap_inuse_bytes, 3 s after the cache synced (nogoo9: after the list calls); baseline: hack/bench/naivecache, a controller-runtime manager with a full, unfiltered Pod informer")
+	return nil
+}

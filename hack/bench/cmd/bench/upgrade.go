@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/nogoo9/no-crd/hack/bench"
+	"github.com/nogoo9/no-crd/hack/localcluster"
+)
+
+func titleUpgrade(n int) string {
+	return fmt.Sprintf("1. Bulk upgrade convergence, side by side (N=%d)", n)
+}
+func titleRecreate(n int) string {
+	return fmt.Sprintf("1b. Bulk upgrade convergence, recreate-style with ReadWriteOncePod claims (N=%d)", n)
+}
+func titleWrites(n int) string {
+	return fmt.Sprintf("2. API writes per upgraded workspace (N=%d)", n)
+}
+
+// Subject names shared by the rows of figures 1 and 2.
+const (
+	subjDeployDefault = "Deployments, default kcm"
+	subjDeployRaised  = "Deployments, raised kcm"
+	subjDeployRecr    = "Deployments (Recreate), raised kcm"
+	subjFloor         = "floor (bare client, QPS 500)"
+	subjFloorRecr     = "floor recreate (bare client, QPS 500)"
+	subjNogoo9        = "nogoo9"
+	subjNogoo9Recr    = "nogoo9 (Recreate)"
+)
+
+// startCluster starts a fresh local cluster in dir whose controller-manager leaves Deployments to
+// the benchmark's own (RolloutKCM).
+func startCluster(ctx context.Context, c config, name string) (*localcluster.Cluster, error) {
+	logf("starting local cluster %s", name)
+	t := time.Now()
+	cl, err := localcluster.Start(ctx, localcluster.Options{
+		BinDir:                      c.binDir,
+		Dir:                         filepath.Join(c.workDir, name),
+		NodePods:                    c.scale + c.other + 2*c.n + 1000,
+		ExtraControllerManagerFlags: bench.ClusterControllerManagerFlags,
+	})
+	if err != nil {
+		return nil, err
+	}
+	logf("cluster %s up in %s", name, time.Since(t).Round(100*time.Millisecond))
+	return cl, nil
+}
+
+// fastClient is the clientset of the floor and of the benchmark's own setup: client QPS 500 and
+// burst 1000, nogoo9's defaults.
+func fastClient(cl *localcluster.Cluster) (kubernetes.Interface, error) {
+	cfg := rest.CopyConfig(cl.Config)
+	cfg.QPS, cfg.Burst = 500, 1000
+	cfg.UserAgent = "nogoo9-bench"
+	return kubernetes.NewForConfig(cfg)
+}
+
+// measured runs one rollout and records its time and its API writes per workspace.
+func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.Interface, fig, subject string, n int,
+	roll func(ctx context.Context) (time.Duration, error)) {
+	before, err := bench.CountWrites(ctx, cs)
+	if err != nil {
+		res.Fail(fig, subject, "s", err)
+		return
+	}
+	d, err := roll(ctx)
+	if err != nil {
+		logf("%s: %s: %v", fig, subject, err)
+		res.Fail(fig, subject, "s", err)
+		return
+	}
+	res.Add(fig, subject, "s", d.Seconds())
+	logf("%s: %s: %.2f s", fig, subject, d.Seconds())
+	if fig != titleUpgrade(c.n) || !c.figures[2] {
+		return
+	}
+	// Writes that follow the last observable step (status updates) belong to the rollout too.
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(2 * time.Second):
+	}
+	after, err := bench.CountWrites(ctx, cs)
+	if err != nil {
+		res.Fail(titleWrites(c.n), subject, "writes/workspace", err)
+		return
+	}
+	res.Add(titleWrites(c.n), subject, "writes/workspace", (after-before)/float64(n))
+}
+
+// figuresUpgrade measures figures 1, 1b and 2 (and 3, which needs nogoo9's API on the same
+// cluster) on one cluster, interleaving the subjects round by round.
+func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
+	cl, err := startCluster(ctx, c, "upgrade")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := cl.Stop(); err != nil {
+			logf("stopping cluster: %v", err)
+		}
+	}()
+	cs, err := fastClient(cl)
+	if err != nil {
+		return err
+	}
+	kcm := &bench.RolloutKCM{Bin: filepath.Join(c.binDir, "kube-controller-manager"), Kubeconfig: cl.Kubeconfig,
+		Dir: cl.Dir, Client: cs}
+	defer kcm.Stop()
+	ports := func() (int, error) {
+		p, err := localcluster.FreePorts(1)
+		if err != nil {
+			return 0, err
+		}
+		return p[0], nil
+	}
+	fig, figR, figW := titleUpgrade(c.n), titleRecreate(c.n), titleWrites(c.n)
+	res.Note(fig, "time from the template change (or upgrade-all call) until every workspace runs the new version, is Ready, and no old pod is left; Deployments also report 1 updated, available replica")
+	res.Note(fig, "kcm = kube-controller-manager running only the deployment and replicaset controllers; raised = %v", bench.RaisedKCMFlags)
+	res.Note(figR, "recreate-style: each workspace (and Deployment) mounts a ReadWriteOncePod claim on a pre-created PV, so the old pod must be gone before the new one can run; Deployments use strategy Recreate")
+	res.Note(figW, "create, update, patch and delete requests counted by kube-apiserver's apiserver_request_total (leases and events excluded), including the scheduler's bindings and kwok's status writes, divided by N")
+
+	do1 := c.figures[1] || c.figures[2]
+	deploy := &bench.Deployments{Client: cs, Namespace: "bench-deploy", N: c.n}
+	deployR := &bench.Deployments{Client: cs, Namespace: "bench-deploy-recreate", N: c.n, Recreate: true}
+	floor := &bench.Floor{Client: cs, Namespace: "bench-floor", N: c.n}
+	floorR := &bench.Floor{Client: cs, Namespace: "bench-floor-recreate", N: c.n, Recreate: true}
+
+	if do1 {
+		logf("setting up %d Deployments (x2) and %d floor pods (x2)", c.n, c.n)
+		if err := kcm.Start(ctx, bench.RaisedKCMFlags, ports); err != nil {
+			return fmt.Errorf("start rollout controller-manager: %w", err)
+		}
+		for _, s := range []interface{ Setup(context.Context) error }{deploy, deployR, floor, floorR} {
+			if err := s.Setup(ctx); err != nil {
+				return fmt.Errorf("setup: %w", err)
+			}
+		}
+		if err := kcm.Stop(); err != nil {
+			return err
+		}
+	}
+	nog, nogErr := startNogoo9Upgrade(ctx, c, cl, cs)
+	if nogErr != nil {
+		logf("nogoo9 candidate unavailable: %v", nogErr)
+		res.Fail(fig, subjNogoo9, "s", nogErr)
+	} else {
+		defer nog.stop()
+	}
+
+	timeout := time.Duration(c.n)*time.Second + 2*time.Minute
+	for r := 1; do1 && r <= c.rounds && ctx.Err() == nil; r++ {
+		logf("figure 1: round %d of %d", r, c.rounds)
+		// Side by side: default kcm, raised kcm, floor, nogoo9.
+		for _, flags := range []struct {
+			subject string
+			flags   []string
+		}{{subjDeployDefault, nil}, {subjDeployRaised, bench.RaisedKCMFlags}} {
+			if err := kcm.Start(ctx, flags.flags, ports); err != nil {
+				res.Fail(fig, flags.subject, "s", err)
+				continue
+			}
+			measured(ctx, res, c, cs, fig, flags.subject, c.n, func(ctx context.Context) (time.Duration, error) {
+				return deploy.Roll(ctx, timeout)
+			})
+			if err := kcm.Stop(); err != nil {
+				return err
+			}
+		}
+		measured(ctx, res, c, cs, fig, subjFloor, c.n, func(ctx context.Context) (time.Duration, error) {
+			return floor.Roll(ctx, timeout)
+		})
+		if nog != nil {
+			measured(ctx, res, c, cs, fig, subjNogoo9, c.n, func(ctx context.Context) (time.Duration, error) {
+				return nog.sideBySide.roll(ctx, timeout)
+			})
+		}
+		// Recreate-style: Deployments with strategy Recreate (raised kcm), floor, nogoo9.
+		if err := kcm.Start(ctx, bench.RaisedKCMFlags, ports); err != nil {
+			res.Fail(figR, subjDeployRecr, "s", err)
+		} else {
+			measured(ctx, res, c, cs, figR, subjDeployRecr, c.n, func(ctx context.Context) (time.Duration, error) {
+				return deployR.Roll(ctx, timeout)
+			})
+			if err := kcm.Stop(); err != nil {
+				return err
+			}
+		}
+		measured(ctx, res, c, cs, figR, subjFloorRecr, c.n, func(ctx context.Context) (time.Duration, error) {
+			return floorR.Roll(ctx, timeout)
+		})
+		if nog != nil && nog.recreate != nil {
+			measured(ctx, res, c, cs, figR, subjNogoo9Recr, c.n, func(ctx context.Context) (time.Duration, error) {
+				return nog.recreate.roll(ctx, timeout)
+			})
+		}
+	}
+	res.Compare(fig, subjDeployRaised, subjDeployDefault)
+	res.Compare(fig, subjFloor, subjDeployRaised)
+	res.Compare(fig, subjNogoo9, subjFloor, subjDeployRaised)
+	res.Compare(figR, subjFloorRecr, subjDeployRecr)
+	res.Compare(figR, subjNogoo9Recr, subjFloorRecr, subjDeployRecr)
+	res.Compare(figW, subjNogoo9, subjFloor, subjDeployRaised)
+	res.Compare(figW, subjDeployDefault, subjFloor)
+	res.Compare(figW, subjDeployRaised, subjFloor)
+	res.Note(fig, "aim: nogoo9 within 1.3x of the floor and at most 0.5x the raised-kcm Deployments")
+	res.Note(figW, "aim: nogoo9 at most the floor plus one intent write per workspace")
+
+	if c.figures[3] && nog != nil {
+		if err := figureSpawn(ctx, c, res, cl, cs, nog); err != nil {
+			res.Note(titleSpawn(), "stopped early: %v", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,148 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// podWatch keeps an up-to-date view of the pods of one namespace through an informer, so waiting
+// for a rollout costs one watch instead of repeated lists of thousands of pods.
+type podWatch struct {
+	store   toolscache.Store
+	changed chan struct{}
+	stop    context.CancelFunc
+}
+
+// watchPods starts an informer on the pods of ns that match selector (may be empty) and waits for
+// its first list. Stop it with close.
+func watchPods(ctx context.Context, cs kubernetes.Interface, ns, selector string) (*podWatch, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	inf := f.Core().V1().Pods().Informer()
+	w := &podWatch{store: inf.GetStore(), changed: make(chan struct{}, 1), stop: cancel}
+	poke := func() {
+		select {
+		case w.changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	f.Start(ctx.Done())
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		cancel()
+		return nil, fmt.Errorf("watch pods in %s: cache did not sync: %w", ns, ctx.Err())
+	}
+	return w, nil
+}
+
+func (w *podWatch) close() { w.stop() }
+
+// pods returns the pods currently known.
+func (w *podWatch) pods() []*corev1.Pod {
+	items := w.store.List()
+	out := make([]*corev1.Pod, 0, len(items))
+	for _, it := range items {
+		out = append(out, it.(*corev1.Pod))
+	}
+	return out
+}
+
+// wait returns when cond holds for the current pods, re-checking after every change (and every
+// second, for conditions that also look elsewhere), or fails when ctx ends.
+func (w *podWatch) wait(ctx context.Context, what string, cond func([]*corev1.Pod) bool) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if cond(w.pods()) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-w.changed:
+		case <-tick.C:
+		}
+	}
+}
+
+// podReady reports whether pod is Running, not being deleted, and Ready.
+func podReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// parallel runs fn(i) for i in [0, n) on workers goroutines and returns the first error.
+func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idx := make(chan int)
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			for i := range idx {
+				if err := fn(ctx, i); err != nil {
+					errs <- err
+					cancel()
+					for range idx {
+					}
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	go func() {
+		defer close(idx)
+		for i := 0; i < n; i++ {
+			select {
+			case idx <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var first error
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// WaitPods watches the pods of ns matching selector until cond holds for them.
+func WaitPods(ctx context.Context, cs kubernetes.Interface, ns, selector, what string, cond func([]*corev1.Pod) bool) error {
+	w, err := watchPods(ctx, cs, ns, selector)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	return w.wait(ctx, what, cond)
+}
+
+// Parallel runs fn(i) for i in [0, n) on workers goroutines and returns the first error.
+func Parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
+	return parallel(ctx, n, workers, fn)
+}

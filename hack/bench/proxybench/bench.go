@@ -1,0 +1,285 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// row is one way of reaching the backend.
+type row struct {
+	name    string
+	httpURL string
+	wsURL   string
+}
+
+type sample struct{ rps, p50, p99 float64 }
+
+func runBench(args []string) error {
+	fs := flag.NewFlagSet("proxybench", flag.ExitOnError)
+	rounds := fs.Int("rounds", 3, "interleaved rounds per row (the median is reported)")
+	dur := fs.Duration("duration", 5*time.Second, "wrk duration per HTTP run")
+	wsDur := fs.Duration("ws-duration", 3*time.Second, "duration per WebSocket run")
+	conns := fs.Int("conns", 32, "connections")
+	podIP := fs.String("pod-ip", "127.1.200.1", "loopback IP the backend listens on, like a kwok pod IP")
+	out := fs.String("out", "", "also write the markdown table to this file")
+	only := fs.String("rows", "direct,nogoo9,nginx,httputil", "rows to measure (comma-separated: direct, nogoo9, nginx, httputil)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of nogoo9's proxy (all rounds) to this file")
+	_ = fs.Parse(args)
+
+	for _, tool := range []string{"wrk", "nginx", "taskset"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s is not installed: apt-get install wrk nginx util-linux", tool)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "proxybench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	backend := net.JoinHostPort(*podIP, "18080")
+	var procs []*exec.Cmd
+	defer func() {
+		for i := len(procs) - 1; i >= 0; i-- {
+			stopProc(procs[i])
+		}
+	}()
+	start := func(addr string, name string, args ...string) error {
+		cmd := exec.Command("taskset", append([]string{"-c", "1", name}, args...)...)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start %s: %w", name, err)
+		}
+		procs = append(procs, cmd)
+		return waitListening(addr)
+	}
+	if err := start(backend, self, "backend", "-addr", backend); err != nil {
+		return err
+	}
+	nogooArgs := []string{"nogoo9", "-listen", "127.0.0.1:18081", "-backend", backend}
+	if *cpuProfile != "" {
+		abs, err := filepath.Abs(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		nogooArgs = append(nogooArgs, "-cpuprofile", abs)
+	}
+	if err := start("127.0.0.1:18081", self, nogooArgs...); err != nil {
+		return err
+	}
+	if err := start("127.0.0.1:18082", self, "baseline", "-listen", "127.0.0.1:18082", "-backend", backend); err != nil {
+		return err
+	}
+	conf := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(conf, []byte(nginxConf(dir, backend)), 0o644); err != nil {
+		return err
+	}
+	if err := start("127.0.0.1:18083", "nginx", "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log")); err != nil {
+		return err
+	}
+
+	all := []row{
+		{"direct", "http://" + backend + "/", "ws://" + backend + "/echo"},
+		{"nogoo9 proxy", "http://127.0.0.1:18081/ws/bench/demo/", "ws://127.0.0.1:18081/ws/bench/demo/echo"},
+		{"nginx", "http://127.0.0.1:18083/", "ws://127.0.0.1:18083/echo"},
+		{"httputil.ReverseProxy", "http://127.0.0.1:18082/", "ws://127.0.0.1:18082/echo"},
+	}
+	var rows []row
+	for i, key := range []string{"direct", "nogoo9", "nginx", "httputil"} {
+		if strings.Contains(","+*only+",", ","+key+",") {
+			rows = append(rows, all[i])
+		}
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil", *only)
+	}
+	httpS := map[string][]sample{}
+	idleS := map[string][]sample{}
+	wsS := map[string][]sample{}
+	for r := 0; r < *rounds; r++ {
+		for _, rw := range rows {
+			s, err := wrk(rw.httpURL, *conns, *dur)
+			if err != nil {
+				return fmt.Errorf("%s: %w", rw.name, err)
+			}
+			httpS[rw.name] = append(httpS[rw.name], s)
+			s, err = wrk(rw.httpURL, 1, 2*time.Second)
+			if err != nil {
+				return fmt.Errorf("%s unloaded: %w", rw.name, err)
+			}
+			idleS[rw.name] = append(idleS[rw.name], s)
+			s, err = wsload(self, rw.wsURL, *conns, *wsDur)
+			if err != nil {
+				return fmt.Errorf("%s websocket: %w", rw.name, err)
+			}
+			wsS[rw.name] = append(wsS[rw.name], s)
+			fmt.Fprintf(os.Stderr, "round %d %-22s http %.0f req/s, websocket %.0f round trips/s\n", r+1, rw.name, httpS[rw.name][r].rps, s.rps)
+		}
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "### Proxy (figure 6): %d interleaved rounds, median (min-max); wrk -t1 -c%d -d%s, 1 KiB bodies; load on CPU 0, backend and proxy on CPU 1; backend on %s\n\n", *rounds, *conns, *dur, *podIP)
+	b.WriteString("| path | HTTP req/s | vs direct | p50 ms | p99 ms | unloaded p50 ms (added) | WebSocket round trips/s | vs direct | WS p50 ms | WS p99 ms |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	dH, dI, dW := median(httpS["direct"], rps), median(idleS["direct"], p50), median(wsS["direct"], rps)
+	for _, rw := range rows {
+		h, i, w := httpS[rw.name], idleS[rw.name], wsS[rw.name]
+		fmt.Fprintf(&b, "| %s | %.0f (%.0f-%.0f) | %.2fx | %.2f | %.2f | %.3f (%+.3f) | %.0f (%.0f-%.0f) | %.2fx | %.2f | %.2f |\n",
+			rw.name, median(h, rps), minOf(h, rps), maxOf(h, rps), median(h, rps)/dH, median(h, p50), median(h, p99),
+			median(i, p50), median(i, p50)-dI,
+			median(w, rps), minOf(w, rps), maxOf(w, rps), median(w, rps)/dW, median(w, p50), median(w, p99))
+	}
+	fmt.Print(b.String())
+	if *out != "" {
+		if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(*out, []byte(b.String()), 0o644)
+	}
+	return nil
+}
+
+func nginxConf(dir, backend string) string {
+	return fmt.Sprintf(`worker_processes 1;
+daemon off;
+pid %[1]s/nginx.pid;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  map $http_upgrade $connection_upgrade { default upgrade; '' ''; }
+  upstream backend { server %[2]s; keepalive 256; }
+  server {
+    listen 127.0.0.1:18083;
+    location / {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Host $host;
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection $connection_upgrade;
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    }
+  }
+}
+`, dir, backend)
+}
+
+var (
+	reRPS = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	reP50 = regexp.MustCompile(`\s50%\s+([0-9.]+)(us|ms|s)`)
+	reP99 = regexp.MustCompile(`\s99%\s+([0-9.]+)(us|ms|s)`)
+)
+
+// wrk runs wrk on CPU 0 and parses req/s and the p50/p99 latencies (ms).
+func wrk(u string, conns int, d time.Duration) (sample, error) {
+	out, err := exec.Command("taskset", "-c", "0", "wrk", "-t1", "-c"+strconv.Itoa(conns), "-d"+d.String(), "--latency",
+		"-H", "Authorization: Bearer "+benchToken, u).CombinedOutput()
+	if err != nil {
+		return sample{}, fmt.Errorf("wrk %s: %v: %s", u, err, out)
+	}
+	s := string(out)
+	if strings.Contains(s, "Non-2xx") || strings.Contains(s, "Socket errors") {
+		return sample{}, fmt.Errorf("wrk %s reported errors:\n%s", u, s)
+	}
+	m := reRPS.FindStringSubmatch(s)
+	a, b := reP50.FindStringSubmatch(s), reP99.FindStringSubmatch(s)
+	if m == nil || a == nil || b == nil {
+		return sample{}, fmt.Errorf("unexpected wrk output:\n%s", s)
+	}
+	rps, _ := strconv.ParseFloat(m[1], 64)
+	return sample{rps: rps, p50: toMS(a[1], a[2]), p99: toMS(b[1], b[2])}, nil
+}
+
+func toMS(v, unit string) float64 {
+	f, _ := strconv.ParseFloat(v, 64)
+	switch unit {
+	case "us":
+		return f / 1000
+	case "s":
+		return f * 1000
+	}
+	return f
+}
+
+func wsload(self, u string, conns int, d time.Duration) (sample, error) {
+	out, err := exec.Command("taskset", "-c", "0", self, "wsload", "-url", u, "-conns", strconv.Itoa(conns), "-duration", d.String()).Output()
+	if err != nil {
+		return sample{}, fmt.Errorf("wsload %s: %v", u, err)
+	}
+	var m map[string]float64
+	if err := json.Unmarshal(out, &m); err != nil {
+		return sample{}, fmt.Errorf("wsload %s: %v: %s", u, err, out)
+	}
+	return sample{rps: m["rps"], p50: m["p50_ms"], p99: m["p99_ms"]}, nil
+}
+
+func waitListening(addr string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("nothing listens on %s after 15s", addr)
+}
+
+// stopProc sends SIGTERM to the process group it started, then SIGKILL after 5 s.
+func stopProc(c *exec.Cmd) {
+	if c.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-c.Process.Pid, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = c.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+func rps(s sample) float64 { return s.rps }
+func p50(s sample) float64 { return s.p50 }
+func p99(s sample) float64 { return s.p99 }
+
+func values(ss []sample, f func(sample) float64) []float64 {
+	v := make([]float64, len(ss))
+	for i, s := range ss {
+		v[i] = f(s)
+	}
+	sort.Float64s(v)
+	return v
+}
+
+func median(ss []sample, f func(sample) float64) float64 {
+	v := values(ss, f)
+	if len(v) == 0 {
+		return 0
+	}
+	return v[len(v)/2]
+}
+func minOf(ss []sample, f func(sample) float64) float64 { v := values(ss, f); return v[0] }
+func maxOf(ss []sample, f func(sample) float64) float64 { v := values(ss, f); return v[len(v)-1] }

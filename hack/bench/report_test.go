@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestSummarize(t *testing.T) {
+	tests := []struct {
+		name    string
+		samples []float64
+		want    Stats
+	}{
+		{name: "no samples gives empty stats", samples: nil, want: Stats{}},
+		{name: "one sample is min, median and max", samples: []float64{3}, want: Stats{N: 1, Min: 3, Median: 3, Max: 3, HasSamples: true}},
+		{name: "odd count takes the middle value whatever the order", samples: []float64{9, 1, 4}, want: Stats{N: 3, Min: 1, Median: 4, Max: 9, HasSamples: true}},
+		{name: "even count averages the two middle values", samples: []float64{4, 1, 3, 10}, want: Stats{N: 4, Min: 1, Median: 3.5, Max: 10, HasSamples: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Summarize(tt.samples); got != tt.want {
+				t.Errorf("Summarize(%v) = %+v, want %+v", tt.samples, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPercentileNearestRank(t *testing.T) {
+	hundred := make([]float64, 100)
+	for i := range hundred {
+		hundred[i] = float64(100 - i) // 100..1, unsorted on purpose
+	}
+	tests := []struct {
+		name    string
+		samples []float64
+		p       float64
+		want    float64
+	}{
+		{name: "p50 of 1..100 is 50", samples: hundred, p: 50, want: 50},
+		{name: "p99 of 1..100 is 99", samples: hundred, p: 99, want: 99},
+		{name: "p100 is the maximum", samples: hundred, p: 100, want: 100},
+		{name: "p99 of three samples is the largest", samples: []float64{2, 7, 5}, p: 99, want: 7},
+		{name: "tiny p is the minimum", samples: []float64{2, 7, 5}, p: 0.001, want: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Percentile(tt.samples, tt.p); got != tt.want {
+				t.Errorf("Percentile(p=%v) = %v, want %v", tt.p, got, tt.want)
+			}
+		})
+	}
+	if !math.IsNaN(Percentile(nil, 50)) {
+		t.Error("Percentile of no samples should be NaN")
+	}
+}
+
+func TestSumWritesCountsWriteVerbsExceptLeasesAndEvents(t *testing.T) {
+	body := []byte(`# HELP apiserver_request_total Counter
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 10
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 5
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="DELETE",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="apps",resource="deployments",scope="resource",subresource="",verb="PUT",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 1000
+apiserver_request_total{code="0",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="WATCH",version="v1"} 7
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 500
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 400
+apiserver_request_duration_seconds_count{verb="POST",resource="pods"} 99
+`)
+	got, err := SumWrites(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 20 {
+		t.Errorf("SumWrites = %v, want 20 (10 creates + 5 patches + 2 deletes + 3 updates)", got)
+	}
+	if _, err := SumWrites([]byte(`apiserver_request_total{verb="POST",resource="pods"} notanumber`)); err == nil {
+		t.Error("SumWrites accepted a malformed value")
+	}
+}
+
+func TestWriteMarkdownRatiosAgainstBaselines(t *testing.T) {
+	r := &Results{}
+	const fig = "1. Bulk upgrade"
+	for _, v := range []float64{2, 4, 3} {
+		r.Add(fig, "floor", "s", v)
+	}
+	for _, v := range []float64{30, 36} {
+		r.Add(fig, "deployments", "s", v)
+	}
+	r.Add(fig, "nogoo9", "s", 3.9)
+	r.Fail(fig, "nogoo9", "s", errors.New("timed out | waiting"))
+	r.Compare(fig, "nogoo9", "floor", "deployments")
+	r.Compare(fig, "broken", "missing")
+	r.Note(fig, "N=%d", 100)
+	var buf bytes.Buffer
+	r.WriteMarkdown(&buf)
+	out := buf.String()
+	for _, want := range []string{
+		"### 1. Bulk upgrade",
+		"| floor | 3 | 2.00 | 3.00 | 4.00 | s | baseline |",
+		"| deployments | 2 | 30.0 | 33.0 | 36.0 | s | baseline |",
+		"| nogoo9 | 1 (+1 failed) | 3.90 | 3.90 | 3.90 | s | 1.30x vs floor; 0.12x vs deployments |",
+		"| broken | 0 | - | - | - |  | n/a vs missing |",
+		"- nogoo9 failed: timed out / waiting",
+		"- N=100",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestFormatNumber(t *testing.T) {
+	tests := []struct {
+		v    float64
+		want string
+	}{{1234.5, "1234"}, {36.71, "36.7"}, {1.404, "1.40"}, {0.0123, "0.012"}, {0, "0.00"}, {math.NaN(), "n/a"}}
+	for _, tt := range tests {
+		if got := FormatNumber(tt.v); got != tt.want {
+			t.Errorf("FormatNumber(%v) = %q, want %q", tt.v, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,311 @@
+package api_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/nogoo9/no-crd/pkg/api"
+	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+const (
+	ns         = "default"
+	clientID   = "nogoo9"
+	adminGroup = "nogoo9-admins"
+)
+
+// env is the one envtest environment, manager and front end the package's integration tests share.
+var env struct {
+	k8s       client.Client // direct (uncached) client for setup and assertions
+	clientset kubernetes.Interface
+	templates *fakeTemplates
+	server    *httptest.Server // the front end (REST + MCP)
+	issuer    *issuer
+	mgrCache  client.Reader
+	svc       *frontend.Service
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	os.Exit(runWithEnv(m))
+}
+
+func runWithEnv(m *testing.M) int {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		if _, err := os.Stat("../../bin/kube-apiserver"); err == nil {
+			abs, _ := filepath.Abs("../../bin")
+			os.Setenv("KUBEBUILDER_ASSETS", abs)
+		}
+	}
+	te := &envtest.Environment{}
+	cfg, err := te.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start envtest (set KUBEBUILDER_ASSETS=<repo>/bin):", err)
+		return 1
+	}
+	defer te.Stop()
+
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	env.k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env.clientset = kubernetes.NewForConfigOrDie(cfg)
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: cache.Options{
+			DefaultNamespaces: map[string]cache.Config{ns: {}},
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{workspace.LabelType: workspace.TypeWorkspace}), Transform: workspace.StripPod},
+			},
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	env.issuer, err = newIssuer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer env.issuer.srv.Close()
+	authn, err := auth.NewOIDC(ctx, auth.OIDCConfig{
+		IssuerURL: env.issuer.srv.URL, ClientID: clientID, CAFile: env.issuer.caFile,
+		AdminClaim: "groups", AdminValue: adminGroup,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env.templates = &fakeTemplates{m: map[string]*templates.Template{
+		"python": {Name: "python", Version: "1.0", Description: "Python dev box", Source: "configmap:default/python"},
+	}}
+	h, err := api.Setup(ctx, mgr, api.Options{
+		Namespace: ns, Version: "test", Auth: authn, Templates: env.templates,
+		Spawner: &podSpawner{c: env.k8s}, PublicURL: "http://nogoo9.test", Issuer: env.issuer.srv.URL,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env.mgrCache = mgr.GetCache()
+	env.svc = frontend.New(frontend.Config{Namespace: ns, Cache: mgr.GetCache(), Client: mgr.GetClient(), Events: env.clientset, Templates: env.templates, Spawner: &podSpawner{c: env.k8s}})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		fmt.Fprintln(os.Stderr, "cache did not sync")
+		return 1
+	}
+	env.server = httptest.NewServer(h)
+	defer env.server.Close()
+	code := m.Run()
+	cancel()
+	wg.Wait()
+	return code
+}
+
+// fakeTemplates stands in for the template registry: versions change under test control.
+type fakeTemplates struct {
+	mu sync.Mutex
+	m  map[string]*templates.Template
+}
+
+func (f *fakeTemplates) Get(name string) (*templates.Template, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.m[name]
+	if !ok {
+		return nil, false
+	}
+	c := *t
+	return &c, true
+}
+
+func (f *fakeTemplates) Infos() []frontend.TemplateInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []frontend.TemplateInfo
+	for _, t := range f.m {
+		out = append(out, frontend.TemplateInfo{Name: t.Name, Version: t.Version, Description: t.Description, Source: t.Source, Valid: true})
+	}
+	return out
+}
+
+func (f *fakeTemplates) setVersion(name, v string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.m[name].Version = v
+}
+
+// podSpawner creates the workspace pod the way the spawner does (names, labels, annotations),
+// without the template rendering that pkg/spawner owns and tests.
+type podSpawner struct{ c client.Client }
+
+func (s *podSpawner) Spawn(ctx context.Context, r frontend.SpawnRequest) (*corev1.Pod, error) {
+	if r.Context["repo"] == "" {
+		return nil, &frontend.Error{Code: frontend.CodeInvalid, Message: "context value \"repo\" is required by template " + r.Template}
+	}
+	ctxJSON, _ := json.Marshal(r.Context)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: workspace.PodName(r.Owner, r.ID), Namespace: ns,
+			Labels: map[string]string{
+				workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: r.ID,
+				workspace.LabelUserSub: workspace.UserLabel(r.Owner), workspace.LabelTemplate: r.Template,
+				workspace.LabelTemplateVersion: workspace.VersionLabel("1.0"),
+			},
+			Annotations: map[string]string{
+				workspace.AnnOwner: r.Owner, workspace.AnnTemplateVersion: "1.0", workspace.AnnWorkspaceName: r.Name,
+				workspace.AnnWorkspacePath: "/ws/" + workspace.UserLabel(r.Owner) + "/" + r.ID + "/",
+				workspace.AnnContext:       string(ctxJSON),
+			},
+		},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
+	}
+	// Tests ask for a pod with the current template version by setting it on the fake.
+	if err := s.c.Create(ctx, pod); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, &frontend.Error{Code: frontend.CodeConflict, Message: fmt.Sprintf("workspace %q already exists", r.ID)}
+		}
+		return nil, err
+	}
+	return pod, nil
+}
+
+// issuer is a local OIDC provider on 127.0.0.1 (TLS) that signs tokens with an RS256 key.
+type issuer struct {
+	srv    *httptest.Server
+	caFile string
+	key    *rsa.PrivateKey
+	other  *rsa.PrivateKey // a key the JWKS does not publish
+}
+
+func newIssuer() (*issuer, error) {
+	k1, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	k2, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	is := &issuer{key: k1, other: k2}
+	mux := http.NewServeMux()
+	is.srv = httptest.NewTLSServer(mux)
+	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"issuer": is.srv.URL, "jwks_uri": is.srv.URL + "/jwks", "authorization_endpoint": is.srv.URL + "/authorize",
+			"token_endpoint": is.srv.URL + "/token", "id_token_signing_alg_values_supported": []string{"RS256"},
+			"response_types_supported": []string{"id_token"}, "subject_types_supported": []string{"public"},
+		})
+	})
+	mux.HandleFunc("/jwks", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &k1.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
+	})
+	dir, err := os.MkdirTemp("", "nogoo9-issuer")
+	if err != nil {
+		return nil, err
+	}
+	is.caFile = filepath.Join(dir, "ca.pem")
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: is.srv.Certificate().Raw})
+	return is, os.WriteFile(is.caFile, certPEM, 0o600)
+}
+
+type claims map[string]any
+
+// token signs c (with defaults for iss, aud, exp, iat) with the published key.
+func (is *issuer) token(c claims) string { return is.sign(is.key, "k1", c) }
+
+func (is *issuer) sign(key *rsa.PrivateKey, kid string, c claims) string {
+	full := claims{"iss": is.srv.URL, "aud": clientID, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}
+	for k, v := range c {
+		full[k] = v
+	}
+	payload, _ := json.Marshal(full)
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: kid}}, nil)
+	if err != nil {
+		panic(err)
+	}
+	obj, err := signer.Sign(payload)
+	if err != nil {
+		panic(err)
+	}
+	s, _ := obj.CompactSerialize()
+	return s
+}
+
+// unsigned is a token with "alg": "none".
+func (is *issuer) unsigned(c claims) string {
+	full := claims{"iss": is.srv.URL, "aud": clientID, "exp": time.Now().Add(time.Hour).Unix()}
+	for k, v := range c {
+		full[k] = v
+	}
+	h, _ := json.Marshal(map[string]string{"alg": "none", "typ": "JWT"})
+	p, _ := json.Marshal(full)
+	return base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(p) + "."
+}
+
+func userToken(sub string) string { return env.issuer.token(claims{"sub": sub}) }
+func adminToken(sub string) string {
+	return env.issuer.token(claims{"sub": sub, "groups": []string{"staff", adminGroup}})
+}
+
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs envtest (KUBEBUILDER_ASSETS)")
+	}
+}
+
+func isExists(err error) bool { return apierrors.IsAlreadyExists(err) }

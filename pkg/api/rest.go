@@ -1,0 +1,305 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/frontend"
+)
+
+// MaxBodyBytes bounds a request body.
+const MaxBodyBytes = 1 << 20
+
+// NewREST returns the /api/v1 handler. It expects the caller in the request context (wrap it with
+// auth.Middleware).
+func NewREST(svc *frontend.Service) http.Handler {
+	h := &rest{svc: svc}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/whoami", h.whoami)
+	mux.HandleFunc("GET /api/v1/templates", h.listTemplates)
+	mux.HandleFunc("GET /api/v1/workspaces", h.listWorkspaces)
+	mux.HandleFunc("POST /api/v1/workspaces", h.spawn)
+	mux.HandleFunc("GET /api/v1/workspaces/{id}", h.get)
+	mux.HandleFunc("DELETE /api/v1/workspaces/{id}", h.delete)
+	mux.HandleFunc("POST /api/v1/workspaces/{id}/upgrade", h.upgrade)
+	mux.HandleFunc("GET /api/v1/workspaces/{id}/events", h.events)
+	mux.HandleFunc("PUT /api/v1/workspaces/{id}/maintenance", h.setMaintenance)
+	mux.HandleFunc("DELETE /api/v1/workspaces/{id}/maintenance", h.clearMaintenance)
+	mux.HandleFunc("POST /api/v1/upgrade-all", h.upgradeAll)
+	mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no endpoint %s %s: see docs/api.md", r.Method, r.URL.Path), Code: string(frontend.CodeNotFound)})
+	})
+	return mux
+}
+
+type rest struct{ svc *frontend.Service }
+
+type errorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+var statusOf = map[frontend.Code]int{
+	frontend.CodeInvalid:       http.StatusBadRequest,
+	frontend.CodeForbidden:     http.StatusForbidden,
+	frontend.CodeNotFound:      http.StatusNotFound,
+	frontend.CodeConflict:      http.StatusConflict,
+	frontend.CodeQuotaExceeded: http.StatusTooManyRequests,
+	frontend.CodeInternal:      http.StatusInternalServerError,
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code := frontend.CodeOf(err)
+	msg := err.Error()
+	if code == frontend.CodeInternal {
+		ctrl.LoggerFrom(r.Context()).Error(err, "request failed", "method", r.Method, "path", r.URL.Path)
+		var fe *frontend.Error
+		if !errors.As(err, &fe) {
+			msg = "internal error; try again"
+		}
+	}
+	status, ok := statusOf[code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	writeJSON(w, status, errorBody{Error: msg, Code: string(code)})
+}
+
+// decode reads a JSON body of at most MaxBodyBytes into v, refusing unknown fields.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			return &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)}
+		case errors.Is(err, io.EOF):
+			return &frontend.Error{Code: frontend.CodeInvalid, Message: "request body is empty: send a JSON object"}
+		default:
+			return &frontend.Error{Code: frontend.CodeInvalid, Message: "request body is not valid JSON for this endpoint: " + err.Error()}
+		}
+	}
+	if dec.More() {
+		return &frontend.Error{Code: frontend.CodeInvalid, Message: "request body has data after the JSON object: send exactly one object"}
+	}
+	return nil
+}
+
+func (h *rest) whoami(w http.ResponseWriter, r *http.Request) {
+	c, _ := auth.CallerFrom(r.Context())
+	writeJSON(w, http.StatusOK, map[string]any{"subject": c.Subject, "groups": c.Groups, "isAdmin": c.IsAdmin})
+}
+
+func (h *rest) listTemplates(w http.ResponseWriter, r *http.Request) {
+	t, err := h.svc.ListTemplates(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"templates": t})
+}
+
+func (h *rest) listWorkspaces(w http.ResponseWriter, r *http.Request) {
+	all, err := boolParam(r, "all")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ws, err := h.svc.ListWorkspaces(r.Context(), frontend.ListOptions{AllUsers: all})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workspaces": ws})
+}
+
+func (h *rest) spawn(w http.ResponseWriter, r *http.Request) {
+	var in frontend.SpawnInput
+	if err := decode(w, r, &in); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ws, err := h.svc.Spawn(r.Context(), in)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/api/v1/workspaces/"+ws.ID)
+	writeJSON(w, http.StatusCreated, ws)
+}
+
+func (h *rest) get(w http.ResponseWriter, r *http.Request) {
+	ws, err := h.svc.GetWorkspace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ws)
+}
+
+func (h *rest) delete(w http.ResponseWriter, r *http.Request) {
+	res, err := h.svc.Delete(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, res)
+}
+
+func (h *rest) upgrade(w http.ResponseWriter, r *http.Request) {
+	res, err := h.svc.Upgrade(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	status := http.StatusAccepted
+	if res.Status == "upToDate" {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, res)
+}
+
+func (h *rest) upgradeAll(w http.ResponseWriter, r *http.Request) {
+	res, err := h.svc.UpgradeAll(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"upgrades": res})
+}
+
+type maintenanceBody struct {
+	Reason string `json:"reason"`
+}
+
+func (h *rest) setMaintenance(w http.ResponseWriter, r *http.Request) {
+	var in maintenanceBody
+	if err := decode(w, r, &in); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if strings.TrimSpace(in.Reason) == "" {
+		writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: "reason is empty: say why the workspace is out of service (DELETE clears maintenance)"})
+		return
+	}
+	ws, err := h.svc.SetMaintenance(r.Context(), r.PathValue("id"), in.Reason)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ws)
+}
+
+func (h *rest) clearMaintenance(w http.ResponseWriter, r *http.Request) {
+	ws, err := h.svc.SetMaintenance(r.Context(), r.PathValue("id"), "")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ws)
+}
+
+// events answers with a JSON list, or with follow=true a Server-Sent Events stream: every past
+// event, then new ones as they happen, until timeout (default 60s, at most frontend.MaxFollow)
+// or the client goes away.
+func (h *rest) events(w http.ResponseWriter, r *http.Request) {
+	follow, err := boolParam(r, "follow")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	timeout := time.Minute
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > frontend.MaxFollow {
+			writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("timeout=%q is not a duration between 1s and %s (e.g. 90s)", v, frontend.MaxFollow)})
+			return
+		}
+		timeout = d
+	}
+	ctx := r.Context()
+	if follow {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	past, stream, err := h.svc.Events(ctx, r.PathValue("id"), follow)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if !follow {
+		if past == nil {
+			past = []frontend.Event{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"events": past})
+		return
+	}
+	defer stream.Stop()
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	send := func(e frontend.Event) error {
+		b, _ := json.Marshal(e)
+		if _, err := fmt.Fprintf(w, "event: event\ndata: %s\n\n", b); err != nil {
+			return err
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return nil
+	}
+	for _, e := range past {
+		if send(e) != nil {
+			return
+		}
+	}
+	for {
+		e, err := stream.Next(ctx)
+		if err != nil {
+			reason := "timeout"
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				reason = err.Error()
+			}
+			_, _ = fmt.Fprintf(w, "event: end\ndata: {\"reason\":%q}\n\n", reason)
+			if flusher != nil {
+				flusher.Flush()
+			}
+			return
+		}
+		if send(e) != nil {
+			return
+		}
+	}
+}
+
+func boolParam(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("%s=%q is not a boolean: use true or false", name, v)}
+	}
+	return b, nil
+}

@@ -1,0 +1,172 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+func TestRESTEndpoints(t *testing.T) {
+	skipShort(t)
+	dave, erin, admin := userToken("dave"), userToken("erin"), adminToken("root")
+	erinPod := seed(t, "erin", "erin-box", "1.0")
+	before := podCount(t)
+
+	steps := []struct {
+		name       string
+		token      string
+		method     string
+		path       string
+		body       any
+		wantStatus int
+		wantBody   string
+	}{
+		{"templates", dave, "GET", "/api/v1/templates", nil, 200, `"name":"python"`},
+		{"spawn with malformed JSON", dave, "POST", "/api/v1/workspaces", `{"template":`, 400, "not valid JSON"},
+		{"spawn with an unknown field", dave, "POST", "/api/v1/workspaces", `{"template":"python","colour":"red"}`, 400, "colour"},
+		{"spawn with an oversized body", dave, "POST", "/api/v1/workspaces", `{"template":"` + strings.Repeat("a", 2<<20) + `"}`, 400, "larger than"},
+		{"spawn with an empty body", dave, "POST", "/api/v1/workspaces", "", 400, "empty"},
+		{"spawn of an unknown template", dave, "POST", "/api/v1/workspaces", map[string]any{"template": "cobol", "id": "d1"}, 404, "not found"},
+		{"spawn with a bad id", dave, "POST", "/api/v1/workspaces", map[string]any{"template": "python", "id": "-bad-"}, 400, "not valid"},
+		{"spawn without required context", dave, "POST", "/api/v1/workspaces", map[string]any{"template": "python", "id": "d1"}, 400, "repo"},
+		{"spawn", dave, "POST", "/api/v1/workspaces", map[string]any{"template": "python", "id": "d1", "context": map[string]string{"repo": "r"}}, 201, `"phase":"Scheduling"`},
+		{"spawn of a taken id", dave, "POST", "/api/v1/workspaces", map[string]any{"template": "python", "id": "d1", "context": map[string]string{"repo": "r"}}, 409, "already exists"},
+		{"list own", dave, "GET", "/api/v1/workspaces", nil, 200, `"id":"d1"`},
+		{"list all as non-admin", dave, "GET", "/api/v1/workspaces?all=true", nil, 403, "Forbidden"},
+		{"list with a bad flag", dave, "GET", "/api/v1/workspaces?all=maybe", nil, 400, "boolean"},
+		{"list all as admin", admin, "GET", "/api/v1/workspaces?all=1", nil, 200, `"id":"erin-box"`},
+		{"get own", erin, "GET", "/api/v1/workspaces/erin-box", nil, 200, `"owner":"erin"`},
+		{"get another's", dave, "GET", "/api/v1/workspaces/erin-box", nil, 403, "Access Denied"},
+		{"get unknown", dave, "GET", "/api/v1/workspaces/nope", nil, 404, "not found"},
+		{"get with a bad id", dave, "GET", "/api/v1/workspaces/NOPE_", nil, 400, "not valid"},
+		{"upgrade up to date", erin, "POST", "/api/v1/workspaces/erin-box/upgrade", nil, 200, `"status":"upToDate"`},
+		{"upgrade another's", dave, "POST", "/api/v1/workspaces/erin-box/upgrade", nil, 403, "Access Denied"},
+		{"upgrade-all as non-admin", erin, "POST", "/api/v1/upgrade-all", nil, 403, frontend.MsgUpgradeAllForAdmin},
+		{"maintenance as non-admin", erin, "PUT", "/api/v1/workspaces/erin-box/maintenance", map[string]string{"reason": "x"}, 403, "Forbidden"},
+		{"maintenance without a reason", admin, "PUT", "/api/v1/workspaces/erin-box/maintenance", map[string]string{}, 400, "reason"},
+		{"maintenance as admin", admin, "PUT", "/api/v1/workspaces/erin-box/maintenance", map[string]string{"reason": "disk"}, 200, `"maintenance":"disk"`},
+		{"maintenance cleared", admin, "DELETE", "/api/v1/workspaces/erin-box/maintenance", nil, 200, `"id":"erin-box"`},
+		{"events of another's", dave, "GET", "/api/v1/workspaces/erin-box/events", nil, 403, "Access Denied"},
+		{"events with a bad timeout", erin, "GET", "/api/v1/workspaces/erin-box/events?follow=true&timeout=1h", nil, 400, "timeout"},
+		{"events", erin, "GET", "/api/v1/workspaces/erin-box/events", nil, 200, `"events":[]`},
+		{"unknown endpoint", erin, "GET", "/api/v1/nothing", nil, 404, "no endpoint"},
+		{"delete another's", dave, "DELETE", "/api/v1/workspaces/erin-box", nil, 403, "Access Denied"},
+		{"delete own", dave, "DELETE", "/api/v1/workspaces/d1", nil, 202, `"status":"deleting"`},
+	}
+	for _, s := range steps {
+		code, body := rest(t, s.token, s.method, s.path, s.body)
+		if code != s.wantStatus || !strings.Contains(string(body), s.wantBody) {
+			t.Errorf("%s: %s %s = %d %s; want %d containing %q", s.name, s.method, s.path, code, body, s.wantStatus, s.wantBody)
+		}
+		if s.name == "spawn" {
+			waitCached(t, workspace.PodName("dave", "d1"))
+		}
+	}
+	g := NewWithT(t)
+	g.Eventually(func() int { return podCount(t) }, 30*time.Second, 50*time.Millisecond).Should(Equal(before))
+
+	t.Run("upgrade as admin keeps the owner and returns 202 at once", func(t *testing.T) {
+		g := NewWithT(t)
+		env.templates.setVersion("python", "3.0")
+		defer env.templates.setVersion("python", "1.0")
+		code, body := rest(t, admin, "POST", "/api/v1/workspaces/erin-box/upgrade", nil)
+		g.Expect(code).To(Equal(202), string(body))
+		var r frontend.UpgradeResult
+		g.Expect(json.Unmarshal(body, &r)).To(Succeed())
+		g.Expect(r.PodName).To(Equal(workspace.UpgradePodName("erin", "erin-box", string(erinPod.UID)+"/3.0")))
+		p, err := getPod(t, erinPod.Name)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Annotations[workspace.AnnOwner]).To(Equal("erin"))
+		g.Expect(p.Annotations[workspace.AnnUpgradePod]).To(Equal(r.PodName))
+	})
+
+	t.Run("events follow as Server-Sent Events", func(t *testing.T) {
+		g := NewWithT(t)
+		addEvent(t, erinPod.Name, "Pulling", "pulling image")
+		req, _ := http.NewRequest("GET", env.server.URL+"/api/v1/workspaces/erin-box/events?follow=true&timeout=20s", nil)
+		req.Header.Set("Authorization", "Bearer "+erin)
+		resp, err := http.DefaultClient.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		g.Expect(resp.Header.Get("Content-Type")).To(Equal("text/event-stream"))
+		lines := make(chan string, 100)
+		go func() {
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		var seen []string
+		next := func(want string) {
+			deadline := time.After(30 * time.Second)
+			for {
+				select {
+				case l, ok := <-lines:
+					g.Expect(ok).To(BeTrue(), "stream ended before %q; saw %v", want, seen)
+					seen = append(seen, l)
+					if strings.Contains(l, want) {
+						return
+					}
+				case <-deadline:
+					t.Fatalf("no %q within 30s; saw %v", want, seen)
+				}
+			}
+		}
+		next("Pulling")
+		addEvent(t, erinPod.Name, "Started", "container started")
+		next("Started")
+		next("event: end")
+	})
+}
+
+func TestKubernetesTokenReview(t *testing.T) {
+	skipShort(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: ns}}
+	g.Expect(env.k8s.Create(ctx, sa)).To(Succeed())
+	t.Cleanup(func() { _ = env.k8s.Delete(ctx, sa) })
+	tr, err := env.clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "agent", &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	cases := []struct {
+		name      string
+		cfg       auth.KubernetesConfig
+		token     string
+		wantSub   string
+		wantAdmin bool
+		wantErr   string
+	}{
+		{"a service-account token of an admin group member", auth.KubernetesConfig{AdminGroup: "system:serviceaccounts:" + ns}, tr.Status.Token, "system:serviceaccount:default:agent", true, ""},
+		{"a service-account token, no admin group", auth.KubernetesConfig{}, tr.Status.Token, "system:serviceaccount:default:agent", false, ""},
+		{"a token for another audience", auth.KubernetesConfig{Audiences: []string{"not-the-apiserver"}}, tr.Status.Token, "", false, "rejected"},
+		{"garbage", auth.KubernetesConfig{}, "garbage", "", false, "rejected"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c, err := auth.NewKubernetes(env.k8s, tc.cfg).VerifyToken(ctx, tc.token)
+			if tc.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(c.Subject).To(Equal(tc.wantSub))
+			g.Expect(c.IsAdmin).To(Equal(tc.wantAdmin))
+		})
+	}
+}

@@ -1,0 +1,109 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/mcp"
+)
+
+// Options configure the front end.
+type Options struct {
+	// Addr is the listen address (--api-bind-address).
+	Addr      string
+	Namespace string
+	Version   string
+	// Auth verifies bearer tokens.
+	Auth      auth.Authenticator
+	Templates frontend.Templates
+	Spawner   frontend.Spawner
+	// PublicURL, when set (e.g. https://nogoo9.example.com), is the externally visible base URL:
+	// it names the MCP resource in /.well-known/oauth-protected-resource. Issuer is the OIDC
+	// issuer listed there.
+	PublicURL string
+	Issuer    string
+}
+
+// NewHandler serves /api/v1/... (REST), /mcp (MCP Streamable HTTP) and
+// /.well-known/oauth-protected-resource, authenticating every call but the last with authn.
+func NewHandler(svc *frontend.Service, authn auth.Authenticator, o Options) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/api/", auth.Middleware(authn, NewREST(svc)))
+	mo := mcp.Options{Version: o.Version}
+	if o.PublicURL != "" {
+		mo.ResourceMetadataURL = o.PublicURL + "/.well-known/oauth-protected-resource"
+		mux.Handle("/.well-known/oauth-protected-resource", mcp.ProtectedResourceMetadata(o.PublicURL+"/mcp", o.Issuer))
+	}
+	mux.Handle("/mcp", mcp.NewHandler(svc, authn, mo))
+	return mux
+}
+
+// Setup registers the cache indexes the front end reads through and adds its HTTP server to mgr
+// as a runnable that runs on every replica (no leader election).
+func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, error) {
+	if o.Auth == nil || o.Templates == nil || o.Spawner == nil {
+		return nil, errors.New("api: Auth, Templates and Spawner are required")
+	}
+	if err := frontend.AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("api: events client: %w", err)
+	}
+	svc := frontend.New(frontend.Config{
+		Namespace: o.Namespace, Cache: mgr.GetCache(), Client: mgr.GetClient(), Events: cs,
+		Templates: o.Templates, Spawner: o.Spawner,
+	})
+	h := NewHandler(svc, o.Auth, o)
+	if o.Addr != "" && o.Addr != "0" {
+		if err := mgr.Add(&server{addr: o.Addr, handler: h}); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// server is the front end's listener; it runs on every replica.
+type server struct {
+	addr    string
+	handler http.Handler
+}
+
+func (s *server) NeedLeaderElection() bool { return false }
+
+func (s *server) Start(ctx context.Context) error {
+	log := ctrl.Log.WithName("api")
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		// No WriteTimeout: event streams stay open up to frontend.MaxFollow.
+		IdleTimeout: 2 * time.Minute,
+		BaseContext: func(net.Listener) context.Context { return ctrl.LoggerInto(context.Background(), log) },
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("api: listen on %s: %w", s.addr, err)
+	}
+	log.Info("serving REST and MCP", "address", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	}
+}

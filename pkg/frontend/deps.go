@@ -1,0 +1,41 @@
+package frontend
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nogoo9/no-crd/pkg/templates"
+)
+
+// TemplateInfo describes one template as list_templates shows it.
+type TemplateInfo struct {
+	Name        string `json:"name"`
+	Version     string `json:"version,omitempty"`
+	Description string `json:"description,omitempty"`
+	Source      string `json:"source,omitempty"`
+	Valid       bool   `json:"valid"`
+	Error       string `json:"error,omitempty"`
+}
+
+// Templates is what the front end needs of the template registry (templates.Registry); an
+// adapter in adapters.go converts the registry's types.
+type Templates interface {
+	Get(name string) (*templates.Template, bool)
+	Infos() []TemplateInfo
+}
+
+// SpawnRequest asks for a new workspace owned by Owner.
+type SpawnRequest struct {
+	Owner    string
+	ID       string
+	Name     string
+	Template string
+	Context  map[string]string
+}
+
+// Spawner creates a workspace's pod (and claims). Its errors should be *Error (the adapter maps
+// the spawner's typed errors).
+type Spawner interface {
+	Spawn(ctx context.Context, req SpawnRequest) (*corev1.Pod, error)
+}

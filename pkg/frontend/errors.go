@@ -1,0 +1,55 @@
+package frontend
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code classifies an Error; each front end maps it to its own status (HTTP code, MCP tool error).
+type Code string
+
+const (
+	CodeInvalid       Code = "Invalid"       // 400
+	CodeForbidden     Code = "Forbidden"     // 403
+	CodeNotFound      Code = "NotFound"      // 404
+	CodeConflict      Code = "Conflict"      // 409
+	CodeQuotaExceeded Code = "QuotaExceeded" // 429
+	CodeInternal      Code = "Internal"      // 500
+)
+
+// Error is a failure with a message meant for the caller: what happened and what to do.
+type Error struct {
+	Code    Code
+	Message string
+	Err     error
+}
+
+func (e *Error) Error() string { return e.Message }
+func (e *Error) Unwrap() error { return e.Err }
+
+func errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns err's Code (CodeInternal for an error that is not an *Error).
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// Messages of the authorization rules, stable for clients and tests.
+const (
+	MsgAccessDenied       = "Access Denied"
+	MsgUpgradeAllForAdmin = "Forbidden: Only admin users can upgrade all workspaces"
+)
+
+func accessDenied(id string) *Error {
+	return errorf(CodeForbidden, "%s: workspace %q belongs to another user; you can act only on your own workspaces", MsgAccessDenied, id)
+}
+
+func notFound(id string) *Error {
+	return errorf(CodeNotFound, "workspace %q not found: list_workspaces (GET /api/v1/workspaces) shows yours", id)
+}

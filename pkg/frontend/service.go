@@ -1,0 +1,411 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// Field indexes on cached workspace pods, registered by AddIndexes.
+const (
+	IndexOwner = "nogoo9.frontend.owner"
+	IndexID    = "nogoo9.frontend.workspaceID"
+)
+
+// AddIndexes registers the owner and workspace-id indexes on the manager's cache. Call it before
+// the cache starts.
+func AddIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	if err := idx.IndexField(ctx, &corev1.Pod{}, IndexOwner, func(o client.Object) []string {
+		if v := o.GetAnnotations()[workspace.AnnOwner]; v != "" {
+			return []string{v}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index pods by owner: %w", err)
+	}
+	if err := idx.IndexField(ctx, &corev1.Pod{}, IndexID, func(o client.Object) []string {
+		if v := o.GetLabels()[workspace.LabelWorkspaceID]; v != "" {
+			return []string{v}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index pods by workspace id: %w", err)
+	}
+	return nil
+}
+
+// Config builds a Service.
+type Config struct {
+	Namespace string
+	// Cache reads workspace pods (the manager's cache, with AddIndexes registered).
+	Cache client.Reader
+	// Client writes (patches, deletes).
+	Client client.Client
+	// Events lists and watches core/v1 Events (not cached).
+	Events    kubernetes.Interface
+	Templates Templates
+	Spawner   Spawner
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+	// UpgradeAllWorkers bounds the patches in flight during upgrade-all (16 when 0).
+	UpgradeAllWorkers int
+}
+
+// Service is the front end's operations. Every method takes the caller from ctx (auth.CallerFrom)
+// and refuses a call without one.
+type Service struct{ cfg Config }
+
+// New returns a Service.
+func New(cfg Config) *Service {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.UpgradeAllWorkers <= 0 {
+		cfg.UpgradeAllWorkers = 16
+	}
+	return &Service{cfg: cfg}
+}
+
+func caller(ctx context.Context) (*auth.Caller, error) {
+	c, ok := auth.CallerFrom(ctx)
+	if !ok || c.Subject == "" {
+		return nil, errorf(CodeForbidden, "no authenticated caller: send a bearer token")
+	}
+	return c, nil
+}
+
+func mayActOn(c *auth.Caller, owner string) bool { return c.IsAdmin || c.Subject == owner }
+
+// ListTemplates returns every template the registry knows, valid or not.
+func (s *Service) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
+	if _, err := caller(ctx); err != nil {
+		return nil, err
+	}
+	out := s.cfg.Templates.Infos()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// listPods reads workspace pods from the cache without copying them: the result must not be
+// modified.
+func (s *Service) listPods(ctx context.Context, opts ...client.ListOption) ([]*corev1.Pod, error) {
+	var list corev1.PodList
+	opts = append(opts, client.InNamespace(s.cfg.Namespace), client.UnsafeDisableDeepCopy)
+	if err := s.cfg.Cache.List(ctx, &list, opts...); err != nil {
+		return nil, &Error{Code: CodeInternal, Message: "reading workspaces failed; try again", Err: err}
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	return pods, nil
+}
+
+// ListOptions filter ListWorkspaces.
+type ListOptions struct {
+	// AllUsers lists every user's workspaces (admins only).
+	AllUsers bool
+}
+
+// ListWorkspaces returns the caller's workspaces (every user's for an admin with AllUsers),
+// sorted by id.
+func (s *Service) ListWorkspaces(ctx context.Context, o ListOptions) ([]Workspace, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var pods []*corev1.Pod
+	switch {
+	case o.AllUsers && !c.IsAdmin:
+		return nil, errorf(CodeForbidden, "Forbidden: only admin users can list every user's workspaces; omit allUsers to list yours")
+	case o.AllUsers:
+		pods, err = s.listPods(ctx)
+	default:
+		pods, err = s.listPods(ctx, client.MatchingFields{IndexOwner: c.Subject})
+	}
+	if err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	groups := workspace.GroupByID(pods)
+	latest := map[string]string{}
+	out := make([]Workspace, 0, len(groups))
+	for _, g := range groups {
+		out = append(out, describe(g, s.latestVersion(latest, g), now))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// latestVersion looks the active pod's template up once per call and template.
+func (s *Service) latestVersion(memo map[string]string, pods []*corev1.Pod) string {
+	name := workspace.Active(pods).Labels[workspace.LabelTemplate]
+	if v, ok := memo[name]; ok {
+		return v
+	}
+	v := ""
+	if t, ok := s.cfg.Templates.Get(name); ok && t != nil {
+		v = t.Version
+	}
+	memo[name] = v
+	return v
+}
+
+// workspacePods returns the pods of workspace id (newest first) after checking that the caller
+// may act on it.
+func (s *Service) workspacePods(ctx context.Context, id string) (*auth.Caller, []*corev1.Pod, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := workspace.ValidateID(id); err != nil {
+		return nil, nil, errorf(CodeInvalid, "%s", err.Error())
+	}
+	pods, err := s.listPods(ctx, client.MatchingFields{IndexID: id})
+	if err != nil {
+		return nil, nil, err
+	}
+	pods = workspace.GroupByID(pods)[id]
+	if len(pods) == 0 {
+		return nil, nil, notFound(id)
+	}
+	if !mayActOn(c, workspace.Owner(workspace.Active(pods))) {
+		return nil, nil, accessDenied(id)
+	}
+	return c, pods, nil
+}
+
+// GetWorkspace returns one workspace of the caller's (any, for an admin).
+func (s *Service) GetWorkspace(ctx context.Context, id string) (*Workspace, error) {
+	_, pods, err := s.workspacePods(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	w := describe(pods, s.latestVersion(map[string]string{}, pods), s.cfg.Now())
+	return &w, nil
+}
+
+// SpawnInput is what a caller gives to create a workspace.
+type SpawnInput struct {
+	Template string            `json:"template" jsonschema:"name of the template (see list_templates)"`
+	Name     string            `json:"name,omitempty" jsonschema:"display name; the id is derived from it when id is empty"`
+	ID       string            `json:"id,omitempty" jsonschema:"workspace id: lower-case letters, digits and '-', at most 40 characters"`
+	Context  map[string]string `json:"context,omitempty" jsonschema:"values the template's placeholders need (e.g. repository URL)"`
+}
+
+// Spawn creates a workspace owned by the caller and returns at once (the pod is Pending).
+func (s *Service) Spawn(ctx context.Context, in SpawnInput) (*Workspace, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if in.Template == "" {
+		return nil, errorf(CodeInvalid, "template is empty: name one of the templates list_templates shows")
+	}
+	t, ok := s.cfg.Templates.Get(in.Template)
+	if !ok || t == nil {
+		return nil, errorf(CodeNotFound, "template %q not found (or not valid): list_templates shows the available ones", in.Template)
+	}
+	id := in.ID
+	if id == "" {
+		id = workspace.IDFromName(in.Name)
+	}
+	if id == "" {
+		return nil, errorf(CodeInvalid, "give an id (e.g. \"my-project\") or a name with letters or digits to derive it from")
+	}
+	if err := workspace.ValidateID(id); err != nil {
+		return nil, errorf(CodeInvalid, "%s", err.Error())
+	}
+	name := in.Name
+	if name == "" {
+		name = id
+	}
+	pod, err := s.cfg.Spawner.Spawn(ctx, SpawnRequest{Owner: c.Subject, ID: id, Name: name, Template: in.Template, Context: in.Context})
+	if err != nil {
+		return nil, err
+	}
+	w := describe([]*corev1.Pod{pod}, t.Version, s.cfg.Now())
+	return &w, nil
+}
+
+// DeleteResult says which pods are being deleted.
+type DeleteResult struct {
+	ID     string   `json:"id"`
+	Status string   `json:"status" jsonschema:"always \"deleting\": the pods terminate in the background"`
+	Pods   []string `json:"pods"`
+}
+
+// Delete deletes every pod of a workspace (UID preconditions, so a newer pod reusing a name is
+// never hit). Persistent volume claims stay: delete them with kubectl when the data can go.
+func (s *Service) Delete(ctx context.Context, id string) (*DeleteResult, error) {
+	_, pods, err := s.workspacePods(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	res := &DeleteResult{ID: id, Status: "deleting"}
+	for _, p := range pods {
+		del := &corev1.Pod{}
+		del.Name, del.Namespace = p.Name, p.Namespace
+		err := s.cfg.Client.Delete(ctx, del, client.Preconditions{UID: &p.UID})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("deleting pod %s failed; try again", p.Name), Err: err}
+		}
+		res.Pods = append(res.Pods, p.Name)
+	}
+	return res, nil
+}
+
+// UpgradeResult is the answer to an upgrade request.
+type UpgradeResult struct {
+	ID      string `json:"id"`
+	Owner   string `json:"owner,omitempty"`
+	Status  string `json:"status" jsonschema:"\"upgrading\" (intent recorded or already in progress), \"upToDate\" (nothing to do) or \"failed\""`
+	PodName string `json:"podName,omitempty" jsonschema:"the pod the controller creates for the new version"`
+	From    string `json:"fromVersion,omitempty"`
+	To      string `json:"toVersion,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Upgrade records the upgrade intent on the workspace's active pod and returns at once.
+func (s *Service) Upgrade(ctx context.Context, id string) (*UpgradeResult, error) {
+	_, pods, err := s.workspacePods(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.upgrade(ctx, pods)
+}
+
+func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResult, error) {
+	active := workspace.Active(pods)
+	id, owner := workspace.ID(active), workspace.Owner(active)
+	res := &UpgradeResult{ID: id, Owner: owner, From: workspace.TemplateVersion(active)}
+	if active.DeletionTimestamp != nil {
+		return nil, errorf(CodeConflict, "workspace %q is being deleted; it cannot be upgraded", id)
+	}
+	if podName := active.Annotations[workspace.AnnUpgradePod]; active.Annotations[workspace.AnnUpgradeRequested] != "" {
+		res.Status, res.PodName = "upgrading", podName
+		return res, nil
+	}
+	name := active.Labels[workspace.LabelTemplate]
+	t, ok := s.cfg.Templates.Get(name)
+	if !ok || t == nil {
+		return nil, errorf(CodeConflict, "template %q of workspace %q is gone or not valid; fix the template before upgrading", name, id)
+	}
+	res.To = t.Version
+	if t.Version == res.From {
+		res.Status = "upToDate"
+		return res, nil
+	}
+	podName := workspace.UpgradePodName(owner, id, string(active.UID)+"/"+t.Version)
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		workspace.AnnUpgradeRequested: s.cfg.Now().UTC().Format(time.RFC3339),
+		workspace.AnnUpgradePod:       podName,
+	}}})
+	target := &corev1.Pod{}
+	target.Name, target.Namespace = active.Name, active.Namespace
+	if err := s.cfg.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errorf(CodeConflict, "pod %s of workspace %q is gone; list the workspace again and retry", active.Name, id)
+		}
+		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("recording the upgrade of workspace %q failed; try again", id), Err: err}
+	}
+	ctrl.LoggerFrom(ctx).Info("upgrade requested", "workspace", id, "owner", owner, "pod", active.Name, "upgradePod", podName, "to", t.Version)
+	res.Status, res.PodName = "upgrading", podName
+	return res, nil
+}
+
+// UpgradeAll requests an upgrade of every outdated workspace of every user (admins only). It
+// returns one entry per outdated workspace.
+func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !c.IsAdmin {
+		return nil, errorf(CodeForbidden, "%s", MsgUpgradeAllForAdmin)
+	}
+	pods, err := s.listPods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	memo := map[string]string{}
+	var todo [][]*corev1.Pod
+	for _, g := range workspace.GroupByID(pods) {
+		active := workspace.Active(g)
+		latest := s.latestVersion(memo, g)
+		if latest != "" && workspace.TemplateVersion(active) != latest && active.DeletionTimestamp == nil {
+			todo = append(todo, g)
+		}
+	}
+	out := make([]UpgradeResult, len(todo))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(s.cfg.UpgradeAllWorkers, len(todo)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				r, err := s.upgrade(ctx, todo[i])
+				if err != nil {
+					a := workspace.Active(todo[i])
+					r = &UpgradeResult{ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "failed", Error: err.Error()}
+				}
+				out[i] = *r
+			}
+		}()
+	}
+	for i := range todo {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// SetMaintenance takes a workspace out of service with reason, or (reason "") back into it.
+// Admins only.
+func (s *Service) SetMaintenance(ctx context.Context, id, reason string) (*Workspace, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !c.IsAdmin {
+		return nil, errorf(CodeForbidden, "Forbidden: only admin users can set maintenance")
+	}
+	_, pods, err := s.workspacePods(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var val any
+	if reason != "" {
+		val = reason
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{workspace.AnnMaintenance: val}}})
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		target := &corev1.Pod{}
+		target.Name, target.Namespace = p.Name, p.Namespace
+		if err := s.cfg.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("setting maintenance on pod %s failed; try again", p.Name), Err: err}
+		}
+	}
+	w := describe(pods, s.latestVersion(map[string]string{}, pods), s.cfg.Now())
+	w.Maintenance = reason
+	return &w, nil
+}

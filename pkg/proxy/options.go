@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Options configure the proxy. The zero value plus a BindAddress is usable: Defaults fills in the
+// rest.
+type Options struct {
+	// BindAddress is where the proxy listens (--proxy-bind-address), e.g. ":8091".
+	BindAddress string
+	// Listener, when set, is used instead of listening on BindAddress (tests, benchmarks).
+	Listener net.Listener
+	// AllowedOrigins lists the extra origins ("https://ide.example.com") allowed to open WebSockets;
+	// the proxy's own origin (Origin host equal to the request Host) is always allowed. "*" allows
+	// every origin and turns off the cross-site WebSocket hijacking check.
+	AllowedOrigins []string
+	// NotReadyGrace is how long a pod may be not-ready before the WebSockets opened on it are
+	// closed. Deleted pods close their WebSockets at once.
+	NotReadyGrace time.Duration
+	// InsecureCookie drops the Secure attribute from the login cookie, for plain-HTTP development
+	// on loopback only.
+	InsecureCookie bool
+	// AuthCacheTTL is how long a verified token is remembered (never past the token's own expiry),
+	// so a request costs a map lookup instead of a signature check or a TokenReview. 0 selects
+	// the default; a negative value disables the cache.
+	AuthCacheTTL time.Duration
+	// DialTimeout bounds connecting to a workspace pod.
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds waiting for a pod's response headers; 0 waits as long as the
+	// client does (dev servers can be slow to compile on the first request).
+	ResponseHeaderTimeout time.Duration
+	// MaxIdleConnsPerPod is the keep-alive pool per pod address. A small pool makes a busy proxy
+	// open and close a connection per request (the standard library's default of 2 costs 3x).
+	MaxIdleConnsPerPod int
+}
+
+// Defaults for the zero fields of Options.
+const (
+	DefaultNotReadyGrace      = 10 * time.Second
+	DefaultAuthCacheTTL       = 30 * time.Second
+	DefaultDialTimeout        = 5 * time.Second
+	DefaultMaxIdleConnsPerPod = 256
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.BindAddress == "" && o.Listener == nil {
+		return o, fmt.Errorf("proxy: the bind address is empty: set --proxy-bind-address, e.g. :8091")
+	}
+	if o.NotReadyGrace < 0 {
+		return o, fmt.Errorf("proxy: not-ready grace %s is negative: use 0 to close at once or a positive duration", o.NotReadyGrace)
+	}
+	if o.NotReadyGrace == 0 {
+		o.NotReadyGrace = DefaultNotReadyGrace
+	}
+	if o.AuthCacheTTL == 0 {
+		o.AuthCacheTTL = DefaultAuthCacheTTL
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.MaxIdleConnsPerPod <= 0 {
+		o.MaxIdleConnsPerPod = DefaultMaxIdleConnsPerPod
+	}
+	for _, a := range o.AllowedOrigins {
+		if a == "*" {
+			continue
+		}
+		u, err := url.Parse(a)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return o, fmt.Errorf("proxy: allowed origin %q is not an origin: use scheme://host[:port], e.g. https://ide.example.com", a)
+		}
+	}
+	return o, nil
+}
+
+// ParseOrigins splits a comma-separated --proxy-allowed-origins flag value.
+func ParseOrigins(s string) []string {
+	var out []string
+	for _, o := range strings.Split(s, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			out = append(out, strings.TrimSuffix(o, "/"))
+		}
+	}
+	return out
+}

@@ -1,0 +1,341 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/nogoo9/no-crd/pkg/auth"
+)
+
+// Authenticator is what the proxy needs from pkg/auth: the front end's authenticator satisfies it.
+// When it also has VerifyToken(ctx, token) (auth.Authenticator does), the login page uses that.
+type Authenticator interface {
+	Authenticate(r *http.Request) (*auth.Caller, error)
+}
+
+type tokenVerifier interface {
+	VerifyToken(ctx context.Context, token string) (*auth.Caller, error)
+}
+
+// Proxy is the workspace proxy: an http.Handler plus the route table fed by pod events, and a
+// manager Runnable that serves it.
+type Proxy struct {
+	opts      Options
+	authn     Authenticator
+	router    *router
+	conns     *connRegistry
+	transport *syncTransport
+	bufPool   *bufferPool
+	tokens    *tokenCache
+	log       logr.Logger
+	errorLog  *log.Logger
+	// hasSynced, when set, is waited for before the proxy listens: until the informer has listed
+	// the pods, every workspace would look missing.
+	hasSynced func() bool
+}
+
+// New builds a proxy. Feed it pods with PodChanged and PodDeleted (Setup does that from the
+// manager's informer) and serve it with Start or as an http.Handler.
+func New(authn Authenticator, opts Options) (*Proxy, error) {
+	if authn == nil {
+		return nil, fmt.Errorf("proxy: no authenticator: the proxy never serves a private workspace without one")
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	lg := ctrl.Log.WithName("proxy")
+	p := &Proxy{
+		opts:     opts,
+		authn:    authn,
+		conns:    newConnRegistry(lg),
+		bufPool:  newBufferPool(),
+		tokens:   newTokenCache(opts.AuthCacheTTL),
+		log:      lg,
+		errorLog: log.New(logWriter{lg}, "", 0),
+	}
+	dialer := &net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}
+	fallback := &http.Transport{
+		Proxy:                 nil, // pods are reached directly, never through HTTP_PROXY
+		DialContext:           dialer.DialContext,
+		MaxIdleConnsPerHost:   opts.MaxIdleConnsPerPod,
+		IdleConnTimeout:       idleConnTimeout,
+		ResponseHeaderTimeout: opts.ResponseHeaderTimeout,
+		ExpectContinueTimeout: time.Second,
+		// Pass encodings through untouched: the browser and the workspace negotiate them.
+		DisableCompression: true,
+		WriteBufferSize:    16 << 10,
+		ReadBufferSize:     16 << 10,
+	}
+	p.transport = newSyncTransport(fallback, dialer.DialContext, opts.ResponseHeaderTimeout, opts.MaxIdleConnsPerPod, idleConnTimeout)
+	p.router = newRouter(opts.NotReadyGrace, p.conns, p.newReverseProxy, lg)
+	return p, nil
+}
+
+// PodChanged tells the proxy about a new or changed workspace pod (from the informer).
+func (p *Proxy) PodChanged(pod *corev1.Pod) { p.router.upsert(pod) }
+
+// PodDeleted tells the proxy a workspace pod is gone; its WebSockets are closed at once.
+func (p *Proxy) PodDeleted(pod *corev1.Pod) { p.router.remove(pod) }
+
+// OpenWebSockets is the number of upgraded connections open to the pod with uid (for tests and
+// the benchmark's cutover figure).
+func (p *Proxy) OpenWebSockets(uid string) int { return p.conns.count(typesUID(uid)) }
+
+// ServeHTTP routes one request. The order is: own endpoints, route lookup on the cleaned path,
+// authentication and authorization (unless a public preview), phase, WebSocket origin, forward.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, ReservedPrefix) {
+		p.serveOwn(w, r)
+		return
+	}
+	clean := cleanPath(r.URL.Path)
+	t := p.router.lookup(clean)
+	if t == nil || !t.public {
+		caller, err := p.authenticate(r)
+		if err != nil {
+			p.unauthorized(w, r, err)
+			return
+		}
+		if t == nil {
+			if !strings.HasSuffix(clean, "/") && p.router.exists(clean+"/") {
+				loc := clean + "/"
+				if r.URL.RawQuery != "" {
+					loc += "?" + r.URL.RawQuery
+				}
+				http.Redirect(w, r, loc, http.StatusPermanentRedirect)
+				return
+			}
+			http.Error(w, "404 Not Found: no workspace is served at "+clean, http.StatusNotFound)
+			return
+		}
+		if caller.Subject != t.owner && !caller.IsAdmin {
+			p.log.V(1).Info("request refused: not the owner", "subject", caller.Subject, "workspace", t.ws.String(), "path", clean)
+			http.Error(w, "403 Forbidden: workspace "+t.ws.id+" belongs to another user", http.StatusForbidden)
+			return
+		}
+	}
+	if msg, bad := t.unavailable(); bad {
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "503 Service Unavailable: "+msg, http.StatusServiceUnavailable)
+		return
+	}
+	if r.Header.Get("Upgrade") != "" && !originAllowed(r.Header.Get("Origin"), r.Host, p.opts.AllowedOrigins) {
+		p.log.Info("WebSocket refused: origin not allowed", "origin", r.Header.Get("Origin"), "host", r.Host, "path", clean)
+		http.Error(w, "403 Forbidden: WebSocket origin "+r.Header.Get("Origin")+" is not allowed: add it to --proxy-allowed-origins", http.StatusForbidden)
+		return
+	}
+
+	// The handler owns r from here: rewrite its path in place rather than cloning the request.
+	// RawPath (set only when the path has escapes such as %2F) is kept when it still spells the
+	// matched prefix, otherwise the decoded, cleaned path is forwarded.
+	raw := r.URL.RawPath
+	if raw != "" && (clean != r.URL.Path || !strings.HasPrefix(raw, t.prefix)) {
+		raw = ""
+	}
+	if t.strip {
+		r.URL.Path = clean[len(t.prefix)-1:]
+		if raw != "" {
+			raw = raw[len(t.prefix)-1:]
+		}
+	} else {
+		r.URL.Path = clean
+	}
+	r.URL.RawPath = raw
+	t.rp.ServeHTTP(w, r)
+}
+
+// idleConnTimeout is how long a kept-alive connection to a pod may stay idle before the proxy
+// closes it.
+const idleConnTimeout = 90 * time.Second
+
+// newReverseProxy is the ReverseProxy of one target; all share the Transport and buffer pool.
+func (p *Proxy) newReverseProxy(t *target) *httputil.ReverseProxy {
+	if t.addr == "" || t.problem != "" {
+		return nil // never forwarded: unavailable() answers first
+	}
+	addr, strip, uid, ws := t.addr, t.strip, t.podUID, t.ws
+	fwdPrefix := []string{strings.TrimSuffix(t.prefix, "/")}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = addr
+			// Keep the browser's Host: apps such as Jupyter compare it with Origin on WebSockets.
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+			h := pr.Out.Header
+			if strip {
+				h["X-Forwarded-Prefix"] = fwdPrefix // read-only, shared by every request
+			}
+			// Never hand the caller's nogoo9 credentials to the workspace.
+			delete(h, "Authorization")
+			if c, ok := h["Cookie"]; ok {
+				stripCookie(h, c)
+			}
+		},
+		Transport:     p.transport,
+		FlushInterval: -1,
+		BufferPool:    p.bufPool,
+		ErrorLog:      p.errorLog,
+		ErrorHandler:  p.errorHandler,
+		ModifyResponse: func(res *http.Response) error {
+			if res.StatusCode != http.StatusSwitchingProtocols {
+				return nil
+			}
+			rwc, ok := res.Body.(io.ReadWriteCloser)
+			if !ok {
+				return nil // ReverseProxy reports it
+			}
+			c := p.conns.track(uid, rwc)
+			res.Body = c
+			if !p.router.podAlive(ws, uid) {
+				// The pod went away while the handshake was in flight.
+				_ = c.Close()
+			}
+			return nil
+		},
+	}
+}
+
+// stripCookie removes the nogoo9 cookie from the Cookie header values, keeping the workspace's
+// own cookies.
+func stripCookie(h http.Header, values []string) {
+	if !containsCookie(values) {
+		return
+	}
+	var kept []string
+	for _, line := range values {
+		var parts []string
+		for _, c := range strings.Split(line, ";") {
+			name, _, _ := strings.Cut(strings.TrimSpace(c), "=")
+			if name != auth.CookieName && strings.TrimSpace(c) != "" {
+				parts = append(parts, strings.TrimSpace(c))
+			}
+		}
+		if len(parts) > 0 {
+			kept = append(kept, strings.Join(parts, "; "))
+		}
+	}
+	if len(kept) == 0 {
+		delete(h, "Cookie")
+		return
+	}
+	h["Cookie"] = kept
+}
+
+func containsCookie(values []string) bool {
+	for _, v := range values {
+		if strings.Contains(v, auth.CookieName) {
+			return true
+		}
+	}
+	return false
+}
+
+// errorHandler answers 502 with a short reason when the pod cannot be reached.
+func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) {
+		return // the client went away; nobody reads an answer
+	}
+	reason := "the workspace pod did not answer"
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		reason = "the workspace pod refused the connection: its server is not listening (yet) on the route's port"
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		reason = "the workspace pod did not answer in time"
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
+		reason = "the workspace pod closed the connection before answering"
+	}
+	p.log.Info("proxy error", "host", r.URL.Host, "path", r.URL.Path, "reason", reason, "error", err.Error())
+	http.Error(w, "502 Bad Gateway: "+reason, http.StatusBadGateway)
+}
+
+// authenticate verifies the caller's token, remembering the answer for AuthCacheTTL.
+func (p *Proxy) authenticate(r *http.Request) (*auth.Caller, error) {
+	token, err := auth.TokenFromRequest(r)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	if c := p.tokens.get(token, now); c != nil {
+		return c, nil
+	}
+	c, err := p.authn.Authenticate(r)
+	if err != nil {
+		return nil, err
+	}
+	p.tokens.put(token, c, now)
+	return c, nil
+}
+
+func (p *Proxy) unauthorized(w http.ResponseWriter, r *http.Request, err error) {
+	reason := "invalid token"
+	var ae *auth.Error
+	if errors.As(err, &ae) {
+		reason = ae.Reason
+	}
+	p.log.V(1).Info("request refused: authentication failed", "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err.Error())
+	w.Header().Set("WWW-Authenticate", `Bearer realm="nogoo9"`)
+	http.Error(w, "401 Unauthorized: "+reason+"; browsers log in at "+ReservedPrefix+"login", http.StatusUnauthorized)
+}
+
+// originAllowed is the cross-site WebSocket hijacking check: a browser always sends Origin on a
+// WebSocket handshake, and it must be the proxy's own origin or one of allowed. A request without
+// Origin comes from a non-browser client, which carries no ambient cookie, and is allowed.
+func originAllowed(origin, host string, allowed []string) bool {
+	if origin == "" {
+		return true
+	}
+	for _, a := range allowed {
+		if a == "*" || strings.EqualFold(a, origin) {
+			return true
+		}
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return strings.EqualFold(u.Host, host)
+}
+
+// bufferPool is the ReverseProxy copy buffer pool: 32 KiB buffers reused across requests. It
+// pools array pointers, so neither Get nor Put allocates.
+type bufferPool struct{ p sync.Pool }
+
+const copyBufSize = 32 << 10
+
+func newBufferPool() *bufferPool {
+	return &bufferPool{p: sync.Pool{New: func() any { return new([copyBufSize]byte) }}}
+}
+
+func (b *bufferPool) Get() []byte { return b.p.Get().(*[copyBufSize]byte)[:] }
+
+func (b *bufferPool) Put(x []byte) {
+	if cap(x) == copyBufSize {
+		b.p.Put((*[copyBufSize]byte)(x[:copyBufSize]))
+	}
+}
+
+// logWriter sends ReverseProxy's own log lines (rare) to logr.
+type logWriter struct{ log logr.Logger }
+
+func (l logWriter) Write(b []byte) (int, error) {
+	l.log.Info("http", "message", strings.TrimSpace(string(b)))
+	return len(b), nil
+}

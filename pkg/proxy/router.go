@@ -1,0 +1,201 @@
+package proxy
+
+import (
+	"net/http/httputil"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// router keeps the route table in step with the workspace pods it is told about. Readers (every
+// request) take a read lock for a few map lookups; writers (informer events) recompute the routes
+// of the one workspace that changed and swap its entries.
+type router struct {
+	tmu sync.RWMutex
+	tbl table
+
+	mu     sync.Mutex // guards everything below; never held while tmu is read-held by a request
+	pods   map[wsKey]map[types.UID]*corev1.Pod
+	byWS   map[wsKey][]*target
+	claims map[string]map[wsKey]*target
+	// notReady holds a timer per pod that went not-ready; when it fires the pod's WebSockets close.
+	notReady map[types.UID]*time.Timer
+
+	grace time.Duration
+	now   func() time.Time
+	newRP func(*target) *httputil.ReverseProxy
+	conns *connRegistry
+	log   logr.Logger
+}
+
+func newRouter(grace time.Duration, conns *connRegistry, newRP func(*target) *httputil.ReverseProxy, log logr.Logger) *router {
+	return &router{
+		tbl:      table{routes: map[string]*target{}},
+		pods:     map[wsKey]map[types.UID]*corev1.Pod{},
+		byWS:     map[wsKey][]*target{},
+		claims:   map[string]map[wsKey]*target{},
+		notReady: map[types.UID]*time.Timer{},
+		grace:    grace,
+		now:      time.Now,
+		newRP:    newRP,
+		conns:    conns,
+		log:      log,
+	}
+}
+
+// lookup is the request path: the target of the longest route prefix of p (a cleaned path).
+func (r *router) lookup(p string) *target {
+	r.tmu.RLock()
+	t := r.tbl.lookup(p)
+	r.tmu.RUnlock()
+	return t
+}
+
+// exists reports whether prefix is a route (for the redirect of "/ws/u/id" to "/ws/u/id/").
+func (r *router) exists(prefix string) bool {
+	r.tmu.RLock()
+	_, ok := r.tbl.routes[prefix]
+	r.tmu.RUnlock()
+	return ok
+}
+
+// podAlive reports whether uid is a known pod that is not being deleted: a WebSocket opened on a
+// pod that is already gone is closed at once.
+func (r *router) podAlive(key wsKey, uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.pods[key][uid]
+	return ok && p.DeletionTimestamp == nil
+}
+
+// upsert records a new or changed workspace pod.
+func (r *router) upsert(pod *corev1.Pod) {
+	if !workspace.IsWorkspacePod(pod) {
+		return
+	}
+	key := wsKey{pod.Namespace, workspace.ID(pod)}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pods[key] == nil {
+		r.pods[key] = map[types.UID]*corev1.Pod{}
+	}
+	r.pods[key][pod.UID] = pod
+	switch {
+	case pod.DeletionTimestamp != nil:
+		r.stopTimer(pod.UID)
+		r.conns.closePod(pod.UID, "pod is being deleted")
+	case workspace.IsReady(pod):
+		r.stopTimer(pod.UID)
+	default:
+		r.startTimer(key, pod.UID)
+	}
+	r.rebuild(key)
+}
+
+// remove forgets a deleted pod and closes its WebSockets.
+func (r *router) remove(pod *corev1.Pod) {
+	key := wsKey{pod.Namespace, workspace.ID(pod)}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopTimer(pod.UID)
+	r.conns.closePod(pod.UID, "pod was deleted")
+	if m := r.pods[key]; m != nil {
+		delete(m, pod.UID)
+		if len(m) == 0 {
+			delete(r.pods, key)
+		}
+	}
+	r.rebuild(key)
+}
+
+// startTimer arms the not-ready grace timer of a pod unless it already runs.
+func (r *router) startTimer(key wsKey, uid types.UID) {
+	if _, ok := r.notReady[uid]; ok {
+		return
+	}
+	r.notReady[uid] = time.AfterFunc(r.grace, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.notReady, uid)
+		if p, ok := r.pods[key][uid]; ok && !workspace.IsReady(p) {
+			r.conns.closePod(uid, "pod stayed not-ready longer than the grace period")
+		}
+	})
+}
+
+func (r *router) stopTimer(uid types.UID) {
+	if t, ok := r.notReady[uid]; ok {
+		t.Stop()
+		delete(r.notReady, uid)
+	}
+}
+
+// rebuild recomputes the routes of workspace key and swaps them into the table. Callers hold mu.
+func (r *router) rebuild(key wsKey) {
+	var pods []*corev1.Pod
+	for _, p := range r.pods[key] {
+		pods = append(pods, p)
+	}
+	targets, errs := routesFor(key, pods, r.now())
+	for _, err := range errs {
+		r.log.Info("route left out", "workspace", key.String(), "reason", err.Error())
+	}
+	for _, t := range targets {
+		if r.newRP != nil {
+			t.rp = r.newRP(t)
+		}
+	}
+	old := r.byWS[key]
+	if len(targets) == 0 {
+		delete(r.byWS, key)
+	} else {
+		r.byWS[key] = targets
+	}
+
+	// Claims: drop the workspace's old prefixes, add the new ones, then settle each touched prefix.
+	touched := make([]string, 0, len(old)+len(targets))
+	for _, t := range old {
+		if m := r.claims[t.prefix]; m != nil {
+			delete(m, key)
+			if len(m) == 0 {
+				delete(r.claims, t.prefix)
+			}
+		}
+		touched = append(touched, t.prefix)
+	}
+	for _, t := range targets {
+		m := r.claims[t.prefix]
+		if m == nil {
+			m = map[wsKey]*target{}
+			r.claims[t.prefix] = m
+		}
+		m[key] = t
+		touched = append(touched, t.prefix)
+	}
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	for _, prefix := range touched {
+		var best *target
+		for _, t := range r.claims[prefix] {
+			if best == nil || wins(t, best) {
+				best = t
+			}
+		}
+		if best == nil {
+			delete(r.tbl.routes, prefix)
+			continue
+		}
+		if len(r.claims[prefix]) > 1 && best.ws != key {
+			r.log.Info("route prefix claimed by two workspaces; the older keeps it", "prefix", prefix, "kept", best.ws.String(), "refused", key.String())
+		}
+		r.tbl.routes[prefix] = best
+		if d := depthOf(prefix); d > r.tbl.maxDepth {
+			r.tbl.maxDepth = d
+		}
+	}
+}

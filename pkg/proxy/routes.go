@@ -1,0 +1,249 @@
+package proxy
+
+import (
+	"fmt"
+	"net"
+	"net/http/httputil"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// ReservedPrefix is the proxy's own path space (login, logout); no route may claim it.
+const ReservedPrefix = "/_nogoo9/"
+
+// routeKind says which of a workspace's two routes a target is.
+type routeKind uint8
+
+const (
+	kindWorkspace routeKind = iota
+	kindPreview
+)
+
+func (k routeKind) String() string {
+	if k == kindPreview {
+		return "preview"
+	}
+	return "workspace"
+}
+
+// wsKey identifies a workspace: namespace and id.
+type wsKey struct{ namespace, id string }
+
+func (k wsKey) String() string { return k.namespace + "/" + k.id }
+
+// target is where one route prefix goes right now. It is immutable: a change builds a new one.
+type target struct {
+	prefix string
+	ws     wsKey
+	kind   routeKind
+	owner  string // raw subject (nogoo9/owner)
+	public bool   // preview opted in to nogoo9/public-preview
+	strip  bool   // strip the prefix before forwarding
+	// created is the workspace's oldest pod's creation time: it breaks ties when two workspaces
+	// claim one prefix (the older keeps it).
+	created time.Time
+
+	// status is the workspace's phase; only a Served phase with a ready pod is forwarded.
+	status workspace.Status
+	// podUID, podName and addr ("ip:port") name the ready pod traffic goes to; addr is "" when
+	// no pod is ready (the answer is then 503 "starting").
+	podUID  types.UID
+	podName string
+	addr    string
+	// problem, when set, is why the route cannot be served (a bad port annotation).
+	problem string
+
+	rp *httputil.ReverseProxy // set by the Proxy; nil in pure tests
+}
+
+// serveable reports whether requests on t can be forwarded, and if not, a short reason.
+func (t *target) unavailable() (string, bool) {
+	switch {
+	case t.problem != "":
+		return "workspace " + t.ws.id + " is misconfigured: " + t.problem, true
+	case t.status.Phase == workspace.PhaseUnavailable:
+		return "workspace " + t.ws.id + " is unavailable: " + t.status.Reason + ": " + t.status.Message, true
+	case t.status.Phase == workspace.PhaseScheduling || t.status.Phase == workspace.PhaseInitializing:
+		return "workspace " + t.ws.id + " is starting (" + string(t.status.Phase) + "): reload in a few seconds", true
+	case !t.status.Phase.Served():
+		msg := "workspace " + t.ws.id + " is not serving (" + string(t.status.Phase)
+		if t.status.Reason != "" {
+			msg += ": " + t.status.Reason
+		}
+		if t.status.Message != "" {
+			msg += ": " + t.status.Message
+		}
+		return msg + ")", true
+	case t.addr == "":
+		return "workspace " + t.ws.id + " is starting: no pod is ready yet, reload in a few seconds", true
+	}
+	return "", false
+}
+
+// routesFor derives a workspace's routes from its pods (all of one workspace id, any order):
+// target pod = workspace.Active over the pods newest first, phase = workspace.Phase. Paths, ports
+// and flags are read from the active pod's annotations. It is pure. Problems with a path are
+// returned as errors (that route is left out); a bad port keeps the route with a problem, so the
+// user sees why.
+func routesFor(key wsKey, pods []*corev1.Pod, now time.Time) ([]*target, []error) {
+	if len(pods) == 0 {
+		return nil, nil
+	}
+	sorted := workspace.NewestFirst(append([]*corev1.Pod(nil), pods...))
+	active := workspace.Active(sorted)
+	status := workspace.Phase(sorted, now)
+	created := sorted[len(sorted)-1].CreationTimestamp.Time
+	ann := active.Annotations
+	var out []*target
+	var errs []error
+	for _, r := range []struct {
+		kind            routeKind
+		pathKey, portKy string
+	}{
+		{kindWorkspace, workspace.AnnWorkspacePath, workspace.AnnWorkspacePort},
+		{kindPreview, workspace.AnnPreviewPath, workspace.AnnPreviewPort},
+	} {
+		raw, ok := ann[r.pathKey]
+		if !ok || raw == "" {
+			continue
+		}
+		prefix, err := normalizePrefix(raw)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pod %s/%s annotation %s: %w", active.Namespace, active.Name, r.pathKey, err))
+			continue
+		}
+		t := &target{
+			prefix:  prefix,
+			ws:      key,
+			kind:    r.kind,
+			owner:   workspace.Owner(active),
+			public:  r.kind == kindPreview && ann[workspace.AnnPublicPreview] == "true",
+			strip:   ann[workspace.AnnStripPrefix] != "false",
+			created: created,
+			status:  status,
+		}
+		port, err := parsePort(ann[r.portKy])
+		if err != nil {
+			t.problem = fmt.Sprintf("annotation %s: %v", r.portKy, err)
+		}
+		if workspace.IsReady(active) && t.problem == "" {
+			t.podUID, t.podName = active.UID, active.Name
+			t.addr = net.JoinHostPort(active.Status.PodIP, strconv.Itoa(port))
+		}
+		out = append(out, t)
+	}
+	return out, errs
+}
+
+// normalizePrefix turns an annotation path into a route prefix: absolute, clean, ending in "/",
+// at least one segment, outside ReservedPrefix.
+func normalizePrefix(p string) (string, error) {
+	if !strings.HasPrefix(p, "/") {
+		return "", fmt.Errorf("path %q does not start with /: use e.g. /ws/<user>/<id>/", p)
+	}
+	if strings.ContainsAny(p, "?#%\\ ") {
+		return "", fmt.Errorf("path %q contains one of ?#%%\\ or a space: use plain path segments", p)
+	}
+	c := path.Clean(p)
+	if c == "/" {
+		return "", fmt.Errorf("path %q is the root: a workspace needs its own prefix such as /ws/<user>/<id>/", p)
+	}
+	c += "/"
+	if strings.HasPrefix(c, ReservedPrefix) {
+		return "", fmt.Errorf("path %q is inside %s, which the proxy reserves", p, ReservedPrefix)
+	}
+	return c, nil
+}
+
+func parsePort(s string) (int, error) {
+	if s == "" {
+		return 0, fmt.Errorf("missing: set the container port the path is served on")
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("%q is not a port number (1-65535)", s)
+	}
+	return n, nil
+}
+
+// cleanPath is the path routes are matched on: "." and ".." resolved, repeated slashes collapsed,
+// a trailing slash kept. p is the decoded path (url.URL.Path), so an encoded slash (%2F) counts as
+// a slash and "..%2F" cannot climb out of a prefix unseen. Already-clean paths (the usual case)
+// are returned as they are, without allocating.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	if isClean(p) {
+		return p
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
+
+// isClean reports whether p (starting with "/") has no empty, "." or ".." segment.
+func isClean(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if p[i] != '/' {
+			continue
+		}
+		rest := p[i+1:]
+		if rest == "" {
+			return true
+		}
+		switch {
+		case rest[0] == '/':
+			return false
+		case rest[0] == '.' && (len(rest) == 1 || rest[1] == '/'):
+			return false
+		case rest[0] == '.' && rest[1] == '.' && (len(rest) == 2 || rest[2] == '/'):
+			return false
+		}
+	}
+	return true
+}
+
+// table is the route table: prefix -> target, with the depth of the deepest prefix so a lookup
+// tries at most that many candidate prefixes.
+type table struct {
+	routes   map[string]*target
+	maxDepth int
+}
+
+// lookup returns the target of the longest prefix of p (a cleaned path), or nil. Candidate
+// prefixes are substrings of p, so nothing is allocated.
+func (t *table) lookup(p string) *target {
+	var best *target
+	depth := 0
+	for i := 0; i < len(p) && depth < t.maxDepth; i++ {
+		if p[i] != '/' {
+			continue
+		}
+		depth++
+		if tg, ok := t.routes[p[:i+1]]; ok {
+			best = tg
+		}
+	}
+	return best
+}
+
+func depthOf(prefix string) int { return strings.Count(prefix, "/") }
+
+// wins reports whether a should own a prefix that b claims too: the older workspace keeps it, so a
+// newly created workspace can never take over an existing one's path.
+func wins(a, b *target) bool {
+	if !a.created.Equal(b.created) {
+		return a.created.Before(b.created)
+	}
+	return a.ws.String() < b.ws.String()
+}

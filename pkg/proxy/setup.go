@@ -1,0 +1,105 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// Setup adds the proxy to mgr: an event handler on the manager's (workspace-only) Pod informer
+// keeps the route table current, and a Runnable serves on opts.BindAddress on every replica (no
+// leader election).
+func Setup(mgr ctrl.Manager, authn Authenticator, opts Options) error {
+	p, err := New(authn, opts)
+	if err != nil {
+		return err
+	}
+	inf, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("proxy: get the pod informer: %w", err)
+	}
+	reg, err := inf.AddEventHandler(p.EventHandler())
+	if err != nil {
+		return fmt.Errorf("proxy: watch pods: %w", err)
+	}
+	p.hasSynced = reg.HasSynced
+	return mgr.Add(p)
+}
+
+// EventHandler feeds pod events into the route table.
+func (p *Proxy) EventHandler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				p.PodChanged(pod)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				p.PodChanged(pod)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				p.PodDeleted(pod)
+			}
+		},
+	}
+}
+
+// NeedLeaderElection is false: every replica serves the proxy.
+func (p *Proxy) NeedLeaderElection() bool { return false }
+
+var _ manager.LeaderElectionRunnable = (*Proxy)(nil)
+
+// Start serves until ctx ends, after the pod informer has synced.
+func (p *Proxy) Start(ctx context.Context) error {
+	if p.hasSynced != nil && !toolscache.WaitForCacheSync(ctx.Done(), p.hasSynced) {
+		return nil // stopped before the cache synced
+	}
+	ln := p.opts.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", p.opts.BindAddress); err != nil {
+			return fmt.Errorf("proxy: listen on %s: %w", p.opts.BindAddress, err)
+		}
+	}
+	srv := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 10 * time.Second,
+		// No write timeout: terminals and event streams stay open for hours.
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       p.errorLog,
+		BaseContext:    func(net.Listener) context.Context { return ctx },
+	}
+	p.log.Info("proxy listening", "address", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("proxy: serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(shutdownCtx)
+	p.conns.closeAll()
+	p.transport.CloseIdleConnections()
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("proxy: shut down: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,413 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// syncTransport is an HTTP/1.1 RoundTripper that does the whole exchange on the calling
+// goroutine: it takes an idle keep-alive connection to the target (or dials one), writes the
+// request, reads the response headers, and hands back a body that returns the connection to the
+// pool when it has been read to the end. http.Transport runs two goroutines per connection
+// (readLoop, writeLoop) and hands every request and response across channels between them and the
+// caller; on a busy proxy those hand-offs cost more than the proxying itself.
+//
+// Requests it does not handle go to fallback (the standard Transport): protocol upgrades
+// (WebSocket), "Expect: 100-continue", request bodies of unknown length or larger than
+// maxSyncBody (a large upload must be read concurrently with the response, in case the pod answers
+// early), and anything that is not plain http.
+type syncTransport struct {
+	fallback              http.RoundTripper
+	dial                  func(ctx context.Context, network, addr string) (net.Conn, error)
+	responseHeaderTimeout time.Duration
+	maxIdlePerHost        int
+	idleTimeout           time.Duration
+
+	mu    sync.Mutex
+	pools map[string]*idlePool
+}
+
+// maxSyncBody is the largest request body sent by syncTransport: it fits in the socket buffers,
+// so writing it cannot block on a pod that answers without reading it.
+const maxSyncBody = 64 << 10
+
+// idlePool holds the idle connections to one address, most recently used last.
+type idlePool struct {
+	conns []*persistConn
+	sweep *time.Timer // closes connections idle longer than idleTimeout; nil when not armed
+}
+
+type persistConn struct {
+	t      *syncTransport
+	addr   string
+	conn   net.Conn
+	raw    syscall.RawConn // nil when conn is not a *net.TCPConn (tests)
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	idleAt time.Time
+}
+
+func newSyncTransport(fallback http.RoundTripper, dial func(ctx context.Context, network, addr string) (net.Conn, error), responseHeaderTimeout time.Duration, maxIdlePerHost int, idleTimeout time.Duration) *syncTransport {
+	return &syncTransport{
+		fallback:              fallback,
+		dial:                  dial,
+		responseHeaderTimeout: responseHeaderTimeout,
+		maxIdlePerHost:        maxIdlePerHost,
+		idleTimeout:           idleTimeout,
+		pools:                 map[string]*idlePool{},
+	}
+}
+
+// handles reports whether req is a plain HTTP/1.1 exchange syncTransport does itself.
+func handles(req *http.Request) bool {
+	if req.URL.Scheme != "http" || req.Header["Upgrade"] != nil || req.Header["Expect"] != nil {
+		return false
+	}
+	if req.Body == nil || req.Body == http.NoBody {
+		return true
+	}
+	return req.ContentLength > 0 && req.ContentLength <= maxSyncBody
+}
+
+// replayable reports whether req may be sent a second time after a kept-alive connection turned
+// out to be closed by the pod: an idempotent method and no body (net/http's rule too).
+func replayable(req *http.Request) bool {
+	if req.Body != nil && req.Body != http.NoBody {
+		return false
+	}
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return req.Header["Idempotency-Key"] != nil || req.Header["X-Idempotency-Key"] != nil
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *syncTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !handles(req) {
+		return t.fallback.RoundTrip(req)
+	}
+	ctx := req.Context()
+	if err := ctx.Err(); err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	retry := replayable(req)
+	pc, reused := t.get(req.URL.Host, !retry)
+	for {
+		if pc == nil {
+			var err error
+			if pc, err = t.dialConn(ctx, req.URL.Host); err != nil {
+				closeBody(req)
+				return nil, err
+			}
+		}
+		res, err, stale := pc.roundTrip(req)
+		if err == nil {
+			return res, nil
+		}
+		pc.close()
+		if stale && reused && retry && ctx.Err() == nil {
+			// The pod closed the kept-alive connection before it saw the request (an idle timeout
+			// or a restart): send it once more on a fresh connection.
+			pc, reused, retry = nil, false, false
+			continue
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		return nil, err
+	}
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// roundTrip sends req on pc and reads the response headers. stale is true when the connection
+// failed before any byte of a response arrived, so the pod cannot have acted on the request.
+func (pc *persistConn) roundTrip(req *http.Request) (res *http.Response, err error, stale bool) {
+	ctx := req.Context()
+	var stop func() bool
+	if ctx.Done() != nil {
+		// Cancellation (the client went away) closes the connection, which ends any read or write.
+		stop = context.AfterFunc(ctx, pc.abort)
+	}
+	defer func() {
+		if err != nil && stop != nil {
+			stop()
+		}
+	}()
+	if err := req.Write(pc.bw); err != nil {
+		return nil, fmt.Errorf("write request to %s: %w", pc.addr, err), true
+	}
+	if err := pc.bw.Flush(); err != nil {
+		return nil, fmt.Errorf("write request to %s: %w", pc.addr, err), true
+	}
+	if t := pc.t.responseHeaderTimeout; t > 0 {
+		_ = pc.conn.SetReadDeadline(time.Now().Add(t))
+	}
+	if _, err := pc.br.Peek(1); err != nil {
+		return nil, pc.readErr(err), true
+	}
+	for {
+		res, err = http.ReadResponse(pc.br, req)
+		if err != nil {
+			return nil, pc.readErr(err), false
+		}
+		if res.StatusCode >= 200 || res.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+		// An informational answer (103 Early Hints, 100 Continue): pass it on (ReverseProxy
+		// forwards it through the client trace) and read on.
+		if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.Got1xxResponse != nil {
+			if err := trace.Got1xxResponse(res.StatusCode, textproto.MIMEHeader(res.Header)); err != nil {
+				return nil, err, false
+			}
+		}
+	}
+	if pc.t.responseHeaderTimeout > 0 {
+		_ = pc.conn.SetReadDeadline(time.Time{})
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		// Upgrades go to the fallback transport; a pod that switches protocols unasked is broken.
+		return nil, fmt.Errorf("pod %s switched protocols without an Upgrade request", pc.addr), false
+	}
+	reuse := !res.Close && !req.Close
+	if res.Body == http.NoBody {
+		if stop != nil && !stop() {
+			reuse = false // cancelled at this very moment: the connection is being closed
+		}
+		if reuse {
+			pc.t.put(pc)
+		} else {
+			pc.close()
+		}
+		return res, nil, false
+	}
+	res.Body = &connBody{body: res.Body, pc: pc, stop: stop, reuse: reuse}
+	return res, nil, false
+}
+
+// readErr names a failed response read; a timeout names the response header timeout.
+func (pc *persistConn) readErr(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("read response from %s: no response headers within %s: %w", pc.addr, pc.t.responseHeaderTimeout, err)
+	}
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("read response from %s: %w", pc.addr, err)
+}
+
+func (pc *persistConn) abort() { _ = pc.conn.Close() }
+
+func (pc *persistConn) close() { _ = pc.conn.Close() }
+
+// connBody is a response body on a pooled connection: read to its end and closed, it gives the
+// connection back to the pool; closed early, it closes the connection (never draining a long
+// body nobody reads).
+type connBody struct {
+	body  io.ReadCloser
+	pc    *persistConn // nil once released
+	stop  func() bool
+	reuse bool
+	eof   bool
+}
+
+func (b *connBody) Read(p []byte) (int, error) {
+	if b.pc == nil && !b.eof {
+		return 0, errors.New("read on a closed response body")
+	}
+	if b.eof {
+		return 0, io.EOF
+	}
+	n, err := b.body.Read(p)
+	if err == io.EOF {
+		b.eof = true
+		b.release(b.reuse)
+	} else if err != nil {
+		b.release(false)
+	}
+	return n, err
+}
+
+func (b *connBody) Close() error {
+	if b.pc != nil {
+		b.release(false)
+	}
+	return nil
+}
+
+// release ends the body's hold on its connection: back to the pool, or closed.
+func (b *connBody) release(reuse bool) {
+	pc := b.pc
+	if pc == nil {
+		return
+	}
+	b.pc = nil
+	if b.stop != nil && !b.stop() {
+		reuse = false // the request was cancelled: the connection is being closed
+	}
+	if reuse {
+		pc.t.put(pc)
+	} else {
+		pc.close()
+	}
+}
+
+func (t *syncTransport) dialConn(ctx context.Context, addr string) (*persistConn, error) {
+	c, err := t.dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	pc := &persistConn{t: t, addr: addr, conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 4<<10)}
+	if sc, ok := c.(syscall.Conn); ok {
+		pc.raw, _ = sc.SyscallConn()
+	}
+	return pc, nil
+}
+
+// get takes the most recently used idle connection to addr. With check (a request that cannot
+// be retried), a connection the pod has already closed is skipped: a non-blocking peek costs one
+// system call and saves a 502 on a POST after a dev server's keep-alive timeout.
+func (t *syncTransport) get(addr string, check bool) (*persistConn, bool) {
+	for {
+		t.mu.Lock()
+		p := t.pools[addr]
+		if p == nil || len(p.conns) == 0 {
+			t.mu.Unlock()
+			return nil, false
+		}
+		pc := p.conns[len(p.conns)-1]
+		p.conns[len(p.conns)-1] = nil
+		p.conns = p.conns[:len(p.conns)-1]
+		t.mu.Unlock()
+		if t.idleTimeout > 0 && time.Since(pc.idleAt) > t.idleTimeout {
+			pc.close()
+			continue
+		}
+		if check && !pc.alive() {
+			pc.close()
+			continue
+		}
+		return pc, true
+	}
+}
+
+// alive reports whether the pod has neither closed the idle connection nor sent anything on it.
+func (pc *persistConn) alive() bool {
+	if pc.br.Buffered() > 0 {
+		return false
+	}
+	if pc.raw == nil {
+		return true
+	}
+	var buf [1]byte
+	ok := false
+	err := pc.raw.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		ok = n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK)
+		return true // never wait for readiness
+	})
+	return err == nil && ok
+}
+
+// put returns an idle connection to its pool, or closes it when the pool is full.
+func (t *syncTransport) put(pc *persistConn) {
+	if pc.br.Buffered() > 0 {
+		pc.close() // the pod sent more than one response: the connection is out of step
+		return
+	}
+	pc.idleAt = time.Now()
+	t.mu.Lock()
+	p := t.pools[pc.addr]
+	if p == nil {
+		p = &idlePool{}
+		t.pools[pc.addr] = p
+	}
+	if len(p.conns) >= t.maxIdlePerHost {
+		t.mu.Unlock()
+		pc.close()
+		return
+	}
+	p.conns = append(p.conns, pc)
+	if p.sweep == nil && t.idleTimeout > 0 {
+		p.sweep = time.AfterFunc(t.idleTimeout, func() { t.sweepIdle(pc.addr, p) })
+	}
+	t.mu.Unlock()
+}
+
+// sweepIdle closes the connections to addr that have been idle longer than idleTimeout (pods
+// that were deleted keep none open for long) and re-arms itself while any remain.
+func (t *syncTransport) sweepIdle(addr string, p *idlePool) {
+	now := time.Now()
+	var expired []*persistConn
+	t.mu.Lock()
+	if t.pools[addr] != p {
+		t.mu.Unlock()
+		return // dropped by CloseIdleConnections
+	}
+	p.sweep = nil
+	keep := p.conns[:0]
+	for _, pc := range p.conns {
+		if now.Sub(pc.idleAt) >= t.idleTimeout {
+			expired = append(expired, pc)
+		} else {
+			keep = append(keep, pc)
+		}
+	}
+	clear(p.conns[len(keep):])
+	p.conns = keep
+	if len(keep) == 0 {
+		delete(t.pools, addr)
+	} else {
+		p.sweep = time.AfterFunc(t.idleTimeout, func() { t.sweepIdle(addr, p) })
+	}
+	t.mu.Unlock()
+	for _, pc := range expired {
+		pc.close()
+	}
+}
+
+// CloseIdleConnections closes every idle connection (shutdown, tests), here and in the fallback.
+func (t *syncTransport) CloseIdleConnections() {
+	t.mu.Lock()
+	pools := t.pools
+	t.pools = map[string]*idlePool{}
+	t.mu.Unlock()
+	for _, p := range pools {
+		if p.sweep != nil {
+			p.sweep.Stop()
+		}
+		for _, pc := range p.conns {
+			pc.close()
+		}
+	}
+	if ci, ok := t.fallback.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
+// idleCount is the number of idle connections to addr (tests).
+func (t *syncTransport) idleCount(addr string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.pools[addr]; p != nil {
+		return len(p.conns)
+	}
+	return 0
+}

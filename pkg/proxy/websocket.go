@@ -1,0 +1,103 @@
+package proxy
+
+import (
+	"io"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// connRegistry knows every open upgraded (WebSocket) connection by the pod it was opened on.
+// Closing the backend side of one makes httputil.ReverseProxy close the client side too, so the
+// client sees the connection end and reconnects, landing on the current pod.
+type connRegistry struct {
+	mu    sync.Mutex
+	byPod map[types.UID]map[*trackedConn]struct{}
+	log   logr.Logger
+}
+
+func newConnRegistry(log logr.Logger) *connRegistry {
+	return &connRegistry{byPod: map[types.UID]map[*trackedConn]struct{}{}, log: log}
+}
+
+// trackedConn is the backend side of an upgraded connection, as ReverseProxy sees it (the
+// response body of a 101 answer).
+type trackedConn struct {
+	io.ReadWriteCloser
+	reg  *connRegistry
+	pod  types.UID
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() { c.reg.remove(c) })
+	return c.ReadWriteCloser.Close()
+}
+
+// track registers rwc as a connection to pod and returns the wrapper ReverseProxy must use.
+func (reg *connRegistry) track(pod types.UID, rwc io.ReadWriteCloser) *trackedConn {
+	c := &trackedConn{ReadWriteCloser: rwc, reg: reg, pod: pod}
+	reg.mu.Lock()
+	m := reg.byPod[pod]
+	if m == nil {
+		m = map[*trackedConn]struct{}{}
+		reg.byPod[pod] = m
+	}
+	m[c] = struct{}{}
+	reg.mu.Unlock()
+	return c
+}
+
+func (reg *connRegistry) remove(c *trackedConn) {
+	reg.mu.Lock()
+	if m := reg.byPod[c.pod]; m != nil {
+		delete(m, c)
+		if len(m) == 0 {
+			delete(reg.byPod, c.pod)
+		}
+	}
+	reg.mu.Unlock()
+}
+
+func (reg *connRegistry) has(pod types.UID) bool {
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	return len(reg.byPod[pod]) > 0
+}
+
+// count is the number of open connections to pod.
+func (reg *connRegistry) count(pod types.UID) int {
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	return len(reg.byPod[pod])
+}
+
+// closePod closes every connection opened on pod.
+func (reg *connRegistry) closePod(pod types.UID, why string) {
+	reg.mu.Lock()
+	m := reg.byPod[pod]
+	delete(reg.byPod, pod)
+	reg.mu.Unlock()
+	if len(m) == 0 {
+		return
+	}
+	reg.log.Info("closing WebSockets of a pod", "podUID", pod, "connections", len(m), "reason", why)
+	for c := range m {
+		c.once.Do(func() {}) // already removed from the registry
+		_ = c.ReadWriteCloser.Close()
+	}
+}
+
+// closeAll closes every tracked connection (shutdown: http.Server.Shutdown leaves hijacked ones).
+func (reg *connRegistry) closeAll() {
+	reg.mu.Lock()
+	pods := make([]types.UID, 0, len(reg.byPod))
+	for uid := range reg.byPod {
+		pods = append(pods, uid)
+	}
+	reg.mu.Unlock()
+	for _, uid := range pods {
+		reg.closePod(uid, "proxy shutting down")
+	}
+}

@@ -1,0 +1,220 @@
+package spawner
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// Identity is who and what a workspace is: everything BuildPod needs besides the template.
+type Identity struct {
+	// Owner is the raw subject of the owner.
+	Owner string
+	// ID is the workspace id (a DNS-1123 label).
+	ID string
+	// Name is the display name; empty means the id.
+	Name string
+	// Context holds the caller-supplied values for ${context.KEY} placeholders.
+	Context map[string]string
+}
+
+// IdentityFromPod reads the identity back from a workspace pod, so an upgrade renders the
+// template with the values of the original spawn.
+func IdentityFromPod(pod *corev1.Pod) (Identity, error) {
+	id := Identity{Owner: workspace.Owner(pod), ID: workspace.ID(pod), Name: pod.Annotations[workspace.AnnWorkspaceName]}
+	if id.Owner == "" || id.ID == "" {
+		return id, fmt.Errorf("pod %s/%s is not a workspace pod: it lacks label %s or annotation %s", pod.Namespace, pod.Name, workspace.LabelWorkspaceID, workspace.AnnOwner)
+	}
+	if raw := pod.Annotations[workspace.AnnContext]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &id.Context); err != nil {
+			return id, fmt.Errorf("pod %s/%s: annotation %s is not a JSON object of strings: %v", pod.Namespace, pod.Name, workspace.AnnContext, err)
+		}
+	}
+	return id, nil
+}
+
+// WorkspacePath and PreviewPath are the proxy routes of a workspace.
+func WorkspacePath(owner, id string) string {
+	return "/ws/" + workspace.UserLabel(owner) + "/" + id + "/"
+}
+func PreviewPath(owner, id string) string {
+	return "/preview/" + workspace.UserLabel(owner) + "/" + id + "/"
+}
+
+// BuildPod renders template t for a workspace: the Pod named podName and the PVCs it mounts (one
+// per template claim, named by workspace.ClaimName). It is pure: the same inputs give the same
+// objects, the namespace is left empty, nothing is sent anywhere. Errors (a missing required
+// context key, an unknown placeholder, an annotation that does not fit the spec) say what to fix.
+func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, []*corev1.PersistentVolumeClaim, error) {
+	if t == nil {
+		return nil, nil, fmt.Errorf("no template given")
+	}
+	if err := workspace.ValidateID(id.ID); err != nil {
+		return nil, nil, err
+	}
+	if id.Owner == "" {
+		return nil, nil, fmt.Errorf("workspace %s has no owner: a spawn needs the owner's subject", id.ID)
+	}
+	exp, err := t.Expansion()
+	if err != nil {
+		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
+	}
+	if err := validateRequiredContext(t, exp, id.Context); err != nil {
+		return nil, nil, err
+	}
+	name := id.Name
+	if name == "" {
+		name = id.ID
+	}
+	v := vars{
+		fixed: map[string]string{
+			"owner": id.Owner, "user": workspace.UserLabel(id.Owner), "id": id.ID, "name": name,
+			"pod": podName, "template": t.Name, "version": t.Version,
+		},
+		context: id.Context,
+	}
+
+	spec := t.Spec.DeepCopy()
+	claimVolume, claims, err := bindClaims(t, spec, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
+	}
+	if exp.Init != nil {
+		vol := exp.Init.Volume
+		if cv, ok := claimVolume[vol]; ok && !hasVolume(spec, vol) {
+			vol = cv
+		}
+		if err := injectInitContainer(spec, exp.Init, vol); err != nil {
+			return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
+		}
+	}
+	if err := injectPreStopHook(spec, exp.PreStop); err != nil {
+		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
+	}
+
+	var expanded corev1.PodSpec
+	if err := expandJSON(spec, &expanded, "data.spec", v); err != nil {
+		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
+	}
+	for i, c := range claims {
+		var out corev1.PersistentVolumeClaimSpec
+		if err := expandJSON(c.Spec, &out, fmt.Sprintf("data.volumeClaims[%d].spec", i), v); err != nil {
+			return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
+		}
+		c.Spec = out
+	}
+
+	ctxJSON := "{}"
+	if len(id.Context) > 0 {
+		b, err := json.Marshal(id.Context)
+		if err != nil {
+			return nil, nil, err
+		}
+		ctxJSON = string(b)
+	}
+	ann := map[string]string{
+		workspace.AnnOwner:           id.Owner,
+		workspace.AnnTemplateVersion: t.Version,
+		workspace.AnnWorkspaceName:   name,
+		workspace.AnnWorkspacePath:   WorkspacePath(id.Owner, id.ID),
+		workspace.AnnWorkspacePort:   strconv.Itoa(int(exp.WorkspacePort)),
+		workspace.AnnPreviewPath:     PreviewPath(id.Owner, id.ID),
+		workspace.AnnPreviewPort:     strconv.Itoa(int(exp.PreviewPort)),
+		workspace.AnnContext:         ctxJSON,
+	}
+	if exp.StripPrefix != nil {
+		ann[workspace.AnnStripPrefix] = *exp.StripPrefix
+	}
+	if exp.PublicPreview != nil {
+		ann[workspace.AnnPublicPreview] = *exp.PublicPreview
+	}
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        podName,
+			Labels:      labels(t, id),
+			Annotations: ann,
+		},
+		Spec: expanded,
+	}
+	return pod, claims, nil
+}
+
+func labels(t *templates.Template, id Identity) map[string]string {
+	return map[string]string{
+		workspace.LabelType:            workspace.TypeWorkspace,
+		workspace.LabelWorkspaceID:     id.ID,
+		workspace.LabelUserSub:         workspace.UserLabel(id.Owner),
+		workspace.LabelTemplate:        t.Name,
+		workspace.LabelTemplateVersion: workspace.VersionLabel(t.Version),
+	}
+}
+
+// bindClaims renders the template's claims as PVCs of this workspace and points the spec's
+// volumes at them: a volume whose persistentVolumeClaim.claimName is a template claim's name gets
+// the workspace's PVC; a claim no volume refers to gets a volume of its own name. It returns
+// claim name -> pod volume name.
+func bindClaims(t *templates.Template, spec *corev1.PodSpec, id Identity) (map[string]string, []*corev1.PersistentVolumeClaim, error) {
+	claimVolume := map[string]string{}
+	var pvcs []*corev1.PersistentVolumeClaim
+	for _, c := range t.VolumeClaims {
+		pvcName := workspace.ClaimName(id.Owner, id.ID, c.Name)
+		bound := false
+		for i := range spec.Volumes {
+			vol := &spec.Volumes[i]
+			if vol.PersistentVolumeClaim != nil && vol.PersistentVolumeClaim.ClaimName == c.Name {
+				vol.PersistentVolumeClaim.ClaimName = pvcName
+				claimVolume[c.Name] = vol.Name
+				bound = true
+			} else if vol.Name == c.Name {
+				return nil, nil, fmt.Errorf("volume %q has the name of a volume claim but does not use it: rename the volume or set persistentVolumeClaim.claimName: %q", vol.Name, c.Name)
+			}
+		}
+		if !bound {
+			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: c.Name, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvcName},
+			}})
+			claimVolume[c.Name] = c.Name
+		}
+		pvc := &corev1.PersistentVolumeClaim{
+			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+			ObjectMeta: metav1.ObjectMeta{
+				Name: pvcName,
+				Labels: map[string]string{
+					workspace.LabelWorkspaceID: id.ID,
+					workspace.LabelUserSub:     workspace.UserLabel(id.Owner),
+					workspace.LabelTemplate:    t.Name,
+				},
+				Annotations: map[string]string{workspace.AnnOwner: id.Owner},
+			},
+			Spec: *c.Spec.DeepCopy(),
+		}
+		for k, v := range c.Labels {
+			if _, ok := pvc.Labels[k]; !ok {
+				pvc.Labels[k] = v
+			}
+		}
+		for k, v := range c.Annotations {
+			if _, ok := pvc.Annotations[k]; !ok {
+				pvc.Annotations[k] = v
+			}
+		}
+		pvcs = append(pvcs, pvc)
+	}
+	return claimVolume, pvcs, nil
+}
+
+func hasVolume(spec *corev1.PodSpec, name string) bool {
+	for _, v := range spec.Volumes {
+		if v.Name == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,147 @@
+package spawner
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Placeholders a template may use in any string value of its spec and volume claims. A literal
+// "${" is written "$${". Anything else in ${...} is an error at spawn time.
+//
+//	${owner}          the owner's raw subject, e.g. auth0|5f1c or jane@example.com
+//	${user}           the owner as a label-safe value (workspace.UserLabel), as in the routing paths
+//	${id}             the workspace id
+//	${name}           the workspace display name (the id when none was given)
+//	${pod}            the pod name
+//	${template}       the template name
+//	${version}        the template version
+//	${context.KEY}    the caller-supplied context value KEY
+const contextPrefix = "context."
+
+// vars resolves placeholder names.
+type vars struct {
+	fixed   map[string]string
+	context map[string]string
+}
+
+func (v vars) lookup(name string) (string, bool) {
+	if k, ok := strings.CutPrefix(name, contextPrefix); ok {
+		s, ok := v.context[k]
+		return s, ok
+	}
+	s, ok := v.fixed[name]
+	return s, ok
+}
+
+func (v vars) known() string {
+	names := make([]string, 0, len(v.fixed)+1)
+	for k := range v.fixed {
+		names = append(names, "${"+k+"}")
+	}
+	sort.Strings(names)
+	ctx := make([]string, 0, len(v.context))
+	for k := range v.context {
+		ctx = append(ctx, k)
+	}
+	sort.Strings(ctx)
+	s := strings.Join(names, ", ") + " and ${context.KEY}"
+	if len(ctx) > 0 {
+		s += " (context keys given: " + strings.Join(ctx, ", ") + ")"
+	} else {
+		s += " (no context was given)"
+	}
+	return s
+}
+
+// expandString replaces ${name} placeholders in s. where names the field, for errors.
+func expandString(s, where string, v vars) (string, error) {
+	if !strings.Contains(s, "${") {
+		return s, nil
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "${")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String(), nil
+		}
+		if i > 0 && s[i-1] == '$' {
+			// "$${" is an escaped, literal "${".
+			b.WriteString(s[:i-1])
+			b.WriteString("${")
+			s = s[i+2:]
+			continue
+		}
+		b.WriteString(s[:i])
+		end := strings.IndexByte(s[i+2:], '}')
+		if end < 0 {
+			return "", fmt.Errorf("%s: placeholder %q is not closed with '}' (write $${ for a literal ${)", where, s[i:])
+		}
+		name := s[i+2 : i+2+end]
+		val, ok := v.lookup(name)
+		if !ok {
+			if k, isCtx := strings.CutPrefix(name, contextPrefix); isCtx {
+				return "", fmt.Errorf("%s: placeholder ${%s} needs context value %q, which the spawn did not give: pass it in the context", where, name, k)
+			}
+			return "", fmt.Errorf("%s: unknown placeholder ${%s}: known are %s; write $${ for a literal ${", where, name, v.known())
+		}
+		b.WriteString(val)
+		s = s[i+2+end+1:]
+	}
+}
+
+// expandJSON expands placeholders in every string value of obj (a JSON-marshalable struct) and
+// decodes the result back into out.
+func expandJSON(obj any, out any, root string, v vars) error {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	var tree any
+	if err := json.Unmarshal(raw, &tree); err != nil {
+		return err
+	}
+	tree, err = walk(tree, root, v)
+	if err != nil {
+		return err
+	}
+	raw, err = json.Marshal(tree)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, out)
+}
+
+func walk(node any, path string, v vars) (any, error) {
+	switch n := node.(type) {
+	case string:
+		return expandString(n, path, v)
+	case []any:
+		for i := range n {
+			e, err := walk(n[i], fmt.Sprintf("%s[%d]", path, i), v)
+			if err != nil {
+				return nil, err
+			}
+			n[i] = e
+		}
+		return n, nil
+	case map[string]any:
+		keys := make([]string, 0, len(n))
+		for k := range n {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys) // the first error is deterministic
+		for _, k := range keys {
+			e, err := walk(n[k], path+"."+k, v)
+			if err != nil {
+				return nil, err
+			}
+			n[k] = e
+		}
+		return n, nil
+	default:
+		return node, nil
+	}
+}

@@ -1,0 +1,292 @@
+package spawner
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// Options configures a Spawner.
+type Options struct {
+	// Namespace where workspaces are created.
+	Namespace string
+	// MaxPerUser is how many Running or Pending workspaces a non-admin owner may have (0: no limit).
+	MaxPerUser int
+	// ReservationTTL is how long a quota reservation whose pod never appeared counts (default 1m).
+	ReservationTTL time.Duration
+	// SyncTimeout bounds how long a spawn waits for the template registry's first sync (default 10s).
+	SyncTimeout time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Caller is who asks for the spawn.
+type Caller struct {
+	Subject string
+	IsAdmin bool
+}
+
+// Request asks for one workspace.
+type Request struct {
+	// Template is the template name.
+	Template string
+	// Owner is the owner's raw subject; empty means the caller.
+	Owner string
+	// ID is the workspace id; empty means workspace.IDFromName(Name).
+	ID string
+	// Name is the display name (default: the id).
+	Name string
+	// Context fills ${context.KEY} placeholders and the template's required context.
+	Context map[string]string
+	Caller  Caller
+}
+
+// Result is a created workspace.
+type Result struct {
+	Pod *corev1.Pod
+	// PVCs are the names of the workspace's claims (created now or reused from an earlier
+	// workspace with the same owner and id).
+	PVCs []string
+}
+
+// Spawner creates workspaces.
+type Spawner struct {
+	client    client.Client
+	apiReader client.Reader
+	reg       *templates.Registry
+	opts      Options
+
+	// ownerLocks serialises one process's spawns per owner, so they do not fight over the
+	// ledger; replicas still coordinate through it.
+	ownerLocks sync.Map // owner -> *sync.Mutex
+}
+
+// New returns a Spawner writing through c and reading authoritative state (existing ids, quota)
+// through apiReader, which must not be a cache.
+func New(c client.Client, apiReader client.Reader, reg *templates.Registry, opts Options) *Spawner {
+	if opts.ReservationTTL <= 0 {
+		opts.ReservationTTL = time.Minute
+	}
+	if opts.SyncTimeout <= 0 {
+		opts.SyncTimeout = 10 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Spawner{client: c, apiReader: apiReader, reg: reg, opts: opts}
+}
+
+// Spawn creates the workspace req describes: its PVCs, then its Pod. It refuses with an *Error
+// (NotFound, Invalid, Conflict, QuotaExceeded, Forbidden) and never leaves half a workspace: what
+// this call created is deleted again when a later step fails.
+func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
+	owner := req.Owner
+	if owner == "" {
+		owner = req.Caller.Subject
+	}
+	if owner == "" {
+		return nil, errorf(Invalid, nil, "the workspace has no owner: authenticate, or give the owner's subject")
+	}
+	if !req.Caller.IsAdmin && req.Caller.Subject != "" && req.Caller.Subject != owner {
+		return nil, errorf(Forbidden, nil, "only an admin may create a workspace for another user (%s)", owner)
+	}
+	id := req.ID
+	if id == "" {
+		if id = workspace.IDFromName(req.Name); id == "" {
+			return nil, errorf(Invalid, nil, "give a workspace id, or a name with letters or digits to derive it from (got name %q)", req.Name)
+		}
+	}
+	if err := workspace.ValidateID(id); err != nil {
+		return nil, errorf(Invalid, err, "%v", err)
+	}
+	if req.Template == "" {
+		return nil, errorf(Invalid, nil, "no template given: name one of the templates list_templates shows")
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, s.opts.SyncTimeout)
+	synced := s.reg.WaitForSync(syncCtx)
+	cancel()
+	t, ok := s.reg.Get(req.Template)
+	if !ok {
+		if !synced {
+			return nil, fmt.Errorf("templates are still loading: retry in a few seconds")
+		}
+		return nil, s.notFound(req.Template)
+	}
+	podName := workspace.PodName(owner, id)
+	pod, pvcs, err := BuildPod(t, Identity{Owner: owner, ID: id, Name: req.Name, Context: req.Context}, podName)
+	if err != nil {
+		return nil, errorf(Invalid, err, "%v", err)
+	}
+	pod.Namespace = s.opts.Namespace
+	for _, p := range pvcs {
+		p.Namespace = s.opts.Namespace
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("workspace", id, "owner", owner, "template", t.Name, "version", t.Version)
+
+	if err := s.checkFree(ctx, id); err != nil {
+		return nil, err
+	}
+	if s.opts.MaxPerUser > 0 && !req.Caller.IsAdmin {
+		mu, _ := s.ownerLocks.LoadOrStore(owner, &sync.Mutex{})
+		mu.(*sync.Mutex).Lock()
+		err := s.reserve(ctx, owner, id)
+		mu.(*sync.Mutex).Unlock()
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			cctx, cancel := cleanupContext(ctx)
+			defer cancel()
+			if err := s.release(cctx, owner, id); err != nil {
+				log.Error(err, "cannot release quota reservation; it expires by itself", "ttl", s.opts.ReservationTTL)
+			}
+		}()
+	}
+
+	var created []*corev1.PersistentVolumeClaim
+	undo := func() {
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		for _, p := range created {
+			if err := s.client.Delete(cctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) {
+				log.Error(err, "cannot delete PVC of a failed spawn", "pvc", klog.KObj(p))
+			}
+		}
+	}
+	names := make([]string, 0, len(pvcs))
+	for _, p := range pvcs {
+		names = append(names, p.Name)
+		reused, err := s.createClaim(ctx, p, owner, id)
+		if err != nil {
+			undo()
+			return nil, err
+		}
+		if !reused {
+			created = append(created, p)
+		}
+	}
+	if err := s.client.Create(ctx, pod); err != nil {
+		undo()
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			return nil, errorf(Conflict, err, "workspace %q already exists (pod %s): choose another id or delete it first", id, podName)
+		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+			return nil, errorf(Invalid, err, "template %s version %s rendered a pod the API server refused: %v", t.Name, t.Version, err)
+		case apierrors.IsForbidden(err):
+			return nil, errorf(Forbidden, err, "the API server refused the pod of workspace %q: %v", id, err)
+		}
+		return nil, fmt.Errorf("create pod %s: %w", podName, err)
+	}
+	// Two owners racing for one id create two differently named pods; each spawn looks again
+	// after its create and yields if another pod has the id (both may yield: never two pods).
+	if other, err := s.otherPodWithID(ctx, id, podName); err != nil || other != "" {
+		if err == nil {
+			err = errorf(Conflict, nil, "workspace %q was created at the same time by another request (pod %s): choose another id", id, other)
+		}
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		if derr := s.client.Delete(cctx, pod, client.Preconditions{UID: &pod.UID}); derr != nil && !apierrors.IsNotFound(derr) {
+			log.Error(derr, "cannot delete the pod of a conflicting spawn", "pod", klog.KObj(pod))
+		}
+		undo()
+		return nil, err
+	}
+	log.Info("workspace created", "pod", klog.KObj(pod), "pvcs", names)
+	return &Result{Pod: pod, PVCs: names}, nil
+}
+
+func (s *Spawner) notFound(name string) error {
+	for _, info := range s.reg.List() {
+		if info.Name == name && !info.Valid {
+			return errorf(NotFound, nil, "template %s has no valid version (%s): fix it and raise %s", name, info.Error, workspace.AnnTemplateVersion)
+		}
+	}
+	var names []string
+	for _, info := range s.reg.List() {
+		if info.ServingVersion != "" {
+			names = append(names, info.Name)
+		}
+	}
+	return errorf(NotFound, nil, "template %q does not exist: use one of [%s]", name, strings.Join(dedupe(names), ", "))
+}
+
+// checkFree refuses an id some pod in the namespace already has (read from the API server).
+func (s *Spawner) checkFree(ctx context.Context, id string) error {
+	var list corev1.PodList
+	if err := s.apiReader.List(ctx, &list, client.InNamespace(s.opts.Namespace), client.MatchingLabels{workspace.LabelWorkspaceID: id}); err != nil {
+		return fmt.Errorf("check workspace id %q: %w", id, err)
+	}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp != nil {
+			return errorf(Conflict, nil, "workspace %q is being deleted (pod %s): retry when it is gone, or choose another id", id, p.Name)
+		}
+		return errorf(Conflict, nil, "workspace %q already exists (pod %s): choose another id or delete it first", id, p.Name)
+	}
+	return nil
+}
+
+func (s *Spawner) otherPodWithID(ctx context.Context, id, podName string) (string, error) {
+	var list corev1.PodList
+	if err := s.apiReader.List(ctx, &list, client.InNamespace(s.opts.Namespace), client.MatchingLabels{workspace.LabelWorkspaceID: id}); err != nil {
+		return "", fmt.Errorf("check workspace id %q: %w", id, err)
+	}
+	for _, p := range list.Items {
+		if p.Name != podName {
+			return p.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// createClaim creates p, or reuses an existing PVC of the same name that belongs to the same
+// owner and workspace id (claims outlive pods, so a re-created workspace gets its data back).
+func (s *Spawner) createClaim(ctx context.Context, p *corev1.PersistentVolumeClaim, owner, id string) (reused bool, err error) {
+	err = s.client.Create(ctx, p)
+	if err == nil {
+		return false, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+			return false, errorf(Invalid, err, "the API server refused PVC %s: %v", p.Name, err)
+		}
+		return false, fmt.Errorf("create PVC %s: %w", p.Name, err)
+	}
+	var existing corev1.PersistentVolumeClaim
+	if err := s.apiReader.Get(ctx, client.ObjectKeyFromObject(p), &existing); err != nil {
+		return false, fmt.Errorf("read existing PVC %s: %w", p.Name, err)
+	}
+	if existing.Labels[workspace.LabelWorkspaceID] != id || existing.Annotations[workspace.AnnOwner] != owner {
+		return false, errorf(Conflict, nil, "PVC %s already exists and belongs to another workspace: delete it or choose another id", p.Name)
+	}
+	if existing.DeletionTimestamp != nil {
+		return false, errorf(Conflict, nil, "PVC %s of workspace %q is being deleted: retry when it is gone", p.Name, id)
+	}
+	existing.DeepCopyInto(p)
+	return true, nil
+}
+
+// cleanupContext outlives a cancelled request, so an undo still runs, but not forever.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+}
+
+func dedupe(in []string) []string {
+	var out []string
+	for i, s := range in {
+		if i == 0 || in[i-1] != s {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,244 @@
+package templates
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// Event reasons on template ConfigMaps.
+const (
+	ReasonTemplateLoaded  = "TemplateLoaded"
+	ReasonTemplateInvalid = "TemplateInvalid"
+)
+
+// Options configures the registry.
+type Options struct {
+	// Namespace whose template ConfigMaps are served. Empty accepts every namespace the cache sees.
+	Namespace string
+	// TemplateDir holds local YAML templates (--template-dir); empty for none.
+	TemplateDir string
+	// FileRescan is how often TemplateDir is read again (default 10s; negative: read once).
+	FileRescan time.Duration
+}
+
+// Registry holds the last valid version of every template from both sources. ConfigMaps take
+// precedence over files of the same name. It is safe for concurrent use.
+type Registry struct {
+	opts     Options
+	log      logr.Logger
+	recorder events.EventRecorder
+	// informers is the manager's cache; nil for NewStatic.
+	informers cache.Informers
+
+	mu    sync.RWMutex
+	cms   map[string]*entry // by ConfigMap name
+	files map[string]*entry // by template name
+	subs  []func(name string)
+
+	synced atomic.Bool
+	// syncedCh is closed once the ConfigMap informer has delivered its initial list.
+	syncedCh chan struct{}
+}
+
+type entry struct {
+	info    Info
+	valid   *Template
+	hash    string
+	lastErr string
+	rv      string
+}
+
+func newRegistry(opts Options, log logr.Logger, rec events.EventRecorder) *Registry {
+	if opts.FileRescan == 0 {
+		opts.FileRescan = 10 * time.Second
+	}
+	return &Registry{opts: opts, log: log, recorder: rec, cms: map[string]*entry{}, files: map[string]*entry{}, syncedCh: make(chan struct{})}
+}
+
+// NewStatic is a registry serving fixed templates, already synced: for tests of packages that
+// need a Registry without an API server.
+func NewStatic(ts ...*Template) *Registry {
+	r := newRegistry(Options{FileRescan: -1}, logr.Discard(), nil)
+	for _, t := range ts {
+		r.cms[t.Name] = &entry{valid: t.DeepCopy(), hash: hashTemplate(t), info: Info{Name: t.Name, Version: t.Version, Description: t.Description, Source: t.Source, Valid: true, ServingVersion: t.Version}}
+	}
+	r.markSynced()
+	return r
+}
+
+// Setup creates the registry, loads --template-dir and adds a runnable (on every replica, not
+// only the leader) that watches template ConfigMaps through the manager's cache. A new version is
+// served as soon as the informer delivers it.
+func Setup(mgr ctrl.Manager, opts Options) (*Registry, error) {
+	r := newRegistry(opts, mgr.GetLogger().WithName("templates"), mgr.GetEventRecorder("nogoo9-templates"))
+	r.informers = mgr.GetCache()
+	if opts.TemplateDir != "" {
+		if err := r.rescanFiles(); err != nil {
+			return nil, err
+		}
+	}
+	if err := mgr.Add(r); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("templates", func(*http.Request) error {
+		if !r.Synced() {
+			return fmt.Errorf("template ConfigMaps not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// NeedLeaderElection: every replica serves templates.
+func (r *Registry) NeedLeaderElection() bool { return false }
+
+// Get returns a copy of the last valid version of the template name.
+func (r *Registry) Get(name string) (*Template, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, m := range []map[string]*entry{r.cms, r.files} {
+		if e, ok := m[name]; ok && e.valid != nil {
+			return e.valid.DeepCopy(), true
+		}
+	}
+	return nil, false
+}
+
+// List returns every template of both sources, invalid ones included, sorted by name (ConfigMaps
+// before files of the same name).
+func (r *Registry) List() []Info {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Info, 0, len(r.cms)+len(r.files))
+	for _, e := range r.cms {
+		out = append(out, e.info)
+	}
+	for _, e := range r.files {
+		out = append(out, e.info)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Source < out[j].Source
+	})
+	return out
+}
+
+// Subscribe registers fn, called with a template's name after its served version or content
+// changes (or it disappears). fn runs on the informer's goroutine: it must not block (enqueue and
+// return).
+func (r *Registry) Subscribe(fn func(name string)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.subs = append(r.subs, fn)
+}
+
+// Synced reports whether the ConfigMap source has delivered its initial list.
+func (r *Registry) Synced() bool { return r.synced.Load() }
+
+// WaitForSync blocks until Synced or ctx ends, and reports Synced.
+func (r *Registry) WaitForSync(ctx context.Context) bool {
+	select {
+	case <-r.syncedCh:
+		return true
+	case <-ctx.Done():
+		return r.Synced()
+	}
+}
+
+func (r *Registry) markSynced() {
+	if r.synced.CompareAndSwap(false, true) {
+		close(r.syncedCh)
+	}
+}
+
+func (r *Registry) notify(name string) {
+	r.mu.RLock()
+	subs := append([]func(string){}, r.subs...)
+	r.mu.RUnlock()
+	for _, fn := range subs {
+		fn(name)
+	}
+}
+
+// apply records the outcome of decoding one source of template name and says whether the served
+// template changed and whether the error is new.
+func (r *Registry) apply(m map[string]*entry, name, source string, t *Template, err error, ann map[string]string) (changed, newErr bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := m[name]
+	if !ok {
+		e = &entry{}
+		m[name] = e
+	}
+	if err == nil {
+		h := hashTemplate(t)
+		changed = e.valid == nil || h != e.hash
+		e.valid, e.hash, e.lastErr = t, h, ""
+		e.info = Info{Name: name, Version: t.Version, Description: t.Description, Source: source, Valid: true, ServingVersion: t.Version}
+		return changed, false
+	}
+	msg := err.Error()
+	newErr = msg != e.lastErr
+	e.lastErr = msg
+	e.info = Info{Name: name, Version: ann[workspace.AnnTemplateVersion], Description: ann[workspace.AnnDescription], Source: source, Error: msg}
+	if e.valid != nil {
+		e.info.ServingVersion = e.valid.Version
+	}
+	return false, newErr
+}
+
+func (r *Registry) remove(m map[string]*entry, name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := m[name]
+	delete(m, name)
+	return ok && e.valid != nil
+}
+
+func hashTemplate(t *Template) string {
+	b, _ := json.Marshal(struct {
+		V, D string
+		S    corev1.PodSpec
+		C    []corev1.PersistentVolumeClaim
+		A    map[string]string
+	}{t.Version, t.Description, t.Spec, t.VolumeClaims, t.Annotations})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// DeepCopy returns a copy sharing nothing with t.
+func (t *Template) DeepCopy() *Template {
+	if t == nil {
+		return nil
+	}
+	out := *t
+	out.Spec = *t.Spec.DeepCopy()
+	if t.VolumeClaims != nil {
+		out.VolumeClaims = make([]corev1.PersistentVolumeClaim, len(t.VolumeClaims))
+		for i := range t.VolumeClaims {
+			t.VolumeClaims[i].DeepCopyInto(&out.VolumeClaims[i])
+		}
+	}
+	out.Annotations = copyMap(t.Annotations)
+	return &out
+}

@@ -1,0 +1,185 @@
+package templates
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// One kube-apiserver for the package's integration tests.
+var (
+	cfg    *rest.Config
+	envErr error
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	var env *envtest.Environment
+	if !testing.Short() {
+		assets := os.Getenv("KUBEBUILDER_ASSETS")
+		if assets == "" {
+			assets = "../../bin"
+		}
+		env = &envtest.Environment{BinaryAssetsDirectory: assets}
+		cfg, envErr = env.Start()
+	}
+	code := m.Run()
+	if env != nil && envErr == nil {
+		_ = env.Stop()
+	}
+	os.Exit(code)
+}
+
+func needAPIServer(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver (run without -short)")
+	}
+	if envErr != nil {
+		t.Fatalf("envtest did not start (KUBEBUILDER_ASSETS=%s): %v", os.Getenv("KUBEBUILDER_ASSETS"), envErr)
+	}
+}
+
+func templateCM(ns, name, version, spec string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels:      map[string]string{workspace.LabelPodTemplate: "true"},
+			Annotations: map[string]string{workspace.AnnTemplateVersion: version, workspace.AnnDescription: "d"}},
+		Data: map[string]string{workspace.DataSpec: spec},
+	}
+}
+
+const okSpec = `{"containers":[{"name":"ide","image":"node:22","ports":[{"containerPort":8080}]}]}`
+
+func TestRegistryFollowsTemplateConfigMaps(t *testing.T) {
+	needAPIServer(t)
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := client.New(cfg, client.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	ns := "reg-" + fmt.Sprint(time.Now().UnixNano()%100000)
+	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+
+	// A file template next to the ConfigMaps.
+	dir := t.TempDir()
+	g.Expect(os.WriteFile(dir+"/local.yaml", []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: local\n  annotations: {nogoo9/template-version: \"7\"}\ndata:\n  spec: '"+okSpec+"'\n"), 0o600)).To(Succeed())
+
+	// Present before the registry starts: read in the initial list.
+	g.Expect(c.Create(ctx, templateCM(ns, "node", "1", okSpec))).To(Succeed())
+	// Decoys: another namespace and an unlabelled ConfigMap are not templates.
+	g.Expect(c.Create(ctx, templateCM("default", "elsewhere", "1", okSpec))).To(Succeed())
+	plain := templateCM(ns, "plain", "1", okSpec)
+	plain.Labels = nil
+	g.Expect(c.Create(ctx, plain)).To(Succeed())
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme.Scheme,
+		Logger:                 zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(true)),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: cache.Options{
+			DefaultNamespaces: map[string]cache.Config{ns: {}},
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{workspace.LabelPodTemplate: "true"}), Transform: workspace.StripManagedFields},
+			},
+		},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	reg, err := Setup(mgr, Options{Namespace: ns, TemplateDir: dir})
+	g.Expect(err).NotTo(HaveOccurred())
+	var mu sync.Mutex
+	notified := map[string]int{}
+	reg.Subscribe(func(name string) { mu.Lock(); notified[name]++; mu.Unlock() })
+	notifications := func(name string) int { mu.Lock(); defer mu.Unlock(); return notified[name] }
+	go func() { _ = mgr.Start(ctx) }()
+
+	g.Expect(reg.WaitForSync(ctx)).To(BeTrue())
+	version := func(name string) string {
+		if t, ok := reg.Get(name); ok {
+			return t.Version
+		}
+		return ""
+	}
+	g.Expect(version("node")).To(Equal("1"))
+	g.Expect(version("local")).To(Equal("7"))
+	g.Expect(version("elsewhere")).To(BeEmpty())
+	g.Expect(version("plain")).To(BeEmpty())
+
+	// A version bump is served within moments, without restart, and subscribers hear of it.
+	before := notifications("node")
+	var cm corev1.ConfigMap
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "node"}, &cm)).To(Succeed())
+	cm.Annotations[workspace.AnnTemplateVersion] = "2"
+	g.Expect(c.Update(ctx, &cm)).To(Succeed())
+	g.Eventually(func() string { return version("node") }).WithTimeout(3 * time.Second).WithPolling(10 * time.Millisecond).Should(Equal("2"))
+	g.Eventually(func() int { return notifications("node") }).WithTimeout(30 * time.Second).Should(BeNumerically(">", before))
+
+	// A broken edit: version 2 keeps serving, List says why, a Warning Event lands on the ConfigMap.
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "node"}, &cm)).To(Succeed())
+	cm.Annotations[workspace.AnnTemplateVersion] = "3"
+	cm.Data[workspace.DataSpec] = `{"containers":[{"name":"ide","image":"x","imagePullPolicyy":"Always"}]}`
+	g.Expect(c.Update(ctx, &cm)).To(Succeed())
+	// A broken new template never blocks the valid ones.
+	g.Expect(c.Create(ctx, templateCM(ns, "broken", "1", `{"containers":`))).To(Succeed())
+	g.Expect(c.Create(ctx, templateCM(ns, "fresh", "1", okSpec))).To(Succeed())
+	infoOf := func(name string) Info {
+		for _, i := range reg.List() {
+			if i.Name == name && strings.HasPrefix(i.Source, "configmap:") {
+				return i
+			}
+		}
+		return Info{}
+	}
+	g.Eventually(func() Info { return infoOf("node") }).WithTimeout(30 * time.Second).Should(And(
+		HaveField("Valid", false), HaveField("Version", "3"), HaveField("ServingVersion", "2"),
+		HaveField("Error", ContainSubstring("imagePullPolicyy"))))
+	g.Expect(version("node")).To(Equal("2"))
+	g.Eventually(func() Info { return infoOf("broken") }).WithTimeout(30 * time.Second).Should(And(
+		HaveField("Valid", false), HaveField("ServingVersion", ""), HaveField("Error", ContainSubstring("invalid JSON"))))
+	g.Eventually(func() string { return version("fresh") }).WithTimeout(30 * time.Second).Should(Equal("1"))
+	_, ok := reg.Get("broken")
+	g.Expect(ok).To(BeFalse())
+	g.Eventually(func(g Gomega) {
+		var evs corev1.EventList
+		g.Expect(c.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+		var msgs []string
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == "node" && e.Type == corev1.EventTypeWarning && e.Reason == ReasonTemplateInvalid {
+				msgs = append(msgs, e.Message)
+			}
+		}
+		g.Expect(msgs).To(ContainElement(And(ContainSubstring("version 2 keeps serving"), ContainSubstring("imagePullPolicyy"))))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+
+	// Deleting the ConfigMap removes the template.
+	g.Expect(c.Delete(ctx, &cm)).To(Succeed())
+	g.Eventually(func() string { return version("node") }).WithTimeout(30 * time.Second).Should(BeEmpty())
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,51 @@
+package upgrade
+
+import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// Intent is a parsed nogoo9/upgrade-requested value.
+type Intent struct {
+	// Valid is true for a request the controller acts on.
+	Valid bool
+	// At is the request time when the value is an RFC 3339 time (the API writes one).
+	At time.Time
+	// Problem says, for an invalid value, why it was not taken as a request.
+	Problem string
+}
+
+// ParseIntent reads a nogoo9/upgrade-requested value. "true" (what `kubectl annotate ...=true`
+// writes) and an RFC 3339 time (what the API writes) are requests; so are the obvious spellings
+// of yes ("True", "yes", "1", "on"), normalised without a write. "false", "no", "0", "off" and
+// anything else are not: the controller removes them with a Warning Event rather than guess.
+func ParseIntent(v string) Intent {
+	s := strings.TrimSpace(v)
+	switch strings.ToLower(s) {
+	case "true", "yes", "y", "1", "on":
+		return Intent{Valid: true}
+	case "":
+		return Intent{Problem: "the value is empty; use nogoo9/upgrade-requested=true to request an upgrade"}
+	case "false", "no", "n", "0", "off":
+		return Intent{Problem: "the value says no; remove the annotation instead, or set it to \"true\" to request an upgrade"}
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return Intent{Valid: true, At: t}
+	}
+	return Intent{Problem: "it is neither \"true\" nor an RFC 3339 time; set nogoo9/upgrade-requested=true to request an upgrade"}
+}
+
+// ValidUpgradePodName reports whether name, recorded in nogoo9/upgrade-pod on cur, can be used for
+// its upgraded pod: a DNS-1123 label that starts with the workspace's pod-name prefix (so the front
+// end finds its Events) and is not cur's own name.
+func ValidUpgradePodName(cur *corev1.Pod, name string) bool {
+	if name == "" || name == cur.Name || len(validation.IsDNS1123Label(name)) > 0 {
+		return false
+	}
+	return strings.HasPrefix(name, workspace.PodName(workspace.Owner(cur), workspace.ID(cur))+"-")
+}

@@ -1,0 +1,362 @@
+package upgrade
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// Strategy is how a workspace is moved to a new pod; it is stamped on the upgraded pod as
+// nogoo9/upgrade-strategy.
+type Strategy string
+
+const (
+	// SideBySide starts the new pod next to the old one and deletes the old one once the new one
+	// is Ready: no outage. Used when no claim is ReadWriteOnce or ReadWriteOncePod.
+	SideBySide Strategy = "SideBySide"
+	// Recreate creates the new pod (it waits on the volume), then deletes the old one so the
+	// volume is released. The new pod carries the old spec (nogoo9/rollback-spec) until it is Ready.
+	Recreate Strategy = "Recreate"
+	// Rollback marks the pod that brings a failed Recreate upgrade back on the previous spec.
+	Rollback Strategy = "Rollback"
+)
+
+// Event reasons, in pairs, as the Events on workspace pods carry them.
+const (
+	ReasonUpgradeRequested      = "UpgradeRequested"
+	ReasonUpgradeStarted        = "UpgradeStarted"
+	ReasonUpgradeSucceeded      = "UpgradeSucceeded"
+	ReasonUpgradeFailed         = "UpgradeFailed"
+	ReasonUpgradeNotNeeded      = "UpgradeNotNeeded"
+	ReasonInvalidUpgradeRequest = "InvalidUpgradeRequest"
+	ReasonDuplicateRemoved      = "DuplicatePodRemoved"
+)
+
+// Result labels of a finished upgrade (for metrics).
+const (
+	ResultSucceeded = "succeeded"
+	ResultFailed    = "failed"
+)
+
+// Config is the planner's tuning.
+type Config struct {
+	// Timeout is how long an upgraded pod may take to become Ready (--upgrade-timeout).
+	Timeout time.Duration
+}
+
+// DefaultTimeout is the upgrade deadline when Config.Timeout is zero.
+const DefaultTimeout = 10 * time.Minute
+
+func (c Config) timeout() time.Duration {
+	if c.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return c.Timeout
+}
+
+// Target is what the planner needs to know of the workspace's template.
+type Target struct {
+	// Found is false when the template does not exist (deleted, or never valid).
+	Found bool
+	// Name and Version of the template's current valid version.
+	Name    string
+	Version string
+}
+
+// Observed is everything known about one workspace: all its pods (live and terminating, in any
+// order) and the claims of the namespace they mount, by name.
+type Observed struct {
+	Pods   []*corev1.Pod
+	Claims map[string]*corev1.PersistentVolumeClaim
+}
+
+// ActionKind says what an Action does.
+type ActionKind string
+
+const (
+	// CreateUpgradePod builds a pod from the template for the identity of Source, named Name,
+	// with Annotations added; for Recreate the controller also stores Source's full spec
+	// (read from the API server) as nogoo9/rollback-spec.
+	CreateUpgradePod ActionKind = "CreateUpgradePod"
+	// CreateRollbackPod rebuilds the previous pod from Source's nogoo9/rollback-spec (read from
+	// the API server), named Name, with Annotations added.
+	CreateRollbackPod ActionKind = "CreateRollbackPod"
+	// DeletePod deletes Pod with its UID as precondition.
+	DeletePod ActionKind = "DeletePod"
+	// PatchPod merge-patches Pod's annotations: Set and Remove (nogoo9's keys only).
+	PatchPod ActionKind = "PatchPod"
+	// Event records an Event on Pod.
+	Event ActionKind = "Event"
+)
+
+// Action is one write. A move is a short list of them, applied in order; the controller stops at
+// the first error and the next pass re-plans from what it observes.
+type Action struct {
+	Kind ActionKind
+	// Pod is the target of DeletePod, PatchPod and Event; the source of the create actions.
+	Pod *corev1.Pod
+	// Name of the pod to create.
+	Name string
+	// Strategy of the upgrade a create starts, or that a Result concludes.
+	Strategy Strategy
+	// Annotations added to a created pod; Set and Remove for PatchPod.
+	Annotations map[string]string
+	Remove      []string
+	// EventType (corev1.EventTypeNormal/Warning), Reason and Message of an Event. A DeletePod or
+	// create may carry an Event too: it is recorded only when the write actually happened (not
+	// NotFound / AlreadyExists), so a repeated move after a stale read does not say it twice.
+	EventType, Reason, Message string
+	// EventOn is the pod the Event is recorded on when it is not Pod (e.g. the pod that stays).
+	EventOn *corev1.Pod
+	// Result, when set on a write, is the outcome of an upgrade that this write concludes
+	// (counted once, when the write actually happened), with its Duration.
+	Result   string
+	Duration time.Duration
+	// Keep, on a DeletePod, is the pod that stays and serves instead. The controller reads it from
+	// the API server first and stops the move unless it exists and is not being deleted: a stale
+	// cache must never make nogoo9 delete the last pod of a workspace.
+	Keep *corev1.Pod
+	// NeedsSlot marks a create that starts a new upgrade: the controller admits it only within
+	// --max-concurrent-upgrades.
+	NeedsSlot bool
+}
+
+// State names where a workspace is, for logs and metrics.
+type State string
+
+const (
+	StateIdle          State = "Idle"
+	StateRequested     State = "Requested"
+	StateUpgrading     State = "Upgrading"
+	StateRollingBack   State = "RollingBack"
+	StateDuplicates    State = "Duplicates"
+	StateNoPods        State = "NoPods"
+	StateWaitDuplicate State = "WaitingForNewestPod"
+)
+
+// Move is the next move for one workspace: the writes of one pass.
+type Move struct {
+	State   State
+	Actions []Action
+	// RequeueAfter, when non-zero, asks to look again then even if nothing changes (a deadline).
+	RequeueAfter time.Duration
+}
+
+// Plan computes the next move of the workspace observed in obs, towards template target, at now.
+func Plan(obs Observed, target Target, now time.Time, cfg Config) Move {
+	live := liveOrdered(obs.Pods)
+	if len(live) == 0 {
+		return Move{State: StateNoPods}
+	}
+	head := live[0]
+	if InFlight(head, live) {
+		switch Strategy(head.Annotations[workspace.AnnUpgradeStrategy]) {
+		case Rollback:
+			return planRollback(head, live)
+		case Recreate:
+			return planRecreate(head, live, now, cfg)
+		default:
+			return planSideBySide(head, live, now, cfg)
+		}
+	}
+	if len(live) > 1 {
+		return planDuplicates(head, live)
+	}
+	return planIdle(head, obs, target, now)
+}
+
+// planDuplicates handles more than one live pod and no upgrade in flight: once the newest is
+// Ready, the older ones go; until then nothing is touched (the newest may still become Ready).
+func planDuplicates(head *corev1.Pod, live []*corev1.Pod) Move {
+	if !workspace.IsReady(head) {
+		return Move{State: StateWaitDuplicate}
+	}
+	p := Move{State: StateDuplicates}
+	for _, old := range live[1:] {
+		p.Actions = append(p.Actions, Action{Kind: DeletePod, Pod: old, Keep: head,
+			EventType: corev1.EventTypeNormal, Reason: ReasonDuplicateRemoved,
+			Message: fmt.Sprintf("Deleted pod %s: pod %s of the same workspace is newer and Ready.", old.Name, head.Name)})
+	}
+	return p
+}
+
+// planIdle handles a single live pod with no upgrade in flight: act on its intent, if any.
+func planIdle(cur *corev1.Pod, obs Observed, target Target, now time.Time) Move {
+	raw, ok := cur.Annotations[workspace.AnnUpgradeRequested]
+	if !ok {
+		return Move{State: StateIdle}
+	}
+	clearIntent := []string{workspace.AnnUpgradeRequested, workspace.AnnUpgradePod, workspace.AnnUpgradeStartedAt}
+	intent := ParseIntent(raw)
+	if !intent.Valid {
+		return Move{State: StateIdle, Actions: []Action{
+			{Kind: PatchPod, Pod: cur, Remove: clearIntent},
+			{Kind: Event, Pod: cur, EventType: corev1.EventTypeWarning, Reason: ReasonInvalidUpgradeRequest,
+				Message: fmt.Sprintf("Ignored and removed %s=%q on pod %s: %s.", workspace.AnnUpgradeRequested, raw, cur.Name, intent.Problem)},
+		}}
+	}
+	if !target.Found {
+		tmpl := cur.Labels[workspace.LabelTemplate]
+		msg := fmt.Sprintf("template %q of pod %s was not found: restore the template or spawn a new workspace from an existing one", tmpl, cur.Name)
+		return failStart(cur, "TemplateNotFound", msg, now)
+	}
+	if workspace.TemplateVersion(cur) == target.Version {
+		return Move{State: StateIdle, Actions: []Action{
+			{Kind: PatchPod, Pod: cur, Remove: clearIntent},
+			{Kind: Event, Pod: cur, EventType: corev1.EventTypeNormal, Reason: ReasonUpgradeNotNeeded,
+				Message: fmt.Sprintf("Pod %s already runs version %s of template %s; nothing to upgrade.", cur.Name, target.Version, target.Name)},
+		}}
+	}
+	strategy, why := ChooseStrategy(cur, obs.Claims)
+	name := UpgradePodName(cur, target.Version)
+	return Move{State: StateRequested, Actions: []Action{{
+		Kind: CreateUpgradePod, Pod: cur, Name: name, Strategy: strategy, NeedsSlot: true,
+		Annotations: map[string]string{
+			workspace.AnnUpgradeFrom:        cur.Name,
+			workspace.AnnUpgradeFromUID:     string(cur.UID),
+			workspace.AnnUpgradeFromVersion: workspace.TemplateVersion(cur),
+			workspace.AnnUpgradeStrategy:    string(strategy),
+			workspace.AnnUpgradeStartedAt:   now.UTC().Format(time.RFC3339),
+		},
+		EventType: corev1.EventTypeNormal, Reason: ReasonUpgradeStarted,
+		Message: fmt.Sprintf("Upgrading pod %s from version %s to %s of template %s: created pod %s (%s, %s).",
+			cur.Name, workspace.TemplateVersion(cur), target.Version, target.Name, name, strategy, why),
+	}}}
+}
+
+// FailStart is the move that ends an upgrade that could not even start (no template, a template
+// that does not build for this workspace, a name conflict): the error is recorded on the pod, which
+// keeps serving, and the intent is cleared.
+func FailStart(cur *corev1.Pod, reason, message string, now time.Time) []Action {
+	return failStart(cur, reason, message, now).Actions
+}
+
+func failStart(cur *corev1.Pod, reason, message string, now time.Time) Move {
+	text := FailureText(now, reason, message)
+	return Move{State: StateIdle, Actions: []Action{
+		{Kind: PatchPod, Pod: cur,
+			Annotations: map[string]string{workspace.AnnLastUpgradeError: text},
+			Remove:      []string{workspace.AnnUpgradeRequested, workspace.AnnUpgradePod, workspace.AnnUpgradeStartedAt},
+			Result:      ResultFailed},
+		{Kind: Event, Pod: cur, EventType: corev1.EventTypeWarning, Reason: ReasonUpgradeFailed,
+			Message: fmt.Sprintf("Upgrade of pod %s failed: %s: %s.", cur.Name, reason, message)},
+	}}
+}
+
+// UpgradePodName is the name of the pod that replaces cur at version: the name the front end
+// recorded in nogoo9/upgrade-pod when it is usable, else the deterministic name seeded by cur's
+// UID and the version, so a repeated create hits AlreadyExists.
+func UpgradePodName(cur *corev1.Pod, version string) string {
+	owner, id := workspace.Owner(cur), workspace.ID(cur)
+	if n := cur.Annotations[workspace.AnnUpgradePod]; ValidUpgradePodName(cur, n) {
+		return n
+	}
+	return workspace.UpgradePodName(owner, id, string(cur.UID)+"@"+version)
+}
+
+// RollbackPodName is the deterministic name of the pod that brings back the spec stored on failed.
+func RollbackPodName(failed *corev1.Pod) string {
+	return workspace.UpgradePodName(workspace.Owner(failed), workspace.ID(failed), "rollback@"+string(failed.UID))
+}
+
+// OldPod is the live pod that up replaces (nogoo9/upgrade-from with a matching UID), or nil.
+func OldPod(up *corev1.Pod, live []*corev1.Pod) *corev1.Pod {
+	from := up.Annotations[workspace.AnnUpgradeFrom]
+	if from == "" {
+		return nil
+	}
+	uid := types.UID(up.Annotations[workspace.AnnUpgradeFromUID])
+	for _, p := range live {
+		if p != up && p.Name == from && (uid == "" || p.UID == uid) && p.DeletionTimestamp == nil {
+			return p
+		}
+	}
+	return nil
+}
+
+// InFlight reports whether up is an upgraded pod whose upgrade has not concluded: the pod it
+// replaces is still live, or (Recreate) it has not been confirmed Ready yet.
+func InFlight(up *corev1.Pod, live []*corev1.Pod) bool {
+	if up.DeletionTimestamp != nil || up.Annotations[workspace.AnnUpgradeFrom] == "" {
+		return false
+	}
+	if OldPod(up, live) != nil {
+		return true
+	}
+	return Strategy(up.Annotations[workspace.AnnUpgradeStrategy]) == Recreate &&
+		up.Annotations[workspace.AnnUpgradeStartedAt] != ""
+}
+
+// InFlightWorkspaces returns the keys (namespace/id) of the workspaces with an upgrade in flight
+// among pods (any mix of workspaces). The concurrency cap counts these.
+func InFlightWorkspaces(pods []*corev1.Pod) map[types.NamespacedName]bool {
+	byKey := map[types.NamespacedName][]*corev1.Pod{}
+	for _, p := range pods {
+		if workspace.IsWorkspacePod(p) && p.DeletionTimestamp == nil {
+			k := types.NamespacedName{Namespace: p.Namespace, Name: workspace.ID(p)}
+			byKey[k] = append(byKey[k], p)
+		}
+	}
+	out := map[types.NamespacedName]bool{}
+	for k, group := range byKey {
+		for _, p := range group {
+			if p.Annotations[workspace.AnnUpgradeFrom] != "" && InFlight(p, group) {
+				out[k] = true
+				break
+			}
+		}
+	}
+	return out
+}
+
+// liveOrdered returns the pods not being deleted, logically newest first: a pod that replaces
+// another (nogoo9/upgrade-from, matching UID) comes before it whatever the timestamps say (they
+// have one-second resolution), then newer creation time, then name.
+func liveOrdered(pods []*corev1.Pod) []*corev1.Pod {
+	var live []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	depth := make(map[*corev1.Pod]int, len(live))
+	var depthOf func(p *corev1.Pod, guard int) int
+	depthOf = func(p *corev1.Pod, guard int) int {
+		if d, ok := depth[p]; ok {
+			return d
+		}
+		d := 0
+		if guard < len(live) {
+			if old := OldPod(p, live); old != nil {
+				d = 1 + depthOf(old, guard+1)
+			}
+		}
+		depth[p] = d
+		return d
+	}
+	for _, p := range live {
+		depthOf(p, 0)
+	}
+	sort.SliceStable(live, func(i, j int) bool {
+		a, b := live[i], live[j]
+		if depth[a] != depth[b] {
+			return depth[a] > depth[b]
+		}
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return b.CreationTimestamp.Before(&a.CreationTimestamp)
+		}
+		return a.Name > b.Name
+	})
+	return live
+}
+
+// Outdated reports whether pod was built from another version than the template's current one.
+// A pod whose template is gone is not outdated: there is nothing to upgrade to.
+func Outdated(pod *corev1.Pod, target Target) bool {
+	return target.Found && workspace.TemplateVersion(pod) != target.Version
+}

@@ -1,0 +1,373 @@
+package upgrade
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// summary renders a move as one line per action, for table comparisons.
+func summary(m Move) []string {
+	var out []string
+	for _, a := range m.Actions {
+		s := string(a.Kind)
+		switch a.Kind {
+		case CreateUpgradePod, CreateRollbackPod:
+			s += fmt.Sprintf(" %s from %s %s", a.Name, a.Pod.Name, a.Strategy)
+		case DeletePod:
+			s += " " + a.Pod.Name
+		case PatchPod:
+			var set []string
+			for k := range a.Annotations {
+				set = append(set, k)
+			}
+			s += fmt.Sprintf(" %s set=%v remove=%v", a.Pod.Name, set, a.Remove)
+		case Event:
+			s += " " + a.Pod.Name
+		}
+		if a.Reason != "" {
+			on := a.Pod
+			if a.EventOn != nil {
+				on = a.EventOn
+			}
+			s += fmt.Sprintf(" [%s %s on %s]", a.EventType, a.Reason, on.Name)
+		}
+		if a.Result != "" {
+			s += " result=" + a.Result
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestPlanStates(t *testing.T) {
+	cfg := Config{Timeout: 10 * time.Minute}
+	target := Target{Found: true, Name: "python", Version: "v2"}
+	now := t0.Add(time.Minute)
+	old := func(opts ...podOpt) *corev1.Pod {
+		return with(wsPod("ws-old", "uid-old", "v1", t0.Add(-time.Hour)), opts...)
+	}
+	intent := ann(workspace.AnnUpgradeRequested, "true")
+	sbsName := workspace.UpgradePodName(testOwner, testID, "uid-old@v2")
+	newSBS := func(opts ...podOpt) *corev1.Pod {
+		return with(upgraded(old(), sbsName, "uid-new", "v2", SideBySide, t0), opts...)
+	}
+	newRe := func(opts ...podOpt) *corev1.Pod {
+		return with(upgraded(old(claim("data")), sbsName, "uid-new", "v2", Recreate, t0), opts...)
+	}
+	rollbackName := workspace.UpgradePodName(testOwner, testID, "rollback@uid-new")
+	removeIntent := "remove=[nogoo9/upgrade-requested nogoo9/upgrade-pod nogoo9/upgrade-started-at]"
+	afterDeadline := t0.Add(11 * time.Minute)
+	rwo := map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteOnce)}
+
+	tests := []struct {
+		name    string
+		pods    []*corev1.Pod
+		claims  map[string]*corev1.PersistentVolumeClaim
+		target  *Target
+		now     time.Time
+		state   State
+		want    []string
+		requeue time.Duration
+	}{
+		{name: "no pods at all (deleted by its owner) is left alone", state: StateNoPods},
+		{name: "only terminating pods are left alone", pods: []*corev1.Pod{old(terminating)}, state: StateNoPods},
+		{name: "a single Ready pod without intent is idle", pods: []*corev1.Pod{old(ready)}, state: StateIdle},
+		{name: "an outdated pod without intent is not upgraded", pods: []*corev1.Pod{old(ready)}, state: StateIdle},
+		{name: "garbage intent is removed with a Warning Event",
+			pods: []*corev1.Pod{old(ready, ann(workspace.AnnUpgradeRequested, "please!"))}, state: StateIdle,
+			want: []string{"PatchPod ws-old set=[] " + removeIntent, "Event ws-old [Warning InvalidUpgradeRequest on ws-old]"}},
+		{name: "intent false is removed with a Warning Event, not taken as a request",
+			pods: []*corev1.Pod{old(ready, ann(workspace.AnnUpgradeRequested, "false"))}, state: StateIdle,
+			want: []string{"PatchPod ws-old set=[] " + removeIntent, "Event ws-old [Warning InvalidUpgradeRequest on ws-old]"}},
+		{name: "intent for a template that is gone records the error and clears the intent",
+			pods: []*corev1.Pod{old(ready, intent)}, target: &Target{}, state: StateIdle,
+			want: []string{"PatchPod ws-old set=[nogoo9/last-upgrade-error] " + removeIntent + " result=failed", "Event ws-old [Warning UpgradeFailed on ws-old]"}},
+		{name: "intent on a pod already at the current version is cleared",
+			pods: []*corev1.Pod{old(ready, intent)}, target: &Target{Found: true, Name: "python", Version: "v1"}, state: StateIdle,
+			want: []string{"PatchPod ws-old set=[] " + removeIntent, "Event ws-old [Normal UpgradeNotNeeded on ws-old]"}},
+		{name: "kubectl intent without claims starts a side-by-side upgrade with the deterministic name",
+			pods: []*corev1.Pod{old(ready, intent)}, state: StateRequested,
+			want: []string{"CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
+		{name: "API intent with its recorded pod name uses that name",
+			pods:  []*corev1.Pod{old(ready, ann(workspace.AnnUpgradeRequested, "2026-11-29T09:00:00Z"), ann(workspace.AnnUpgradePod, workspace.PodName(testOwner, testID)+"-up-abcde"))},
+			state: StateRequested,
+			want:  []string{"CreateUpgradePod " + workspace.PodName(testOwner, testID) + "-up-abcde from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
+		{name: "a recorded pod name outside the workspace prefix is ignored for the deterministic one",
+			pods:  []*corev1.Pod{old(ready, intent, ann(workspace.AnnUpgradePod, "kube-system-pod"))},
+			state: StateRequested,
+			want:  []string{"CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
+		{name: "a ReadWriteOnce claim makes it a recreate",
+			pods: []*corev1.Pod{old(ready, intent, claim("data"))}, claims: rwo, state: StateRequested,
+			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate [Normal UpgradeStarted on ws-old]"}},
+		{name: "a ReadWriteOncePod claim makes it a recreate",
+			pods:   []*corev1.Pod{old(ready, intent, claim("data"))},
+			claims: map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteOncePod)}, state: StateRequested,
+			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate [Normal UpgradeStarted on ws-old]"}},
+		{name: "a ReadWriteMany claim stays side-by-side",
+			pods:   []*corev1.Pod{old(ready, intent, claim("data"))},
+			claims: map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteMany)}, state: StateRequested,
+			want: []string{"CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
+		{name: "a claim that is not observed is taken as single-writer",
+			pods: []*corev1.Pod{old(ready, intent, claim("data"))}, state: StateRequested,
+			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate [Normal UpgradeStarted on ws-old]"}},
+
+		// Side-by-side, after each single action.
+		{name: "side-by-side: new pod pending before the deadline waits until the deadline",
+			pods: []*corev1.Pod{old(ready, intent), newSBS(pending)}, state: StateUpgrading, requeue: 9 * time.Minute},
+		{name: "side-by-side: new pod pulling the image before the deadline waits",
+			pods: []*corev1.Pod{old(ready, intent), newSBS(waiting("ImagePullBackOff", "back-off"))}, state: StateUpgrading, requeue: 9 * time.Minute},
+		{name: "side-by-side: new pod Ready deletes the old pod, success recorded on the new pod",
+			pods: []*corev1.Pod{old(ready, intent), newSBS(ready)}, state: StateUpgrading,
+			want: []string{"DeletePod ws-old [Normal UpgradeSucceeded on " + sbsName + "] result=succeeded"}},
+		{name: "side-by-side: old pod terminating after success leaves nothing to do",
+			pods: []*corev1.Pod{old(ready, intent, terminating), newSBS(ready)}, state: StateIdle},
+		{name: "side-by-side: new pod Ready alone is the finished upgrade",
+			pods: []*corev1.Pod{newSBS(ready)}, state: StateIdle},
+		{name: "side-by-side: deadline passed with ErrImagePull records the error on the old pod then deletes the new one",
+			pods: []*corev1.Pod{old(ready, intent), newSBS(waiting("ErrImagePull", "pull access denied"))}, now: afterDeadline, state: StateUpgrading,
+			want: []string{"PatchPod ws-old set=[nogoo9/last-upgrade-error] " + removeIntent,
+				"DeletePod " + sbsName + " [Warning UpgradeFailed on ws-old] result=failed"}},
+		{name: "side-by-side: InvalidImageName fails before the deadline",
+			pods: []*corev1.Pod{old(ready, intent), newSBS(waiting("InvalidImageName", "bad ref"))}, state: StateUpgrading,
+			want: []string{"PatchPod ws-old set=[nogoo9/last-upgrade-error] " + removeIntent,
+				"DeletePod " + sbsName + " [Warning UpgradeFailed on ws-old] result=failed"}},
+		{name: "side-by-side: crash after recording the failure records it again, then deletes the new pod",
+			pods: []*corev1.Pod{old(ready, ann(workspace.AnnLastUpgradeError, FailureText(t0.Add(10*time.Minute), ReasonDeadlineExceeded, "pod "+sbsName+" was not Ready within 10m0s"))), newSBS(pending)},
+			now:  afterDeadline, state: StateUpgrading,
+			want: []string{"PatchPod ws-old set=[nogoo9/last-upgrade-error] " + removeIntent,
+				"DeletePod " + sbsName + " [Warning UpgradeFailed on ws-old] result=failed"}},
+		{name: "side-by-side: after the failed pod is gone the old pod is idle with its error",
+			pods: []*corev1.Pod{old(ready, ann(workspace.AnnLastUpgradeError, "x")), newSBS(pending, terminating)}, now: afterDeadline, state: StateIdle},
+		{name: "side-by-side: an intent on the old pod never starts a second new pod",
+			pods: []*corev1.Pod{old(ready, intent), newSBS(pending)}, target: &Target{Found: true, Name: "python", Version: "v3"}, state: StateUpgrading, requeue: 9 * time.Minute},
+		{name: "side-by-side: a new pod on the same second as the old one is still recognised as the newer",
+			pods: []*corev1.Pod{with(wsPod("zz-old", "uid-old", "v1", t0), ready, intent),
+				with(upgraded(with(wsPod("zz-old", "uid-old", "v1", t0)), "aa-new", "uid-new", "v2", SideBySide, t0), ready)},
+			state: StateUpgrading, want: []string{"DeletePod zz-old [Normal UpgradeSucceeded on aa-new] result=succeeded"}},
+
+		// Recreate, after each single action.
+		{name: "recreate: new pod created, old still live: delete the old pod to release the volume",
+			pods: []*corev1.Pod{old(ready, intent, claim("data")), newRe(pending)}, claims: rwo, state: StateUpgrading,
+			want: []string{"DeletePod ws-old"}},
+		{name: "recreate: old pod terminating, new pod pending waits until the deadline",
+			pods: []*corev1.Pod{old(ready, intent, claim("data"), terminating), newRe(pending)}, claims: rwo, state: StateUpgrading, requeue: 9 * time.Minute},
+		{name: "recreate: old pod gone, new pod Ready drops the rollback spec",
+			pods: []*corev1.Pod{newRe(ready)}, claims: rwo, state: StateUpgrading,
+			want: []string{"PatchPod " + sbsName + " set=[] remove=[nogoo9/rollback-spec nogoo9/upgrade-started-at] [Normal UpgradeSucceeded on " + sbsName + "] result=succeeded"}},
+		{name: "recreate: after the rollback spec is dropped the workspace is idle",
+			pods: []*corev1.Pod{with(newRe(ready), func(p *corev1.Pod) { delete(p.Annotations, workspace.AnnUpgradeStartedAt) })}, state: StateIdle},
+		{name: "recreate: old pod gone, deadline passed: roll back to the previous spec",
+			pods: []*corev1.Pod{newRe(waiting("ImagePullBackOff", "back-off"))}, now: afterDeadline, state: StateRollingBack,
+			want: []string{"CreateRollbackPod " + rollbackName + " from " + sbsName + " Rollback [Warning UpgradeFailed on " + sbsName + "] result=failed"}},
+		{name: "recreate: new pod failed while the old pod is still live: old pod keeps serving",
+			pods: []*corev1.Pod{old(ready, intent, claim("data")), newRe(waiting("CreateContainerConfigError", "secret missing"))}, state: StateUpgrading,
+			want: []string{"PatchPod ws-old set=[nogoo9/last-upgrade-error] " + removeIntent,
+				"DeletePod " + sbsName + " [Warning UpgradeFailed on ws-old] result=failed"}},
+		{name: "rollback: rollback pod created, failed pod still live: delete the failed pod",
+			pods: []*corev1.Pod{newRe(waiting("ImagePullBackOff", "")), with(upgraded(newRe(), rollbackName, "uid-rb", "v1", Rollback, afterDeadline), pending)},
+			now:  afterDeadline, state: StateRollingBack, want: []string{"DeletePod " + sbsName}},
+		{name: "rollback: rollback pod alone is idle even while it starts",
+			pods: []*corev1.Pod{with(upgraded(newRe(), rollbackName, "uid-rb", "v1", Rollback, afterDeadline), pending)}, now: afterDeadline, state: StateIdle},
+
+		// Duplicates.
+		{name: "duplicates: newest Ready deletes the older pods",
+			pods: []*corev1.Pod{old(ready), with(wsPod("ws-dup", "uid-dup", "v1", t0), ready)}, state: StateDuplicates,
+			want: []string{"DeletePod ws-old [Normal DuplicatePodRemoved on ws-old]"}},
+		{name: "duplicates: newest not Ready yet is waited for",
+			pods: []*corev1.Pod{old(ready), with(wsPod("ws-dup", "uid-dup", "v1", t0), pending)}, state: StateWaitDuplicate},
+		{name: "duplicates: a leftover upgraded pod whose old pod UID differs is not an upgrade in flight",
+			pods: []*corev1.Pod{with(wsPod("ws-old", "uid-other", "v1", t0.Add(-time.Hour)), ready), newSBS(pending)}, state: StateWaitDuplicate},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tg := target
+			if tt.target != nil {
+				tg = *tt.target
+			}
+			n := now
+			if !tt.now.IsZero() {
+				n = tt.now
+			}
+			m := Plan(Observed{Pods: tt.pods, Claims: tt.claims}, tg, n, cfg)
+			if m.State != tt.state {
+				t.Errorf("state = %s, want %s", m.State, tt.state)
+			}
+			if got := summary(m); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("actions:\n got  %q\n want %q", got, tt.want)
+			}
+			for _, a := range m.Actions {
+				if a.Kind == DeletePod && (a.Keep == nil || a.Keep.Name == a.Pod.Name || a.Keep.DeletionTimestamp != nil) {
+					t.Errorf("DeletePod %s must name a live pod that stays (Keep), got %v", a.Pod.Name, a.Keep)
+				}
+			}
+			if m.RequeueAfter != tt.requeue {
+				t.Errorf("requeueAfter = %s, want %s", m.RequeueAfter, tt.requeue)
+			}
+		})
+	}
+}
+
+func TestPlanCreateCarriesTheUpgradeRecord(t *testing.T) {
+	old := with(wsPod("ws-old", "uid-old", "v1", t0), ready, ann(workspace.AnnUpgradeRequested, "true"))
+	m := Plan(Observed{Pods: []*corev1.Pod{old}}, Target{Found: true, Name: "python", Version: "v2"}, t0, Config{})
+	if len(m.Actions) != 1 {
+		t.Fatalf("actions = %v", summary(m))
+	}
+	want := map[string]string{
+		workspace.AnnUpgradeFrom: "ws-old", workspace.AnnUpgradeFromUID: "uid-old", workspace.AnnUpgradeFromVersion: "v1",
+		workspace.AnnUpgradeStrategy: "SideBySide", workspace.AnnUpgradeStartedAt: t0.Format(time.RFC3339),
+	}
+	if got := m.Actions[0].Annotations; !reflect.DeepEqual(got, want) {
+		t.Errorf("annotations = %v, want %v", got, want)
+	}
+	if !m.Actions[0].NeedsSlot {
+		t.Errorf("a create that starts an upgrade must need a concurrency slot")
+	}
+}
+
+func TestFailureTextIsStableAcrossRepeatedPasses(t *testing.T) {
+	old := with(wsPod("ws-old", "uid-old", "v1", t0.Add(-time.Hour)), ready, ann(workspace.AnnUpgradeRequested, "true"))
+	up := with(upgraded(old, "ws-new", "uid-new", "v2", SideBySide, t0), waiting("ErrImagePull", "pull access denied"))
+	cfg := Config{Timeout: 10 * time.Minute}
+	a := Plan(Observed{Pods: []*corev1.Pod{old, up}}, Target{Found: true, Version: "v2"}, t0.Add(11*time.Minute), cfg)
+	b := Plan(Observed{Pods: []*corev1.Pod{old, up}}, Target{Found: true, Version: "v2"}, t0.Add(15*time.Minute), cfg)
+	ta, tb := a.Actions[0].Annotations[workspace.AnnLastUpgradeError], b.Actions[0].Annotations[workspace.AnnLastUpgradeError]
+	if ta != tb {
+		t.Errorf("failure text changed between passes: %q vs %q", ta, tb)
+	}
+	want := "Upgrade failed at 2026-11-29T10:10:00Z: ErrImagePull: container ide: pull access denied (pod ws-new not Ready within 10m0s)"
+	if ta != want {
+		t.Errorf("failure text = %q, want %q", ta, want)
+	}
+}
+
+func TestParseIntent(t *testing.T) {
+	tests := []struct {
+		in    string
+		valid bool
+	}{
+		{"true", true}, {"True", true}, {" yes ", true}, {"1", true}, {"2026-11-29T09:00:00Z", true},
+		{"", false}, {"false", false}, {"no", false}, {"0", false}, {"please", false}, {"2026-13-45", false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%q", tt.in), func(t *testing.T) {
+			got := ParseIntent(tt.in)
+			if got.Valid != tt.valid {
+				t.Errorf("valid = %v, want %v", got.Valid, tt.valid)
+			}
+			if !got.Valid && got.Problem == "" {
+				t.Errorf("an invalid intent must say why")
+			}
+		})
+	}
+}
+
+func TestFailureReason(t *testing.T) {
+	tests := []struct {
+		name     string
+		pod      *corev1.Pod
+		reason   string
+		terminal bool
+	}{
+		{"pending without status says nothing", with(wsPod("p", "u", "v", t0), pending), "", false},
+		{"image pull error waits for the deadline", with(wsPod("p", "u", "v", t0), waiting("ErrImagePull", "denied")), "ErrImagePull", false},
+		{"invalid image name is terminal", with(wsPod("p", "u", "v", t0), waiting("InvalidImageName", "bad")), "InvalidImageName", true},
+		{"config error is terminal", with(wsPod("p", "u", "v", t0), waiting("CreateContainerConfigError", "no secret")), "CreateContainerConfigError", true},
+		{"container creating is not a reason", with(wsPod("p", "u", "v", t0), waiting("ContainerCreating", "")), "", false},
+		{"crash loop names the last exit", with(wsPod("p", "u", "v", t0), waiting("CrashLoopBackOff", "back-off"), func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}
+		}), "CrashLoopBackOff", false},
+		{"oom killed running container", with(wsPod("p", "u", "v", t0), func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "ide", LastTerminationState: corev1.ContainerState{
+				Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}
+		}), "OOMKilled", false},
+		{"failed phase is terminal", with(wsPod("p", "u", "v", t0), func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed; p.Status.Reason = "Evicted" }), "Evicted", true},
+		{"unschedulable", with(wsPod("p", "u", "v", t0), func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/1 nodes"}}
+		}), "Unschedulable", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, msg, term := FailureReason(tt.pod)
+			if r != tt.reason || term != tt.terminal {
+				t.Errorf("FailureReason = %q, %q, %v; want %q, terminal %v", r, msg, term, tt.reason, tt.terminal)
+			}
+			if r != "" && msg == "" {
+				t.Errorf("a reason needs a message")
+			}
+			if strings.Contains(tt.name, "crash") && !strings.Contains(msg, "OOMKilled") {
+				t.Errorf("message %q does not name the last exit", msg)
+			}
+		})
+	}
+}
+
+func TestRollbackSpecRoundTrip(t *testing.T) {
+	old := with(wsPod("ws-old", "uid-old", "v1", t0), claim("data"), ann(workspace.AnnUpgradeRequested, "true"),
+		ann(workspace.AnnUpgradePod, "ws-x-up-abcde"), func(p *corev1.Pod) {
+			p.Spec.NodeName = "node-1"
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "kube-api-access-x1y2z"})
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}, {Name: "kube-api-access-x1y2z", MountPath: "/var/run/secrets"}}
+		})
+	spec, err := RollbackSpec(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := upgraded(old, "ws-new", "uid-new", "v2", Recreate, t0)
+	failed.Annotations[workspace.AnnRollbackSpec] = spec
+	// Someone edits the owner on the failed pod's template: the rollback still keeps the original.
+	p, err := RollbackPod(failed, "ws-rb", map[string]string{workspace.AnnUpgradeStrategy: string(Rollback)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Name != "ws-rb" || p.Namespace != "ns" || p.Spec.NodeName != "" {
+		t.Errorf("name/namespace/node = %s/%s/%s", p.Namespace, p.Name, p.Spec.NodeName)
+	}
+	if workspace.TemplateVersion(p) != "v1" || p.Spec.Containers[0].Image != "ide:v1" {
+		t.Errorf("rollback pod is not the previous version: %s %s", workspace.TemplateVersion(p), p.Spec.Containers[0].Image)
+	}
+	if _, ok := p.Annotations[workspace.AnnUpgradeRequested]; ok {
+		t.Errorf("rollback pod inherited the intent")
+	}
+	if len(p.Spec.Volumes) != 1 || len(p.Spec.Containers[0].VolumeMounts) != 1 {
+		t.Errorf("token volume not dropped: %v %v", p.Spec.Volumes, p.Spec.Containers[0].VolumeMounts)
+	}
+	if workspace.Owner(p) != testOwner || p.Annotations[workspace.AnnWorkspacePath] != "/ws/jane/demo/" {
+		t.Errorf("identity lost: %v", p.Annotations)
+	}
+
+	for name, bad := range map[string]string{"missing": "", "not json": "{", "another workspace": `{"metadata":{"labels":{"nogoo9/workspace-id":"other"}},"spec":{"containers":[{"name":"a"}]}}`} {
+		f := failed.DeepCopy()
+		f.Annotations[workspace.AnnRollbackSpec] = bad
+		if _, err := RollbackPod(f, "x", nil); err == nil {
+			t.Errorf("%s rollback spec: no error", name)
+		}
+	}
+}
+
+func TestInFlightWorkspaces(t *testing.T) {
+	old := with(wsPod("ws-old", "uid-old", "v1", t0), ready)
+	up := upgraded(old, "ws-new", "uid-new", "v2", SideBySide, t0)
+	other := with(wsPod("ws-b", "uid-b", "v1", t0), ready, func(p *corev1.Pod) { p.Labels[workspace.LabelWorkspaceID] = "b" })
+	doneRe := with(wsPod("ws-c", "uid-c", "v2", t0), func(p *corev1.Pod) {
+		p.Labels[workspace.LabelWorkspaceID] = "c"
+		p.Annotations[workspace.AnnUpgradeFrom] = "gone"
+		p.Annotations[workspace.AnnUpgradeStrategy] = string(Recreate)
+	})
+	re := with(doneRe.DeepCopy(), func(p *corev1.Pod) {
+		p.Name, p.Labels[workspace.LabelWorkspaceID] = "ws-d", "d"
+		p.Annotations[workspace.AnnUpgradeStartedAt] = t0.Format(time.RFC3339)
+	})
+	got := InFlightWorkspaces([]*corev1.Pod{old, up, other, doneRe, re})
+	if len(got) != 2 || !got[keyOf(up)] || !got[keyOf(re)] {
+		t.Errorf("in flight = %v, want demo and d", got)
+	}
+}

@@ -1,0 +1,206 @@
+package upgrade
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// ChooseStrategy picks Recreate when any claim cur mounts is ReadWriteOnce or ReadWriteOncePod
+// (two pods cannot both use it) or is not known (the safe reading), else SideBySide. why says which
+// claim decided, for the Event.
+func ChooseStrategy(cur *corev1.Pod, claims map[string]*corev1.PersistentVolumeClaim) (Strategy, string) {
+	for _, v := range cur.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		name := v.PersistentVolumeClaim.ClaimName
+		c := claims[name]
+		if c == nil {
+			return Recreate, fmt.Sprintf("claim %s was not found, assumed single-writer", name)
+		}
+		modes := append(append([]corev1.PersistentVolumeAccessMode{}, c.Spec.AccessModes...), c.Status.AccessModes...)
+		for _, m := range modes {
+			if m == corev1.ReadWriteOnce || m == corev1.ReadWriteOncePod {
+				return Recreate, fmt.Sprintf("claim %s is %s", name, m)
+			}
+		}
+	}
+	return SideBySide, "no single-writer claim"
+}
+
+// planRecreate drives an upgrade whose new pod (head) needs the old pod's volume: the old pod is
+// deleted as soon as head exists (head carries the old spec to roll back to); head Ready concludes
+// it (the rollback spec is dropped); head failed brings the old spec back as a new pod.
+func planRecreate(head *corev1.Pod, live []*corev1.Pod, now time.Time, cfg Config) Move {
+	old := OldPod(head, live)
+	started := StartedAt(head)
+	ready := workspace.IsReady(head)
+	if old != nil {
+		if f, failed := Failed(head, now, cfg); failed && !ready {
+			// The old pod is still here: it keeps serving, exactly as side-by-side.
+			return failSideBySide(head, old, f, now, started)
+		}
+		return Move{State: StateUpgrading, Actions: []Action{{Kind: DeletePod, Pod: old, Keep: head}}}
+	}
+	if ready {
+		d := nonNegative(now.Sub(started))
+		return Move{State: StateUpgrading, Actions: []Action{{
+			Kind: PatchPod, Pod: head,
+			Remove: []string{workspace.AnnRollbackSpec, workspace.AnnUpgradeStartedAt},
+			Result: ResultSucceeded, Duration: d, Strategy: Recreate,
+			EventType: corev1.EventTypeNormal, Reason: ReasonUpgradeSucceeded,
+			Message: fmt.Sprintf("Upgraded workspace %s from pod %s (version %s) to pod %s (version %s) in %s.",
+				workspace.ID(head), head.Annotations[workspace.AnnUpgradeFrom], head.Annotations[workspace.AnnUpgradeFromVersion],
+				head.Name, workspace.TemplateVersion(head), d.Round(time.Second)),
+		}}}
+	}
+	f, failed := Failed(head, now, cfg)
+	if !failed {
+		return Move{State: StateUpgrading, RequeueAfter: Deadline(head, cfg).Sub(now)}
+	}
+	name := RollbackPodName(head)
+	return Move{State: StateRollingBack, Actions: []Action{{
+		Kind: CreateRollbackPod, Pod: head, Name: name, Strategy: Rollback,
+		Annotations: map[string]string{
+			workspace.AnnUpgradeFrom:        head.Name,
+			workspace.AnnUpgradeFromUID:     string(head.UID),
+			workspace.AnnUpgradeFromVersion: workspace.TemplateVersion(head),
+			workspace.AnnUpgradeStrategy:    string(Rollback),
+			workspace.AnnLastUpgradeError:   FailureText(f.At, f.Reason, f.Message),
+		},
+		Result: ResultFailed, Duration: nonNegative(now.Sub(started)),
+		EventType: corev1.EventTypeWarning, Reason: ReasonUpgradeFailed,
+		Message: fmt.Sprintf("Upgrade of workspace %s to version %s failed: %s: %s; bringing it back on version %s as pod %s.",
+			workspace.ID(head), workspace.TemplateVersion(head), f.Reason, f.Message, head.Annotations[workspace.AnnUpgradeFromVersion], name),
+	}}}
+}
+
+// planRollback drives the pod that restores a failed Recreate upgrade (head): the failed pod goes
+// at once, so the volume is free for head.
+func planRollback(head *corev1.Pod, live []*corev1.Pod) Move {
+	m := Move{State: StateRollingBack}
+	if old := OldPod(head, live); old != nil {
+		m.Actions = append(m.Actions, Action{Kind: DeletePod, Pod: old, Keep: head})
+	}
+	return m
+}
+
+// rollbackDropped are the annotations a restored pod does not inherit from the pod it restores:
+// the record of that pod's own upgrade and intent.
+var rollbackDropped = []string{
+	workspace.AnnUpgradeRequested, workspace.AnnUpgradePod, workspace.AnnUpgradeStartedAt,
+	workspace.AnnUpgradeFrom, workspace.AnnUpgradeFromUID, workspace.AnnUpgradeFromVersion,
+	workspace.AnnUpgradeStrategy, workspace.AnnRollbackSpec, workspace.AnnLastUpgradeError,
+	"kubectl.kubernetes.io/last-applied-configuration",
+}
+
+// RollbackSpec is the nogoo9/rollback-spec value for old, which must be the full pod read from the
+// API server (a cached pod is stripped): its labels, annotations and spec as JSON, without what
+// the cluster filled in for the old pod (node, service-account token volume).
+func RollbackSpec(old *corev1.Pod) (string, error) {
+	keep := &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Labels: old.Labels, Annotations: map[string]string{}},
+		Spec:       *old.Spec.DeepCopy(),
+	}
+	for k, v := range old.Annotations {
+		keep.Annotations[k] = v
+	}
+	for _, k := range rollbackDropped {
+		delete(keep.Annotations, k)
+	}
+	keep.Spec.NodeName = ""
+	var vols []corev1.Volume
+	dropped := map[string]bool{}
+	for _, v := range keep.Spec.Volumes {
+		if strings.HasPrefix(v.Name, "kube-api-access-") {
+			dropped[v.Name] = true
+			continue
+		}
+		vols = append(vols, v)
+	}
+	keep.Spec.Volumes = vols
+	for _, cs := range [][]corev1.Container{keep.Spec.InitContainers, keep.Spec.Containers} {
+		for i := range cs {
+			var mounts []corev1.VolumeMount
+			for _, m := range cs[i].VolumeMounts {
+				if !dropped[m.Name] {
+					mounts = append(mounts, m)
+				}
+			}
+			cs[i].VolumeMounts = mounts
+		}
+	}
+	b, err := json.Marshal(keep)
+	if err != nil {
+		return "", fmt.Errorf("encode rollback spec of pod %s: %w", old.Name, err)
+	}
+	return string(b), nil
+}
+
+// RollbackPod rebuilds the previous pod from failed's nogoo9/rollback-spec (failed must be read
+// from the API server), named name in failed's namespace, with annotations added.
+func RollbackPod(failed *corev1.Pod, name string, annotations map[string]string) (*corev1.Pod, error) {
+	raw := failed.Annotations[workspace.AnnRollbackSpec]
+	if raw == "" {
+		return nil, fmt.Errorf("pod %s has no %s to roll back to", failed.Name, workspace.AnnRollbackSpec)
+	}
+	var p corev1.Pod
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		return nil, fmt.Errorf("pod %s: %s is not a pod JSON: %w", failed.Name, workspace.AnnRollbackSpec, err)
+	}
+	if len(p.Spec.Containers) == 0 || p.Labels[workspace.LabelWorkspaceID] != workspace.ID(failed) {
+		return nil, fmt.Errorf("pod %s: %s does not describe a pod of workspace %s", failed.Name, workspace.AnnRollbackSpec, workspace.ID(failed))
+	}
+	p.TypeMeta = metav1.TypeMeta{}
+	p.Name, p.Namespace, p.GenerateName = name, failed.Namespace, ""
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	for _, k := range rollbackDropped {
+		delete(p.Annotations, k)
+	}
+	for k, v := range annotations {
+		p.Annotations[k] = v
+	}
+	p.Spec.NodeName = ""
+	// The restored pod must be the same workspace of the same owner as the failed one.
+	PreserveIdentity(&p, failed)
+	return &p, nil
+}
+
+// identityLabels and identityAnnotations make a pod this workspace of this owner, routed the same
+// way; an upgraded pod copies them from the pod it replaces, whoever asked for the upgrade.
+var (
+	identityLabels      = []string{workspace.LabelType, workspace.LabelWorkspaceID, workspace.LabelUserSub}
+	identityAnnotations = []string{workspace.AnnOwner, workspace.AnnWorkspaceName, workspace.AnnWorkspacePath,
+		workspace.AnnWorkspacePort, workspace.AnnPreviewPath, workspace.AnnPreviewPort}
+)
+
+// PreserveIdentity copies owner, workspace id, name and routing from old onto p, so that no
+// template or caller can change who owns a workspace or where it is served by upgrading it.
+func PreserveIdentity(p, old *corev1.Pod) {
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
+	}
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	for _, k := range identityLabels {
+		if v, ok := old.Labels[k]; ok {
+			p.Labels[k] = v
+		}
+	}
+	for _, k := range identityAnnotations {
+		if v, ok := old.Annotations[k]; ok {
+			p.Annotations[k] = v
+		}
+	}
+}

@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// The install namespace and ServiceAccount of config/default.
+const (
+	installNS = "nogoo9-system"
+	installSA = "nogoo9-manager"
+)
+
+// kubectl runs kubectl against the suite's cluster with kubeconfig and returns its combined output.
+func kubectl(kubeconfig string, args ...string) (string, error) {
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// binaryHasFlag reports whether the nogoo9 under test defines --name (components add their flags
+// as they are wired).
+func binaryHasFlag(name string) bool {
+	out, _ := exec.Command(nogoo9Bin, "--help").CombinedOutput()
+	return bytes.Contains(out, []byte("  -"+name+" ")) || bytes.Contains(out, []byte("  -"+name+"\n"))
+}
+
+// The proof that config/rbac is enough: the install is applied as an operator would apply it, and
+// the real nogoo9 binary runs out of cluster with a token of the install's ServiceAccount, so any
+// missing rule makes a call fail (and the log says "forbidden"). config/config_test.go checks the
+// other direction: nothing beyond what is used is granted.
+var _ = Describe("RBAC of config/default", Ordered, func() {
+	var saKubeconfig string
+	var proc *Nogoo9Process
+
+	BeforeAll(func(ctx SpecContext) {
+		root, err := filepath.Abs("../..")
+		Expect(err).NotTo(HaveOccurred())
+		By("applying config/default with server-side apply")
+		out, err := kubectl(Cluster.Kubeconfig, "apply", "--server-side", "--field-manager=nogoo9-e2e", "-k", filepath.Join(root, "config/default"))
+		Expect(err).NotTo(HaveOccurred(), "kubectl apply -k config/default:\n%s", out)
+		DeferCleanup(func() {
+			out, err := kubectl(Cluster.Kubeconfig, "delete", "--ignore-not-found", "--wait=false", "-k", filepath.Join(root, "config/default"))
+			Expect(err).NotTo(HaveOccurred(), "kubectl delete -k config/default:\n%s", out)
+		})
+
+		By("minting a token for the ServiceAccount and writing a kubeconfig with it")
+		token, err := Cluster.ServiceAccountToken(ctx, installNS, installSA, Cluster.IssuerURL, 0)
+		Expect(err).NotTo(HaveOccurred())
+		saKubeconfig = filepath.Join(GinkgoT().TempDir(), "nogoo9-sa.kubeconfig")
+		Expect(Cluster.WriteKubeconfig(saKubeconfig, token)).To(Succeed())
+
+		By("installing the sample template the workspaces are spawned from")
+		out, err = kubectl(Cluster.Kubeconfig, "apply", "--server-side", "-n", installNS, "-f", filepath.Join(root, "config/samples/template-node.yaml"))
+		Expect(err).NotTo(HaveOccurred(), "apply sample template:\n%s", out)
+
+		args := []string{"--kubeconfig=" + saKubeconfig, "--namespace=" + installNS, "--leader-elect=true"}
+		if binaryHasFlag("auth") {
+			args = append(args, "--auth=kubernetes", "--token-audiences=nogoo9")
+		}
+		if binaryHasFlag("max-workspaces-per-user") {
+			args = append(args, "--max-workspaces-per-user=3") // exercises the quota ledger ConfigMaps
+		}
+		proc = StartNogoo9(args...)
+	})
+
+	AfterAll(func() {
+		if proc == nil {
+			return
+		}
+		proc.Stop()
+		log, err := os.ReadFile(proc.LogPath)
+		Expect(err).NotTo(HaveOccurred())
+		for _, line := range strings.Split(string(log), "\n") {
+			Expect(strings.ToLower(line)).NotTo(ContainSubstring("forbidden"),
+				"nogoo9, running as %s/%s, was refused something: a rule is missing in config/rbac (log %s)", installNS, installSA, proc.LogPath)
+		}
+	})
+
+	It("gives the ServiceAccount what the Role lists and no secrets", func() {
+		for _, tc := range []struct {
+			verb, resource string
+			allowed        bool
+		}{
+			{"create", "pods", true}, {"patch", "pods", true}, {"delete", "pods", true},
+			{"update", "configmaps", true}, {"create", "persistentvolumeclaims", true},
+			{"create", "events", true}, {"update", "leases.coordination.k8s.io", true},
+			{"get", "secrets", false}, {"list", "secrets", false}, {"update", "pods", false},
+			{"create", "deployments.apps", false}, {"delete", "configmaps", false},
+		} {
+			out, err := kubectl(saKubeconfig, "auth", "can-i", tc.verb, tc.resource, "-n", installNS)
+			if tc.allowed {
+				Expect(err).NotTo(HaveOccurred(), "%s %s should be allowed: %s", tc.verb, tc.resource, out)
+			} else {
+				Expect(err).To(HaveOccurred(), "%s %s should be refused: %s", tc.verb, tc.resource, out)
+			}
+		}
+		out, err := kubectl(saKubeconfig, "auth", "can-i", "create", "pods", "-n", "default")
+		Expect(err).To(HaveOccurred(), "the Role must not reach other namespaces: %s", out)
+	})
+
+	It("runs the controller with leader election and records phase Events as the ServiceAccount", func(ctx SpecContext) {
+		By("holding the leader-election Lease")
+		Eventually(func(g Gomega) {
+			var lease coordinationv1.Lease
+			g.Expect(K8s.Get(ctx, client.ObjectKey{Namespace: installNS, Name: "nogoo9-controller"}, &lease)).To(Succeed())
+			g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
+		}).Should(Succeed())
+
+		By("recording an Event when a workspace pod becomes Ready")
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: "ws-rbac-phase",
+				Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: "rbac-phase"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "busybox:1.36"}}},
+		}
+		Expect(K8s.Create(ctx, pod)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(K8s.Delete(ctx, pod))).To(Succeed()) })
+		Eventually(func(g Gomega) {
+			var list corev1.EventList
+			g.Expect(K8s.List(ctx, &list, client.InNamespace(installNS), client.MatchingFields{"involvedObject.name": pod.Name})).To(Succeed())
+			var reasons []string
+			for _, e := range list.Items {
+				reasons = append(reasons, e.Reason)
+			}
+			g.Expect(reasons).To(ContainElement("PhaseReady"))
+		}).Should(Succeed())
+	})
+
+	It("spawns, upgrades and deletes a workspace through the API as the ServiceAccount", func(ctx SpecContext) {
+		userToken, err := Cluster.ServiceAccountToken(ctx, installNS, "e2e-jane", "nogoo9", 0)
+		Expect(err).NotTo(HaveOccurred())
+		call := func(method, path string, body any) (int, []byte) {
+			GinkgoHelper()
+			var rd io.Reader
+			if body != nil {
+				b, err := json.Marshal(body)
+				Expect(err).NotTo(HaveOccurred())
+				rd = bytes.NewReader(b)
+			}
+			req, err := http.NewRequestWithContext(ctx, method, proc.APIURL+path, rd)
+			Expect(err).NotTo(HaveOccurred())
+			req.Header.Set("Authorization", "Bearer "+userToken)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred(), "%s %s: is the api component wired in main.go?", method, path)
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			Expect(err).NotTo(HaveOccurred())
+			return resp.StatusCode, data
+		}
+
+		By("spawning (pods and quota ledger ConfigMaps)")
+		code, body := call("POST", "/api/v1/workspaces", map[string]any{"template": "node", "id": "rbac"})
+		Expect(code).To(Equal(http.StatusCreated), "spawn: %s", body)
+		var podName string
+		Eventually(func(g Gomega) {
+			var list corev1.PodList
+			g.Expect(K8s.List(ctx, &list, client.InNamespace(installNS), client.MatchingLabels{workspace.LabelWorkspaceID: "rbac"})).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(1))
+			podName = list.Items[0].Name
+		}).Should(Succeed())
+		WaitPodReady(installNS, podName)
+
+		By("reading its Events through the API (events list)")
+		code, body = call("GET", "/api/v1/workspaces/rbac/events", nil)
+		Expect(code).To(Equal(http.StatusOK), "events: %s", body)
+
+		By("bumping the template and upgrading (create, patch, delete of pods)")
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"1.0.1"}}}`, workspace.AnnTemplateVersion)
+		Expect(K8s.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: "node"}},
+			client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
+		Eventually(func() int {
+			code, _ := call("POST", "/api/v1/workspaces/rbac/upgrade", nil)
+			return code
+		}).Should(Equal(http.StatusAccepted))
+		Eventually(func(g Gomega) {
+			var list corev1.PodList
+			g.Expect(K8s.List(ctx, &list, client.InNamespace(installNS), client.MatchingLabels{workspace.LabelWorkspaceID: "rbac"})).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(1))
+			g.Expect(list.Items[0].Annotations).To(HaveKeyWithValue(workspace.AnnTemplateVersion, "1.0.1"))
+			g.Expect(workspace.IsReady(&list.Items[0])).To(BeTrue())
+		}).Should(Succeed())
+
+		By("deleting it")
+		code, body = call("DELETE", "/api/v1/workspaces/rbac", nil)
+		Expect(code).To(Equal(http.StatusAccepted), "delete: %s", body)
+		Eventually(func(g Gomega) {
+			var list corev1.PodList
+			g.Expect(K8s.List(ctx, &list, client.InNamespace(installNS), client.MatchingLabels{workspace.LabelWorkspaceID: "rbac"})).To(Succeed())
+			g.Expect(list.Items).To(BeEmpty())
+		}).Should(Succeed())
+	})
+})
