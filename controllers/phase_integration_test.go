@@ -1,11 +1,13 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,10 +17,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -47,7 +50,14 @@ func TestPhaseControllerOnAPIServer(t *testing.T) {
 		t.Skip("integration test: needs kube-apiserver (run without -short)")
 	}
 	g := gomega.NewWithT(t)
-	log.SetLogger(zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(false)))
+	// The manager's own logger writes to a buffer shown only on failure: the global logger would
+	// outlive this test (and t) in other tests of the package.
+	logs := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
 	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
 	cfg, err := env.Start()
 	if err != nil {
@@ -63,6 +73,9 @@ func TestPhaseControllerOnAPIServer(t *testing.T) {
 		Scheme:                 clientgoscheme.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		Logger:                 zap.New(zap.WriteTo(logs)),
+		// go test -count=N builds the same controller again in this process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +209,26 @@ func TestPhaseControllerOnAPIServer(t *testing.T) {
 	}).WithTimeout(30 * time.Second).Should(gomega.Equal(0.0))
 }
 
-// testWriter routes manager logs to t.Log, so a passing test is quiet.
+// syncBuffer is a bytes.Buffer safe for the manager's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// testWriter routes logs to t.Log. Use it only for a logger that dies with t (a manager's
+// Options.Logger): a global logger set to it panics when a later test's goroutines log.
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }

@@ -384,7 +384,12 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 	}
 	for _, c := range claims {
 		c.Namespace = old.Namespace
-		if err := r.Client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := r.Client.Create(ctx, c)
+		switch {
+		case err == nil || apierrors.IsAlreadyExists(err):
+		case permanent(err):
+			return failStart("ClaimRejected", fmt.Errorf("the API server rejected claim %s: %w", c.Name, err))
+		default:
 			r.gate.release(key)
 			return 0, fmt.Errorf("create claim %s for upgraded pod %s: %w", c.Name, pod.Name, err)
 		}
@@ -405,7 +410,7 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 			return 0, nil
 		}
 		return failStart("PodNameConflict", fmt.Errorf("a pod named %s already exists and is not this workspace's upgrade: remove %s from pod %s or delete that pod", pod.Name, workspace.AnnUpgradePod, old.Name))
-	case apierrors.IsInvalid(err) || (apierrors.IsForbidden(err) && isAdmissionRejection(err)):
+	case permanent(err):
 		return failStart("PodRejected", fmt.Errorf("the API server rejected pod %s: %w", pod.Name, err))
 	default:
 		r.gate.release(key)
@@ -413,10 +418,11 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 	}
 }
 
-// isAdmissionRejection tells a policy refusal (quota, admission) from a transient Forbidden while a
-// namespace terminates; both are Forbidden, only the first never heals by retrying soon.
-func isAdmissionRejection(err error) bool {
-	return !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
+// permanent tells a refusal that retrying will not heal (an invalid object, quota, an admission
+// policy) from a transient error. A Forbidden while the namespace terminates is left to retry.
+func permanent(err error) bool {
+	return apierrors.IsInvalid(err) ||
+		(apierrors.IsForbidden(err) && !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause))
 }
 
 // createRollbackPod brings a failed Recreate upgrade back on the spec stored on the failed pod.

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -117,7 +116,16 @@ var managerSeq struct {
 // start runs a manager like main.go's (stripped pod cache, one namespace) with the controller.
 func (e *upgradeEnv) start() {
 	e.t.Helper()
+	// The manager's logs go to a buffer shown only when the story fails (a global logger would
+	// outlive the story's t).
+	logs := &syncBuffer{}
+	e.t.Cleanup(func() {
+		if e.t.Failed() {
+			e.t.Log(logs.String())
+		}
+	})
 	mgr, err := ctrl.NewManager(e.cfg, ctrl.Options{
+		Logger:                 zap.New(zap.WriteTo(logs)),
 		Scheme:                 clientgoscheme.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -292,7 +300,6 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs kube-apiserver (run without -short)")
 	}
-	log.SetLogger(zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(false)))
 	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
 	cfg, err := env.Start()
 	if err != nil {
@@ -549,5 +556,55 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 			}
 			g.Expect(queued).To(gomega.BeNumerically(">=", 1))
 		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	})
+
+	t.Run("a bulk upgrade of many workspaces under a small cap converges with every workspace on the new version", func(t *testing.T) {
+		const n, limit = 60, 8
+		e := newEnv(t, ideTemplate("v1", "ide:1", ""), UpgradeOptions{MaxConcurrentUpgrades: limit, Workers: 8})
+		e.start()
+		olds := map[string]*corev1.Pod{}
+		for i := 0; i < n; i++ {
+			id := fmt.Sprintf("bulk-%02d", i)
+			olds[id] = e.spawn("hana", id)
+		}
+		e.reg.set(ideTemplate("v2", "ide:2", ""))
+		yes := "true"
+		for _, p := range olds {
+			e.annotate(p.Name, workspace.AnnUpgradeRequested, &yes)
+		}
+		e.g.Eventually(func(g gomega.Gomega) {
+			var list corev1.PodList
+			g.Expect(e.c.List(context.Background(), &list, client.InNamespace(e.ns))).To(gomega.Succeed())
+			byID := map[string][]*corev1.Pod{}
+			for i := range list.Items {
+				p := &list.Items[i]
+				if p.DeletionTimestamp == nil {
+					byID[workspace.ID(p)] = append(byID[workspace.ID(p)], p)
+				}
+			}
+			inFlight, done := 0, 0
+			for id, pods := range byID {
+				if len(pods) == 0 || len(pods) > 2 {
+					e.t.Fatalf("workspace %s has %d live pods", id, len(pods))
+				}
+				if len(pods) == 2 {
+					inFlight++
+				}
+				for _, p := range pods {
+					// The kubelet: upgraded pods start.
+					if p.Annotations[workspace.AnnUpgradeFrom] != "" && !workspace.IsReady(p) {
+						e.setReady(p.Name)
+					}
+					if len(pods) == 1 && workspace.TemplateVersion(p) == "v2" {
+						done++
+					}
+				}
+			}
+			if inFlight > limit {
+				e.t.Fatalf("%d upgrades in flight with a cap of %d", inFlight, limit)
+			}
+			g.Expect(byID).To(gomega.HaveLen(n))
+			g.Expect(done).To(gomega.Equal(n))
+		}).WithTimeout(120 * time.Second).WithPolling(100 * time.Millisecond).Should(gomega.Succeed())
 	})
 }

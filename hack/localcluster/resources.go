@@ -25,8 +25,8 @@ type VolumeOptions struct {
 	Offset int
 	// Size of each volume (default 1Gi); a claim binds to a volume at least as large.
 	Size string
-	// AccessModes of each volume (default ReadWriteOnce and ReadWriteOncePod, so both kinds of
-	// claim bind).
+	// AccessModes of each volume (default ReadWriteOnce). A ReadWriteOncePod claim binds only to
+	// a volume with exactly ReadWriteOncePod (the API refuses it alongside other modes).
 	AccessModes []corev1.PersistentVolumeAccessMode
 }
 
@@ -48,7 +48,7 @@ func (c *Cluster) CreateVolumes(ctx context.Context, o VolumeOptions) ([]string,
 		return nil, fmt.Errorf("localcluster: VolumeOptions.Size %q: %w (use a quantity like 1Gi)", o.Size, err)
 	}
 	if len(o.AccessModes) == 0 {
-		o.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadWriteOncePod}
+		o.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	}
 	if err := c.ensureStorageClass(ctx, o.StorageClassName); err != nil {
 		return nil, err

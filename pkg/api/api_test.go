@@ -134,11 +134,18 @@ func seed(t *testing.T, owner, id, version string) *corev1.Pod {
 	return pod
 }
 
+// waitCached waits until pod name is in the manager's cache and in the front end's list (its
+// views follow the cache's events).
 func waitCached(t *testing.T, name string) {
 	t.Helper()
-	NewWithT(t).Eventually(func() error {
+	g := NewWithT(t)
+	g.Eventually(func() error {
 		return env.mgrCache.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &corev1.Pod{})
 	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
+	g.Eventually(func() string {
+		_, body := rest(t, adminToken("root"), "GET", "/api/v1/workspaces?all=true", nil)
+		return string(body)
+	}, 30*time.Second, 50*time.Millisecond).Should(ContainSubstring(`"` + name + `"`))
 }
 
 func getPod(t *testing.T, name string) (*corev1.Pod, error) {
@@ -372,7 +379,7 @@ func TestMCPToolsAsOwnerAndAdmin(t *testing.T) {
 		done := make(chan result, 1)
 		go func() {
 			res, err := follower.CallTool(context.Background(), &mcp.CallToolParams{
-				Name: "get_workspace_events", Arguments: map[string]any{"id": "my-project", "follow": true, "timeoutSeconds": 20},
+				Name: "get_workspace_events", Arguments: map[string]any{"id": "my-project", "follow": true, "timeoutSeconds": 120, "until": []string{"UpgradeSucceeded", "UpgradeFailed"}},
 				Meta: mcp.Meta{"progressToken": "ev-1"},
 			})
 			done <- result{res, err}
@@ -381,16 +388,23 @@ func TestMCPToolsAsOwnerAndAdmin(t *testing.T) {
 		g.Eventually(func() int { mu.Lock(); defer mu.Unlock(); return len(progress) }, 30*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 1))
 		addEvent(t, spawned.ActivePod, "UpgradeSucceeded", "now on 2.0")
 		g.Eventually(func() string { mu.Lock(); defer mu.Unlock(); return strings.Join(progress, "\n") }, 30*time.Second, 50*time.Millisecond).Should(ContainSubstring("UpgradeSucceeded"))
-		select {
-		case <-done:
-			t.Fatal("the follow call ended before its timeout")
-		default:
-		}
-		r := <-done // ends at timeoutSeconds
+		// UpgradeSucceeded is listed in until: the call ends with it, long before its timeout.
+		var r result
+		g.Eventually(done, 30*time.Second).Should(Receive(&r))
 		g.Expect(r.err).NotTo(HaveOccurred())
 		g.Expect(r.res.IsError).To(BeFalse())
 		raw, _ := json.Marshal(r.res.StructuredContent)
-		g.Expect(string(raw)).To(And(ContainSubstring("UpgradeSucceeded"), ContainSubstring(`"ended":"timeout"`)))
+		g.Expect(string(raw)).To(And(ContainSubstring("UpgradeStarted"), ContainSubstring("UpgradeSucceeded"), ContainSubstring(`"ended":"until"`)))
+
+		// Without until, a follow ends at its timeout with what it saw.
+		var out2 struct {
+			Events []frontend.Event
+			Ended  string
+		}
+		g.Expect(call(t, alice, "get_workspace_events", map[string]any{"id": "my-project", "follow": true, "timeoutSeconds": 1}, &out2)).To(BeEmpty())
+		g.Expect(out2.Ended).To(Equal("timeout"))
+		g.Expect(out2.Events).To(ContainElements(HaveField("Reason", "UpgradeStarted"), HaveField("Reason", "UpgradeSucceeded")))
+		g.Expect(call(t, alice, "get_workspace_events", map[string]any{"id": "my-project", "follow": true, "until": []string{"not a reason"}}, nil)).To(ContainSubstring("until"))
 	})
 	t.Run("delete_workspace: another user's refused, own deleted", func(t *testing.T) {
 		g := NewWithT(t)

@@ -134,7 +134,16 @@ func runWithEnv(m *testing.M) int {
 		return 1
 	}
 	env.mgrCache = mgr.GetCache()
-	env.svc = frontend.New(frontend.Config{Namespace: ns, Cache: mgr.GetCache(), Client: mgr.GetClient(), Events: env.clientset, Templates: env.templates, Spawner: &podSpawner{c: env.k8s}})
+	podInformer, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env.svc, err = frontend.New(frontend.Config{Namespace: ns, Cache: mgr.GetCache(), Client: mgr.GetClient(), Events: env.clientset, Templates: env.templates, Spawner: &podSpawner{c: env.k8s}, Pods: podInformer})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

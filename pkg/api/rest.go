@@ -122,12 +122,34 @@ func (h *rest) listWorkspaces(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	ws, err := h.svc.ListWorkspaces(r.Context(), frontend.ListOptions{AllUsers: all})
+	o := frontend.ListOptions{AllUsers: all, Continue: r.URL.Query().Get("continue")}
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("limit=%q is not a positive number: give the most workspaces per page, e.g. 500", v)})
+			return
+		}
+		o.Limit = n
+	}
+	list, err := h.svc.List(r.Context(), o)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"workspaces": ws})
+	// Encoded straight to the response from the views' cached JSON: no []Workspace, no reflection.
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.WriteString(w, `{"workspaces":`); err != nil {
+		return
+	}
+	if err := list.WriteJSON(w); err != nil {
+		return
+	}
+	tail := "}\n"
+	if list.Continue != "" {
+		tail = `,"continue":` + strconv.Quote(list.Continue) + "}\n"
+	}
+	_, _ = io.WriteString(w, tail)
 }
 
 func (h *rest) spawn(w http.ResponseWriter, r *http.Request) {
@@ -217,8 +239,9 @@ func (h *rest) clearMaintenance(w http.ResponseWriter, r *http.Request) {
 }
 
 // events answers with a JSON list, or with follow=true a Server-Sent Events stream: every past
-// event, then new ones as they happen, until timeout (default 60s, at most frontend.MaxFollow)
-// or the client goes away.
+// event, then new ones as they happen, until timeout (default 60s, at most frontend.MaxFollow),
+// until an event whose reason is listed in until=Reason1,Reason2 arrives, or until the client
+// goes away.
 func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 	follow, err := boolParam(r, "follow")
 	if err != nil {
@@ -233,6 +256,11 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		timeout = d
+	}
+	until, err := frontend.ParseUntil(r.URL.Query()["until"])
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
 	ctx := r.Context()
 	if follow {
@@ -273,20 +301,24 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	end := func(reason string) {
+		b, _ := json.Marshal(map[string]string{"reason": reason})
+		_, _ = fmt.Fprintf(w, "event: end\ndata: %s\n\n", b)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
 	for {
 		e, err := stream.Next(ctx)
 		if err != nil {
-			reason := "timeout"
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				reason = err.Error()
-			}
-			_, _ = fmt.Fprintf(w, "event: end\ndata: {\"reason\":%q}\n\n", reason)
-			if flusher != nil {
-				flusher.Flush()
-			}
+			end(frontend.EndReason(err))
 			return
 		}
 		if send(e) != nil {
+			return
+		}
+		if until.Ends(e) {
+			end(frontend.EndedUntil)
 			return
 		}
 	}

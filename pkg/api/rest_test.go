@@ -61,6 +61,9 @@ func TestRESTEndpoints(t *testing.T) {
 		{"maintenance cleared", admin, "DELETE", "/api/v1/workspaces/erin-box/maintenance", nil, 200, `"id":"erin-box"`},
 		{"events of another's", dave, "GET", "/api/v1/workspaces/erin-box/events", nil, 403, "Access Denied"},
 		{"events with a bad timeout", erin, "GET", "/api/v1/workspaces/erin-box/events?follow=true&timeout=1h", nil, 400, "timeout"},
+		{"events with a bad until", erin, "GET", "/api/v1/workspaces/erin-box/events?follow=true&until=a%20b", nil, 400, "until"},
+		{"list with a bad limit", dave, "GET", "/api/v1/workspaces?limit=-1", nil, 400, "limit"},
+		{"list with a bad continue", dave, "GET", "/api/v1/workspaces?continue=NOPE_", nil, 400, "continue"},
 		{"events", erin, "GET", "/api/v1/workspaces/erin-box/events", nil, 200, `"events":[]`},
 		{"unknown endpoint", erin, "GET", "/api/v1/nothing", nil, 404, "no endpoint"},
 		{"delete another's", dave, "DELETE", "/api/v1/workspaces/erin-box", nil, 403, "Access Denied"},
@@ -93,10 +96,38 @@ func TestRESTEndpoints(t *testing.T) {
 		g.Expect(p.Annotations[workspace.AnnUpgradePod]).To(Equal(r.PodName))
 	})
 
+	t.Run("a list pages with limit and continue, in id order", func(t *testing.T) {
+		g := NewWithT(t)
+		for _, id := range []string{"frank-c", "frank-a", "frank-b"} {
+			seed(t, "frank", id, "1.0")
+		}
+		frank := userToken("frank")
+		type page struct {
+			Workspaces []frontend.Workspace
+			Continue   string
+		}
+		var got []string
+		path := "/api/v1/workspaces?limit=2"
+		for range 3 {
+			code, body := rest(t, frank, "GET", path, nil)
+			g.Expect(code).To(Equal(200), string(body))
+			var p page
+			g.Expect(json.Unmarshal(body, &p)).To(Succeed())
+			for _, w := range p.Workspaces {
+				got = append(got, w.ID)
+			}
+			if p.Continue == "" {
+				break
+			}
+			path = "/api/v1/workspaces?limit=2&continue=" + p.Continue
+		}
+		g.Expect(got).To(Equal([]string{"frank-a", "frank-b", "frank-c"}))
+	})
+
 	t.Run("events follow as Server-Sent Events", func(t *testing.T) {
 		g := NewWithT(t)
 		addEvent(t, erinPod.Name, "Pulling", "pulling image")
-		req, _ := http.NewRequest("GET", env.server.URL+"/api/v1/workspaces/erin-box/events?follow=true&timeout=20s", nil)
+		req, _ := http.NewRequest("GET", env.server.URL+"/api/v1/workspaces/erin-box/events?follow=true&timeout=2m&until=Started,Failed", nil)
 		req.Header.Set("Authorization", "Bearer "+erin)
 		resp, err := http.DefaultClient.Do(req)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -129,7 +160,14 @@ func TestRESTEndpoints(t *testing.T) {
 		next("Pulling")
 		addEvent(t, erinPod.Name, "Started", "container started")
 		next("Started")
+		// Started is listed in until: the stream ends with it, long before its timeout.
 		next("event: end")
+		next(`{"reason":"until"}`)
+
+		// Without until, the stream ends at its timeout.
+		code, body := rest(t, erin, "GET", "/api/v1/workspaces/erin-box/events?follow=true&timeout=1s", nil)
+		g.Expect(code).To(Equal(200))
+		g.Expect(string(body)).To(And(ContainSubstring("Started"), HaveSuffix("event: end\ndata: {\"reason\":\"timeout\"}\n\n")))
 	})
 }
 

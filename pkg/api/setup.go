@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -61,10 +62,17 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 	if err != nil {
 		return nil, fmt.Errorf("api: events client: %w", err)
 	}
-	svc := frontend.New(frontend.Config{
+	pods, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("api: pod informer: %w", err)
+	}
+	svc, err := frontend.New(frontend.Config{
 		Namespace: o.Namespace, Cache: mgr.GetCache(), Client: mgr.GetClient(), Events: cs,
-		Templates: o.Templates, Spawner: o.Spawner,
+		Templates: o.Templates, Spawner: o.Spawner, Pods: pods,
 	})
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 	h := NewHandler(svc, o.Auth, o)
 	if o.Addr != "" && o.Addr != "0" {
 		if err := mgr.Add(&server{addr: o.Addr, handler: h}); err != nil {

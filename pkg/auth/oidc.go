@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"time"
@@ -42,17 +43,11 @@ type OIDC struct {
 // checked against the issuer's JWKS, fetched on demand and refreshed when an unknown key id
 // appears; "alg: none" and any algorithm the issuer does not announce are refused.
 func NewOIDC(ctx context.Context, cfg OIDCConfig) (*OIDC, error) {
-	if cfg.IssuerURL == "" {
-		return nil, errors.New("--oidc-issuer-url is empty: set it to your identity provider's issuer URL")
-	}
-	if cfg.ClientID == "" {
-		return nil, errors.New("--oidc-client-id is empty: set it to the audience your tokens are issued for")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	if cfg.SubjectClaim == "" {
 		cfg.SubjectClaim = "sub"
-	}
-	if cfg.AdminClaim != "" && cfg.AdminValue == "" {
-		return nil, fmt.Errorf("--oidc-admin-claim=%s needs --oidc-admin-value (the value that makes an admin)", cfg.AdminClaim)
 	}
 	client, err := httpClient(cfg.CAFile)
 	if err != nil {
@@ -66,6 +61,27 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig) (*OIDC, error) {
 	// The verifier's JWKS fetches use the provider's client, not ctx's lifetime.
 	v := provider.VerifierContext(oidc.ClientContext(context.WithoutCancel(ctx), client), &oidc.Config{ClientID: cfg.ClientID, Now: cfg.Now})
 	return &OIDC{cfg: cfg, verifier: v}, nil
+}
+
+// validate checks the configuration without a network call.
+func (cfg *OIDCConfig) validate() error {
+	if cfg.IssuerURL == "" {
+		return errors.New("--oidc-issuer-url is empty: set it to your identity provider's issuer URL (with --auth=oidc), or use --auth=kubernetes")
+	}
+	u, err := url.Parse(cfg.IssuerURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return fmt.Errorf("--oidc-issuer-url=%q is not an http(s) URL: give the issuer exactly as its tokens name it, e.g. https://login.example.com/realms/dev", cfg.IssuerURL)
+	}
+	if cfg.ClientID == "" {
+		return errors.New("--oidc-client-id is empty: set it to the audience your tokens are issued for")
+	}
+	if cfg.AdminClaim != "" && cfg.AdminValue == "" {
+		return fmt.Errorf("--oidc-admin-claim=%s needs --oidc-admin-value (the value that makes an admin)", cfg.AdminClaim)
+	}
+	if cfg.AdminClaim == "" && cfg.AdminValue != "" {
+		return fmt.Errorf("--oidc-admin-value=%s needs --oidc-admin-claim (the claim that holds it, e.g. groups)", cfg.AdminValue)
+	}
+	return nil
 }
 
 func httpClient(caFile string) (*http.Client, error) {

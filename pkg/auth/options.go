@@ -31,8 +31,32 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.audiences, "token-audiences", "", "With --auth=kubernetes: comma-separated audiences a token must be valid for (empty: the API server's).")
 }
 
+// Validate checks the flags without any network call, so a mistake stops nogoo9 at start with
+// a message naming the flag and what to do.
+func (o *Options) Validate() error {
+	switch o.Mode {
+	case "oidc":
+		if o.Kube.AdminGroup != "" {
+			return fmt.Errorf("--admin-group=%s only applies with --auth=kubernetes: with --auth=oidc use --oidc-admin-claim=groups --oidc-admin-value=%s", o.Kube.AdminGroup, o.Kube.AdminGroup)
+		}
+		return o.OIDC.validate()
+	case "kubernetes":
+		if o.OIDC.AdminClaim != "" || o.OIDC.AdminValue != "" {
+			return fmt.Errorf("--oidc-admin-claim and --oidc-admin-value only apply with --auth=oidc: with --auth=kubernetes use --admin-group")
+		}
+		return nil
+	case "":
+		return fmt.Errorf("--auth is empty: use oidc or kubernetes")
+	default:
+		return fmt.Errorf("--auth=%q is not a mode: use oidc or kubernetes", o.Mode)
+	}
+}
+
 // New builds the configured Authenticator. c is used for TokenReview (--auth=kubernetes).
 func (o *Options) New(ctx context.Context, c client.Client) (Authenticator, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	switch o.Mode {
 	case "oidc":
 		return NewOIDC(ctx, o.OIDC)

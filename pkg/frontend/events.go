@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -119,4 +120,50 @@ func isWorkspacePodName(name, base string) bool {
 	}
 	rest, ok := strings.CutPrefix(name, base+"-up-")
 	return ok && len(rest) == 5
+}
+
+// EndedUntil is the reason a follow ends with when an event whose reason was listed in "until"
+// arrived (EndReason gives the others).
+const EndedUntil = "until"
+
+// Until is the set of event reasons that end a follow: a caller waiting for an upgrade passes
+// UpgradeSucceeded and UpgradeFailed and gets its answer the moment one of them happens. Only
+// events that arrive while following count; past ones (an earlier upgrade's) do not.
+type Until map[string]bool
+
+// ParseUntil reads reasons given as a list, each item possibly comma-separated. A reason is a
+// CamelCase word such as UpgradeSucceeded.
+func ParseUntil(items []string) (Until, error) {
+	out := Until{}
+	for _, item := range items {
+		for _, r := range strings.Split(item, ",") {
+			r = strings.TrimSpace(r)
+			if r == "" {
+				continue
+			}
+			for _, c := range r {
+				if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+					return nil, errorf(CodeInvalid, "until: %q is not an event reason: give CamelCase reasons such as UpgradeSucceeded,UpgradeFailed", r)
+				}
+			}
+			out[r] = true
+		}
+	}
+	return out, nil
+}
+
+// Ends reports whether e ends the follow.
+func (u Until) Ends(e Event) bool { return u[e.Reason] }
+
+// EndReason names why a follow's Next failed: "timeout" (the caller's timeout), "cancelled"
+// (the caller went away) or the watch's error.
+func EndReason(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	default:
+		return err.Error()
+	}
 }

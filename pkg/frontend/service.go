@@ -28,21 +28,25 @@ const (
 // AddIndexes registers the owner and workspace-id indexes on the manager's cache. Call it before
 // the cache starts.
 func AddIndexes(ctx context.Context, idx client.FieldIndexer) error {
-	if err := idx.IndexField(ctx, &corev1.Pod{}, IndexOwner, func(o client.Object) []string {
-		if v := o.GetAnnotations()[workspace.AnnOwner]; v != "" {
-			return []string{v}
-		}
-		return nil
-	}); err != nil {
+	if err := idx.IndexField(ctx, &corev1.Pod{}, IndexOwner, indexOwner); err != nil {
 		return fmt.Errorf("index pods by owner: %w", err)
 	}
-	if err := idx.IndexField(ctx, &corev1.Pod{}, IndexID, func(o client.Object) []string {
-		if v := o.GetLabels()[workspace.LabelWorkspaceID]; v != "" {
-			return []string{v}
-		}
-		return nil
-	}); err != nil {
+	if err := idx.IndexField(ctx, &corev1.Pod{}, IndexID, indexID); err != nil {
 		return fmt.Errorf("index pods by workspace id: %w", err)
+	}
+	return nil
+}
+
+func indexOwner(o client.Object) []string {
+	if v := o.GetAnnotations()[workspace.AnnOwner]; v != "" {
+		return []string{v}
+	}
+	return nil
+}
+
+func indexID(o client.Object) []string {
+	if v := o.GetLabels()[workspace.LabelWorkspaceID]; v != "" {
+		return []string{v}
 	}
 	return nil
 }
@@ -58,6 +62,10 @@ type Config struct {
 	Events    kubernetes.Interface
 	Templates Templates
 	Spawner   Spawner
+	// Pods, when set, is the cache's pod informer: lists then read views kept current from its
+	// events (see views). Without it, or until it has delivered its initial list, a list reads
+	// and describes every pod per call.
+	Pods PodInformer
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// UpgradeAllWorkers bounds the patches in flight during upgrade-all (16 when 0).
@@ -66,17 +74,31 @@ type Config struct {
 
 // Service is the front end's operations. Every method takes the caller from ctx (auth.CallerFrom)
 // and refuses a call without one.
-type Service struct{ cfg Config }
+type Service struct {
+	cfg   Config
+	views *views
+}
 
-// New returns a Service.
-func New(cfg Config) *Service {
+// New returns a Service. With cfg.Pods it subscribes to the pod informer (call it before the
+// cache starts, or the initial list is replayed to it).
+func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.UpgradeAllWorkers <= 0 {
 		cfg.UpgradeAllWorkers = 16
 	}
-	return &Service{cfg: cfg}
+	s := &Service{cfg: cfg}
+	if cfg.Pods != nil {
+		v := newViews(cfg.Namespace)
+		reg, err := cfg.Pods.AddEventHandler(v)
+		if err != nil {
+			return nil, fmt.Errorf("watch workspace pods for the front end's views: %w", err)
+		}
+		v.reg = reg
+		s.views = v
+	}
+	return s, nil
 }
 
 func caller(ctx context.Context) (*auth.Caller, error) {
@@ -118,36 +140,95 @@ func (s *Service) listPods(ctx context.Context, opts ...client.ListOption) ([]*c
 type ListOptions struct {
 	// AllUsers lists every user's workspaces (admins only).
 	AllUsers bool
+	// Limit, when above 0, is the most workspaces one answer holds; WorkspaceList.Continue then
+	// names where the next page starts.
+	Limit int
+	// Continue is the Continue of the previous page: the list starts after that id.
+	Continue string
 }
 
 // ListWorkspaces returns the caller's workspaces (every user's for an admin with AllUsers),
 // sorted by id.
 func (s *Service) ListWorkspaces(ctx context.Context, o ListOptions) ([]Workspace, error) {
+	l, err := s.List(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return l.Workspaces(), nil
+}
+
+// List is ListWorkspaces as a snapshot that encodes itself cheaply (WorkspaceList.WriteJSON):
+// the REST and MCP lists use it.
+func (s *Service) List(ctx context.Context, o ListOptions) (*WorkspaceList, error) {
 	c, err := caller(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var pods []*corev1.Pod
-	switch {
-	case o.AllUsers && !c.IsAdmin:
+	if o.AllUsers && !c.IsAdmin {
 		return nil, errorf(CodeForbidden, "Forbidden: only admin users can list every user's workspaces; omit allUsers to list yours")
-	case o.AllUsers:
-		pods, err = s.listPods(ctx)
-	default:
-		pods, err = s.listPods(ctx, client.MatchingFields{IndexOwner: c.Subject})
 	}
-	if err != nil {
-		return nil, err
+	if o.Limit < 0 {
+		return nil, errorf(CodeInvalid, "limit %d is negative: give a positive number of workspaces per page, or 0 for all", o.Limit)
 	}
-	now := s.cfg.Now()
-	groups := workspace.GroupByID(pods)
-	latest := map[string]string{}
-	out := make([]Workspace, 0, len(groups))
-	for _, g := range groups {
-		out = append(out, describe(g, s.latestVersion(latest, g), now))
+	if o.Continue != "" {
+		if err := workspace.ValidateID(o.Continue); err != nil {
+			return nil, errorf(CodeInvalid, "continue %q is not a workspace id: pass the continue value of the previous page", o.Continue)
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
+	var entries []*entry
+	var more bool
+	if s.views != nil && s.views.synced() {
+		entries, more = s.views.snapshot(c.Subject, o.AllUsers, o.Continue, o.Limit)
+	} else {
+		var pods []*corev1.Pod
+		if o.AllUsers {
+			pods, err = s.listPods(ctx)
+		} else {
+			pods, err = s.listPods(ctx, client.MatchingFields{IndexOwner: c.Subject})
+		}
+		if err != nil {
+			return nil, err
+		}
+		entries, more = entriesOf(pods, o)
+	}
+	l := &WorkspaceList{entries: entries, latest: map[string]string{}, now: s.cfg.Now()}
+	for _, e := range entries {
+		if _, ok := l.latest[e.template]; !ok {
+			l.latest[e.template] = s.templateVersion(e.template)
+		}
+	}
+	if more {
+		l.Continue = entries[len(entries)-1].id
+	}
+	return l, nil
+}
+
+// entriesOf builds the entries of a list from pods read per call (no views yet).
+func entriesOf(pods []*corev1.Pod, o ListOptions) ([]*entry, bool) {
+	var out []*entry
+	for _, g := range workspace.GroupByID(pods) {
+		out = append(out, newEntry(g))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	if o.Continue != "" {
+		i, found := searchID(out, o.Continue)
+		if found {
+			i++
+		}
+		out = out[i:]
+	}
+	if o.Limit > 0 && len(out) > o.Limit {
+		return out[:o.Limit], true
+	}
+	return out, false
+}
+
+// templateVersion is the registry's current version of template name ("" when unknown).
+func (s *Service) templateVersion(name string) string {
+	if t, ok := s.cfg.Templates.Get(name); ok && t != nil {
+		return t.Version
+	}
+	return ""
 }
 
 // latestVersion looks the active pod's template up once per call and template.
@@ -337,13 +418,24 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 	if !c.IsAdmin {
 		return nil, errorf(CodeForbidden, "%s", MsgUpgradeAllForAdmin)
 	}
-	pods, err := s.listPods(ctx)
-	if err != nil {
-		return nil, err
+	var groups [][]*corev1.Pod
+	if s.views != nil && s.views.synced() {
+		entries, _ := s.views.snapshot("", true, "", 0)
+		for _, e := range entries {
+			groups = append(groups, e.pods)
+		}
+	} else {
+		pods, err := s.listPods(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range workspace.GroupByID(pods) {
+			groups = append(groups, g)
+		}
 	}
 	memo := map[string]string{}
 	var todo [][]*corev1.Pod
-	for _, g := range workspace.GroupByID(pods) {
+	for _, g := range groups {
 		active := workspace.Active(g)
 		latest := s.latestVersion(memo, g)
 		if latest != "" && workspace.TemplateVersion(active) != latest && active.DeletionTimestamp == nil {

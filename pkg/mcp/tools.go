@@ -1,10 +1,14 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nogoo9/no-crd/pkg/frontend"
@@ -17,12 +21,15 @@ type (
 		ID string `json:"id" jsonschema:"the workspace id (see list_workspaces)"`
 	}
 	listInput struct {
-		AllUsers bool `json:"allUsers,omitempty" jsonschema:"admins only: list every user's workspaces instead of your own"`
+		AllUsers bool   `json:"allUsers,omitempty" jsonschema:"admins only: list every user's workspaces instead of your own"`
+		Limit    int    `json:"limit,omitempty" jsonschema:"at most this many workspaces (0 or absent: all of them)"`
+		Continue string `json:"continue,omitempty" jsonschema:"the continue value of the previous answer: the list goes on after it"`
 	}
 	eventsInput struct {
-		ID             string `json:"id" jsonschema:"the workspace id"`
-		Follow         bool   `json:"follow,omitempty" jsonschema:"keep the call open and stream new events as progress and log notifications until timeoutSeconds"`
-		TimeoutSeconds int    `json:"timeoutSeconds,omitempty" jsonschema:"how long to follow, 1 to 300 seconds (default 60)"`
+		ID             string   `json:"id" jsonschema:"the workspace id"`
+		Follow         bool     `json:"follow,omitempty" jsonschema:"keep the call open and stream new events as progress and log notifications until timeoutSeconds"`
+		TimeoutSeconds int      `json:"timeoutSeconds,omitempty" jsonschema:"how long to follow, 1 to 300 seconds (default 60)"`
+		Until          []string `json:"until,omitempty" jsonschema:"stop following as soon as a new event with one of these reasons arrives, e.g. [UpgradeSucceeded, UpgradeFailed]"`
 	}
 	maintenanceInput struct {
 		ID     string `json:"id" jsonschema:"the workspace id"`
@@ -33,14 +40,15 @@ type (
 		Templates []frontend.TemplateInfo `json:"templates"`
 	}
 	workspacesOutput struct {
-		Workspaces []frontend.Workspace `json:"workspaces"`
+		Workspaces []frontend.Workspace `json:"workspaces" jsonschema:"sorted by id"`
+		Continue   string               `json:"continue,omitempty" jsonschema:"present when more workspaces follow: pass it as continue to get them"`
 	}
 	upgradesOutput struct {
 		Upgrades []frontend.UpgradeResult `json:"upgrades" jsonschema:"one entry per outdated workspace"`
 	}
 	eventsOutput struct {
 		Events []frontend.Event `json:"events" jsonschema:"oldest first"`
-		Ended  string           `json:"ended,omitempty" jsonschema:"why following stopped: timeout, cancelled, or an error"`
+		Ended  string           `json:"ended,omitempty" jsonschema:"why following stopped: timeout, until (an event listed in until arrived), cancelled, or an error"`
 	}
 )
 
@@ -70,17 +78,19 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		return nil, *w, nil
 	})
 
-	mcp.AddTool(s, &mcp.Tool{
+	// list_workspaces is registered untyped: its answer (10,000 workspaces for an admin) is
+	// written from the views' cached JSON, not marshalled, re-parsed and validated against the
+	// output schema as a typed tool's is.
+	s.AddTool(&mcp.Tool{
 		Name: "list_workspaces",
 		Description: "List your workspaces with phase (Scheduling, Initializing, Ready, Upgrading, Unavailable, Failed, Terminating), " +
-			"template version, isOutdated and latestTemplateVersion, active pod, proxy paths and the last upgrade error.",
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
-	}, func(ctx context.Context, _ *mcp.CallToolRequest, in listInput) (*mcp.CallToolResult, workspacesOutput, error) {
-		ws, err := svc.ListWorkspaces(ctx, frontend.ListOptions{AllUsers: in.AllUsers})
-		if ws == nil {
-			ws = []frontend.Workspace{}
-		}
-		return nil, workspacesOutput{Workspaces: ws}, err
+			"template version, isOutdated and latestTemplateVersion, active pod, proxy paths and the last upgrade error. " +
+			"For long lists pass limit, then the continue value of each answer to get the next page.",
+		Annotations:  &mcp.ToolAnnotations{ReadOnlyHint: true},
+		InputSchema:  mustSchema[listInput](),
+		OutputSchema: mustSchema[workspacesOutput](),
+	}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return listWorkspaces(ctx, svc, req)
 	})
 
 	mcp.AddTool(s, &mcp.Tool{
@@ -146,7 +156,8 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 	mcp.AddTool(s, &mcp.Tool{
 		Name: "get_workspace_events",
 		Description: "The Kubernetes events of a workspace's pods: scheduling, image pulls, upgrade progress and failures. With follow, the call stays open up to timeoutSeconds " +
-			"and each new event is sent as a progress notification (when you pass a progress token) and a log message; the result lists every event seen.",
+			"and each new event is sent as a progress notification (when you pass a progress token) and a log message; the result lists every event seen. " +
+			"Pass until (e.g. [\"UpgradeSucceeded\",\"UpgradeFailed\"]) to get the answer the moment the upgrade ends.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in eventsInput) (*mcp.CallToolResult, eventsOutput, error) {
 		return events(ctx, svc, req, in)
@@ -160,6 +171,10 @@ func events(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest
 			return nil, eventsOutput{}, &frontend.Error{Code: frontend.CodeInvalid, Message: "timeoutSeconds must be between 1 and 300"}
 		}
 		timeout = time.Duration(in.TimeoutSeconds) * time.Second
+	}
+	until, err := frontend.ParseUntil(in.Until)
+	if err != nil {
+		return nil, eventsOutput{}, err
 	}
 	if in.Follow {
 		var cancel context.CancelFunc
@@ -198,17 +213,60 @@ func events(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest
 	for {
 		e, err := stream.Next(ctx)
 		if err != nil {
-			switch {
-			case errors.Is(err, context.DeadlineExceeded):
-				out.Ended = "timeout"
-			case errors.Is(err, context.Canceled):
-				out.Ended = "cancelled"
-			default:
-				out.Ended = err.Error()
-			}
+			out.Ended = frontend.EndReason(err)
 			return nil, out, nil
 		}
 		out.Events = append(out.Events, e)
 		notify(e)
+		if until.Ends(e) {
+			out.Ended = frontend.EndedUntil
+			return nil, out, nil
+		}
 	}
+}
+
+func listWorkspaces(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	var in listInput
+	if len(req.Params.Arguments) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(req.Params.Arguments))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			return toolError(fmt.Errorf("validating \"arguments\": %v; list_workspaces takes allUsers (boolean), limit (integer) and continue (string)", err)), nil
+		}
+	}
+	list, err := svc.List(ctx, frontend.ListOptions{AllUsers: in.AllUsers, Limit: in.Limit, Continue: in.Continue})
+	if err != nil {
+		return toolError(err), nil
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"workspaces":`)
+	if err := list.WriteJSON(&b); err != nil {
+		return nil, err
+	}
+	if list.Continue != "" {
+		b.WriteString(`,"continue":` + strconv.Quote(list.Continue))
+	}
+	b.WriteByte('}')
+	// The text block repeats the structured content, as the MCP spec asks for clients that do
+	// not read structuredContent.
+	return &mcp.CallToolResult{
+		StructuredContent: json.RawMessage(b.Bytes()),
+		Content:           []mcp.Content{&mcp.TextContent{Text: b.String()}},
+	}, nil
+}
+
+func toolError(err error) *mcp.CallToolResult {
+	var res mcp.CallToolResult
+	res.SetError(err)
+	return &res
+}
+
+// mustSchema infers a tool schema from T as mcp.AddTool does; T is a fixed type of this package,
+// so a failure is a programming error.
+func mustSchema[T any]() *jsonschema.Schema {
+	s, err := jsonschema.For[T](&jsonschema.ForOptions{})
+	if err != nil {
+		panic(fmt.Sprintf("schema of %T: %v", *new(T), err))
+	}
+	return s
 }

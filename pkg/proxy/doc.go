@@ -4,8 +4,10 @@
 //
 // The route table is built from informer events on the cached workspace pods, never from an API
 // call per request; a request is routed by a few map lookups under a read lock. Each route has its
-// own httputil.ReverseProxy (all sharing one Transport and one buffer pool), so the target is known
-// without a per-request context value. Every WebSocket is pinned to the pod it was opened on and
+// own httputil.ReverseProxy (all sharing one buffer pool and one transport), so the target is known
+// without a per-request context value. The transport (transport.go) does plain HTTP/1.1 exchanges on
+// the request's own goroutine over a pool of kept-alive pod connections and leaves upgrades and
+// large uploads to http.Transport. Every WebSocket is pinned to the pod it was opened on and
 // closed when that pod is deleted or stays not-ready longer than a grace period, so the client
 // reconnects and lands on the current pod. See docs/proxy.md.
 package proxy

@@ -21,7 +21,7 @@ const (
 	SideBySide Strategy = "SideBySide"
 	// Recreate creates the new pod (it waits on the volume), then deletes the old one so the
 	// volume is released. The new pod carries the old spec (nogoo9/rollback-spec) until it is Ready.
-	Recreate Strategy = "Recreate"
+	Recreate Strategy = workspace.StrategyRecreate
 	// Rollback marks the pod that brings a failed Recreate upgrade back on the previous spec.
 	Rollback Strategy = "Rollback"
 )
@@ -171,13 +171,17 @@ func Plan(obs Observed, target Target, now time.Time, cfg Config) Move {
 }
 
 // planDuplicates handles more than one live pod and no upgrade in flight: once the newest is
-// Ready, the older ones go; until then nothing is touched (the newest may still become Ready).
+// Ready, the older ones of the same owner go; until then nothing is touched (the newest may still
+// become Ready). A pod of another owner that shares the id is never deleted here.
 func planDuplicates(head *corev1.Pod, live []*corev1.Pod) Move {
 	if !workspace.IsReady(head) {
 		return Move{State: StateWaitDuplicate}
 	}
 	p := Move{State: StateDuplicates}
 	for _, old := range live[1:] {
+		if workspace.Owner(old) != workspace.Owner(head) {
+			continue
+		}
 		p.Actions = append(p.Actions, Action{Kind: DeletePod, Pod: old, Keep: head,
 			EventType: corev1.EventTypeNormal, Reason: ReasonDuplicateRemoved,
 			Message: fmt.Sprintf("Deleted pod %s: pod %s of the same workspace is newer and Ready.", old.Name, head.Name)})
@@ -265,32 +269,11 @@ func RollbackPodName(failed *corev1.Pod) string {
 }
 
 // OldPod is the live pod that up replaces (nogoo9/upgrade-from with a matching UID), or nil.
-func OldPod(up *corev1.Pod, live []*corev1.Pod) *corev1.Pod {
-	from := up.Annotations[workspace.AnnUpgradeFrom]
-	if from == "" {
-		return nil
-	}
-	uid := types.UID(up.Annotations[workspace.AnnUpgradeFromUID])
-	for _, p := range live {
-		if p != up && p.Name == from && (uid == "" || p.UID == uid) && p.DeletionTimestamp == nil {
-			return p
-		}
-	}
-	return nil
-}
+func OldPod(up *corev1.Pod, live []*corev1.Pod) *corev1.Pod { return workspace.UpgradeOldPod(up, live) }
 
 // InFlight reports whether up is an upgraded pod whose upgrade has not concluded: the pod it
 // replaces is still live, or (Recreate) it has not been confirmed Ready yet.
-func InFlight(up *corev1.Pod, live []*corev1.Pod) bool {
-	if up.DeletionTimestamp != nil || up.Annotations[workspace.AnnUpgradeFrom] == "" {
-		return false
-	}
-	if OldPod(up, live) != nil {
-		return true
-	}
-	return Strategy(up.Annotations[workspace.AnnUpgradeStrategy]) == Recreate &&
-		up.Annotations[workspace.AnnUpgradeStartedAt] != ""
-}
+func InFlight(up *corev1.Pod, live []*corev1.Pod) bool { return workspace.UpgradeInFlight(up, live) }
 
 // InFlightWorkspaces returns the keys (namespace/id) of the workspaces with an upgrade in flight
 // among pods (any mix of workspaces). The concurrency cap counts these.

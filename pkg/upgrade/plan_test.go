@@ -180,6 +180,8 @@ func TestPlanStates(t *testing.T) {
 		{name: "duplicates: newest Ready deletes the older pods",
 			pods: []*corev1.Pod{old(ready), with(wsPod("ws-dup", "uid-dup", "v1", t0), ready)}, state: StateDuplicates,
 			want: []string{"DeletePod ws-old [Normal DuplicatePodRemoved on ws-old]"}},
+		{name: "duplicates: a pod of another owner sharing the id is never deleted",
+			pods: []*corev1.Pod{old(ready, ann(workspace.AnnOwner, "mallory")), with(wsPod("ws-dup", "uid-dup", "v1", t0), ready)}, state: StateDuplicates},
 		{name: "duplicates: newest not Ready yet is waited for",
 			pods: []*corev1.Pod{old(ready), with(wsPod("ws-dup", "uid-dup", "v1", t0), pending)}, state: StateWaitDuplicate},
 		{name: "duplicates: a leftover upgraded pod whose old pod UID differs is not an upgrade in flight",

@@ -87,7 +87,9 @@ var _ = Describe("The local cluster", func() {
 
 	It("enforces ReadWriteOncePod: a second pod waits until the first is gone", func(ctx SpecContext) {
 		class := ns + "-rwop"
-		_, err := Cluster.CreateVolumes(ctx, localcluster.VolumeOptions{StorageClassName: class})
+		_, err := Cluster.CreateVolumes(ctx, localcluster.VolumeOptions{
+			StorageClassName: class, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod},
+		})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func(ctx SpecContext) {
 			_ = K8s.DeleteAllOf(ctx, &corev1.PersistentVolume{}, client.MatchingLabels{"nogoo9-local/storage-class": class})

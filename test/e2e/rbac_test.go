@@ -37,13 +37,6 @@ func kubectl(kubeconfig string, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// binaryHasFlag reports whether the nogoo9 under test defines --name (components add their flags
-// as they are wired).
-func binaryHasFlag(name string) bool {
-	out, _ := exec.Command(nogoo9Bin, "--help").CombinedOutput()
-	return bytes.Contains(out, []byte("  -"+name+" ")) || bytes.Contains(out, []byte("  -"+name+"\n"))
-}
-
 // The proof that config/rbac is enough: the install is applied as an operator would apply it, and
 // the real nogoo9 binary runs out of cluster with a token of the install's ServiceAccount, so any
 // missing rule makes a call fail (and the log says "forbidden"). config/config_test.go checks the
@@ -73,14 +66,10 @@ var _ = Describe("RBAC of config/default", Ordered, func() {
 		out, err = kubectl(Cluster.Kubeconfig, "apply", "--server-side", "-n", installNS, "-f", filepath.Join(root, "config/samples/template-node.yaml"))
 		Expect(err).NotTo(HaveOccurred(), "apply sample template:\n%s", out)
 
-		args := []string{"--kubeconfig=" + saKubeconfig, "--namespace=" + installNS, "--leader-elect=true"}
-		if binaryHasFlag("auth") {
-			args = append(args, "--auth=kubernetes", "--token-audiences=nogoo9")
-		}
-		if binaryHasFlag("max-workspaces-per-user") {
-			args = append(args, "--max-workspaces-per-user=3") // exercises the quota ledger ConfigMaps
-		}
-		proc = StartNogoo9(args...)
+		// The install's own flags for auth; leader election on (Leases); a quota, so that the
+		// spawner's ledger ConfigMaps are written too.
+		proc = StartNogoo9("--kubeconfig="+saKubeconfig, "--namespace="+installNS, "--leader-elect=true",
+			"--auth=kubernetes", "--token-audiences=nogoo9", "--max-workspaces-per-user=3")
 	})
 
 	AfterAll(func() {

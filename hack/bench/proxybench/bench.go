@@ -7,11 +7,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -34,6 +36,7 @@ func runBench(args []string) error {
 	podIP := fs.String("pod-ip", "127.1.200.1", "loopback IP the backend listens on, like a kwok pod IP")
 	out := fs.String("out", "", "also write the markdown table to this file")
 	only := fs.String("rows", "direct,nogoo9,nginx,httputil", "rows to measure (comma-separated: direct, nogoo9, nginx, httputil)")
+	cutRounds := fs.Int("cutover-rounds", 5, "rounds of figure 7 (cutover; needs kube-apiserver and etcd in $KUBEBUILDER_ASSETS or ./bin); 0 skips it")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of nogoo9's proxy (all rounds) to this file")
 	_ = fs.Parse(args)
 
@@ -53,11 +56,26 @@ func runBench(args []string) error {
 	defer os.RemoveAll(dir)
 
 	backend := net.JoinHostPort(*podIP, "18080")
-	var procs []*exec.Cmd
-	defer func() {
+	var (
+		procsMu sync.Mutex
+		procs   []*exec.Cmd
+	)
+	stopAll := func() {
+		procsMu.Lock()
+		defer procsMu.Unlock()
 		for i := len(procs) - 1; i >= 0; i-- {
 			stopProc(procs[i])
 		}
+		procs = nil
+	}
+	defer stopAll()
+	// make bench stops us with SIGTERM: stop the backend and proxies we started first.
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-sigc
+		stopAll()
+		os.Exit(1)
 	}()
 	start := func(addr string, name string, args ...string) error {
 		cmd := exec.Command("taskset", append([]string{"-c", "1", name}, args...)...)
@@ -66,7 +84,9 @@ func runBench(args []string) error {
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("start %s: %w", name, err)
 		}
+		procsMu.Lock()
 		procs = append(procs, cmd)
+		procsMu.Unlock()
 		return waitListening(addr)
 	}
 	if err := start(backend, self, "backend", "-addr", backend); err != nil {
@@ -144,6 +164,18 @@ func runBench(args []string) error {
 			rw.name, median(h, rps), minOf(h, rps), maxOf(h, rps), median(h, rps)/dH, median(h, p50), median(h, p99),
 			median(i, p50), median(i, p50)-dI,
 			median(w, rps), minOf(w, rps), maxOf(w, rps), median(w, rps)/dW, median(w, p50), median(w, p99))
+	}
+	if *cutRounds > 0 {
+		b.WriteString("\n")
+		if assets, ok := envtestAssets(); !ok {
+			fmt.Fprintf(&b, "### Cutover (figure 7): skipped: no kube-apiserver and etcd in %s (run hack/build-tools.sh or set KUBEBUILDER_ASSETS)\n", assets)
+		} else {
+			res, err := runCutover(assets, *cutRounds)
+			if err != nil {
+				return err
+			}
+			b.WriteString(cutoverTable(res))
+		}
 	}
 	fmt.Print(b.String())
 	if *out != "" {

@@ -1,0 +1,205 @@
+package frontend
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// PodInformer is the part of the manager cache's pod informer that the views subscribe to
+// (mgr.GetCache().GetInformer(ctx, &corev1.Pod{})).
+type PodInformer interface {
+	AddEventHandler(handler toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error)
+}
+
+// views keeps one ready-made view per workspace, kept current from the pod informer's events. An
+// event recomputes only the workspace of the pod that changed (workspace.Describe over that
+// workspace's pods), so a list of 10,000 workspaces costs a copy of pointers under a read lock and
+// the JSON each view already encoded, instead of 10,000 Describe calls and a reflective encoding.
+//
+// Entries are immutable once published: an event replaces the workspace's *entry, so a reader
+// that copied the pointers keeps a consistent snapshot without holding the lock.
+type views struct {
+	namespace string
+
+	mu      sync.RWMutex
+	byID    map[string]*entry
+	podID   map[string]string   // pod name -> the workspace id it is filed under
+	all     []*entry            // every entry, sorted by id
+	byOwner map[string][]*entry // each owner's entries, sorted by id
+
+	reg toolscache.ResourceEventHandlerRegistration
+}
+
+// entry is the view of one workspace.
+type entry struct {
+	id, owner, template string
+	// pods are the workspace's pods, newest first, shared with the informer's store: read only.
+	pods []*corev1.Pod
+	// info is workspace.Describe with no latest version and the clock at zero: messages carry no
+	// clock-dependent note ("pending for 2m0s"); clock says how to add it at read time.
+	info  workspace.Info
+	clock clockNote
+	// enc caches the JSON encoding for the template version it was made with.
+	enc atomic.Pointer[encoded]
+}
+
+func newViews(namespace string) *views {
+	return &views{namespace: namespace, byID: map[string]*entry{}, podID: map[string]string{}, byOwner: map[string][]*entry{}}
+}
+
+// synced reports whether the informer's initial list has been delivered to the views.
+func (v *views) synced() bool { return v.reg != nil && v.reg.HasSynced() }
+
+// OnAdd, OnUpdate and OnDelete implement toolscache.ResourceEventHandler. Create, update and
+// delete are one operation: file the pod (or its absence) under its workspace and recompute it.
+func (v *views) OnAdd(obj any, _ bool)  { v.setPod(obj, false) }
+func (v *views) OnUpdate(_, newObj any) { v.setPod(newObj, false) }
+func (v *views) OnDelete(obj any)       { v.setPod(obj, true) }
+func podOf(obj any) (*corev1.Pod, bool) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	return p, ok && p != nil
+}
+
+func (v *views) setPod(obj any, deleted bool) {
+	pod, ok := podOf(obj)
+	if !ok || pod.Namespace != v.namespace {
+		return
+	}
+	id := ""
+	if !deleted && workspace.IsWorkspacePod(pod) {
+		id = workspace.ID(pod)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	prev := v.podID[pod.Name]
+	if prev != "" && prev != id {
+		v.rebuild(prev, withPod(v.byID[prev], pod.Name, nil))
+	}
+	if id == "" {
+		delete(v.podID, pod.Name)
+		return
+	}
+	v.podID[pod.Name] = id
+	v.rebuild(id, withPod(v.byID[id], pod.Name, pod))
+}
+
+// withPod returns e's pods without the pod called name, plus pod when not nil: a fresh slice.
+func withPod(e *entry, name string, pod *corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	if e != nil {
+		out = make([]*corev1.Pod, 0, len(e.pods)+1)
+		for _, p := range e.pods {
+			if p.Name != name {
+				out = append(out, p)
+			}
+		}
+	}
+	if pod != nil {
+		out = append(out, pod)
+	}
+	return out
+}
+
+// rebuild publishes the entry of workspace id made from pods (none: the workspace is gone).
+// v.mu must be held.
+func (v *views) rebuild(id string, pods []*corev1.Pod) {
+	old := v.byID[id]
+	if len(pods) == 0 {
+		if old != nil {
+			delete(v.byID, id)
+			v.all = removeSorted(v.all, id)
+			v.setOwnerList(old.owner, removeSorted(v.byOwner[old.owner], id))
+		}
+		return
+	}
+	e := newEntry(workspace.NewestFirst(pods))
+	v.byID[id] = e
+	v.all = putSorted(v.all, e)
+	if old != nil && old.owner != e.owner {
+		v.setOwnerList(old.owner, removeSorted(v.byOwner[old.owner], id))
+	}
+	v.byOwner[e.owner] = putSorted(v.byOwner[e.owner], e)
+}
+
+func (v *views) setOwnerList(owner string, list []*entry) {
+	if len(list) == 0 {
+		delete(v.byOwner, owner)
+		return
+	}
+	v.byOwner[owner] = list
+}
+
+func searchID(list []*entry, id string) (int, bool) {
+	i := sort.Search(len(list), func(i int) bool { return list[i].id >= id })
+	return i, i < len(list) && list[i].id == id
+}
+
+// putSorted replaces the entry with e's id, or inserts e in id order.
+func putSorted(list []*entry, e *entry) []*entry {
+	i, found := searchID(list, e.id)
+	if found {
+		list[i] = e
+		return list
+	}
+	list = append(list, nil)
+	copy(list[i+1:], list[i:])
+	list[i] = e
+	return list
+}
+
+func removeSorted(list []*entry, id string) []*entry {
+	i, found := searchID(list, id)
+	if !found {
+		return list
+	}
+	copy(list[i:], list[i+1:])
+	list[len(list)-1] = nil
+	return list[:len(list)-1]
+}
+
+// snapshot copies the entries a list shows, in id order: every workspace, or owner's. after and
+// limit page through them (limit 0: no limit); more reports whether entries follow the page.
+func (v *views) snapshot(owner string, all bool, after string, limit int) (out []*entry, more bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	list := v.all
+	if !all {
+		list = v.byOwner[owner]
+	}
+	if after != "" {
+		i, found := searchID(list, after)
+		if found {
+			i++
+		}
+		list = list[i:]
+	}
+	if limit > 0 && len(list) > limit {
+		list, more = list[:limit], true
+	}
+	return append([]*entry(nil), list...), more
+}
+
+// get returns the entry of workspace id, or nil.
+func (v *views) get(id string) *entry {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.byID[id]
+}
+
+func newEntry(pods []*corev1.Pod) *entry {
+	info := workspace.Describe(pods, "", time.Time{})
+	return &entry{
+		id: info.ID, owner: info.Owner, template: info.Template,
+		pods: pods, info: info, clock: probeClock(pods, info),
+	}
+}

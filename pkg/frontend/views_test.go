@@ -1,0 +1,227 @@
+package frontend
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+var t0 = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+
+type podOpt func(*corev1.Pod)
+
+func pod(name, owner, id, version string, created time.Time, opts ...podOpt) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "ns", UID: ktypes.UID("uid-" + name), CreationTimestamp: metav1.NewTime(created),
+			Labels: map[string]string{
+				workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id,
+				workspace.LabelTemplate: "python", workspace.LabelTemplateVersion: version,
+			},
+			Annotations: map[string]string{workspace.AnnOwner: owner, workspace.AnnTemplateVersion: version},
+		},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "ide:" + version}}},
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+func ready(p *corev1.Pod) {
+	p.Spec.NodeName = "node-1"
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", Conditions: []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue},
+	}}
+}
+
+func pulling(p *corev1.Pod) {
+	p.Spec.NodeName = "node-1"
+	p.Status = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{
+		{Name: "ide", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: `pull "ide:2" <failed> & "quoted"`}}},
+	}}
+}
+
+func deletedAt(t time.Time) podOpt {
+	return func(p *corev1.Pod) { d := metav1.NewTime(t); p.DeletionTimestamp = &d }
+}
+
+func annotated(kv ...string) podOpt {
+	return func(p *corev1.Pod) {
+		for i := 0; i+1 < len(kv); i += 2 {
+			p.Annotations[kv[i]] = kv[i+1]
+		}
+	}
+}
+
+// TestRenderMatchesDescribe checks that a view computed once, with its clock note added at read
+// time, is exactly what workspace.Describe gives at that time, as a value and as JSON, across the
+// note's thresholds.
+func TestRenderMatchesDescribe(t *testing.T) {
+	old := pod("ws-a", "alice", "a", "1.0", t0, ready)
+	groups := []struct {
+		name string
+		pods []*corev1.Pod
+		kind clockKind
+	}{
+		{"ready pod: no clock note", []*corev1.Pod{old}, clockNone},
+		{"pod waiting for the scheduler: pending note", []*corev1.Pod{pod("ws-b", "bob", "b", "1.0", t0)}, clockPending},
+		{"pod with a zero creation time: no note ever", []*corev1.Pod{pod("ws-z", "bob", "z", "1.0", time.Time{})}, clockNone},
+		{"pod pulling an image, message with JSON and HTML characters", []*corev1.Pod{pod("ws-c", "carol", "c", "1.0", t0, pulling)}, clockNone},
+		{"every pod being deleted: grace note", []*corev1.Pod{pod("ws-d", "dave", "d", "1.0", t0, ready, deletedAt(t0.Add(time.Minute)))}, clockGrace},
+		{"upgrade in flight, new pod unscheduled: pending note of the new pod", []*corev1.Pod{
+			old, pod("ws-a-up-xyz12", "alice", "a", "2.0", t0.Add(time.Minute), annotated(workspace.AnnUpgradeFrom, "ws-a")),
+		}, clockPending},
+		{"upgrade requested", []*corev1.Pod{pod("ws-e", "erin", "e", "1.0", t0, ready, annotated(workspace.AnnUpgradeRequested, "2026-03-01T10:00:00Z", workspace.AnnUpgradePod, "ws-e-up-abcde"))}, clockNone},
+		{"maintenance", []*corev1.Pod{pod("ws-f", "frank", "f", "1.0", t0, ready, annotated(workspace.AnnMaintenance, "disk repair"))}, clockNone},
+	}
+	nows := []time.Duration{-time.Hour, 0, 400 * time.Millisecond, 999 * time.Millisecond, time.Second, time.Minute + 1500*time.Millisecond, 90 * time.Second, 30 * time.Hour}
+	for _, g := range groups {
+		t.Run(g.name, func(t *testing.T) {
+			e := newEntry(workspace.NewestFirst(append([]*corev1.Pod(nil), g.pods...)))
+			if e.clock.kind != g.kind {
+				t.Fatalf("clock kind %d, want %d", e.clock.kind, g.kind)
+			}
+			for _, latest := range []string{"", "1.0", "2.0"} {
+				for _, d := range nows {
+					now := t0.Add(time.Minute).Add(d)
+					want := workspace.Describe(g.pods, latest, now)
+					if got := e.view(latest, now); got != want {
+						t.Errorf("latest %q, now %s: view\n%+v\nwant\n%+v", latest, d, got, want)
+					}
+					l := &WorkspaceList{entries: []*entry{e}, latest: map[string]string{"python": latest}, now: now}
+					var b bytes.Buffer
+					if err := l.WriteJSON(&b); err != nil {
+						t.Fatal(err)
+					}
+					wantJSON, _ := json.Marshal([]workspace.Info{want})
+					if !bytes.Equal(b.Bytes(), wantJSON) {
+						t.Errorf("latest %q, now %s: JSON\n%s\nwant\n%s", latest, d, b.Bytes(), wantJSON)
+					}
+				}
+			}
+		})
+	}
+}
+
+func ids(entries []*entry) []string {
+	out := []string{}
+	for _, e := range entries {
+		out = append(out, e.id)
+	}
+	return out
+}
+
+// TestViewsFollowPodEvents drives the views with informer events in sequences a cache delivers
+// and checks the lists after each step.
+func TestViewsFollowPodEvents(t *testing.T) {
+	v := newViews("ns")
+	a := pod("ws-a", "alice", "a", "1.0", t0, ready)
+	b := pod("ws-b", "bob", "b", "1.0", t0)
+	c := pod("ws-c", "alice", "c", "1.0", t0)
+	other := pod("ws-x", "alice", "x", "1.0", t0)
+	other.Namespace = "elsewhere"
+	notWorkspace := pod("plain", "alice", "p", "1.0", t0)
+	delete(notWorkspace.Labels, workspace.LabelType)
+
+	steps := []struct {
+		name      string
+		apply     func()
+		all       []string
+		alice     []string
+		wantPhase map[string]workspace.PhaseName
+	}{
+		{"pods of three workspaces arrive out of order", func() { v.OnAdd(c, true); v.OnAdd(a, true); v.OnAdd(b, true) },
+			[]string{"a", "b", "c"}, []string{"a", "c"}, map[string]workspace.PhaseName{"a": workspace.PhaseReady, "b": workspace.PhaseScheduling}},
+		{"pods of another namespace and non-workspace pods are ignored", func() { v.OnAdd(other, false); v.OnAdd(notWorkspace, false) },
+			[]string{"a", "b", "c"}, []string{"a", "c"}, nil},
+		{"an upgrade intent on a pod changes only that workspace", func() {
+			up := a.DeepCopy()
+			up.Annotations[workspace.AnnUpgradeRequested] = "now"
+			v.OnUpdate(a, up)
+		}, []string{"a", "b", "c"}, []string{"a", "c"}, map[string]workspace.PhaseName{"a": workspace.PhaseUpgrading, "b": workspace.PhaseScheduling}},
+		{"the upgraded pod joins its workspace; the old one still serves", func() {
+			v.OnAdd(pod("ws-a-up-xyz12", "alice", "a", "2.0", t0.Add(time.Minute), annotated(workspace.AnnUpgradeFrom, "ws-a")), false)
+		}, []string{"a", "b", "c"}, []string{"a", "c"}, map[string]workspace.PhaseName{"a": workspace.PhaseUpgrading}},
+		{"the old pod is deleted and the new one becomes ready", func() {
+			v.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "ns/ws-a", Obj: a})
+			v.OnUpdate(nil, pod("ws-a-up-xyz12", "alice", "a", "2.0", t0.Add(time.Minute), ready, annotated(workspace.AnnUpgradeFrom, "ws-a")))
+		}, []string{"a", "b", "c"}, []string{"a", "c"}, map[string]workspace.PhaseName{"a": workspace.PhaseReady}},
+		{"a workspace whose last pod goes is gone from every list", func() { v.OnDelete(c) },
+			[]string{"a", "b"}, []string{"a"}, nil},
+		{"a pod relabelled to another workspace moves there", func() {
+			moved := b.DeepCopy()
+			moved.Labels[workspace.LabelWorkspaceID] = "d"
+			moved.Annotations[workspace.AnnOwner] = "alice"
+			v.OnUpdate(b, moved)
+		}, []string{"a", "d"}, []string{"a", "d"}, nil},
+		{"a pod that loses its workspace label leaves", func() {
+			plain := pod("ws-a-up-xyz12", "alice", "a", "2.0", t0)
+			delete(plain.Labels, workspace.LabelType)
+			v.OnUpdate(nil, plain)
+		}, []string{"d"}, []string{"d"}, nil},
+	}
+	for _, s := range steps {
+		s.apply()
+		all, _ := v.snapshot("", true, "", 0)
+		alice, _ := v.snapshot("alice", false, "", 0)
+		if got := ids(all); fmt.Sprint(got) != fmt.Sprint(s.all) {
+			t.Errorf("%s: all = %v, want %v", s.name, got, s.all)
+		}
+		if got := ids(alice); fmt.Sprint(got) != fmt.Sprint(s.alice) {
+			t.Errorf("%s: alice's = %v, want %v", s.name, got, s.alice)
+		}
+		for id, phase := range s.wantPhase {
+			if e := v.get(id); e == nil || e.info.Phase != phase {
+				t.Errorf("%s: workspace %s: entry %+v, want phase %s", s.name, id, e, phase)
+			}
+		}
+		wantBob := []string{"b"}
+		if !slices.Contains(s.all, "b") {
+			wantBob = []string{}
+		}
+		if bob, _ := v.snapshot("bob", false, "", 0); fmt.Sprint(ids(bob)) != fmt.Sprint(wantBob) {
+			t.Errorf("%s: bob's = %v, want %v", s.name, ids(bob), wantBob)
+		}
+	}
+}
+
+func TestSnapshotPages(t *testing.T) {
+	v := newViews("ns")
+	for _, id := range []string{"e", "a", "d", "b", "c"} {
+		v.OnAdd(pod("ws-"+id, "alice", id, "1.0", t0), false)
+	}
+	tests := []struct {
+		name     string
+		after    string
+		limit    int
+		want     []string
+		wantMore bool
+	}{
+		{"no limit: everything", "", 0, []string{"a", "b", "c", "d", "e"}, false},
+		{"first page", "", 2, []string{"a", "b"}, true},
+		{"next page after the last id", "b", 2, []string{"c", "d"}, true},
+		{"last page", "d", 2, []string{"e"}, false},
+		{"after an id that has gone since: the list goes on from where it would be", "bb", 2, []string{"c", "d"}, true},
+		{"after the end", "z", 2, []string{}, false},
+		{"a limit larger than the list", "", 10, []string{"a", "b", "c", "d", "e"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, more := v.snapshot("alice", false, tc.after, tc.limit)
+			if fmt.Sprint(ids(got)) != fmt.Sprint(tc.want) || more != tc.wantMore {
+				t.Errorf("snapshot(after %q, limit %d) = %v, %v; want %v, %v", tc.after, tc.limit, ids(got), more, tc.want, tc.wantMore)
+			}
+		})
+	}
+}
