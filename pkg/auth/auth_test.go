@@ -193,7 +193,9 @@ func TestMiddlewareRefusesWithoutCallingNext(t *testing.T) {
 // stubAuth accepts the token "good" as alice.
 type stubAuth struct{}
 
-func (s stubAuth) Authenticate(r *http.Request) (*Caller, error) { return authenticate(r, s.VerifyToken) }
+func (s stubAuth) Authenticate(r *http.Request) (*Caller, error) {
+	return authenticate(r, s.VerifyToken)
+}
 func (stubAuth) VerifyToken(_ context.Context, token string) (*Caller, error) {
 	if token == "good" {
 		return &Caller{Subject: "alice"}, nil

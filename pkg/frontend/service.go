@@ -192,7 +192,12 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*WorkspaceList, erro
 		entries, more = entriesOf(pods, o)
 	}
 	l := &WorkspaceList{entries: entries, latest: map[string]string{}, now: s.cfg.Now()}
+	prev := "\x00"
 	for _, e := range entries {
+		if e.template == prev {
+			continue // most neighbours share a template: skip the map
+		}
+		prev = e.template
 		if _, ok := l.latest[e.template]; !ok {
 			l.latest[e.template] = s.templateVersion(e.template)
 		}

@@ -98,8 +98,8 @@ var (
 )
 
 // StartNogoo9 starts bin/nogoo9 against the suite's cluster with --kubeconfig (admin),
-// --namespace default, free loopback ports for metrics, probes, API and proxy, and
-// --leader-elect=false; args are appended, so they override any of these (Go flags: last wins).
+// --namespace default, free loopback ports for metrics, probes, API and proxy,
+// --leader-elect=false and --auth=kubernetes; args are appended, so they override any of these (Go flags: last wins).
 // It waits for /readyz to answer 200 and stops the process after the current spec.
 func StartNogoo9(args ...string) *Nogoo9Process {
 	GinkgoHelper()
@@ -123,6 +123,9 @@ func StartNogoo9(args ...string) *Nogoo9Process {
 		"--api-bind-address=" + p.APIAddr,
 		"--proxy-bind-address=" + p.ProxyAddr,
 		"--leader-elect=false",
+		// Callers authenticate with tokens the cluster's TokenReview accepts (Cluster.ServiceAccountToken
+		// with audience Cluster.IssuerURL); pass --auth=oidc --oidc-issuer-url=... to test OIDC.
+		"--auth=kubernetes",
 	}, args...)
 	p.Namespace = lastFlag(p.Args, "namespace")
 

@@ -19,7 +19,7 @@
 //	NewNamespace()            a fresh namespace for this spec (default service account ready),
 //	                          deleted after the spec
 //	StartNogoo9(args...)      runs bin/nogoo9 against the cluster with free loopback ports and
-//	                          --leader-elect=false, waits for /readyz, stops it after the spec;
+//	                          --leader-elect=false --auth=kubernetes, waits for /readyz, stops it after the spec;
 //	                          fields MetricsAddr, ProbeAddr, APIAddr, ProxyAddr, APIURL, ProxyURL,
 //	                          Namespace, LogPath; methods Kill, Stop, Restart, Exited, LogTail
 //	WaitPodReady(ns, name)    waits until the pod is Running and Ready and returns it

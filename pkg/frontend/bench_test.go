@@ -1,0 +1,75 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// BenchmarkList10k compares, in one run (the machine is shared, so compare ratios, not absolute
+// times), an admin's list of 10,000 workspaces encoded as JSON:
+//   - views: the Service's list from views kept by informer events (what REST and MCP serve);
+//   - describe-per-call: grouping, describing, sorting and encoding every pod per call (what
+//     the front end did before the views; the cache read is left out, which favours it).
+//
+// Half the workspaces wait for the scheduler, so their messages carry the clock note.
+func BenchmarkList10k(b *testing.B) {
+	const n = 10000
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		owner, id := fmt.Sprintf("user-%d", i%1000), fmt.Sprintf("ws-%05d", i)
+		created := t0.Add(time.Duration(i%60) * time.Second)
+		if i%2 == 0 {
+			pods[i] = pod(workspace.PodName(owner, id), owner, id, "1.0", created, ready)
+		} else {
+			pods[i] = pod(workspace.PodName(owner, id), owner, id, "1.0", created)
+		}
+	}
+	now := func() time.Time { return t0.Add(time.Hour) }
+	tmpl := stubTemplates{"python": "2.0"}
+	svc, err := New(Config{Namespace: "ns", Templates: tmpl, Now: now, Pods: syncedInformer{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range pods {
+		svc.views.OnAdd(p, true)
+	}
+	ctx := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})
+
+	b.Run("views", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			l, err := svc.List(ctx, ListOptions{AllUsers: true})
+			if err != nil || l.Len() != n {
+				b.Fatalf("%d workspaces, %v", l.Len(), err)
+			}
+			if err := l.WriteJSON(io.Discard); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("describe-per-call", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			groups := workspace.GroupByID(pods)
+			out := make([]Workspace, 0, len(groups))
+			for _, g := range groups {
+				v, _ := tmpl.Get("python")
+				out = append(out, workspace.Describe(g, v.Version, now()))
+			}
+			sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+			if err := json.NewEncoder(io.Discard).Encode(map[string]any{"workspaces": out}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
