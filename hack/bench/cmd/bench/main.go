@@ -50,7 +50,7 @@ func main() {
 	flag.StringVar(&c.workDir, "work-dir", "", "Directory for cluster data and logs (default: a new temporary directory, removed unless -keep).")
 	flag.BoolVar(&c.keep, "keep", false, "Keep the work directory (logs) after the run.")
 	flag.StringVar(&figs, "figures", envOr("BENCH_FIGURES", "1,2,3,4,5,6,7"), "Comma-separated figures to run (env BENCH_FIGURES).")
-	flag.DurationVar(&c.timeout, "timeout", envDuration("BENCH_TIMEOUT", 14*time.Minute), "Bound on the whole run; what is unfinished is reported as failed (env BENCH_TIMEOUT).")
+	flag.DurationVar(&c.timeout, "timeout", envDuration("BENCH_TIMEOUT", 20*time.Minute), "Bound on the whole run; what is unfinished is reported as failed (env BENCH_TIMEOUT).")
 	flag.Parse()
 	if err := c.validate(figs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -249,7 +249,7 @@ func envDuration(key string, def time.Duration) time.Duration {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: environment variable %s=%q is not a duration: use e.g. 14m, or unset it\n", key, v)
+		fmt.Fprintf(os.Stderr, "bench: environment variable %s=%q is not a duration: use e.g. 20m, or unset it\n", key, v)
 		os.Exit(2)
 	}
 	return d
