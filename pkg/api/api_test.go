@@ -281,6 +281,21 @@ func TestMCPToolsAsOwnerAndAdmin(t *testing.T) {
 		var out struct{ Workspaces []frontend.Workspace }
 		g.Expect(call(t, admin, "list_workspaces", map[string]any{"allUsers": true}, &out)).To(BeEmpty())
 		g.Expect(out.Workspaces).To(ContainElements(HaveField("ID", "bobs-box"), HaveField("ID", "my-project")))
+
+		var page struct {
+			Workspaces []frontend.Workspace
+			Continue   string
+		}
+		g.Expect(call(t, admin, "list_workspaces", map[string]any{"allUsers": true, "limit": 1}, &page)).To(BeEmpty())
+		g.Expect(page.Workspaces).To(HaveLen(1))
+		g.Expect(page.Continue).To(Equal(page.Workspaces[0].ID))
+		first := page.Continue
+		page.Continue = ""
+		g.Expect(call(t, admin, "list_workspaces", map[string]any{"allUsers": true, "limit": 1, "continue": first}, &page)).To(BeEmpty())
+		g.Expect(page.Workspaces).To(HaveLen(1))
+		g.Expect(page.Workspaces[0].ID > first).To(BeTrue(), "the second page %q starts after %q", page.Workspaces[0].ID, first)
+		g.Expect(call(t, alice, "list_workspaces", map[string]any{"colour": "red"}, nil)).To(ContainSubstring("colour"))
+		g.Expect(call(t, alice, "list_workspaces", map[string]any{"limit": "ten"}, nil)).To(ContainSubstring("limit"))
 	})
 	t.Run("get_workspace: own allowed, another user's refused, admin allowed", func(t *testing.T) {
 		g := NewWithT(t)

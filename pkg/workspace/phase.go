@@ -173,11 +173,13 @@ func upgrading(pods []*corev1.Pod, active *corev1.Pod, now time.Time) (Status, b
 	return Status{}, false
 }
 
-// incomingPod is the upgraded pod on its way in: live, carrying nogoo9/upgrade-from, not Ready,
+// incomingPod is the upgraded pod on its way in: live, with its upgrade in flight, not Ready,
 // and the active pod or newer than it (an older leftover is not an upgrade in flight).
 func incomingPod(pods []*corev1.Pod, active *corev1.Pod) *corev1.Pod {
 	for _, p := range pods {
-		if p.DeletionTimestamp != nil || p.Annotations[AnnUpgradeFrom] == "" || IsReady(p) {
+		// AnnUpgradeFrom alone is history (it stays after a successful upgrade): only a pod whose
+		// upgrade has not ended is incoming.
+		if IsReady(p) || !UpgradeInFlight(p, pods) {
 			continue
 		}
 		if p == active || newerThan(p, active) {

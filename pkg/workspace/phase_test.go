@@ -233,7 +233,7 @@ func TestPhase(t *testing.T) {
 			pods:  []*corev1.Pod{upgraded(scheduled("b", young, crashLoop), "a"), running("a", old)},
 			phase: PhaseUpgrading, reason: ReasonUpgradeInProgress, msgContains: "Failed: CrashLoopBackOff"},
 		{name: "recreate upgrade: old pod being deleted, new pod unschedulable until the claim is free",
-			pods:  []*corev1.Pod{deleting(running("a", old), now.Add(20*time.Second)), upgraded(unschedulable("b", young), "a")},
+			pods:  []*corev1.Pod{deleting(running("a", old), now.Add(20*time.Second)), annotate(upgraded(unschedulable("b", young), "a"), AnnUpgradeStrategy, StrategyRecreate, AnnUpgradeStartedAt, now.Add(-time.Minute).Format(time.RFC3339))},
 			phase: PhaseUpgrading, reason: ReasonUpgradeInProgress, msgContains: "Scheduling: Unschedulable"},
 		{name: "finished upgrade: new pod ready, old one going away is Ready",
 			pods:  []*corev1.Pod{deleting(running("a", old), now.Add(20*time.Second)), upgraded(running("b", young), "a")},
@@ -304,5 +304,25 @@ func TestPhaseDoesNotReorderInput(t *testing.T) {
 	Phase(pods, t0)
 	if pods[0].Name != "a" || pods[1].Name != "b" {
 		t.Fatalf("Phase reordered its input: %s, %s", pods[0].Name, pods[1].Name)
+	}
+}
+
+// An upgraded pod keeps nogoo9/upgrade-from as history after its upgrade succeeded; when it later
+// stops being ready (a crash) the workspace is not "Upgrading" but plainly not ready.
+func TestPhaseUpgradeFromIsHistoryAfterSuccess(t *testing.T) {
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: "ws-jane-demo-abc123-up-aaaaa", UID: "new", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour)),
+		Labels:      map[string]string{LabelType: TypeWorkspace, LabelWorkspaceID: "demo"},
+		Annotations: map[string]string{AnnUpgradeFrom: "ws-jane-demo-abc123", AnnUpgradeFromUID: "old", AnnUpgradeStrategy: "SideBySide"},
+	}, Spec: corev1.PodSpec{NodeName: "kwok-node-0"}, Status: corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: "127.1.0.3",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "ide", State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 5m0s restarting failed container"}}}},
+	}}
+	got := Phase([]*corev1.Pod{p}, now)
+	if got.Phase == PhaseUpgrading {
+		t.Fatalf("Phase = %+v; a finished upgrade's history must not read as Upgrading", got)
 	}
 }
