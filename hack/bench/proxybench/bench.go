@@ -78,6 +78,13 @@ func runBench(args []string) error {
 		os.Exit(1)
 	}()
 	start := func(addr string, name string, args ...string) error {
+		// A port already taken (another proxybench, e.g. from make bench) would make us measure
+		// someone else's servers: refuse instead.
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("%s is in use (another proxybench or make bench running?): %w", addr, err)
+		}
+		_ = ln.Close()
 		cmd := exec.Command("taskset", append([]string{"-c", "1", name}, args...)...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
