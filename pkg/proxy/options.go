@@ -37,6 +37,9 @@ type Options struct {
 	// MaxIdleConnsPerPod is the keep-alive pool per pod address. A small pool makes a busy proxy
 	// open and close a connection per request (the standard library's default of 2 costs 3x).
 	MaxIdleConnsPerPod int
+	// StandardTransport forwards every request through net/http's Transport instead of the
+	// proxy's synchronous HTTP/1.1 transport: an escape hatch, and the benchmark's comparison row.
+	StandardTransport bool
 }
 
 // Defaults for the zero fields of Options.

@@ -40,10 +40,12 @@ type Proxy struct {
 	router    *router
 	conns     *connRegistry
 	transport *syncTransport
-	bufPool   *bufferPool
-	tokens    *tokenCache
-	log       logr.Logger
-	errorLog  *log.Logger
+	// forward is what ReverseProxy uses: transport, or its fallback with StandardTransport.
+	forward  http.RoundTripper
+	bufPool  *bufferPool
+	tokens   *tokenCache
+	log      logr.Logger
+	errorLog *log.Logger
 	// hasSynced, when set, is waited for before the proxy listens: until the informer has listed
 	// the pods, every workspace would look missing.
 	hasSynced func() bool
@@ -83,6 +85,10 @@ func New(authn Authenticator, opts Options) (*Proxy, error) {
 		ReadBufferSize:     16 << 10,
 	}
 	p.transport = newSyncTransport(fallback, dialer.DialContext, opts.ResponseHeaderTimeout, opts.MaxIdleConnsPerPod, idleConnTimeout)
+	p.forward = p.transport
+	if opts.StandardTransport {
+		p.forward = fallback
+	}
 	p.router = newRouter(opts.NotReadyGrace, p.conns, p.newReverseProxy, lg)
 	return p, nil
 }
@@ -188,7 +194,7 @@ func (p *Proxy) newReverseProxy(t *target) *httputil.ReverseProxy {
 				stripCookie(h, c)
 			}
 		},
-		Transport:     p.transport,
+		Transport:     p.forward,
 		FlushInterval: -1,
 		BufferPool:    p.bufPool,
 		ErrorLog:      p.errorLog,

@@ -56,8 +56,19 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		bumpTemplate(ctx, upgradeTemplate(ns, "plain", "2.0", "example.com/ide:2.0", ""))
 		alice.waitOutdated(ctx, "box", "2.0")
 
+		By("a hand-typed garbage intent is removed with a Warning Event, and nothing is upgraded")
+		out, err := kubectl(Cluster.Kubeconfig, "-n", ns, "annotate", "pod", old.Name, workspace.AnnUpgradeRequested+"=maybe")
+		Expect(err).NotTo(HaveOccurred(), "kubectl annotate:\n%s", out)
+		waitPodEvent(ns, old.Name, "InvalidUpgradeRequest")
+		Eventually(func(g Gomega) {
+			pods := workspacePods(g, ns, "box")
+			g.Expect(pods).To(HaveLen(1))
+			g.Expect(pods[0].UID).To(Equal(old.UID))
+			g.Expect(pods[0].Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested))
+		}).Should(Succeed())
+
 		By("requesting the upgrade with kubectl annotate, as a person would")
-		out, err := kubectl(Cluster.Kubeconfig, "-n", ns, "annotate", "pod", old.Name, workspace.AnnUpgradeRequested+"=true")
+		out, err = kubectl(Cluster.Kubeconfig, "-n", ns, "annotate", "pod", old.Name, workspace.AnnUpgradeRequested+"=true")
 		Expect(err).NotTo(HaveOccurred(), "kubectl annotate:\n%s", out)
 
 		By("converging on one Ready pod at 2.0 with the same identity and no intent")
@@ -84,6 +95,9 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		Expect(w.IsOutdated).To(BeFalse())
 		Expect(w.Owner).To(Equal(before[workspace.AnnOwner]))
 
+		Eventually(func(g Gomega) float64 {
+			return metricValue(g, p, "nogoo9_upgrades_total", "result", "succeeded", "strategy", "SideBySide")
+		}).Should(Equal(1.0))
 		Expect(hist.Violations()).To(BeEmpty())
 		Expect(hist.MaxLive("box")).To(Equal(2), "old and new pod ran side by side")
 	})
@@ -129,6 +143,9 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		Expect(after.DeletionTimestamp).To(BeNil())
 		Expect(after.Status.Phase).To(Equal(corev1.ClaimBound))
 		waitPodEvent(ns, cur.Name, "UpgradeSucceeded")
+		Eventually(func(g Gomega) float64 {
+			return metricValue(g, p, "nogoo9_upgrades_total", "result", "succeeded", "strategy", "Recreate")
+		}).Should(Equal(1.0))
 
 		By("having held the new pod Pending (Unschedulable) until the old pod was gone")
 		oldRec, newRec := hist.Pod(old.Name), hist.Pod(cur.Name)
@@ -177,6 +194,13 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		}).Should(Succeed())
 		started, err := time.Parse(time.RFC3339, failing.Annotations[workspace.AnnUpgradeStartedAt])
 		Expect(err).NotTo(HaveOccurred(), "%s on the new pod", workspace.AnnUpgradeStartedAt)
+		if time.Now().Before(started.Add(timeout - 5*time.Second)) {
+			// Only while the deadline is comfortably ahead, so that this cannot race the failure.
+			w := carol.get(ctx, "fragile")
+			Expect(w.Phase).To(Equal(workspace.PhaseUpgrading))
+			Expect(w.UpgradePod).To(Equal(failing.Name))
+			Expect(w.ActivePod).To(Equal(old.Name), "the old pod serves while the new one is not Ready")
+		}
 
 		By("after the deadline: only the old pod, still Ready on 1.0, with the error and without the intent")
 		cur := waitSinglePod(ns, "fragile", func(g Gomega, pod *corev1.Pod) {
@@ -203,6 +227,87 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		Expect(w.LastUpgradeError).To(Equal(msg))
 		Expect(w.IsOutdated).To(BeTrue())
 		Expect(w.ActivePod).To(Equal(old.Name))
+		Eventually(func(g Gomega) {
+			g.Expect(metricValue(g, p, "nogoo9_upgrades_total", "result", "failed", "strategy", "SideBySide")).To(Equal(1.0))
+			g.Expect(metricValue(g, p, "nogoo9_template_workspaces", "template", "plain", "outdated", "true")).To(Equal(1.0))
+		}).Should(Succeed())
+		Expect(hist.Violations()).To(BeEmpty())
+	})
+
+	It("Upgrade deadline passed while nogoo9 was down: the first pass after the restart fails it and rolls back", func(ctx SpecContext) {
+		const timeout = 15 * time.Second
+		ns := NewNamespace()
+		class := rwopVolumes(ctx, ns, 1)
+		hist := watchWorkspacePods(ns)
+		Expect(K8s.Create(ctx, upgradeTemplate(ns, "plain", "1.0", "example.com/ide:1.0", ""))).To(Succeed())
+		Expect(K8s.Create(ctx, upgradeTemplate(ns, "disk", "1.0", "example.com/ide:1.0", class))).To(Succeed())
+		p := StartNogoo9("--namespace="+ns, "--upgrade-timeout="+timeout.String())
+		dave := userClient(ctx, p, ns, "dave")
+		hist.NoOutage("sbs")
+		hist.Exclusive("rwop")
+		sbs := WaitPodReady(ns, dave.spawn(ctx, "plain", "sbs").ActivePod)
+		rwop := WaitPodReady(ns, dave.spawn(ctx, "disk", "rwop").ActivePod)
+		claim := claimOf(ctx, ns, "rwop")
+
+		By("raising both templates to an image that cannot be pulled and requesting both upgrades")
+		bumpTemplate(ctx, upgradeTemplate(ns, "plain", "2.0", FailingImage("ide"), ""))
+		bumpTemplate(ctx, upgradeTemplate(ns, "disk", "2.0", FailingImage("ide"), class))
+		dave.waitOutdated(ctx, "sbs", "2.0")
+		dave.waitOutdated(ctx, "rwop", "2.0")
+		sbsNew, rwopNew := dave.upgrade(ctx, "sbs").PodName, dave.upgrade(ctx, "rwop").PodName
+
+		By("killing nogoo9 once both new pods are in ErrImagePull (the Recreate one after its old pod is gone)")
+		deadlines := map[string]time.Time{}
+		Eventually(func(g Gomega) {
+			for _, name := range []string{sbsNew, rwopNew} {
+				var pod corev1.Pod
+				g.Expect(K8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pod)).To(Succeed())
+				g.Expect(pod.Status.ContainerStatuses).NotTo(BeEmpty(), "pod %s", name)
+				g.Expect(pod.Status.ContainerStatuses[0].State.Waiting).NotTo(BeNil(), "pod %s", name)
+				g.Expect(pod.Status.ContainerStatuses[0].State.Waiting.Reason).To(Equal("ErrImagePull"), "pod %s", name)
+				started, err := time.Parse(time.RFC3339, pod.Annotations[workspace.AnnUpgradeStartedAt])
+				g.Expect(err).NotTo(HaveOccurred(), "pod %s", name)
+				deadlines[name] = started.Add(timeout)
+			}
+		}).Should(Succeed())
+		p.Kill()
+		Expect(workspacePodsNow(ns, "sbs")).To(HaveLen(2), "side-by-side: old and new pod")
+		rwopPods := workspacePodsNow(ns, "rwop")
+		Expect(rwopPods).To(HaveLen(1), "Recreate: the old pod is gone")
+		Expect(rwopPods[0].Name).To(Equal(rwopNew))
+
+		By("waiting, with nogoo9 down, until both deadlines have passed")
+		Eventually(func() bool {
+			now := time.Now()
+			return now.After(deadlines[sbsNew].Add(time.Second)) && now.After(deadlines[rwopNew].Add(time.Second))
+		}, 2*timeout).Should(BeTrue())
+		Expect(workspacePodsNow(ns, "sbs")).To(HaveLen(2), "nothing moves while nogoo9 is down")
+
+		By("restarting: the side-by-side upgrade fails onto the old pod, the Recreate one rolls back on 1.0")
+		p.Restart()
+		cur := waitSinglePod(ns, "sbs", func(g Gomega, pod *corev1.Pod) {
+			g.Expect(pod.UID).To(Equal(sbs.UID))
+			g.Expect(pod.Annotations[workspace.AnnLastUpgradeError]).To(HavePrefix("Upgrade failed at "))
+		})
+		Expect(cur.Annotations[workspace.AnnLastUpgradeError]).To(ContainSubstring("ErrImagePull"))
+		Expect(cur.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested))
+		back := waitSinglePod(ns, "rwop", func(g Gomega, pod *corev1.Pod) {
+			g.Expect(pod.Name).NotTo(Equal(rwopNew))
+			g.Expect(isPodReady(pod)).To(BeTrue(), "the rollback pod is Ready")
+		})
+		Expect(back.Annotations).To(HaveKeyWithValue(workspace.AnnUpgradeStrategy, "Rollback"))
+		Expect(workspace.TemplateVersion(back)).To(Equal("1.0"))
+		Expect(back.Spec.Containers[0].Image).To(Equal("example.com/ide:1.0"))
+		Expect(back.Annotations[workspace.AnnLastUpgradeError]).To(HavePrefix("Upgrade failed at "))
+		Expect(back.Annotations[workspace.AnnLastUpgradeError]).To(ContainSubstring("ErrImagePull"))
+		Expect(identityOf(back)).To(Equal(identityOf(rwop)))
+		Expect(claimNames(back)).To(ConsistOf(claim.Name))
+		Expect(claimOf(ctx, ns, "rwop").UID).To(Equal(claim.UID))
+		waitPodEvent(ns, rwopNew, "UpgradeFailed")
+		Eventually(func(g Gomega) {
+			g.Expect(metricValue(g, p, "nogoo9_upgrades_total", "result", "failed", "strategy", "SideBySide")).To(Equal(1.0))
+			g.Expect(metricValue(g, p, "nogoo9_upgrades_total", "result", "failed", "strategy", "Recreate")).To(Equal(1.0))
+		}).Should(Succeed(), "each failure counted once by the restarted process")
 		Expect(hist.Violations()).To(BeEmpty())
 	})
 
@@ -214,6 +319,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 			diskN       = 8  // ReadWriteOncePod, Recreate, healthy
 			brokenN     = 5  // side-by-side, the new version cannot be pulled
 			brokenDiskN = 2  // Recreate, the new version cannot be pulled: rolled back
+			maxInFlight = 25
 		)
 		t0 := time.Now()
 		lap := func(what string) {
@@ -244,7 +350,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 			}
 			Expect(K8s.Create(ctx, upgradeTemplate(ns, k.template, "1.0", "example.com/"+k.template+":1.0", cls))).To(Succeed())
 		}
-		p := StartNogoo9("--namespace="+ns, "--upgrade-timeout="+timeout.String(), "--max-concurrent-upgrades=25",
+		p := StartNogoo9("--namespace="+ns, "--upgrade-timeout="+timeout.String(), fmt.Sprintf("--max-concurrent-upgrades=%d", maxInFlight),
 			"--admin-group=system:serviceaccounts:"+adminNS)
 		clients := make([]*apiClient, users)
 		for i := range clients {
@@ -382,7 +488,11 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 				g.Expect(isPodReady(pod)).To(BeTrue(), "workspace %s: pod %s Ready", w.id, pod.Name)
 				g.Expect(identityOf(pod)).To(Equal(before[w.id]), "workspace %s: identity of pod %s", w.id, pod.Name)
 				g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested), "workspace %s: intent on %s", w.id, pod.Name)
-				g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradeStartedAt), "workspace %s: upgrade of %s not concluded", w.id, pod.Name)
+				if w.kind.exclusive {
+					// A Recreate upgrade (or its rollback) is in flight while this is on the pod.
+					g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradeStartedAt), "workspace %s: upgrade of %s not concluded", w.id, pod.Name)
+					g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnRollbackSpec), "workspace %s: pod %s", w.id, pod.Name)
+				}
 				if w.kind.fails {
 					g.Expect(workspace.TemplateVersion(pod)).To(Equal("1.0"), "failed workspace %s stays on 1.0", w.id)
 					g.Expect(pod.Annotations[workspace.AnnLastUpgradeError]).To(HavePrefix("Upgrade failed at "), "workspace %s: pod %s", w.id, pod.Name)
@@ -413,8 +523,22 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 			}
 		}
 
+		By("creating the pods upgrade-all announced, across the crash")
+		announced := map[string]string{}
+		for _, u := range upgraded.Upgrades {
+			announced[u.ID] = u.PodName
+		}
+		for i := range pods.Items {
+			pod := &pods.Items[i]
+			if workspace.TemplateVersion(pod) == "2.0" {
+				Expect(pod.Name).To(Equal(announced[workspace.ID(pod)]), "workspace %s", workspace.ID(pod))
+			}
+		}
+
 		By("never having a workspace without a pod, with three pods, another owner, or (side-by-side) without a Ready pod")
 		Expect(hist.Violations()).To(BeEmpty())
+		GinkgoWriter.Printf("bulk: at most %d upgrades in flight at once\n", hist.MaxInFlight())
+		Expect(hist.MaxInFlight()).To(BeNumerically("<=", maxInFlight), "--max-concurrent-upgrades holds, also across the restart")
 		for _, w := range all {
 			if !w.kind.fails || w.kind.exclusive {
 				continue
@@ -548,6 +672,43 @@ func workspacePods(g Gomega, ns, id string) []*corev1.Pod {
 	var list corev1.PodList
 	g.Expect(K8s.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{workspace.LabelWorkspaceID: id})).To(Succeed())
 	return groupPods(list.Items)[id]
+}
+
+// metricValue reads the sample of metric name whose labels include every label="value" of labels
+// from p's /metrics; it fails when there is none.
+func metricValue(g Gomega, p *Nogoo9Process, name string, labels ...string) float64 {
+	resp, err := upgradeHTTP.Get("http://" + p.MetricsAddr + "/metrics")
+	g.Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		labelPart, value, ok := strings.Cut(strings.TrimPrefix(line, name), " ")
+		if !ok {
+			continue
+		}
+		matches := true
+		for i := 0; i+1 < len(labels); i += 2 {
+			matches = matches && strings.Contains(labelPart, fmt.Sprintf("%s=%q", labels[i], labels[i+1]))
+		}
+		if matches {
+			var v float64
+			_, err := fmt.Sscan(value, &v)
+			g.Expect(err).NotTo(HaveOccurred(), "value of %s", line)
+			return v
+		}
+	}
+	g.Expect(fmt.Sprintf("no sample of %s%v", name, labels)).To(BeEmpty())
+	return 0
+}
+
+// workspacePodsNow lists the pods of workspace id in ns once.
+func workspacePodsNow(ns, id string) []*corev1.Pod {
+	GinkgoHelper()
+	return workspacePods(Default, ns, id)
 }
 
 // waitSinglePod waits until workspace id has exactly one pod (none terminating) that also passes
@@ -729,6 +890,7 @@ type podHistory struct {
 	noOutage   map[string]bool
 	exclusive  map[string]bool
 	upgraded   int
+	inFlight   int
 	violations []string
 }
 
@@ -742,6 +904,7 @@ type PodRecord struct {
 	Unschedulable string
 
 	live, ready, bound bool
+	pod                *corev1.Pod
 }
 
 // watchWorkspacePods starts a podHistory of ns's workspace pods; it stops after the spec.
@@ -796,6 +959,10 @@ func (h *podHistory) MaxLive(id string) int { h.mu.Lock(); defer h.mu.Unlock(); 
 // UpgradedPods counts the upgraded pods (nogoo9/upgrade-from) created so far.
 func (h *podHistory) UpgradedPods() int { h.mu.Lock(); defer h.mu.Unlock(); return h.upgraded }
 
+// MaxInFlight is the most workspaces seen with an upgrade in flight at once (as the controller's
+// concurrency cap counts them).
+func (h *podHistory) MaxInFlight() int { h.mu.Lock(); defer h.mu.Unlock(); return h.inFlight }
+
 // Pod returns a copy of the record of the pod named name, or nil.
 func (h *podHistory) Pod(name string) *PodRecord {
 	h.mu.Lock()
@@ -836,6 +1003,7 @@ func (h *podHistory) observe(ev watch.Event) {
 		}
 	}
 	id := rec.ID
+	rec.pod = pod
 	rec.live = ev.Type != watch.Deleted && pod.DeletionTimestamp == nil
 	rec.ready = rec.live && isPodReady(pod)
 	rec.bound = ev.Type != watch.Deleted && pod.Spec.NodeName != ""
@@ -898,4 +1066,25 @@ func (h *podHistory) observe(ev watch.Event) {
 	if h.exclusive[id] && bound > 1 {
 		h.violate("workspace %s (ReadWriteOncePod) has %d pods on nodes at once", id, bound)
 	}
+	h.inFlight = max(h.inFlight, h.countInFlight())
+}
+
+// countInFlight counts the workspaces with an upgrade in flight now, by the controller's own rule.
+func (h *podHistory) countInFlight() int {
+	byID := map[string][]*corev1.Pod{}
+	for _, r := range h.pods {
+		if r.live {
+			byID[r.ID] = append(byID[r.ID], r.pod)
+		}
+	}
+	n := 0
+	for _, group := range byID {
+		for _, p := range group {
+			if workspace.UpgradeInFlight(p, group) {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }

@@ -35,7 +35,7 @@ func runBench(args []string) error {
 	conns := fs.Int("conns", 32, "connections")
 	podIP := fs.String("pod-ip", "127.1.200.1", "loopback IP the backend listens on, like a kwok pod IP")
 	out := fs.String("out", "", "also write the markdown table to this file")
-	only := fs.String("rows", "direct,nogoo9,nginx,httputil", "rows to measure (comma-separated: direct, nogoo9, nginx, httputil)")
+	only := fs.String("rows", "direct,nogoo9,nginx,httputil,nogoo9std", "rows to measure (comma-separated: direct, nogoo9, nginx, httputil, nogoo9std)")
 	cutRounds := fs.Int("cutover-rounds", 5, "rounds of figure 7 (cutover; needs kube-apiserver and etcd in $KUBEBUILDER_ASSETS or ./bin); 0 skips it")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of nogoo9's proxy (all rounds) to this file")
 	_ = fs.Parse(args)
@@ -113,6 +113,9 @@ func runBench(args []string) error {
 	if err := start("127.0.0.1:18082", self, "baseline", "-listen", "127.0.0.1:18082", "-backend", backend); err != nil {
 		return err
 	}
+	if err := start("127.0.0.1:18084", self, "nogoo9", "-listen", "127.0.0.1:18084", "-backend", backend, "-std-transport"); err != nil {
+		return err
+	}
 	conf := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(conf, []byte(nginxConf(dir, backend)), 0o644); err != nil {
 		return err
@@ -126,15 +129,16 @@ func runBench(args []string) error {
 		{"nogoo9 proxy", "http://127.0.0.1:18081/ws/bench/demo/", "ws://127.0.0.1:18081/ws/bench/demo/echo"},
 		{"nginx", "http://127.0.0.1:18083/", "ws://127.0.0.1:18083/echo"},
 		{"httputil.ReverseProxy", "http://127.0.0.1:18082/", "ws://127.0.0.1:18082/echo"},
+		{"nogoo9 with http.Transport", "http://127.0.0.1:18084/ws/bench/demo/", "ws://127.0.0.1:18084/ws/bench/demo/echo"},
 	}
 	var rows []row
-	for i, key := range []string{"direct", "nogoo9", "nginx", "httputil"} {
+	for i, key := range []string{"direct", "nogoo9", "nginx", "httputil", "nogoo9std"} {
 		if strings.Contains(","+*only+",", ","+key+",") {
 			rows = append(rows, all[i])
 		}
 	}
 	if len(rows) == 0 {
-		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil", *only)
+		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil,nogoo9std", *only)
 	}
 	httpS := map[string][]sample{}
 	idleS := map[string][]sample{}
@@ -161,16 +165,18 @@ func runBench(args []string) error {
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "### Proxy (figure 6): %d interleaved rounds, median (min-max); wrk -t1 -c%d -d%s, 1 KiB bodies; load on CPU 0, backend and proxy on CPU 1; backend on %s\n\n", *rounds, *conns, *dur, *podIP)
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Fprintf(&b, "### Proxy (figure 6): %d interleaved rounds, median (min-max); wrk -t1 -c%d -d%s, 1 KiB bodies; load on CPU 0, backend and proxy on CPU 1; backend on %s; load average at the end: %s\n\n", *rounds, *conns, *dur, *podIP, strings.Join(strings.Fields(string(load))[:3], " "))
+	b.WriteString("\"vs direct\" is the median over rounds of each round's ratio (rows of a round run back to back, so a busy machine slows both sides of a ratio alike). \"added\" is the unloaded (1 connection) p50 minus direct's.\n\n")
 	b.WriteString("| path | HTTP req/s | vs direct | p50 ms | p99 ms | unloaded p50 ms (added) | WebSocket round trips/s | vs direct | WS p50 ms | WS p99 ms |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
-	dH, dI, dW := median(httpS["direct"], rps), median(idleS["direct"], p50), median(wsS["direct"], rps)
+	dI := median(idleS["direct"], p50)
 	for _, rw := range rows {
 		h, i, w := httpS[rw.name], idleS[rw.name], wsS[rw.name]
-		fmt.Fprintf(&b, "| %s | %.0f (%.0f-%.0f) | %.2fx | %.2f | %.2f | %.3f (%+.3f) | %.0f (%.0f-%.0f) | %.2fx | %.2f | %.2f |\n",
-			rw.name, median(h, rps), minOf(h, rps), maxOf(h, rps), median(h, rps)/dH, median(h, p50), median(h, p99),
+		fmt.Fprintf(&b, "| %s | %.0f (%.0f-%.0f) | %s | %.2f | %.2f | %.3f (%+.3f) | %.0f (%.0f-%.0f) | %s | %.2f | %.2f |\n",
+			rw.name, median(h, rps), minOf(h, rps), maxOf(h, rps), ratio(h, httpS["direct"]), median(h, p50), median(h, p99),
 			median(i, p50), median(i, p50)-dI,
-			median(w, rps), minOf(w, rps), maxOf(w, rps), median(w, rps)/dW, median(w, p50), median(w, p99))
+			median(w, rps), minOf(w, rps), maxOf(w, rps), ratio(w, wsS["direct"]), median(w, p50), median(w, p99))
 	}
 	if *cutRounds > 0 {
 		b.WriteString("\n")
@@ -322,3 +328,16 @@ func median(ss []sample, f func(sample) float64) float64 {
 }
 func minOf(ss []sample, f func(sample) float64) float64 { v := values(ss, f); return v[0] }
 func maxOf(ss []sample, f func(sample) float64) float64 { v := values(ss, f); return v[len(v)-1] }
+
+// ratio is the median over rounds of row/direct req/s, with min and max: "0.52x (0.41-0.60)".
+func ratio(row, direct []sample) string {
+	if len(direct) != len(row) || len(row) == 0 {
+		return "n/a"
+	}
+	r := make([]float64, len(row))
+	for i := range row {
+		r[i] = row[i].rps / direct[i].rps
+	}
+	sort.Float64s(r)
+	return fmt.Sprintf("%.2fx (%.2f-%.2f)", r[len(r)/2], r[0], r[len(r)-1])
+}

@@ -135,6 +135,7 @@ func runNogoo9(args []string) error {
 	listen := fs.String("listen", "127.0.0.1:18081", "listen address")
 	backend := fs.String("backend", "127.1.200.1:18080", "backend address (pod IP:port)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the proxy to this file")
+	std := fs.Bool("std-transport", false, "forward through net/http's Transport (proxy.Options.StandardTransport)")
 	_ = fs.Parse(args)
 	host, port, err := net.SplitHostPort(*backend)
 	if err != nil {
@@ -154,7 +155,7 @@ func runNogoo9(args []string) error {
 	if err != nil {
 		return err
 	}
-	p, err := proxy.New(staticAuth{}, proxy.Options{Listener: ln, AllowedOrigins: []string{"*"}})
+	p, err := proxy.New(staticAuth{}, proxy.Options{Listener: ln, AllowedOrigins: []string{"*"}, StandardTransport: *std})
 	if err != nil {
 		return err
 	}
