@@ -23,8 +23,11 @@ const reservationTTL = 2 * time.Minute
 // with an upgraded pod in flight in the cache) plus the creates this process made that the cache
 // does not show yet (reservations, like the ReplicaSet controller's expectations). A reservation
 // also keeps a stale read from starting a second upgrade of the same workspace under another
-// name. Waiting workspaces are remembered only to wake them early when a slot frees; without that
-// memory (after a restart) they still come back on their own timer.
+// name. The reverse holds too: an upgrade this process has just concluded (the old pod deleted,
+// the failed pod deleted, the rollback spec dropped) stops counting at once, before the cache shows
+// the write (finished); otherwise the workspaces woken for the freed slot would find it still
+// taken and go back to sleep. Waiting workspaces are remembered only to wake them early when a
+// slot frees; without that memory (after a restart) they still come back on their own timer.
 type gate struct {
 	max    int
 	reader client.Reader
@@ -32,6 +35,7 @@ type gate struct {
 
 	mu        sync.Mutex
 	reserved  map[types.NamespacedName]reservation
+	finished  map[types.NamespacedName]time.Time
 	waiting   []types.NamespacedName
 	isWaiting map[types.NamespacedName]bool
 	announced map[types.UID]bool
@@ -44,6 +48,7 @@ type reservation struct {
 
 func newGate(max int, reader client.Reader, wake chan<- event.GenericEvent) *gate {
 	return &gate{max: max, reader: reader, wake: wake, reserved: map[types.NamespacedName]reservation{},
+		finished: map[types.NamespacedName]time.Time{},
 		isWaiting: map[types.NamespacedName]bool{}, announced: map[types.UID]bool{}}
 }
 
@@ -57,6 +62,7 @@ func (g *gate) acquire(ctx context.Context, key types.NamespacedName, name strin
 		return r.name == name, len(g.reserved), nil
 	}
 	if g.max <= 0 {
+		delete(g.finished, key)
 		g.reserved[key] = reservation{name: name, at: now}
 		return true, 0, nil
 	}
@@ -65,6 +71,14 @@ func (g *gate) acquire(ctx context.Context, key types.NamespacedName, name strin
 		return false, 0, err
 	}
 	n := len(flying)
+	for k, at := range g.finished {
+		switch {
+		case now.Sub(at) >= reservationTTL:
+			delete(g.finished, k)
+		case flying[k]:
+			n--
+		}
+	}
 	for k, r := range g.reserved {
 		switch {
 		case now.Sub(r.at) >= reservationTTL:
@@ -80,6 +94,7 @@ func (g *gate) acquire(ctx context.Context, key types.NamespacedName, name strin
 		}
 		return false, n, nil
 	}
+	delete(g.finished, key)
 	g.reserved[key] = reservation{name: name, at: now}
 	if g.isWaiting[key] {
 		delete(g.isWaiting, key)
@@ -100,10 +115,14 @@ func (g *gate) inFlight(ctx context.Context) (map[types.NamespacedName]bool, err
 	return upgrade.InFlightWorkspaces(pods), nil
 }
 
-// observed drops key's reservation once the cache shows the pod it was for.
+// observed drops key's reservation once the cache shows the pod it was for, and its finished mark
+// once the cache no longer shows the upgrade in flight.
 func (g *gate) observed(key types.NamespacedName, pods []*corev1.Pod) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if _, has := g.finished[key]; has && !upgrade.InFlightWorkspaces(pods)[key] {
+		delete(g.finished, key)
+	}
 	r, has := g.reserved[key]
 	if !has {
 		return
@@ -114,6 +133,15 @@ func (g *gate) observed(key types.NamespacedName, pods []*corev1.Pod) {
 			return
 		}
 	}
+}
+
+// finish records that this process concluded key's upgrade with a write the cache may not show
+// yet: it stops counting at once. It also releases key (see release).
+func (g *gate) finish(key types.NamespacedName, now time.Time) {
+	g.mu.Lock()
+	g.finished[key] = now
+	g.mu.Unlock()
+	g.release(key)
 }
 
 // release frees key's reservation (its upgrade ended or never started) and wakes waiting
@@ -144,6 +172,7 @@ func (g *gate) forget(key types.NamespacedName) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.reserved, key)
+	delete(g.finished, key)
 	delete(g.isWaiting, key)
 }
 

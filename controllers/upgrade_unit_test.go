@@ -103,3 +103,52 @@ func TestGateCountsObservedUpgradesAndReservations(t *testing.T) {
 		t.Errorf("an expired reservation still counts against the cap")
 	}
 }
+
+// TestGateFinishedUpgradeFreesItsSlotBeforeTheCacheShowsIt checks that an upgrade this process
+// concluded stops counting at once (the woken workspace gets the slot instead of sleeping again),
+// and counts again only if the cache still shows it in flight after the mark expired.
+func TestGateFinishedUpgradeFreesItsSlotBeforeTheCacheShowsIt(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	old := upgradeUnitPod("ws-a", "a", "python", "v1", nil)
+	up := upgradeUnitPod("ws-a-up-x", "a", "python", "v2", map[string]string{
+		workspace.AnnUpgradeFrom: "ws-a", workspace.AnnUpgradeFromUID: "uid-ws-a", workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
+	c := fake.NewClientBuilder().WithObjects(old, up).Build()
+	wake := make(chan event.GenericEvent, 10)
+	g := newGate(1, c, wake)
+	ctx := context.Background()
+	a, b := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "ns", Name: "b"}
+
+	steps := []struct {
+		name string
+		do   func()
+		at   time.Time
+		ok   bool
+	}{
+		{"a in flight in the cache takes the only slot", func() {}, now, false},
+		{"a concluded by this process: b fits although the cache still shows a", func() { g.finish(a, now) }, now, true},
+		{"the cache still shows a in flight: the mark stays", func() {
+			g.release(b)
+			g.observed(a, []*corev1.Pod{old, up})
+		}, now, true},
+		{"a mark the cache never confirms expires", func() { g.release(b) }, now.Add(3 * time.Minute), false},
+	}
+	for _, st := range steps {
+		st.do()
+		ok, _, err := g.acquire(ctx, b, "ws-b-up-1", st.at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok != st.ok {
+			t.Errorf("%s: admitted = %v, want %v", st.name, ok, st.ok)
+		}
+	}
+	// The cache shows a's upgrade over: the mark goes.
+	g.finish(a, now)
+	g.observed(a, []*corev1.Pod{up})
+	g.mu.Lock()
+	_, marked := g.finished[a]
+	g.mu.Unlock()
+	if marked {
+		t.Errorf("finished mark kept after the cache showed the upgrade over")
+	}
+}

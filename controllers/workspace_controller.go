@@ -222,13 +222,17 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		// A little past the deadline, so the next pass sees it passed.
 		res.RequeueAfter = move.RequeueAfter + time.Second
 	}
+	mv := &moveState{}
 	for _, a := range move.Actions {
-		wait, err := r.apply(ctx, req.NamespacedName, a, tmpl, now)
+		wait, err := r.apply(ctx, req.NamespacedName, mv, a, tmpl, now)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
 		if wait == stopMove {
 			return reconcile.Result{RequeueAfter: time.Second}, nil
+		}
+		if wait == endMove {
+			return res, nil
 		}
 		if wait > 0 {
 			return reconcile.Result{RequeueAfter: wait}, nil
@@ -278,19 +282,37 @@ func (r *WorkspaceReconciler) observe(ctx context.Context, key types.NamespacedN
 	return obs, tmplName, nil
 }
 
-// stopMove, returned by apply, ends the move early: its remaining actions no longer hold.
-const stopMove = time.Duration(-1)
+// stopMove, returned by apply, ends the move early: its remaining actions no longer hold; look
+// again in a second. endMove ends it too, with nothing to wait for: the watch brings the
+// workspace back (e.g. a create that did not happen, whose failure was recorded instead).
+const (
+	stopMove = time.Duration(-1)
+	endMove  = time.Duration(-2)
+)
+
+// moveState is what one move's earlier actions tell its later ones: the pods this move created
+// (or found already created by an earlier attempt of the same upgrade), by name.
+type moveState struct {
+	created map[string]*corev1.Pod
+}
+
+func (m *moveState) made(p *corev1.Pod) {
+	if m.created == nil {
+		m.created = map[string]*corev1.Pod{}
+	}
+	m.created[p.Name] = p
+}
 
 // apply performs one action. wait > 0 asks to stop the move and come back then (no slot free);
-// stopMove asks to stop it and re-plan.
-func (r *WorkspaceReconciler) apply(ctx context.Context, key types.NamespacedName, a upgrade.Action, tmpl *templates.Template, now time.Time) (time.Duration, error) {
+// stopMove asks to stop it and re-plan; endMove to stop it.
+func (r *WorkspaceReconciler) apply(ctx context.Context, key types.NamespacedName, mv *moveState, a upgrade.Action, tmpl *templates.Template, now time.Time) (time.Duration, error) {
 	switch a.Kind {
 	case upgrade.CreateUpgradePod:
-		return r.createUpgradePod(ctx, key, a, tmpl, now)
+		return r.createUpgradePod(ctx, key, mv, a, tmpl, now)
 	case upgrade.CreateRollbackPod:
 		return 0, r.createRollbackPod(ctx, key, a, now)
 	case upgrade.DeletePod:
-		return r.deletePod(ctx, key, a)
+		return r.deletePod(ctx, key, mv, a)
 	case upgrade.PatchPod:
 		done, err := r.patchPod(ctx, a.Pod, a.Annotations, a.Remove)
 		if err != nil {
@@ -318,7 +340,7 @@ func (r *WorkspaceReconciler) concluded(key types.NamespacedName, a upgrade.Acti
 	}
 	if a.Result != "" {
 		observeUpgrade(a.Result, string(a.Strategy), a.Duration)
-		r.gate.release(key)
+		r.gate.finish(key, r.Opts.Now())
 	}
 }
 
@@ -332,7 +354,11 @@ func (r *WorkspaceReconciler) event(a upgrade.Action) {
 
 // createUpgradePod starts an upgrade: within the concurrency cap, build the pod from the template
 // with the old pod's identity, make sure its claims exist, and create it.
-func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.NamespacedName, a upgrade.Action, tmpl *templates.Template, now time.Time) (time.Duration, error) {
+//
+// It returns 0 only when the pod exists afterwards (created now, or by an earlier attempt of the
+// same upgrade), so the move may go on (Recreate deletes the old pod next); any other outcome
+// ends the move.
+func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.NamespacedName, mv *moveState, a upgrade.Action, tmpl *templates.Template, now time.Time) (time.Duration, error) {
 	log := ctrl.LoggerFrom(ctx)
 	old := a.Pod
 	if a.NeedsSlot {
@@ -352,11 +378,11 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 	failStart := func(reason string, err error) (time.Duration, error) {
 		r.gate.release(key)
 		for _, fa := range upgrade.FailStart(old, reason, err.Error(), now) {
-			if wait, aerr := r.apply(ctx, key, fa, tmpl, now); aerr != nil || wait != 0 {
+			if wait, aerr := r.apply(ctx, key, mv, fa, tmpl, now); aerr != nil || wait != 0 {
 				return wait, aerr
 			}
 		}
-		return 0, nil
+		return endMove, nil
 	}
 	pod, claims, err := r.Opts.BuildPod(tmpl, old, a.Name)
 	if err != nil {
@@ -372,7 +398,7 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(old), &full); err != nil {
 			r.gate.release(key)
 			if apierrors.IsNotFound(err) {
-				return 0, nil // gone meanwhile: the next pass sees it
+				return endMove, nil // gone meanwhile: the next pass sees it
 			}
 			return 0, fmt.Errorf("read pod %s for its rollback spec: %w", old.Name, err)
 		}
@@ -399,6 +425,7 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 	case err == nil:
 		log.Info("Created upgraded pod", "pod", klog.KObj(pod), "from", klog.KObj(old), "strategy", a.Strategy)
 		r.event(a)
+		mv.made(pod)
 		return 0, nil
 	case apierrors.IsAlreadyExists(err):
 		// A repeated create after a stale read or a crash: done if it is the pod this upgrade made.
@@ -407,6 +434,10 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 			return 0, fmt.Errorf("read existing pod %s: %w", pod.Name, gerr)
 		}
 		if existing.Annotations[workspace.AnnUpgradeFromUID] == string(old.UID) {
+			if existing.DeletionTimestamp != nil {
+				return endMove, nil
+			}
+			mv.made(&existing)
 			return 0, nil
 		}
 		return failStart("PodNameConflict", fmt.Errorf("a pod named %s already exists and is not this workspace's upgrade: remove %s from pod %s or delete that pod", pod.Name, workspace.AnnUpgradePod, old.Name))
@@ -466,12 +497,13 @@ func (r *WorkspaceReconciler) createRollbackPod(ctx context.Context, key types.N
 // deletePod deletes a pod with its UID as precondition: a retried delete never removes a newer pod
 // that reused the name. NotFound and a failed precondition mean it is already gone. The pod that
 // stays instead (Keep) is first read from the API server: if the cache was stale and it is gone or
-// going, the move stops, so nogoo9 never deletes a workspace's last pod.
-func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.NamespacedName, a upgrade.Action) (time.Duration, error) {
-	if k := a.Keep; k != nil {
+// going, the move stops, so nogoo9 never deletes a workspace's last pod. A Keep that this move
+// has just created needs no read: the create's answer is fresher than any read.
+func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.NamespacedName, mv *moveState, a upgrade.Action) (time.Duration, error) {
+	if k := a.Keep; k != nil && (k.UID != "" || mv.created[k.Name] == nil) {
 		var live corev1.Pod
 		err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(k), &live)
-		if apierrors.IsNotFound(err) || (err == nil && (live.UID != k.UID || live.DeletionTimestamp != nil)) {
+		if apierrors.IsNotFound(err) || (err == nil && (!sameKeep(&live, k) || live.DeletionTimestamp != nil)) {
 			ctrl.LoggerFrom(ctx).V(1).Info("Pod that stays is gone; re-planning", "pod", klog.KObj(k))
 			return stopMove, nil
 		}
@@ -489,6 +521,16 @@ func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.Namespace
 	ctrl.LoggerFrom(ctx).Info("Deleted pod", "pod", klog.KObj(a.Pod), "reason", a.Reason)
 	r.concluded(key, a)
 	return 0, nil
+}
+
+// sameKeep reports whether live is the pod that Keep names: the same UID or, for a Keep without
+// UID (the pod a move creates), the upgrade of the same pod.
+func sameKeep(live, keep *corev1.Pod) bool {
+	if keep.UID == "" {
+		uid := keep.Annotations[workspace.AnnUpgradeFromUID]
+		return uid != "" && live.Annotations[workspace.AnnUpgradeFromUID] == uid
+	}
+	return live.UID == keep.UID
 }
 
 // patchPod merge-patches nogoo9's annotations on pod (set, and remove), with the pod's UID in the

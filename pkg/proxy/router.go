@@ -64,13 +64,18 @@ func (r *router) exists(prefix string) bool {
 	return ok
 }
 
-// podAlive reports whether uid is a known pod that is not being deleted: a WebSocket opened on a
-// pod that is already gone is closed at once.
+// podAlive reports whether uid is a known pod that is not being deleted, of a workspace that is
+// not Unavailable: a WebSocket whose handshake finished after its pod went away or its workspace
+// was taken out of service is closed at once.
 func (r *router) podAlive(key wsKey, uid types.UID) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.pods[key][uid]
-	return ok && p.DeletionTimestamp == nil
+	if !ok || p.DeletionTimestamp != nil {
+		return false
+	}
+	ts := r.byWS[key]
+	return len(ts) == 0 || ts[0].status.Phase != workspace.PhaseUnavailable
 }
 
 // upsert records a new or changed workspace pod.
@@ -148,6 +153,14 @@ func (r *router) rebuild(key wsKey) {
 	for _, t := range targets {
 		if r.newRP != nil {
 			t.rp = r.newRP(t)
+		}
+	}
+	if len(targets) > 0 && targets[0].status.Phase == workspace.PhaseUnavailable {
+		// An operator took the workspace out of service (maintenance, a False Workspace*
+		// condition): its terminals must end too, not only new requests.
+		why := "workspace is unavailable: " + targets[0].status.Reason
+		for uid := range r.pods[key] {
+			r.conns.closePod(uid, why)
 		}
 	}
 	old := r.byWS[key]

@@ -119,7 +119,9 @@ type Action struct {
 	Duration time.Duration
 	// Keep, on a DeletePod, is the pod that stays and serves instead. The controller reads it from
 	// the API server first and stops the move unless it exists and is not being deleted: a stale
-	// cache must never make nogoo9 delete the last pod of a workspace.
+	// cache must never make nogoo9 delete the last pod of a workspace. A Keep without UID is the
+	// pod an earlier action of the same move creates (named by Name, replacing Pod): the create's
+	// success proves it exists; without it, the move has already stopped.
 	Keep *corev1.Pod
 	// NeedsSlot marks a create that starts a new upgrade: the controller admits it only within
 	// --max-concurrent-upgrades.
@@ -218,7 +220,7 @@ func planIdle(cur *corev1.Pod, obs Observed, target Target, now time.Time) Move 
 	}
 	strategy, why := ChooseStrategy(cur, obs.Claims)
 	name := UpgradePodName(cur, target.Version)
-	return Move{State: StateRequested, Actions: []Action{{
+	m := Move{State: StateRequested, Actions: []Action{{
 		Kind: CreateUpgradePod, Pod: cur, Name: name, Strategy: strategy, NeedsSlot: true,
 		Annotations: map[string]string{
 			workspace.AnnUpgradeFrom:        cur.Name,
@@ -231,6 +233,22 @@ func planIdle(cur *corev1.Pod, obs Observed, target Target, now time.Time) Move 
 		Message: fmt.Sprintf("Upgrading pod %s from version %s to %s of template %s: created pod %s (%s, %s).",
 			cur.Name, workspace.TemplateVersion(cur), target.Version, target.Name, name, strategy, why),
 	}}}
+	if strategy == Recreate {
+		// The new pod cannot start before the old one releases the volume: delete it in the same
+		// pass, right after the create succeeded, instead of a watch round trip later. The pod
+		// that stays is the one just created (Keep names it; its UID is not known yet).
+		m.Actions = append(m.Actions, Action{Kind: DeletePod, Pod: cur, Keep: createdStub(cur, name)})
+	}
+	return m
+}
+
+// createdStub stands for the pod named name that the same move creates to replace cur: the
+// controller knows its UID only once the create succeeded (see Action.Keep).
+func createdStub(cur *corev1.Pod, name string) *corev1.Pod {
+	p := &corev1.Pod{}
+	p.Name, p.Namespace = name, cur.Namespace
+	p.Annotations = map[string]string{workspace.AnnUpgradeFrom: cur.Name, workspace.AnnUpgradeFromUID: string(cur.UID)}
+	return p
 }
 
 // FailStart is the move that ends an upgrade that could not even start (no template, a template

@@ -174,7 +174,7 @@ func (w *simWorld) apply(m Move, crash bool) {
 			w.create(p)
 		case DeletePod:
 			if k := a.Keep; k != nil {
-				if real := w.pods[k.Name]; real == nil || real.UID != k.UID || real.DeletionTimestamp != nil {
+				if real := w.pods[k.Name]; real == nil || !sameKeep(real, k) || real.DeletionTimestamp != nil {
 					w.logf("delete %s: %s is not live: move stopped", a.Pod.Name, k.Name)
 					return
 				}
@@ -207,6 +207,15 @@ func (w *simWorld) apply(m Move, crash bool) {
 			w.t.Fatalf("unknown action %s", a.Kind)
 		}
 	}
+}
+
+// sameKeep is the controller's check that real is the pod Keep names: same UID, or, for the pod
+// the same move created (no UID yet), the upgrade of the same pod.
+func sameKeep(real, keep *corev1.Pod) bool {
+	if keep.UID == "" {
+		return real.Annotations[workspace.AnnUpgradeFromUID] == keep.Annotations[workspace.AnnUpgradeFromUID]
+	}
+	return real.UID == keep.UID
 }
 
 func keys(m map[string]string) []string {

@@ -1,12 +1,16 @@
 // Command proxybench measures the workspace proxy on loopback (figure 6 of `make bench`): HTTP
 // keep-alive requests with 1 KiB bodies at 32 connections (wrk) and WebSocket echo round trips,
 // each against the same backend hit directly, through nogoo9's proxy, through nginx (a plain
-// reverse proxy with upstream keep-alive) and through a plain httputil.ReverseProxy. The load
-// generator runs on CPU 0, backend and proxies on CPU 1 (taskset). Rounds are interleaved and the
-// median is reported with min and max, as a markdown table.
+// reverse proxy with upstream keep-alive), through a plain httputil.ReverseProxy and through
+// nogoo9's proxy on net/http's Transport. The load generator runs on CPU 0, backend and proxies on
+// CPU 1 (taskset). Rounds are interleaved and the median is reported with min and max, as a
+// markdown table. Figure 7 (cutover) follows: a real kube-apiserver (envtest), the manager's
+// informer and proxy.Setup, timing a side-by-side upgrade's switch and WebSocket close.
 //
-// Usage: go run ./hack/bench/proxybench [-rounds 3] [-duration 5s] [-out bench/proxy.md]
-// Needs wrk, nginx and taskset (Debian: apt-get install wrk nginx util-linux).
+// Usage: go run ./hack/bench/proxybench [-rounds 3] [-duration 5s] [-cutover-rounds 5]
+// [-rows direct,nogoo9,nginx,httputil,nogoo9std] [-cpuprofile f] [-out bench/proxy.md]
+// Needs wrk, nginx and taskset (Debian: apt-get install wrk nginx util-linux), and for figure 7
+// kube-apiserver and etcd in $KUBEBUILDER_ASSETS or ./bin.
 //
 // The same binary is re-executed for its parts: backend, nogoo9, baseline and wsload.
 package main
