@@ -112,27 +112,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	clean := cleanPath(r.URL.Path)
 	t := p.router.lookup(clean)
-	if t == nil || !t.public {
+	if t == nil {
+		p.serveNoRoute(w, r, clean)
+		return
+	}
+	if !t.public {
 		caller, err := p.authenticate(r)
 		if err != nil {
 			p.unauthorized(w, r, err)
 			return
 		}
-		if t == nil {
-			if !strings.HasSuffix(clean, "/") && p.router.exists(clean+"/") {
-				loc := clean + "/"
-				if r.URL.RawQuery != "" {
-					loc += "?" + r.URL.RawQuery
-				}
-				http.Redirect(w, r, loc, http.StatusPermanentRedirect)
-				return
-			}
-			http.Error(w, "404 Not Found: no workspace is served at "+clean, http.StatusNotFound)
-			return
-		}
-		if caller.Subject != t.owner && !caller.IsAdmin {
-			p.log.V(1).Info("request refused: not the owner", "subject", caller.Subject, "workspace", t.ws.String(), "path", clean)
-			http.Error(w, "403 Forbidden: workspace "+t.ws.id+" belongs to another user", http.StatusForbidden)
+		if !p.authorize(w, caller, t, clean) {
 			return
 		}
 	}
@@ -164,6 +154,47 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.URL.RawPath = raw
 	t.rp.ServeHTTP(w, r)
+}
+
+// serveNoRoute answers a path no route covers: a redirect to the route's prefix when the path
+// is a prefix without its trailing slash, else 404. The redirect is decided after authentication
+// and authorization, exactly like a request inside the workspace, so it tells a caller no more than
+// that request would: 401 without a valid token, 403 for someone else's workspace, 308 for the
+// owner and admins (and for anyone on a public preview).
+func (p *Proxy) serveNoRoute(w http.ResponseWriter, r *http.Request, clean string) {
+	var rt *target
+	if !strings.HasSuffix(clean, "/") {
+		rt = p.router.route(clean + "/")
+	}
+	if rt == nil || !rt.public {
+		caller, err := p.authenticate(r)
+		if err != nil {
+			p.unauthorized(w, r, err)
+			return
+		}
+		if rt == nil {
+			http.Error(w, "404 Not Found: no workspace is served at "+clean, http.StatusNotFound)
+			return
+		}
+		if !p.authorize(w, caller, rt, clean) {
+			return
+		}
+	}
+	loc := rt.prefix
+	if r.URL.RawQuery != "" {
+		loc += "?" + r.URL.RawQuery
+	}
+	http.Redirect(w, r, loc, http.StatusPermanentRedirect)
+}
+
+// authorize lets the workspace's owner and admins through; anyone else gets 403.
+func (p *Proxy) authorize(w http.ResponseWriter, caller *auth.Caller, t *target, clean string) bool {
+	if caller.Subject == t.owner || caller.IsAdmin {
+		return true
+	}
+	p.log.V(1).Info("request refused: not the owner", "subject", caller.Subject, "workspace", t.ws.String(), "path", clean)
+	http.Error(w, "403 Forbidden: workspace "+t.ws.id+" belongs to another user", http.StatusForbidden)
+	return false
 }
 
 // idleConnTimeout is how long a kept-alive connection to a pod may stay idle before the proxy

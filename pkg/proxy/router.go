@@ -56,12 +56,12 @@ func (r *router) lookup(p string) *target {
 	return t
 }
 
-// exists reports whether prefix is a route (for the redirect of "/ws/u/id" to "/ws/u/id/").
-func (r *router) exists(prefix string) bool {
+// route is the target of exactly prefix, or nil (for the redirect of "/ws/u/id" to "/ws/u/id/").
+func (r *router) route(prefix string) *target {
 	r.tmu.RLock()
-	_, ok := r.tbl.routes[prefix]
+	t := r.tbl.routes[prefix]
 	r.tmu.RUnlock()
-	return ok
+	return t
 }
 
 // podAlive reports whether uid is a known pod that is not being deleted, of a workspace that is
