@@ -42,6 +42,15 @@ type TemplateSource interface {
 	Subscribe(fn func(name string))
 }
 
+// templatesSynced reports whether src has loaded its initial set of templates. A source that cannot
+// tell (a fixed set in tests) counts as synced.
+func templatesSynced(src TemplateSource) bool {
+	if s, ok := src.(interface{ Synced() bool }); ok {
+		return s.Synced()
+	}
+	return true
+}
+
 // PodBuilder renders template t for the workspace of old (same identity) as a pod named name, with
 // the PVCs it mounts. The default is spawner.BuildPod with spawner.IdentityFromPod(old).
 type PodBuilder func(t *templates.Template, old *corev1.Pod, name string) (*corev1.Pod, []*corev1.PersistentVolumeClaim, error)
@@ -209,6 +218,11 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	}
 	target := upgrade.Target{Name: tmplName}
 	tmpl, found := r.Templates.Get(tmplName)
+	if !found && !templatesSynced(r.Templates) {
+		// Until the registry has loaded every template, "not found" means "not loaded yet": a plan
+		// made now would fail a pending upgrade with TemplateNotFound. Come back once it has.
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	if found {
 		target.Found, target.Version = true, tmpl.Version
 	}

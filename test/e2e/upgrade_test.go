@@ -75,7 +75,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		cur := waitSinglePod(ns, "box", func(g Gomega, pod *corev1.Pod) {
 			g.Expect(pod.UID).NotTo(Equal(old.UID), "still the old pod")
 			g.Expect(workspace.TemplateVersion(pod)).To(Equal("2.0"))
-			g.Expect(isPodReady(pod)).To(BeTrue(), "the new pod is Ready")
+			g.Expect(podReadyNow(pod)).To(BeTrue(), "the new pod is Ready")
 		})
 		Expect(cur.Name).To(HavePrefix(old.Name + "-up-"))
 		Expect(cur.Spec.Containers[0].Image).To(Equal("example.com/ide:2.0"))
@@ -130,7 +130,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		cur := waitSinglePod(ns, "data", func(g Gomega, pod *corev1.Pod) {
 			g.Expect(pod.Name).To(Equal(res.PodName))
 			g.Expect(workspace.TemplateVersion(pod)).To(Equal("2.0"))
-			g.Expect(isPodReady(pod)).To(BeTrue(), "the new pod is Ready")
+			g.Expect(podReadyNow(pod)).To(BeTrue(), "the new pod is Ready")
 			g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradeStartedAt), "the Recreate upgrade is concluded")
 		})
 		Expect(identityOf(cur)).To(Equal(before))
@@ -207,7 +207,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 			g.Expect(pod.Annotations).To(HaveKey(workspace.AnnLastUpgradeError))
 		})
 		Expect(cur.UID).To(Equal(old.UID), "the old pod keeps serving")
-		Expect(isPodReady(cur)).To(BeTrue())
+		Expect(podReadyNow(cur)).To(BeTrue())
 		Expect(workspace.TemplateVersion(cur)).To(Equal("1.0"))
 		Expect(identityOf(cur)).To(Equal(before))
 		msg := cur.Annotations[workspace.AnnLastUpgradeError]
@@ -231,6 +231,18 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 			g.Expect(metricValue(g, p, "nogoo9_upgrades_total", "result", "failed", "strategy", "SideBySide")).To(Equal(1.0))
 			g.Expect(metricValue(g, p, "nogoo9_template_workspaces", "template", "plain", "outdated", "true")).To(Equal(1.0))
 		}).Should(Succeed())
+
+		By("a fixed version 2.1 requested again through REST goes through and clears the error")
+		bumpTemplate(ctx, upgradeTemplate(ns, "plain", "2.1", "example.com/ide:2.1", ""))
+		carol.waitOutdated(ctx, "fragile", "2.1")
+		res := carol.upgrade(ctx, "fragile")
+		fixed := waitSinglePod(ns, "fragile", func(g Gomega, pod *corev1.Pod) {
+			g.Expect(pod.Name).To(Equal(res.PodName))
+			g.Expect(workspace.TemplateVersion(pod)).To(Equal("2.1"))
+			g.Expect(podReadyNow(pod)).To(BeTrue())
+		})
+		Expect(fixed.Annotations).NotTo(HaveKey(workspace.AnnLastUpgradeError))
+		Expect(identityOf(fixed)).To(Equal(before))
 		Expect(hist.Violations()).To(BeEmpty())
 	})
 
@@ -293,7 +305,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		Expect(cur.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested))
 		back := waitSinglePod(ns, "rwop", func(g Gomega, pod *corev1.Pod) {
 			g.Expect(pod.Name).NotTo(Equal(rwopNew))
-			g.Expect(isPodReady(pod)).To(BeTrue(), "the rollback pod is Ready")
+			g.Expect(podReadyNow(pod)).To(BeTrue(), "the rollback pod is Ready")
 		})
 		Expect(back.Annotations).To(HaveKeyWithValue(workspace.AnnUpgradeStrategy, "Rollback"))
 		Expect(workspace.TemplateVersion(back)).To(Equal("1.0"))
@@ -316,9 +328,10 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		ns := NewNamespace()
 		hist := watchWorkspacePods(ns)
 		Expect(K8s.Create(ctx, upgradeTemplate(ns, "plain", "1.0", "example.com/ide:1.0", ""))).To(Succeed())
-		leader := StartNogoo9("--namespace="+ns, "--leader-elect=true")
+		// A small cap keeps the leader from finishing everything before it is killed.
+		leader := StartNogoo9("--namespace="+ns, "--leader-elect=true", "--max-concurrent-upgrades=5")
 		Eventually(func() string { return leader.LogTail(1000) }).Should(ContainSubstring("Successfully acquired lease"))
-		standby := StartNogoo9("--namespace="+ns, "--leader-elect=true")
+		standby := StartNogoo9("--namespace="+ns, "--leader-elect=true", "--max-concurrent-upgrades=5")
 		erin := userClient(ctx, standby, ns, "erin")
 
 		By("spawning workspaces through the standby's API (the API runs on every replica)")
@@ -327,7 +340,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 			ids[i] = fmt.Sprintf("w-%02d", i)
 			hist.NoOutage(ids[i])
 		}
-		Expect(parallel(8, n, func(i int) error {
+		Expect(inParallel(8, n, func(i int) error {
 			_, err := erin.call(ctx, http.MethodPost, "/api/v1/workspaces", frontend.SpawnInput{Template: "plain", ID: ids[i]}, nil)
 			return err
 		})).To(BeEmpty())
@@ -336,7 +349,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 			g.Expect(K8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
 			g.Expect(list.Items).To(HaveLen(n))
 			for i := range list.Items {
-				g.Expect(isPodReady(&list.Items[i])).To(BeTrue(), "pod %s", list.Items[i].Name)
+				g.Expect(podReadyNow(&list.Items[i])).To(BeTrue(), "pod %s", list.Items[i].Name)
 			}
 		}).Should(Succeed())
 
@@ -357,7 +370,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		for _, id := range ids {
 			waitSinglePod(ns, id, func(g Gomega, pod *corev1.Pod) {
 				g.Expect(workspace.TemplateVersion(pod)).To(Equal("2.0"))
-				g.Expect(isPodReady(pod)).To(BeTrue())
+				g.Expect(podReadyNow(pod)).To(BeTrue())
 				g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested))
 			})
 		}
@@ -377,20 +390,31 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		}
 	})
 
-	It("Upgrade requested while nogoo9 is down: carried out when it starts again", func(ctx SpecContext) {
+	// Known bug (label startup-template-sync): the upgrade controller's workers start when the pod
+	// cache has synced, not the template registry; a pass that meets an intent before the registry
+	// has loaded the workspace's template fails the upgrade for good with TemplateNotFound.
+	It("Upgrade requested while nogoo9 is down: carried out when it starts again", Label("startup-template-sync"), func(ctx SpecContext) {
+		// Each workspace has a template of its own, among other teams' templates: at start the
+		// template registry loads them all while the upgrade controller already reconciles every
+		// workspace with its intent.
 		const n = 40
 		ns := NewNamespace()
 		hist := watchWorkspacePods(ns)
-		Expect(K8s.Create(ctx, upgradeTemplate(ns, "plain", "1.0", "example.com/ide:1.0", ""))).To(Succeed())
-		p := StartNogoo9("--namespace=" + ns)
-		frank := userClient(ctx, p, ns, "frank")
 		ids := make([]string, n)
 		for i := range ids {
 			ids[i] = fmt.Sprintf("w-%02d", i)
 			hist.NoOutage(ids[i])
+			Expect(K8s.Create(ctx, upgradeTemplate(ns, "t-"+ids[i], "1.0", "example.com/ide:1.0", ""))).To(Succeed())
 		}
-		Expect(parallel(8, n, func(i int) error {
-			_, err := frank.call(ctx, http.MethodPost, "/api/v1/workspaces", frontend.SpawnInput{Template: "plain", ID: ids[i]}, nil)
+		Expect(inParallel(8, fillerTemplates, func(i int) error {
+			cm := upgradeTemplate(ns, fmt.Sprintf("filler-%03d", i), "1.0", "example.com/filler:1.0", "")
+			cm.Data[workspace.DataSpec] = fillerSpec
+			return K8s.Create(ctx, cm)
+		})).To(BeEmpty())
+		p := StartNogoo9("--namespace=" + ns)
+		frank := userClient(ctx, p, ns, "frank")
+		Expect(inParallel(8, n, func(i int) error {
+			_, err := frank.call(ctx, http.MethodPost, "/api/v1/workspaces", frontend.SpawnInput{Template: "t-" + ids[i], ID: ids[i]}, nil)
 			return err
 		})).To(BeEmpty())
 		Eventually(func(g Gomega) {
@@ -398,21 +422,16 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 			g.Expect(K8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
 			g.Expect(list.Items).To(HaveLen(n))
 			for i := range list.Items {
-				g.Expect(isPodReady(&list.Items[i])).To(BeTrue(), "pod %s", list.Items[i].Name)
+				g.Expect(podReadyNow(&list.Items[i])).To(BeTrue(), "pod %s", list.Items[i].Name)
 			}
 		}).Should(Succeed())
 
-		By("stopping nogoo9, adding more templates, raising the version and annotating every pod with kubectl")
+		By("stopping nogoo9, raising every version and annotating every pod with kubectl")
 		p.Stop()
-		// Other teams' templates: with them, the template registry takes a little longer to load
-		// at start than the pod cache does (the ConfigMaps are listed in name order, these first).
-		Expect(parallel(8, fillerTemplates, func(i int) error {
-			cm := upgradeTemplate(ns, fmt.Sprintf("filler-%03d", i), "1.0", "example.com/filler:1.0", "")
-			cm.Data[workspace.DataSpec] = fillerSpec
-			return K8s.Create(ctx, cm)
-		})).To(BeEmpty())
-		bumpTemplate(ctx, upgradeTemplate(ns, "plain", "2.0", "example.com/ide:2.0", ""))
-		out, err := kubectl(Cluster.Kubeconfig, "-n", ns, "annotate", "pods", "-l", workspace.LabelTemplate+"=plain",
+		for _, id := range ids {
+			bumpTemplate(ctx, upgradeTemplate(ns, "t-"+id, "2.0", "example.com/ide:2.0", ""))
+		}
+		out, err := kubectl(Cluster.Kubeconfig, "-n", ns, "annotate", "pods", "-l", workspace.LabelType+"="+workspace.TypeWorkspace,
 			workspace.AnnUpgradeRequested+"=true")
 		Expect(err).NotTo(HaveOccurred(), "kubectl annotate:\n%s", out)
 
@@ -424,10 +443,86 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 					StopTrying(fmt.Sprintf("workspace %s failed its upgrade: pod %s has %s=%q", id, pod.Name, workspace.AnnLastUpgradeError, e)).Now()
 				}
 				g.Expect(workspace.TemplateVersion(pod)).To(Equal("2.0"), "workspace %s", id)
-				g.Expect(isPodReady(pod)).To(BeTrue())
+				g.Expect(podReadyNow(pod)).To(BeTrue())
 			})
 		}
 		Expect(hist.Violations()).To(BeEmpty())
+	})
+
+	// Known bug (label delete-race): DELETE /api/v1/workspaces/{id} deletes the pods the front end's
+	// cache shows; an upgraded pod created a moment earlier (or later, from the controller's stale
+	// view of the old pod) survives and becomes the workspace again.
+	It("Upgrade racing the owner's delete: a deleted workspace stays deleted", Label("delete-race"), func(ctx SpecContext) {
+		const n = 20
+		ns := NewNamespace()
+		hist := watchWorkspacePods(ns)
+		Expect(K8s.Create(ctx, upgradeTemplate(ns, "plain", "1.0", "example.com/ide:1.0", ""))).To(Succeed())
+		p := StartNogoo9("--namespace=" + ns)
+		gina := userClient(ctx, p, ns, "gina")
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("w-%02d", i)
+		}
+		Expect(inParallel(8, n, func(i int) error {
+			_, err := gina.call(ctx, http.MethodPost, "/api/v1/workspaces", frontend.SpawnInput{Template: "plain", ID: ids[i]}, nil)
+			return err
+		})).To(BeEmpty())
+		Eventually(func(g Gomega) {
+			var list corev1.PodList
+			g.Expect(K8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(n))
+			for i := range list.Items {
+				g.Expect(podReadyNow(&list.Items[i])).To(BeTrue(), "pod %s", list.Items[i].Name)
+			}
+		}).Should(Succeed())
+		bumpTemplate(ctx, upgradeTemplate(ns, "plain", "2.0", "example.com/ide:2.0", ""))
+		gina.waitOutdated(ctx, ids[0], "2.0")
+
+		By("requesting an upgrade and, right after it, deleting the workspace, as a user who changed their mind")
+		Expect(inParallel(n, n, func(i int) error {
+			if _, err := gina.call(ctx, http.MethodPost, "/api/v1/workspaces/"+ids[i]+"/upgrade", nil, nil); err != nil {
+				return err
+			}
+			status, err := gina.call(ctx, http.MethodDelete, "/api/v1/workspaces/"+ids[i], nil, nil)
+			if err == nil && status != http.StatusAccepted {
+				err = fmt.Errorf("delete %s: status %d", ids[i], status)
+			}
+			return err
+		})).To(BeEmpty())
+
+		By("no workspace comes back")
+		var left []*corev1.Pod
+		Eventually(func(g Gomega) {
+			// Settled: nothing terminating any more (kwok removes a deleted pod in about a second).
+			var list corev1.PodList
+			g.Expect(K8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			left = nil
+			for i := range list.Items {
+				g.Expect(list.Items[i].DeletionTimestamp).To(BeNil(), "pod %s still terminating", list.Items[i].Name)
+				left = append(left, &list.Items[i])
+			}
+		}).Should(Succeed())
+		var story []string
+		for _, pod := range left {
+			// Who missed whom: was the upgraded pod created before or after the old pod's deletion
+			// began (API server order, from the watch)?
+			newRec, oldRec := hist.Pod(pod.Name), hist.Pod(pod.Annotations[workspace.AnnUpgradeFrom])
+			when := "unknown"
+			if newRec != nil && oldRec != nil {
+				when = "created before the old pod's deletion began: the delete did not see it"
+				if newRec.CreatedSeq > oldRec.GoingSeq {
+					when = "created after the old pod's deletion had begun: the controller acted on a stale view"
+				}
+			}
+			story = append(story, fmt.Sprintf("workspace %s is back as pod %s (version %s), %s",
+				workspace.ID(pod), pod.Name, workspace.TemplateVersion(pod), when))
+		}
+		Expect(story).To(BeEmpty(), "workspaces deleted by their owner must stay deleted")
+		Consistently(func(g Gomega) int {
+			var list corev1.PodList
+			g.Expect(K8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			return len(list.Items)
+		}).Should(BeZero())
 	})
 
 	It("Upgrade bulk: 100 workspaces of both strategies, some failing, with nogoo9 killed in the middle", func(ctx SpecContext) {
@@ -503,7 +598,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 				hist.NoOutage(w.id)
 			}
 		}
-		errs := parallel(16, len(all), func(i int) error {
+		errs := inParallel(16, len(all), func(i int) error {
 			w := all[i]
 			var out frontend.Workspace
 			status, err := clients[i%users].call(ctx, http.MethodPost, "/api/v1/workspaces", frontend.SpawnInput{Template: w.kind.template, ID: w.id}, &out)
@@ -519,7 +614,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 			g.Expect(K8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
 			ready := 0
 			for i := range list.Items {
-				if isPodReady(&list.Items[i]) {
+				if podReadyNow(&list.Items[i]) {
 					ready++
 				}
 			}
@@ -625,7 +720,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 				g.Expect(group).To(HaveLen(1), "workspace %s: exactly one pod, got %v", w.id, podNames(group))
 				pod := group[0]
 				g.Expect(pod.DeletionTimestamp).To(BeNil(), "workspace %s: pod %s", w.id, pod.Name)
-				g.Expect(isPodReady(pod)).To(BeTrue(), "workspace %s: pod %s Ready", w.id, pod.Name)
+				g.Expect(podReadyNow(pod)).To(BeTrue(), "workspace %s: pod %s Ready", w.id, pod.Name)
 				g.Expect(identityOf(pod)).To(Equal(before[w.id]), "workspace %s: identity of pod %s", w.id, pod.Name)
 				g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested), "workspace %s: intent on %s", w.id, pod.Name)
 				if w.kind.exclusive {
@@ -703,13 +798,13 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 	})
 })
 
-// fillerTemplates templates of fillerSpec (about 8 KiB each) sit next to the one under test in
+// fillerTemplates templates of fillerSpec (about 25 KiB each) sit next to the ones under test in
 // the spec that restarts nogoo9 with upgrade requests pending.
-const fillerTemplates = 150
+const fillerTemplates = 300
 
 var fillerSpec = func() string {
 	var env []string
-	for i := range 120 {
+	for i := range 300 {
 		env = append(env, fmt.Sprintf(`{"name": "SETTING_%03d", "value": "a value that a real template might well carry along"}`, i))
 	}
 	return `{"containers": [{"name": "ide", "image": "example.com/filler:1.0", "ports": [{"containerPort": 8080}], "env": [` +
@@ -786,7 +881,7 @@ func identityOf(pod *corev1.Pod) map[string]string {
 	return out
 }
 
-func isPodReady(pod *corev1.Pod) bool {
+func podReadyNow(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodRunning && podCondition(pod, corev1.PodReady) == corev1.ConditionTrue
 }
 
@@ -906,8 +1001,8 @@ func waitPodEvent(ns, name, reason string) {
 	}).Should(ContainElement(reason), "Event %s on pod %s/%s", reason, ns, name)
 }
 
-// parallel runs fn(0..n-1) on workers goroutines and returns the errors.
-func parallel(workers, n int, fn func(i int) error) []error {
+// inParallel runs fn(0..n-1) on workers goroutines and returns the errors.
+func inParallel(workers, n int, fn func(i int) error) []error {
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -1160,7 +1255,7 @@ func (h *podHistory) observe(ev watch.Event) {
 	id := rec.ID
 	rec.pod = pod
 	rec.live = ev.Type != watch.Deleted && pod.DeletionTimestamp == nil
-	rec.ready = rec.live && isPodReady(pod)
+	rec.ready = rec.live && podReadyNow(pod)
 	rec.bound = ev.Type != watch.Deleted && pod.Spec.NodeName != ""
 	if !rec.live && rec.GoingSeq == 0 {
 		rec.GoingSeq = h.seq
