@@ -42,6 +42,19 @@ type TemplateSource interface {
 	Subscribe(fn func(name string))
 }
 
+// deletedMeanwhile reads old from the API server and reports whether it is gone, being deleted, or
+// replaced by another pod of the same name since the cache showed it.
+func (r *WorkspaceReconciler) deletedMeanwhile(ctx context.Context, old *corev1.Pod) (bool, error) {
+	var live corev1.Pod
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(old), &live); {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return live.DeletionTimestamp != nil || live.UID != old.UID, nil
+}
+
 // templatesSynced reports whether src has loaded its initial set of templates. A source that cannot
 // tell (a fixed set in tests) counts as synced.
 func templatesSynced(src TemplateSource) bool {
@@ -416,6 +429,10 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 			}
 			return 0, fmt.Errorf("read pod %s for its rollback spec: %w", old.Name, err)
 		}
+		if full.DeletionTimestamp != nil || full.UID != old.UID {
+			r.gate.release(key)
+			return endMove, nil // being deleted or replaced meanwhile: the next pass sees it
+		}
 		spec, err := upgrade.RollbackSpec(&full)
 		if err != nil {
 			return failStart("RollbackSpecFailed", err)
@@ -438,6 +455,19 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 	switch {
 	case err == nil:
 		log.Info("Created upgraded pod", "pod", klog.KObj(pod), "from", klog.KObj(old), "strategy", a.Strategy)
+		if gone, err := r.deletedMeanwhile(ctx, old); err != nil || gone {
+			// The owner deleted the workspace while this pass still saw it in the cache: the new
+			// pod must not outlive it and bring the workspace back.
+			r.gate.release(key)
+			if err == nil {
+				log.Info("Workspace deleted during the upgrade's start; removing the upgraded pod", "pod", klog.KObj(pod))
+				err = r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+				if err == nil || apierrors.IsNotFound(err) {
+					return endMove, nil
+				}
+			}
+			return 0, fmt.Errorf("check pod %s after creating %s: %w", old.Name, pod.Name, err)
+		}
 		r.event(a)
 		mv.made(pod)
 		return 0, nil

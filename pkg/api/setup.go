@@ -67,7 +67,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 		return nil, fmt.Errorf("api: pod informer: %w", err)
 	}
 	svc, err := frontend.New(frontend.Config{
-		Namespace: o.Namespace, Cache: mgr.GetCache(), Client: mgr.GetClient(), Events: cs,
+		Namespace: o.Namespace, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Events: cs,
 		Templates: o.Templates, Spawner: o.Spawner, Pods: pods,
 	})
 	if err != nil {

@@ -58,6 +58,9 @@ type Config struct {
 	Cache client.Reader
 	// Client writes (patches, deletes).
 	Client client.Client
+	// APIReader reads straight from the API server where the cache may lag (the pods a delete
+	// removes). The Cache is used when nil.
+	APIReader client.Reader
 	// Events lists and watches core/v1 Events (not cached).
 	Events    kubernetes.Interface
 	Templates Templates
@@ -344,17 +347,55 @@ func (s *Service) Delete(ctx context.Context, id string) (*DeleteResult, error) 
 	if err != nil {
 		return nil, err
 	}
+	owner := workspace.Owner(workspace.Active(pods))
 	res := &DeleteResult{ID: id, Status: "deleting"}
-	for _, p := range pods {
-		del := &corev1.Pod{}
-		del.Name, del.Namespace = p.Name, p.Namespace
-		err := s.cfg.Client.Delete(ctx, del, client.Preconditions{UID: &p.UID})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("deleting pod %s failed; try again", p.Name), Err: err}
+	// The upgrade controller may be creating the workspace's next pod right now, unseen by the
+	// cache. Each side writes, then reads what the other wrote: the controller creates its pod and
+	// then re-reads the old one (deleting its own pod if the old one is going), and this deletes
+	// what the API server lists and then lists again. Whatever the interleaving, one of the two
+	// sees the other's write, so no pod outlives the workspace.
+	for pass := 0; pass < 2; pass++ {
+		live, err := s.livePods(ctx, id, owner)
+		if err != nil {
+			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("listing the pods of workspace %q failed; try again", id), Err: err}
 		}
-		res.Pods = append(res.Pods, p.Name)
+		if pass == 0 && len(live) == 0 {
+			live = pods
+		}
+		for _, p := range live {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			del := &corev1.Pod{}
+			del.Name, del.Namespace = p.Name, p.Namespace
+			err := s.cfg.Client.Delete(ctx, del, client.Preconditions{UID: &p.UID})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("deleting pod %s failed; try again", p.Name), Err: err}
+			}
+			res.Pods = append(res.Pods, p.Name)
+		}
 	}
 	return res, nil
+}
+
+// livePods lists workspace id's pods owned by owner from the API server.
+func (s *Service) livePods(ctx context.Context, id, owner string) ([]*corev1.Pod, error) {
+	reader := s.cfg.APIReader
+	if reader == nil {
+		reader = s.cfg.Cache
+	}
+	var list corev1.PodList
+	if err := reader.List(ctx, &list, client.InNamespace(s.cfg.Namespace),
+		client.MatchingLabels{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id}); err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		if workspace.Owner(&list.Items[i]) == owner {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
 }
 
 // UpgradeResult is the answer to an upgrade request.

@@ -59,14 +59,19 @@ func benchProxy(b *testing.B) (*Proxy, func()) {
 
 // BenchmarkServeHTTP is the proxy's request path (routing, auth cache, ReverseProxy, transport,
 // and the loopback pod) for a keep-alive GET with a 1 KiB answer. Compare with
-// -bench 'ServeHTTP' -benchmem; the StdTransport variant swaps in http.Transport.
-func BenchmarkServeHTTP(b *testing.B) { benchServe(b, false) }
+// -bench 'ServeHTTP' -benchmem; the ReverseProxy variant turns the fast path off, the
+// StdTransport variant also swaps in http.Transport.
+func BenchmarkServeHTTP(b *testing.B) { benchServe(b, true, false) }
 
-func BenchmarkServeHTTPStdTransport(b *testing.B) { benchServe(b, true) }
+// BenchmarkServeHTTPReverseProxy is the same request through httputil.ReverseProxy (no fast path).
+func BenchmarkServeHTTPReverseProxy(b *testing.B) { benchServe(b, false, false) }
 
-func benchServe(b *testing.B, std bool) {
+func BenchmarkServeHTTPStdTransport(b *testing.B) { benchServe(b, false, true) }
+
+func benchServe(b *testing.B, fast, std bool) {
 	p, done := benchProxy(b)
 	defer done()
+	p.fast = fast
 	if std {
 		tr := p.transport.fallback
 		for _, t := range p.router.byWS {

@@ -295,8 +295,14 @@ func TestOnlyTheOwnerAndAdminsReachAWorkspace(t *testing.T) {
 		{"dot segments cannot climb into another user's workspace", "/ws/jane/authz/../../bob/authz2/", "jane-token", 403, "authz2 belongs to another user"},
 		{"encoded slashes are decoded before matching", "/ws/jane/authz/..%2F..%2Fbob%2Fauthz2/", "jane-token", 403, "authz2 belongs to another user"},
 		{"double slashes are collapsed", "//ws//jane//authz//x", "jane-token", 200, "pod=jane-pod path=/x"},
-		{"a path without the trailing slash is redirected", "/ws/jane/authz", "jane-token", 308, ""},
+		{"a path without the trailing slash is redirected for the owner, query kept", "/ws/jane/authz?x=1", "jane-token", 308, `href="/ws/jane/authz/?x=1"`},
+		{"a path without the trailing slash is redirected for an admin", "/ws/jane/authz", "admin-token", 308, `href="/ws/jane/authz/"`},
+		{"another user's workspace without the trailing slash is forbidden, not redirected", "/ws/jane/authz", "bob-token", 403, "belongs to another user"},
+		{"a workspace without the trailing slash and no token is unauthorized, not redirected", "/ws/jane/authz", "", 401, "no bearer token"},
+		{"a public preview without the trailing slash is redirected without a token", "/preview/bob/authz2", "", 308, `href="/preview/bob/authz2/"`},
 		{"an unknown workspace is not found", "/ws/jane/nothing/", "jane-token", 404, "no workspace"},
+		{"an unknown workspace without the trailing slash is not found", "/ws/jane/nothing", "bob-token", 404, "no workspace"},
+		{"an unknown workspace without a token is unauthorized", "/ws/jane/nothing", "", 401, "no bearer token"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -538,4 +544,60 @@ func TestUnavailableAndStartingWorkspacesAnswer503(t *testing.T) {
 	createPod(g, "starting", "starting", "jane", "", nil)
 	g.Eventually(func() string { c, b, _ := get("/ws/jane/starting/", "jane-token"); return fmt.Sprint(c, " ", b) }, 30*time.Second, 50*time.Millisecond).
 		Should(And(HavePrefix("503"), ContainSubstring("starting")))
+}
+
+// waitClosed reads c until the proxy closes it; it fails the test after 30 s.
+func waitClosed(t *testing.T, c *websocket.Conn, what string) {
+	t.Helper()
+	closed := make(chan struct{})
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+		var s string
+		_ = websocket.Message.Receive(c, &s)
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the WebSocket was not closed within 30s after %s", what)
+	}
+}
+
+func TestWebSocketsCloseWhenTheWorkspaceTurnsUnavailable(t *testing.T) {
+	g := integration(t)
+	startBackend(t, "127.1.5.2", "repair", 8080)
+	pod := createPod(g, "repair", "repair", "jane", "127.1.5.2", nil)
+	origin := "http://" + proxyHost
+	open := func() *websocket.Conn {
+		var c *websocket.Conn
+		g.Eventually(func() error {
+			var err error
+			c, err = dialWS("/ws/jane/repair/ws", origin, "jane-token")
+			return err
+		}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
+		g.Expect(echo(c, "a")).To(Equal("repair:a"))
+		return c
+	}
+
+	c := open()
+	defer c.Close()
+	patch := []byte(`{"metadata":{"annotations":{"` + workspace.AnnMaintenance + `":"disk repair"}}}`)
+	g.Expect(k8s.Patch(context.Background(), pod, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+	waitClosed(t, c, "the maintenance annotation was set")
+	_, err := dialWS("/ws/jane/repair/ws", origin, "jane-token")
+	g.Expect(err).To(HaveOccurred(), "a new WebSocket to a workspace in maintenance must be refused")
+
+	patch = []byte(`{"metadata":{"annotations":{"` + workspace.AnnMaintenance + `":null}}}`)
+	g.Expect(k8s.Patch(context.Background(), pod, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+	c2 := open()
+	defer c2.Close()
+	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
+		Type: workspace.ConditionPrefix + "Storage", Status: corev1.ConditionFalse,
+		Reason: "MountLost", Message: "the home volume is being repaired", LastTransitionTime: metav1.Now(),
+	})
+	g.Expect(k8s.Status().Update(context.Background(), pod)).To(Succeed())
+	waitClosed(t, c2, "a Workspace* condition turned False")
+	g.Eventually(func() string { c, b, _ := get("/ws/jane/repair/", "jane-token"); return fmt.Sprint(c, " ", b) }, 30*time.Second, 50*time.Millisecond).
+		Should(And(HavePrefix("503"), ContainSubstring("MountLost")))
 }

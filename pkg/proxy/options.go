@@ -40,6 +40,9 @@ type Options struct {
 	// StandardTransport forwards every request through net/http's Transport instead of the
 	// proxy's synchronous HTTP/1.1 transport: an escape hatch, and the benchmark's comparison row.
 	StandardTransport bool
+	// NoFastPath sends plain requests through httputil.ReverseProxy too, instead of writing them
+	// straight from the incoming request (forward.go): an escape hatch, and a benchmark row.
+	NoFastPath bool
 }
 
 // Defaults for the zero fields of Options.

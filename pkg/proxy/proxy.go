@@ -41,8 +41,10 @@ type Proxy struct {
 	conns     *connRegistry
 	transport *syncTransport
 	// forward is what ReverseProxy uses: transport, or its fallback with StandardTransport.
-	forward  http.RoundTripper
-	bufPool  *bufferPool
+	forward http.RoundTripper
+	bufPool *bufferPool
+	// fast forwards plain requests without ReverseProxy (forward.go).
+	fast     bool
 	tokens   *tokenCache
 	log      logr.Logger
 	errorLog *log.Logger
@@ -89,6 +91,7 @@ func New(authn Authenticator, opts Options) (*Proxy, error) {
 	if opts.StandardTransport {
 		p.forward = fallback
 	}
+	p.fast = !opts.StandardTransport && !opts.NoFastPath
 	p.router = newRouter(opts.NotReadyGrace, p.conns, p.newReverseProxy, lg)
 	return p, nil
 }
@@ -104,7 +107,9 @@ func (p *Proxy) PodDeleted(pod *corev1.Pod) { p.router.remove(pod) }
 func (p *Proxy) OpenWebSockets(uid string) int { return p.conns.count(typesUID(uid)) }
 
 // ServeHTTP routes one request. The order is: own endpoints, route lookup on the cleaned path,
-// authentication and authorization (unless a public preview), phase, WebSocket origin, forward.
+// authentication and authorization (unless a public preview; also before the trailing-slash
+// redirect), phase, WebSocket origin, forward (the fast path for plain requests, else the
+// route's ReverseProxy).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, ReservedPrefix) {
 		p.serveOwn(w, r)
@@ -153,6 +158,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.URL.Path = clean
 	}
 	r.URL.RawPath = raw
+	if p.fast && fastEligible(r) {
+		p.forwardFast(w, r, t)
+		return
+	}
 	t.rp.ServeHTTP(w, r)
 }
 
@@ -280,6 +289,16 @@ func stripCookie(h http.Header, values []string) {
 	if !containsCookie(values) {
 		return
 	}
+	kept := keptCookies(values)
+	if len(kept) == 0 {
+		delete(h, "Cookie")
+		return
+	}
+	h["Cookie"] = kept
+}
+
+// keptCookies is values without the nogoo9 cookie (nil when nothing is left).
+func keptCookies(values []string) []string {
 	var kept []string
 	for _, line := range values {
 		var parts []string
@@ -293,11 +312,7 @@ func stripCookie(h http.Header, values []string) {
 			kept = append(kept, strings.Join(parts, "; "))
 		}
 	}
-	if len(kept) == 0 {
-		delete(h, "Cookie")
-		return
-	}
-	h["Cookie"] = kept
+	return kept
 }
 
 func containsCookie(values []string) bool {

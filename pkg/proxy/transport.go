@@ -97,22 +97,38 @@ func (t *syncTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !handles(req) {
 		return t.fallback.RoundTrip(req)
 	}
+	return t.do(req, req.URL.Host, nil)
+}
+
+// exchange is a request sent by something other than http.Request.Write: the proxy's fast path
+// writes the outgoing request straight from the incoming one.
+type exchange interface {
+	// writeRequest writes the request (line, headers, body) to bw; it may be called twice when a
+	// request without a body is re-sent on a fresh connection.
+	writeRequest(bw *bufio.Writer) error
+	// got1xx passes on an informational response (103 Early Hints).
+	got1xx(code int, h http.Header) error
+}
+
+// do sends req to addr on a pooled or new connection, written by ex (nil: req.Write). req's
+// method, headers and body decide whether it may be replayed.
+func (t *syncTransport) do(req *http.Request, addr string, ex exchange) (*http.Response, error) {
 	ctx := req.Context()
 	if err := ctx.Err(); err != nil {
 		closeBody(req)
 		return nil, err
 	}
 	retry := replayable(req)
-	pc, reused := t.get(req.URL.Host, !retry)
+	pc, reused := t.get(addr, !retry)
 	for {
 		if pc == nil {
 			var err error
-			if pc, err = t.dialConn(ctx, req.URL.Host); err != nil {
+			if pc, err = t.dialConn(ctx, addr); err != nil {
 				closeBody(req)
 				return nil, err
 			}
 		}
-		res, err, stale := pc.roundTrip(req)
+		res, err, stale := pc.roundTrip(req, ex)
 		if err == nil {
 			return res, nil
 		}
@@ -138,7 +154,7 @@ func closeBody(req *http.Request) {
 
 // roundTrip sends req on pc and reads the response headers. stale is true when the connection
 // failed before any byte of a response arrived, so the pod cannot have acted on the request.
-func (pc *persistConn) roundTrip(req *http.Request) (res *http.Response, err error, stale bool) {
+func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Response, err error, stale bool) {
 	ctx := req.Context()
 	var stop func() bool
 	if ctx.Done() != nil {
@@ -150,7 +166,12 @@ func (pc *persistConn) roundTrip(req *http.Request) (res *http.Response, err err
 			stop()
 		}
 	}()
-	if err := req.Write(pc.bw); err != nil {
+	if ex != nil {
+		err = ex.writeRequest(pc.bw)
+	} else {
+		err = req.Write(pc.bw)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("write request to %s: %w", pc.addr, err), true
 	}
 	if err := pc.bw.Flush(); err != nil {
@@ -172,7 +193,11 @@ func (pc *persistConn) roundTrip(req *http.Request) (res *http.Response, err err
 		}
 		// An informational answer (103 Early Hints, 100 Continue): pass it on (ReverseProxy
 		// forwards it through the client trace) and read on.
-		if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.Got1xxResponse != nil {
+		if ex != nil {
+			if err := ex.got1xx(res.StatusCode, res.Header); err != nil {
+				return nil, err, false
+			}
+		} else if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.Got1xxResponse != nil {
 			if err := trace.Got1xxResponse(res.StatusCode, textproto.MIMEHeader(res.Header)); err != nil {
 				return nil, err, false
 			}
@@ -185,7 +210,8 @@ func (pc *persistConn) roundTrip(req *http.Request) (res *http.Response, err err
 		// Upgrades go to the fallback transport; a pod that switches protocols unasked is broken.
 		return nil, fmt.Errorf("pod %s switched protocols without an Upgrade request", pc.addr), false
 	}
-	reuse := !res.Close && !req.Close
+	// The fast path never asks the pod to close: the client's Connection header is hop-by-hop.
+	reuse := !res.Close && (ex != nil || !req.Close)
 	if res.Body == http.NoBody {
 		if stop != nil && !stop() {
 			reuse = false // cancelled at this very moment: the connection is being closed

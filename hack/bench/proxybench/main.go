@@ -8,7 +8,7 @@
 // informer and proxy.Setup, timing a side-by-side upgrade's switch and WebSocket close.
 //
 // Usage: go run ./hack/bench/proxybench [-rounds 3] [-duration 5s] [-cutover-rounds 5]
-// [-rows direct,nogoo9,nginx,httputil,nogoo9std] [-cpuprofile f] [-out bench/proxy.md]
+// [-rows direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp] [-cpuprofile f] [-out bench/proxy.md]
 // Needs wrk, nginx and taskset (Debian: apt-get install wrk nginx util-linux), and for figure 7
 // kube-apiserver and etcd in $KUBEBUILDER_ASSETS or ./bin.
 //
@@ -140,6 +140,7 @@ func runNogoo9(args []string) error {
 	backend := fs.String("backend", "127.1.200.1:18080", "backend address (pod IP:port)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the proxy to this file")
 	std := fs.Bool("std-transport", false, "forward through net/http's Transport (proxy.Options.StandardTransport)")
+	noFast := fs.Bool("no-fast-path", false, "forward every request through httputil.ReverseProxy (proxy.Options.NoFastPath)")
 	_ = fs.Parse(args)
 	host, port, err := net.SplitHostPort(*backend)
 	if err != nil {
@@ -159,7 +160,7 @@ func runNogoo9(args []string) error {
 	if err != nil {
 		return err
 	}
-	p, err := proxy.New(staticAuth{}, proxy.Options{Listener: ln, AllowedOrigins: []string{"*"}, StandardTransport: *std})
+	p, err := proxy.New(staticAuth{}, proxy.Options{Listener: ln, AllowedOrigins: []string{"*"}, StandardTransport: *std, NoFastPath: *noFast})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,295 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// The fast path forwards a plain request (no upgrade, no Expect or TE, a body of known length up
+// to maxSyncBody) without httputil.ReverseProxy: the outgoing request is written straight from
+// the incoming one onto a pooled connection (no request clone, no header map copy), and the
+// response is copied back with a pooled buffer. What reaches the pod and the client is what
+// ReverseProxy with the Rewrite of newReverseProxy sends: forward_test.go compares the two.
+// Everything else (WebSocket and other upgrades, uploads, StandardTransport) uses ReverseProxy.
+
+// fastEligible reports whether r can take the fast path.
+func fastEligible(r *http.Request) bool {
+	if r.ProtoMajor != 1 || r.Host == "" {
+		return false
+	}
+	h := r.Header
+	if h["Upgrade"] != nil || h["Expect"] != nil || h["Te"] != nil {
+		return false
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return true
+	}
+	return r.ContentLength > 0 && r.ContentLength <= maxSyncBody
+}
+
+// fastRequest is one request on the fast path: the incoming request, its target, and the
+// ResponseWriter informational answers go to.
+type fastRequest struct {
+	in       *http.Request
+	w        http.ResponseWriter
+	t        *target
+	rawQuery string
+	cookies  []string // the Cookie values to send when the nogoo9 cookie was removed
+	cookieOK bool     // cookies is set
+	bodySent bool
+}
+
+var fastPool = sync.Pool{New: func() any { return new(fastRequest) }}
+
+// forwardFast forwards r (path already rewritten) to t's pod.
+func (p *Proxy) forwardFast(w http.ResponseWriter, r *http.Request, t *target) {
+	f := fastPool.Get().(*fastRequest)
+	*f = fastRequest{in: r, w: w, t: t, rawQuery: cleanQueryParams(r.URL.RawQuery)}
+	defer func() { *f = fastRequest{}; fastPool.Put(f) }()
+	if c, ok := r.Header["Cookie"]; ok && containsCookie(c) {
+		f.cookies, f.cookieOK = keptCookies(c), true
+	}
+	r.URL.Host = t.addr // for the error log
+	res, err := p.transport.do(r, t.addr, f)
+	if err != nil {
+		p.errorHandler(w, r, err)
+		return
+	}
+	h := w.Header()
+	copyHeaderSkipping(h, res.Header)
+	announced := len(res.Trailer)
+	if announced > 0 {
+		keys := make([]string, 0, announced)
+		for k := range res.Trailer {
+			keys = append(keys, k)
+		}
+		h.Add("Trailer", strings.Join(keys, ", "))
+	}
+	w.WriteHeader(res.StatusCode)
+	if err := p.copyBody(w, res.Body); err != nil {
+		_ = res.Body.Close()
+		if r.Context().Value(http.ServerContextKey) != nil {
+			// Streaming: all that can be done is abort the client's response, as ReverseProxy does.
+			panic(http.ErrAbortHandler)
+		}
+		return
+	}
+	_ = res.Body.Close()
+	if len(res.Trailer) > 0 {
+		_ = http.NewResponseController(w).Flush()
+		if len(res.Trailer) == announced {
+			copyHeader(h, res.Trailer)
+			return
+		}
+		for k, vv := range res.Trailer {
+			for _, v := range vv {
+				h.Add(http.TrailerPrefix+k, v)
+			}
+		}
+	}
+}
+
+// copyBody copies the response body to w, flushing after every write as ReverseProxy does with
+// FlushInterval -1 (SSE events and chunked streams reach the client at once; for a body of known
+// length the flush only moves the server's final write earlier).
+func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader) error {
+	fl, _ := w.(http.Flusher)
+	buf := p.bufPool.Get()
+	defer p.bufPool.Put(buf)
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			if !errors.Is(rerr, context.Canceled) {
+				p.log.Info("proxy read error during body copy", "error", rerr.Error())
+			}
+			return rerr
+		}
+	}
+}
+
+// writeRequest writes the outgoing request: request line, Host, the incoming headers minus
+// hop-by-hop headers, forwarding headers and the caller's credentials, then the body.
+func (f *fastRequest) writeRequest(bw *bufio.Writer) error {
+	r := f.in
+	bw.WriteString(r.Method)
+	bw.WriteByte(' ')
+	path := r.URL.EscapedPath()
+	if path == "" {
+		path = "/"
+	}
+	bw.WriteString(path)
+	if f.rawQuery != "" {
+		bw.WriteByte('?')
+		bw.WriteString(f.rawQuery)
+	}
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	bw.WriteString(r.Host)
+	bw.WriteString("\r\n")
+	conn := r.Header["Connection"]
+	for k, vv := range r.Header {
+		if skipRequestHeader(k, f.t.strip) || (conn != nil && namedIn(conn, k)) {
+			continue
+		}
+		if k == "Cookie" && f.cookieOK {
+			vv = f.cookies
+		}
+		for _, v := range vv {
+			writeHeaderLine(bw, k, v)
+		}
+	}
+	if r.TLS == nil {
+		writeHeaderLine(bw, "X-Forwarded-Proto", "http")
+	} else {
+		writeHeaderLine(bw, "X-Forwarded-Proto", "https")
+	}
+	writeHeaderLine(bw, "X-Forwarded-Host", r.Host)
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		writeHeaderLine(bw, "X-Forwarded-For", ip)
+	}
+	if f.t.strip {
+		writeHeaderLine(bw, "X-Forwarded-Prefix", f.t.prefix[:len(f.t.prefix)-1])
+	}
+	if r.ContentLength > 0 && r.Body != nil && r.Body != http.NoBody {
+		if f.bodySent {
+			return errors.New("request body already sent") // never: bodies are not replayed
+		}
+		f.bodySent = true
+		var num [20]byte
+		bw.WriteString("Content-Length: ")
+		bw.Write(strconv.AppendInt(num[:0], r.ContentLength, 10))
+		bw.WriteString("\r\n\r\n")
+		n, err := io.CopyN(bw, r.Body, r.ContentLength)
+		if err != nil {
+			return err
+		}
+		if n != r.ContentLength {
+			return io.ErrUnexpectedEOF
+		}
+		return nil
+	}
+	if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
+		// As http.Request.Write: many servers insist on a length for these methods.
+		bw.WriteString("Content-Length: 0\r\n")
+	}
+	_, err := bw.WriteString("\r\n")
+	return err
+}
+
+// got1xx passes an informational answer on to the client, as ReverseProxy does.
+func (f *fastRequest) got1xx(code int, hdr http.Header) error {
+	h := f.w.Header()
+	copyHeader(h, hdr)
+	f.w.WriteHeader(code)
+	clear(h)
+	return nil
+}
+
+func writeHeaderLine(bw *bufio.Writer, k, v string) {
+	bw.WriteString(k)
+	bw.WriteString(": ")
+	bw.WriteString(v)
+	bw.WriteString("\r\n")
+}
+
+// skipRequestHeader reports the incoming headers the fast path does not copy: hop-by-hop
+// headers, the ones it writes itself (Host, Content-Length, the forwarding headers) and the
+// caller's Authorization. With strip, X-Forwarded-Prefix is replaced; without, passed on.
+func skipRequestHeader(k string, strip bool) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Host", "Content-Length", "Authorization",
+		"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+		return true
+	case "X-Forwarded-Prefix":
+		return strip
+	}
+	return false
+}
+
+// hopHeaders are removed from responses (RFC 9110 7.6.1, net/http/httputil's list).
+var hopHeaders = map[string]bool{
+	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// namedIn reports whether header k is listed in a Connection header (so it is hop-by-hop).
+func namedIn(conn []string, k string) bool {
+	for _, v := range conn {
+		for v != "" {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			if strings.EqualFold(strings.TrimSpace(tok), k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// copyHeaderSkipping adds src's end-to-end headers to dst. src is a response's header, dropped
+// afterwards: its value slices are handed over instead of copied.
+func copyHeaderSkipping(dst, src http.Header) {
+	conn := src["Connection"]
+	for k, vv := range src {
+		if hopHeaders[k] || (conn != nil && namedIn(conn, k)) {
+			continue
+		}
+		if old, ok := dst[k]; ok {
+			dst[k] = append(old, vv...)
+		} else {
+			dst[k] = vv
+		}
+	}
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, vv := range src {
+		dst[k] = append(dst[k], vv...)
+	}
+}
+
+// cleanQueryParams is ReverseProxy's: a query with a semicolon or a bad escape is re-encoded.
+func cleanQueryParams(s string) string {
+	reencode := func(s string) string {
+		v, _ := url.ParseQuery(s)
+		return v.Encode()
+	}
+	for i := 0; i < len(s); {
+		switch s[i] {
+		case ';':
+			return reencode(s)
+		case '%':
+			if i+2 >= len(s) || !ishex(s[i+1]) || !ishex(s[i+2]) {
+				return reencode(s)
+			}
+			i += 3
+		default:
+			i++
+		}
+	}
+	return s
+}
+
+func ishex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
