@@ -40,6 +40,7 @@ type options struct {
 	namespace         string
 	metricsAddr       string
 	probeAddr         string
+	pprofAddr         string
 	leaderElect       bool
 	leaderElectionID  string
 	qps               float64
@@ -64,6 +65,7 @@ func main() {
 	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "default"), "Namespace whose workspace pods and template ConfigMaps nogoo9 manages.")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint (0 disables it).")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address of the Go pprof endpoints (/debug/pprof); empty disables them.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica runs the controllers; the API and proxy run on every replica.")
 	flag.StringVar(&o.leaderElectionID, "leader-election-id", "nogoo9-controller", "Name of the leader-election Lease.")
 	flag.Float64Var(&o.qps, "kube-api-qps", 500, "Client-side rate limit on API requests per second; bulk upgrades are bounded by it.")
@@ -117,6 +119,7 @@ func run(o options) error {
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:  o.probeAddr,
+		PprofBindAddress:        o.pprofAddr,
 		LeaderElection:          o.leaderElect && components["controller"],
 		LeaderElectionID:        o.leaderElectionID,
 		LeaderElectionNamespace: o.namespace,
