@@ -21,7 +21,12 @@ const reservationTTL = 2 * time.Minute
 
 // gate enforces --max-concurrent-upgrades. The count comes from the observed state (workspaces
 // with an upgraded pod in flight in the cache) plus the creates this process made that the cache
-// does not show yet (reservations, like the ReplicaSet controller's expectations). A reservation
+// does not show yet (reservations, like the ReplicaSet controller's expectations). The observed
+// part is listed from the cache once, at the first admission, and then kept per workspace by
+// every reconcile, which observes that workspace's pods anyway (observed): a pod event always
+// brings its workspace's reconcile, so the set follows the cache with the queue's lag, and an
+// admission costs no list of every workspace pod (at 1,000 workspaces that list, taken under the
+// lock for every admission, serialised the starts of a bulk upgrade). A reservation
 // also keeps a stale read from starting a second upgrade of the same workspace under another
 // name. The reverse holds too: an upgrade this process has just concluded (the old pod deleted,
 // the failed pod deleted, the rollback spec dropped) stops counting at once, before the cache shows
@@ -36,6 +41,8 @@ type gate struct {
 	mu        sync.Mutex
 	reserved  map[types.NamespacedName]reservation
 	finished  map[types.NamespacedName]time.Time
+	flying    map[types.NamespacedName]bool // observed in flight (see the type's comment)
+	seeded    bool                          // flying has been listed from the cache once
 	waiting   []types.NamespacedName
 	isWaiting map[types.NamespacedName]bool
 	announced map[types.UID]bool
@@ -48,7 +55,7 @@ type reservation struct {
 
 func newGate(max int, reader client.Reader, wake chan<- event.GenericEvent) *gate {
 	return &gate{max: max, reader: reader, wake: wake, reserved: map[types.NamespacedName]reservation{},
-		finished: map[types.NamespacedName]time.Time{},
+		finished: map[types.NamespacedName]time.Time{}, flying: map[types.NamespacedName]bool{},
 		isWaiting: map[types.NamespacedName]bool{}, announced: map[types.UID]bool{}}
 }
 
@@ -66,10 +73,14 @@ func (g *gate) acquire(ctx context.Context, key types.NamespacedName, name strin
 		g.reserved[key] = reservation{name: name, at: now}
 		return true, 0, nil
 	}
-	flying, err := g.inFlight(ctx)
-	if err != nil {
-		return false, 0, err
+	if !g.seeded {
+		all, err := g.inFlight(ctx)
+		if err != nil {
+			return false, 0, err
+		}
+		g.flying, g.seeded = all, true
 	}
+	flying := g.flying
 	n := len(flying)
 	for k, at := range g.finished {
 		switch {
@@ -118,9 +129,15 @@ func (g *gate) inFlight(ctx context.Context) (map[types.NamespacedName]bool, err
 // observed drops key's reservation once the cache shows the pod it was for, and its finished mark
 // once the cache no longer shows the upgrade in flight.
 func (g *gate) observed(key types.NamespacedName, pods []*corev1.Pod) {
+	flying := upgrade.InFlightWorkspaces(pods)[key]
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, has := g.finished[key]; has && !upgrade.InFlightWorkspaces(pods)[key] {
+	if flying {
+		g.flying[key] = true
+	} else {
+		delete(g.flying, key)
+	}
+	if _, has := g.finished[key]; has && !flying {
 		delete(g.finished, key)
 	}
 	r, has := g.reserved[key]
@@ -173,6 +190,7 @@ func (g *gate) forget(key types.NamespacedName) {
 	defer g.mu.Unlock()
 	delete(g.reserved, key)
 	delete(g.finished, key)
+	delete(g.flying, key)
 	delete(g.isWaiting, key)
 }
 

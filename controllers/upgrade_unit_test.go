@@ -152,3 +152,38 @@ func TestGateFinishedUpgradeFreesItsSlotBeforeTheCacheShowsIt(t *testing.T) {
 		t.Errorf("finished mark kept after the cache showed the upgrade over")
 	}
 }
+
+// TestGateFollowsEachWorkspaceAsItsReconcileObservesIt checks that after the first admission
+// (which lists the cache once) the count follows what each workspace's reconcile observes.
+func TestGateFollowsEachWorkspaceAsItsReconcileObservesIt(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	old := upgradeUnitPod("ws-x", "x", "python", "v1", nil)
+	up := upgradeUnitPod("ws-x-up-1", "x", "python", "v2", map[string]string{
+		workspace.AnnUpgradeFrom: "ws-x", workspace.AnnUpgradeFromUID: "uid-ws-x", workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
+	g := newGate(1, fake.NewClientBuilder().Build(), make(chan event.GenericEvent, 10))
+	ctx := context.Background()
+	b, x := types.NamespacedName{Namespace: "ns", Name: "b"}, types.NamespacedName{Namespace: "ns", Name: "x"}
+
+	steps := []struct {
+		name string
+		pods []*corev1.Pod // what x's reconcile observes before b asks (nil: no reconcile of x)
+		ok   bool
+	}{
+		{"nothing in flight: b fits", nil, true},
+		{"x's reconcile observes an upgrade in flight: b waits", []*corev1.Pod{old, up}, false},
+		{"x's reconcile observes the old pod gone: b fits", []*corev1.Pod{up}, true},
+	}
+	for _, st := range steps {
+		g.release(b)
+		if st.pods != nil {
+			g.observed(x, st.pods)
+		}
+		ok, _, err := g.acquire(ctx, b, "ws-b-up-1", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok != st.ok {
+			t.Errorf("%s: admitted = %v, want %v", st.name, ok, st.ok)
+		}
+	}
+}
