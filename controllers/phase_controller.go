@@ -80,6 +80,9 @@ func SetupPhaseReconciler(mgr ctrl.Manager) error {
 // (namespace + workspace id).
 func (r *PhaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.init()
+	if err := indexPodsByWorkspaceID(mgr); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(PhaseControllerName).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(WorkspaceRequest)).
@@ -121,9 +124,8 @@ func (r *PhaseReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	log := ctrl.LoggerFrom(ctx)
 
 	var list corev1.PodList
-	if err := r.Reader.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingLabels{
-		workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: req.Name,
-	}); err != nil {
+	// The workspace-id index: a label selector would scan every pod in the namespace per pass.
+	if err := r.Reader.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{indexWorkspaceID: req.Name}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list pods of workspace %s: %w", req, err)
 	}
 	if len(list.Items) == 0 {

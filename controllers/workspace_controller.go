@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,30 @@ const UpgradeControllerName = "workspace-upgrade"
 // indexWorkspaceID is the pod field index holding the workspace id, so one workspace's pods are
 // listed without scanning every cached pod.
 const indexWorkspaceID = "nogoo9.workspaceID"
+
+// podWorkspaceID is the indexWorkspaceID index function.
+func podWorkspaceID(o client.Object) []string {
+	if p, ok := o.(*corev1.Pod); ok && workspace.IsWorkspacePod(p) {
+		return []string{workspace.ID(p)}
+	}
+	return nil
+}
+
+// indexed records the managers whose cache already has indexWorkspaceID: the phase and upgrade
+// controllers share one index, and registering a name twice is an error.
+var indexed sync.Map
+
+// indexPodsByWorkspaceID registers indexWorkspaceID on mgr's cache once.
+func indexPodsByWorkspaceID(mgr ctrl.Manager) error {
+	if _, done := indexed.LoadOrStore(mgr.GetFieldIndexer(), true); done {
+		return nil
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexWorkspaceID, podWorkspaceID); err != nil {
+		indexed.Delete(mgr.GetFieldIndexer())
+		return fmt.Errorf("index pods by workspace id: %w", err)
+	}
+	return nil
+}
 
 // TemplateSource is what the upgrade controller needs of the template registry
 // (*templates.Registry satisfies it; tests supply fixed templates).
@@ -149,13 +174,8 @@ func SetupWorkspaceReconciler(mgr ctrl.Manager, reg TemplateSource, opts Upgrade
 // every workspace of the template, freed concurrency slots to waiting workspaces.
 func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Opts.defaults()
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexWorkspaceID, func(o client.Object) []string {
-		if p, ok := o.(*corev1.Pod); ok && workspace.IsWorkspacePod(p) {
-			return []string{workspace.ID(p)}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index pods by workspace id: %w", err)
+	if err := indexPodsByWorkspaceID(mgr); err != nil {
+		return err
 	}
 	r.wake = make(chan event.GenericEvent, 1024)
 	r.gate = newGate(r.Opts.MaxConcurrentUpgrades, r.Reader, r.wake)
