@@ -98,6 +98,12 @@ Try:
   # 3. upgrade it with kubectl (or POST $api/api/v1/workspaces/demo/upgrade)
   kubectl --kubeconfig $kc annotate pod -l nogoo9/workspace-id=demo nogoo9/upgrade-requested=true
   kubectl --kubeconfig $kc get pods -l nogoo9/type=workspace -L nogoo9/template-version -w
+  # 4. reach it through the proxy. kwok runs no containers, so serve the pod's IP (127.1.x.x, a
+  #    loopback address) yourself; until something listens there the proxy answers 502.
+  ip=\$(kubectl --kubeconfig $kc get pod -l nogoo9/workspace-id=demo -o jsonpath='{.items[0].status.podIP}')
+  python3 -m http.server 8080 --bind "\$ip" & sleep 1
+  path=\$(curl -sS -H "Authorization: Bearer \$USER_TOKEN" $api/api/v1/workspaces/demo | python3 -c 'import json,sys; print(json.load(sys.stdin)["workspacePath"])')
+  curl -sS -H "Authorization: Bearer \$USER_TOKEN" "http://127.0.0.1:$proxy_port\$path"
 
 MCP client (e.g. the MCP Inspector):
   npx @modelcontextprotocol/inspector --cli $api/mcp --transport http \\
