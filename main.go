@@ -12,13 +12,9 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -27,10 +23,10 @@ import (
 	"github.com/nogoo9/no-crd/pkg/api"
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/proxy"
 	"github.com/nogoo9/no-crd/pkg/spawner"
 	"github.com/nogoo9/no-crd/pkg/templates"
-	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // version is stamped by `make build` through -ldflags.
@@ -113,8 +109,6 @@ func run(o options) error {
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "nogoo9/" + version
 
-	workspacePods := labels.SelectorFromSet(labels.Set{workspace.LabelType: workspace.TypeWorkspace})
-	templateMaps := labels.SelectorFromSet(labels.Set{workspace.LabelPodTemplate: "true"})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
@@ -126,16 +120,9 @@ func run(o options) error {
 		// Leaving the lease on shutdown lets a standby take over at once instead of after the
 		// lease duration.
 		LeaderElectionReleaseOnCancel: true,
-		Cache: cache.Options{
-			DefaultNamespaces: map[string]cache.Config{o.namespace: {}},
-			// Only workspace pods and template ConfigMaps are cached, stripped of what nogoo9
-			// never reads: a cluster's other pods cost nothing.
-			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}:                   {Label: workspacePods, Transform: workspace.StripPod},
-				&corev1.ConfigMap{}:             {Label: templateMaps, Transform: workspace.StripManagedFields},
-				&corev1.PersistentVolumeClaim{}: {Transform: workspace.StripManagedFields},
-			},
-		},
+		// Only workspace pods and template ConfigMaps are cached, stripped of what nogoo9 never
+		// reads: a cluster's other pods cost nothing.
+		Cache: podcache.Options(o.namespace),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -80,7 +81,7 @@ func SetupPhaseReconciler(mgr ctrl.Manager) error {
 // (namespace + workspace id).
 func (r *PhaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.init()
-	if err := indexPodsByWorkspaceID(mgr); err != nil {
+	if err := podcache.AddWorkspaceIDIndex(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -125,7 +126,7 @@ func (r *PhaseReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 
 	var list corev1.PodList
 	// The workspace-id index: a label selector would scan every pod in the namespace per pass.
-	if err := r.Reader.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{indexWorkspaceID: req.Name}); err != nil {
+	if err := r.Reader.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{podcache.IndexWorkspaceID: req.Name}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list pods of workspace %s: %w", req, err)
 	}
 	if len(list.Items) == 0 {

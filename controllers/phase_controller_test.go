@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -67,7 +68,7 @@ func gaugeValue(g *prometheus.GaugeVec, phase workspace.PhaseName) float64 {
 func TestPhaseReconcilerTransitions(t *testing.T) {
 	ctx := context.Background()
 	pod := phasePod("ws-a", "demo", phaseT0.Add(time.Minute), false)
-	c := fake.NewClientBuilder().WithIndex(&corev1.Pod{}, indexWorkspaceID, podWorkspaceID).WithObjects(pod).Build()
+	c := fake.NewClientBuilder().WithIndex(&corev1.Pod{}, podcache.IndexWorkspaceID, podcache.WorkspaceID).WithObjects(pod).Build()
 	r, rec, gauge := newTestPhaseReconciler(c, phaseT0.Add(2*time.Minute))
 	r.init()
 	r.started = phaseT0 // the reconciler started before the pod was created
@@ -164,7 +165,7 @@ func TestPhaseReconcilerRestartIsQuiet(t *testing.T) {
 	ctx := context.Background()
 	oldPod := phasePod("ws-old", "old", phaseT0, true)
 	newPod := phasePod("ws-new", "new", phaseT0.Add(2*time.Hour), true)
-	c := fake.NewClientBuilder().WithIndex(&corev1.Pod{}, indexWorkspaceID, podWorkspaceID).WithObjects(oldPod, newPod).Build()
+	c := fake.NewClientBuilder().WithIndex(&corev1.Pod{}, podcache.IndexWorkspaceID, podcache.WorkspaceID).WithObjects(oldPod, newPod).Build()
 	r, rec, gauge := newTestPhaseReconciler(c, phaseT0.Add(time.Hour))
 	r.init() // started = phaseT0 + 1h
 

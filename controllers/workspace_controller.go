@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/spawner"
 	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/upgrade"
@@ -29,34 +29,6 @@ import (
 
 // UpgradeControllerName names the upgrade controller, its Events' source and its logs.
 const UpgradeControllerName = "workspace-upgrade"
-
-// indexWorkspaceID is the pod field index holding the workspace id, so one workspace's pods are
-// listed without scanning every cached pod.
-const indexWorkspaceID = "nogoo9.workspaceID"
-
-// podWorkspaceID is the indexWorkspaceID index function.
-func podWorkspaceID(o client.Object) []string {
-	if p, ok := o.(*corev1.Pod); ok && workspace.IsWorkspacePod(p) {
-		return []string{workspace.ID(p)}
-	}
-	return nil
-}
-
-// indexed records the managers whose cache already has indexWorkspaceID: the phase and upgrade
-// controllers share one index, and registering a name twice is an error.
-var indexed sync.Map
-
-// indexPodsByWorkspaceID registers indexWorkspaceID on mgr's cache once.
-func indexPodsByWorkspaceID(mgr ctrl.Manager) error {
-	if _, done := indexed.LoadOrStore(mgr.GetFieldIndexer(), true); done {
-		return nil
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexWorkspaceID, podWorkspaceID); err != nil {
-		indexed.Delete(mgr.GetFieldIndexer())
-		return fmt.Errorf("index pods by workspace id: %w", err)
-	}
-	return nil
-}
 
 // TemplateSource is what the upgrade controller needs of the template registry
 // (*templates.Registry satisfies it; tests supply fixed templates).
@@ -174,7 +146,7 @@ func SetupWorkspaceReconciler(mgr ctrl.Manager, reg TemplateSource, opts Upgrade
 // every workspace of the template, freed concurrency slots to waiting workspaces.
 func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Opts.defaults()
-	if err := indexPodsByWorkspaceID(mgr); err != nil {
+	if err := podcache.AddWorkspaceIDIndex(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	r.wake = make(chan event.GenericEvent, 1024)
@@ -291,7 +263,7 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 // observe lists the workspace's pods and the claims they mount from the cache.
 func (r *WorkspaceReconciler) observe(ctx context.Context, key types.NamespacedName) (upgrade.Observed, string, error) {
 	var list corev1.PodList
-	if err := r.Reader.List(ctx, &list, client.InNamespace(key.Namespace), client.MatchingFields{indexWorkspaceID: key.Name}); err != nil {
+	if err := r.Reader.List(ctx, &list, client.InNamespace(key.Namespace), client.MatchingFields{podcache.IndexWorkspaceID: key.Name}); err != nil {
 		return upgrade.Observed{}, "", fmt.Errorf("list pods of workspace %s: %w", key, err)
 	}
 	obs := upgrade.Observed{Claims: map[string]*corev1.PersistentVolumeClaim{}}

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -26,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/spawner"
 	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/upgrade"
@@ -133,7 +133,7 @@ func (e *upgradeEnv) start() {
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{e.ns: {}},
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{workspace.LabelType: workspace.TypeWorkspace}), Transform: workspace.StripPod},
+				&corev1.Pod{}: podcache.Pods(),
 			},
 		},
 	})

@@ -22,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -36,6 +35,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/api"
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -97,7 +97,7 @@ func runWithEnv(m *testing.M) int {
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{ns: {}},
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{workspace.LabelType: workspace.TypeWorkspace}), Transform: workspace.StripPod},
+				&corev1.Pod{}: podcache.Pods(),
 			},
 		},
 	})

@@ -16,36 +16,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
-// Field indexes on cached workspace pods, registered by AddIndexes.
-const (
-	IndexOwner = "nogoo9.frontend.owner"
-	IndexID    = "nogoo9.frontend.workspaceID"
-)
+// IndexOwner is the field index of cached workspace pods by raw owner, registered by AddIndexes.
+const IndexOwner = "nogoo9.frontend.owner"
 
-// AddIndexes registers the owner and workspace-id indexes on the manager's cache. Call it before
-// the cache starts.
+// AddIndexes registers the owner index and the shared workspace-id index
+// (podcache.IndexWorkspaceID) on the manager's cache. Call it before the cache starts.
 func AddIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	if err := idx.IndexField(ctx, &corev1.Pod{}, IndexOwner, indexOwner); err != nil {
 		return fmt.Errorf("index pods by owner: %w", err)
 	}
-	if err := idx.IndexField(ctx, &corev1.Pod{}, IndexID, indexID); err != nil {
-		return fmt.Errorf("index pods by workspace id: %w", err)
-	}
-	return nil
+	return podcache.AddWorkspaceIDIndex(ctx, idx)
 }
 
 func indexOwner(o client.Object) []string {
 	if v := o.GetAnnotations()[workspace.AnnOwner]; v != "" {
-		return []string{v}
-	}
-	return nil
-}
-
-func indexID(o client.Object) []string {
-	if v := o.GetLabels()[workspace.LabelWorkspaceID]; v != "" {
 		return []string{v}
 	}
 	return nil
@@ -266,7 +254,7 @@ func (s *Service) workspacePods(ctx context.Context, id string) (*auth.Caller, [
 	if err := workspace.ValidateID(id); err != nil {
 		return nil, nil, errorf(CodeInvalid, "%s", err.Error())
 	}
-	pods, err := s.listPods(ctx, client.MatchingFields{IndexID: id})
+	pods, err := s.listPods(ctx, client.MatchingFields{podcache.IndexWorkspaceID: id})
 	if err != nil {
 		return nil, nil, err
 	}

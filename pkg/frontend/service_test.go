@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -99,7 +100,7 @@ func services(t *testing.T, pods ...*corev1.Pod) map[string]*Service {
 		objs[i] = p.DeepCopy()
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, IndexOwner, indexOwner).WithIndex(&corev1.Pod{}, IndexID, indexID).Build()
+		WithIndex(&corev1.Pod{}, IndexOwner, indexOwner).WithIndex(&corev1.Pod{}, podcache.IndexWorkspaceID, podcache.WorkspaceID).Build()
 	cfg := Config{Namespace: "ns", Cache: c, Client: c, Templates: stubTemplates{"python": "2.0"}, Now: func() time.Time { return t0.Add(time.Hour) }}
 	perCall, err := New(cfg)
 	if err != nil {

@@ -22,7 +22,6 @@ import (
 	"golang.org/x/net/websocket"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -34,6 +33,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/proxy"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -102,7 +102,7 @@ func runWithEnv(m *testing.M) int {
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{ns: {}},
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{workspace.LabelType: workspace.TypeWorkspace}), Transform: workspace.StripPod},
+				&corev1.Pod{}: podcache.Pods(),
 			},
 		},
 	})

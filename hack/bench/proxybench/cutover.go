@@ -16,7 +16,6 @@ import (
 	"golang.org/x/net/websocket"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/proxy"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -55,7 +55,7 @@ func runCutover(assets string, rounds int) ([]cutoverResult, error) {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{workspace.LabelType: workspace.TypeWorkspace}), Transform: workspace.StripPod},
+			&corev1.Pod{}: podcache.Pods(),
 		}},
 	})
 	if err != nil {
