@@ -39,10 +39,11 @@ fmt: ## gofmt the tree.
 	gofmt -w $$(git ls-files '*.go')
 
 .PHONY: lint
-lint: ## gofmt check and go vet.
+lint: ## gofmt check, go vet, and go.mod/go.sum tidy (go mod tidy -diff).
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
 	cd hack/tools && $(GO) vet ./etcd
+	@diff=$$($(GO) mod tidy -diff 2>&1) || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit the result."; echo "$$diff"; exit 1; }
 
 ##@ Test
 
@@ -60,6 +61,20 @@ test-integration: tools ## Unit + integration tests (envtest: real etcd and kube
 .PHONY: test-e2e
 test-e2e: tools build ## End-to-end tests: the real nogoo9 binary against the full local cluster with kwok.
 	NOGOO9_BIN=$(BIN)/nogoo9 NOGOO9_TOOLS=$(BIN) $(GO) test -count=1 -timeout 40m ./test/e2e/... -args -ginkgo.no-color
+
+##@ Flaky tests (not part of make test; see docs/development.md)
+
+STRESS_COUNT     ?= 3
+STRESS_E2E_RUNS  ?= 2
+STRESS_LOAD      ?= $(shell nproc)
+STRESS_TIMEOUT   ?= 90m
+STRESS_GOFLAGS   ?=
+STRESS_E2E_ARGS  ?=
+
+.PHONY: test-stress
+test-stress: tools build ## Unit+integration STRESS_COUNT times (-count), e2e STRESS_E2E_RUNS times, beside STRESS_LOAD busy loops; lists every failure.
+	BIN=$(BIN) STRESS_PKGS="$(UNIT_PKGS)" STRESS_COUNT=$(STRESS_COUNT) STRESS_E2E_RUNS=$(STRESS_E2E_RUNS) STRESS_LOAD=$(STRESS_LOAD) \
+		STRESS_TIMEOUT=$(STRESS_TIMEOUT) STRESS_GOFLAGS="$(STRESS_GOFLAGS)" STRESS_E2E_ARGS="$(STRESS_E2E_ARGS)" hack/stress.sh
 
 ##@ Local cluster
 
