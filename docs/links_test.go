@@ -188,7 +188,8 @@ func links(md string) []link {
 	return out
 }
 
-// stripCode blanks inline code spans (`x`, “x“), so a link shown as code is not checked.
+// stripCode blanks inline code spans (one or more backticks on each side), so a link shown as
+// code is not checked.
 func stripCode(line string) string {
 	b := []byte(line)
 	for i := 0; i < len(b); {
