@@ -358,7 +358,10 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 			g.Expect(e.events(g, old.Name)).To(gomega.ContainElement(upgrade.ReasonUpgradeStarted))
 			g.Expect(e.events(g, up.Name)).To(gomega.ContainElement(upgrade.ReasonUpgradeSucceeded))
 		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
-		e.g.Expect(testutil.ToFloat64(upgradesTotal.WithLabelValues(upgrade.ResultSucceeded, string(upgrade.SideBySide)))).To(gomega.Equal(before + 1))
+		// The counter moves right after the Event is recorded, not before: wait for it too.
+		e.g.Eventually(func() float64 {
+			return testutil.ToFloat64(upgradesTotal.WithLabelValues(upgrade.ResultSucceeded, string(upgrade.SideBySide)))
+		}).WithTimeout(30 * time.Second).Should(gomega.Equal(before + 1))
 	})
 
 	t.Run("side-by-side upgrade that misses the deadline leaves the old pod serving with the error and no intent", func(t *testing.T) {
@@ -524,9 +527,22 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 		}
 		done := map[string]bool{}
 		e.g.Eventually(func(g gomega.Gomega) {
+			// One List per poll: per-workspace Lists would see w1 in flight and, a moment later,
+			// w2 started after w1 finished, and count two upgrades that never overlapped.
+			var list corev1.PodList
+			g.Expect(e.c.List(context.Background(), &list, client.InNamespace(e.ns))).To(gomega.Succeed())
+			byID := map[string]map[string]*corev1.Pod{}
+			for i := range list.Items {
+				if p := &list.Items[i]; p.DeletionTimestamp == nil {
+					if byID[workspace.ID(p)] == nil {
+						byID[workspace.ID(p)] = map[string]*corev1.Pod{}
+					}
+					byID[workspace.ID(p)][p.Name] = p
+				}
+			}
 			inFlight := 0
 			for _, id := range ids {
-				pods := e.pods(g, id)
+				pods := byID[id]
 				if len(pods) == 2 {
 					inFlight++
 					for _, p := range pods {

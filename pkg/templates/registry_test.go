@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 var (
 	cfg    *rest.Config
 	envErr error
+	nsSeq  atomic.Int32
 )
 
 func TestMain(m *testing.M) {
@@ -78,7 +80,7 @@ func TestRegistryFollowsTemplateConfigMaps(t *testing.T) {
 	defer cancel()
 	c, err := client.New(cfg, client.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
-	ns := "reg-" + fmt.Sprint(time.Now().UnixNano()%100000)
+	ns := fmt.Sprintf("reg-%d-%d", time.Now().UnixNano()%100000, nsSeq.Add(1)) // unique under -count=N
 	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 
 	// A file template next to the ConfigMaps.
@@ -88,7 +90,9 @@ func TestRegistryFollowsTemplateConfigMaps(t *testing.T) {
 	// Present before the registry starts: read in the initial list.
 	g.Expect(c.Create(ctx, templateCM(ns, "node", "1", okSpec))).To(Succeed())
 	// Decoys: another namespace and an unlabelled ConfigMap are not templates.
-	g.Expect(c.Create(ctx, templateCM("default", "elsewhere", "1", okSpec))).To(Succeed())
+	elsewhere := templateCM("default", "elsewhere", "1", okSpec)
+	g.Expect(c.Create(ctx, elsewhere)).To(Succeed())
+	t.Cleanup(func() { _ = c.Delete(context.Background(), elsewhere) }) // a fixed name: -count=N creates it again
 	plain := templateCM(ns, "plain", "1", okSpec)
 	plain.Labels = nil
 	g.Expect(c.Create(ctx, plain)).To(Succeed())
@@ -112,7 +116,10 @@ func TestRegistryFollowsTemplateConfigMaps(t *testing.T) {
 	notified := map[string]int{}
 	reg.Subscribe(func(name string) { mu.Lock(); notified[name]++; mu.Unlock() })
 	notifications := func(name string) int { mu.Lock(); defer mu.Unlock(); return notified[name] }
-	go func() { _ = mgr.Start(ctx) }()
+	stopped := make(chan struct{})
+	go func() { _ = mgr.Start(ctx); close(stopped) }()
+	// The manager logs to t: it must be gone before the test ends (the deferred cancel runs first).
+	t.Cleanup(func() { cancel(); <-stopped })
 
 	g.Expect(reg.WaitForSync(ctx)).To(BeTrue())
 	version := func(name string) string {
@@ -132,7 +139,7 @@ func TestRegistryFollowsTemplateConfigMaps(t *testing.T) {
 	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "node"}, &cm)).To(Succeed())
 	cm.Annotations[workspace.AnnTemplateVersion] = "2"
 	g.Expect(c.Update(ctx, &cm)).To(Succeed())
-	g.Eventually(func() string { return version("node") }).WithTimeout(3 * time.Second).WithPolling(10 * time.Millisecond).Should(Equal("2"))
+	g.Eventually(func() string { return version("node") }).WithTimeout(30 * time.Second).WithPolling(10 * time.Millisecond).Should(Equal("2"))
 	g.Eventually(func() int { return notifications("node") }).WithTimeout(30 * time.Second).Should(BeNumerically(">", before))
 
 	// A broken edit: version 2 keeps serving, List says why, a Warning Event lands on the ConfigMap.

@@ -32,6 +32,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -111,7 +112,8 @@ var _ = AfterSuite(func() {
 	Expect(Cluster.Stop()).To(Succeed())
 	root := filepath.Dir(Cluster.Dir)
 	if suiteFailed || os.Getenv("NOGOO9_E2E_KEEP") != "" {
-		GinkgoWriter.Printf("kept cluster and nogoo9 logs in %s\n", root)
+		// Not GinkgoWriter: a passing AfterSuite's GinkgoWriter output is shown only with -ginkgo.v.
+		fmt.Fprintf(os.Stderr, "kept cluster and nogoo9 logs in %s\n", root)
 		return
 	}
 	_ = os.RemoveAll(root)
