@@ -78,7 +78,7 @@ step "$load busy loop(s) running beside the tests (pids ${load_pids[*]:-none}); 
 # Unit and integration: go test's -timeout bounds each package's test binary over all its runs.
 per_pkg=$((20 * count))
 # shellcheck disable=SC2086 # goflags and pkgs are word lists
-run unit-integration env KUBEBUILDER_ASSETS="$bin" go test -count="$count" -p 1 -timeout "${per_pkg}m" $goflags $pkgs
+run unit-integration env KUBEBUILDER_ASSETS="$bin" NOGOO9_TOOLS="$bin" go test -count="$count" -p 1 -timeout "${per_pkg}m" $goflags $pkgs
 
 for ((i = 1; i <= e2e_runs; i++)); do
 	# shellcheck disable=SC2086
