@@ -525,17 +525,30 @@ type limit1xx struct {
 }
 
 func (l *limit1xx) RoundTrip(req *http.Request) (*http.Response, error) {
+	// A composed trace hook's error is dropped (httptrace calls both hooks and returns the
+	// second's), so going over the cap cancels the request instead, with the reason as cause.
+	// The context ends with the incoming request's.
+	ctx, cancel := context.WithCancelCause(req.Context())
 	n, max := 0, l.max
 	trace := &httptrace.ClientTrace{Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
 		if n++; n > max {
-			return too1xxError(max)
+			err := too1xxError(max)
+			cancel(err)
+			return err
 		}
 		// Called before ReverseProxy's hook, on the same map: an informational answer never
 		// sets cookies through the proxy.
 		delete(h, "Set-Cookie")
 		return nil
 	}}
-	return l.next.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	res, err := l.next.RoundTrip(req.WithContext(httptrace.WithClientTrace(ctx, trace)))
+	if err != nil {
+		var be *boundError
+		if cause := context.Cause(ctx); errors.As(cause, &be) {
+			return nil, be
+		}
+	}
+	return res, err
 }
 
 func (l *limit1xx) CloseIdleConnections() { l.next.CloseIdleConnections() }
