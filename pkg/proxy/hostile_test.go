@@ -387,3 +387,33 @@ func TestTheProxyCapsConnectionsPerClient(t *testing.T) {
 		}
 	}
 }
+
+func TestAWorkspaceCannotSetNogoo9Cookies(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Add("Set-Cookie", "sid=1; Path=/")
+		h.Add("Set-Cookie", "__Host-nogoo9_token=attacker; Path=/; Secure; HttpOnly")
+		h.Add("Set-Cookie", "NOGOO9_TOKEN=attacker; Path=/ws/jane/demo/")
+		h.Add("Set-Cookie", "=__Host-nogoo9_token=attacker")
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer backend.Close()
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
+	for _, noFast := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoFastPath=%v", noFast), func(t *testing.T) {
+			p, err := New(verifierOnly{}, Options{BindAddress: ":0", NoFastPath: noFast})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.transport.CloseIdleConnections()
+			p.PodChanged(podAt("jane", "demo", host, port, false))
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodGet, "http://proxy.example/ws/jane/demo/", nil)
+			r.Header.Set("Authorization", "Bearer good")
+			p.ServeHTTP(w, r)
+			if got := w.Header()["Set-Cookie"]; w.Code != http.StatusOK || len(got) != 1 || got[0] != "sid=1; Path=/" {
+				t.Fatalf("answer %d with Set-Cookie %q, want 200 with only the workspace's own cookie", w.Code, got)
+			}
+		})
+	}
+}
