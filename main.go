@@ -52,8 +52,18 @@ type options struct {
 	proxyOrigins      string
 	proxyGrace        time.Duration
 	insecureCookie    bool
+	proxyLimits       proxyLimits
 	publicURL         string
 	auth              auth.Options
+}
+
+// proxyLimits are the proxy's bounds on what a workspace pod and a client may make it hold.
+type proxyLimits struct {
+	headerTimeout     time.Duration
+	maxHeaderBytes    int64
+	max1xx            int
+	maxSetCookies     int
+	maxConnsPerClient int
 }
 
 func main() {
@@ -76,7 +86,12 @@ func main() {
 	flag.StringVar(&o.proxyAddr, "proxy-bind-address", ":8091", "Address of the workspace proxy.")
 	flag.StringVar(&o.proxyOrigins, "proxy-allowed-origins", "", "Comma-separated extra origins (scheme://host[:port]) allowed to open WebSockets through the proxy; its own origin is always allowed.")
 	flag.DurationVar(&o.proxyGrace, "proxy-not-ready-grace", proxy.DefaultNotReadyGrace, "How long a pod may stay not-ready before the proxy closes the WebSockets opened on it.")
-	flag.BoolVar(&o.insecureCookie, "insecure-cookie", false, "Drop the Secure attribute of the proxy's login cookie (plain-HTTP development on loopback only).")
+	flag.BoolVar(&o.insecureCookie, "insecure-cookie", false, "Drop the Secure attribute and the __Host- prefix of the proxy's login cookie (plain-HTTP development on loopback only).")
+	flag.DurationVar(&o.proxyLimits.headerTimeout, "proxy-response-header-timeout", proxy.DefaultResponseHeaderTimeout, "How long the proxy waits for a workspace pod's response headers before answering 502 (negative: as long as the client waits).")
+	flag.Int64Var(&o.proxyLimits.maxHeaderBytes, "proxy-max-response-header-bytes", proxy.DefaultMaxResponseHeaderBytes, "Bytes a workspace pod may send before its response headers end (informational answers included); more gets the client a 502.")
+	flag.IntVar(&o.proxyLimits.max1xx, "proxy-max-1xx-responses", proxy.DefaultMax1xxResponses, "Informational (1xx) answers a workspace pod may send before the final one; more gets the client a 502.")
+	flag.IntVar(&o.proxyLimits.maxSetCookies, "proxy-max-set-cookies", proxy.DefaultMaxSetCookies, "Set-Cookie headers one answer of a workspace pod may carry; more gets the client a 502.")
+	flag.IntVar(&o.proxyLimits.maxConnsPerClient, "proxy-max-conns-per-client", proxy.DefaultMaxConnsPerClient, "Connections one client IP may hold open to the proxy; more get a 429 (negative: no cap, e.g. behind an ingress that limits clients itself).")
 	flag.StringVar(&o.publicURL, "public-url", "", "Externally visible base URL of the API (e.g. https://nogoo9.example.com); names the MCP resource in /.well-known/oauth-protected-resource.")
 	o.auth.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
@@ -168,6 +183,12 @@ func run(o options) error {
 			AllowedOrigins: proxy.ParseOrigins(o.proxyOrigins),
 			NotReadyGrace:  o.proxyGrace,
 			InsecureCookie: o.insecureCookie,
+
+			ResponseHeaderTimeout:  o.proxyLimits.headerTimeout,
+			MaxResponseHeaderBytes: o.proxyLimits.maxHeaderBytes,
+			Max1xxResponses:        o.proxyLimits.max1xx,
+			MaxSetCookies:          o.proxyLimits.maxSetCookies,
+			MaxConnsPerClient:      o.proxyLimits.maxConnsPerClient,
 		}); err != nil {
 			return fmt.Errorf("set up proxy: %w", err)
 		}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/connlimit"
 	"github.com/nogoo9/no-crd/pkg/frontend"
 	"github.com/nogoo9/no-crd/pkg/mcp"
 )
@@ -103,6 +104,7 @@ func (s *server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("api: listen on %s: %w", s.addr, err)
 	}
+	ln = connlimit.NewListener(ln, connlimit.DefaultMaxPerClient)
 	log.Info("serving REST and MCP", "address", ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -63,6 +63,11 @@ func (p *Proxy) forwardFast(w http.ResponseWriter, r *http.Request, t *target) {
 		p.errorHandler(w, r, err)
 		return
 	}
+	if err := p.filterResponseCookies(res.Header, r); err != nil {
+		_ = res.Body.Close()
+		p.errorHandler(w, r, err)
+		return
+	}
 	h := w.Header()
 	copyHeaderSkipping(h, res.Header)
 	announced := len(res.Trailer)
@@ -196,6 +201,7 @@ func (f *fastRequest) writeRequest(bw *bufio.Writer) error {
 
 // got1xx passes an informational answer on to the client, as ReverseProxy does.
 func (f *fastRequest) got1xx(code int, hdr http.Header) error {
+	delete(hdr, "Set-Cookie") // an informational answer never sets cookies through the proxy
 	h := f.w.Header()
 	copyHeader(h, hdr)
 	f.w.WriteHeader(code)

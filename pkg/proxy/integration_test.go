@@ -21,6 +21,7 @@ import (
 	. "github.com/onsi/gomega"
 	"golang.org/x/net/websocket"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -192,12 +193,19 @@ func startBackend(t *testing.T, ip, name string, port int) *backend {
 	return b
 }
 
-// createPod creates a pod; an upgrade's new pod is named like workspace.UpgradePodName does
-// ("<old>-up-<x>"), because pods created within the same second are ordered by name.
-//
+// seq makes pod names and workspace ids unique per run, so that -count=N runs the tests again in
+// the same API server without clashing with what an earlier run is still deleting.
+var seq atomic.Int64
+
+// uniq is base with a suffix unique in this test process.
+func uniq(base string) string { return fmt.Sprintf("%s-%d", base, seq.Add(1)) }
+
 // createPod creates a workspace pod of workspace id owned by owner and, when ip is set, marks it
-// Running and Ready on ip (envtest has no kubelet).
-func createPod(g *WithT, name, id, owner, ip string, ann map[string]string) *corev1.Pod {
+// Running and Ready on ip (envtest has no kubelet); the pod is deleted when the test ends. An
+// upgrade's new pod is named like workspace.UpgradePodName does ("<old>-up-<x>"), because pods
+// created within the same second are ordered by name.
+func createPod(t *testing.T, g *WithT, name, id, owner, ip string, ann map[string]string) *corev1.Pod {
+	t.Helper()
 	a := map[string]string{
 		workspace.AnnOwner:         owner,
 		workspace.AnnWorkspacePath: "/ws/" + owner + "/" + id + "/",
@@ -217,6 +225,12 @@ func createPod(g *WithT, name, id, owner, ip string, ann map[string]string) *cor
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
 	}
 	g.Expect(k8s.Create(context.Background(), pod)).To(Succeed())
+	t.Cleanup(func() {
+		err := k8s.Delete(context.Background(), pod, client.GracePeriodSeconds(0))
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("clean up pod %s: %v", pod.Name, err)
+		}
+	})
 	if ip != "" {
 		setReady(g, pod, ip, true)
 	}
@@ -271,13 +285,15 @@ func TestOnlyTheOwnerAndAdminsReachAWorkspace(t *testing.T) {
 	g := integration(t)
 	startBackend(t, "127.1.1.1", "jane-pod", 8080)
 	startBackend(t, "127.1.1.2", "bob-pod", 8080)
-	createPod(g, "authz-jane", "authz", "jane", "127.1.1.1", nil)
-	createPod(g, "authz-bob", "authz2", "bob", "127.1.1.2", map[string]string{workspace.AnnPublicPreview: "true"})
-	g.Eventually(func(g Gomega) {
-		code, body, err := get("/ws/jane/authz/", "jane-token")
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(code).To(Equal(http.StatusOK), body)
-	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
+	a, b := uniq("authz"), uniq("authzb")
+	createPod(t, g, a, a, "jane", "127.1.1.1", nil)
+	createPod(t, g, b, b, "bob", "127.1.1.2", map[string]string{workspace.AnnPublicPreview: "true"})
+	// Every case below depends on both workspaces being routable: wait for each, including the
+	// public preview (its own route).
+	waitRoutable(g, "/ws/jane/"+a+"/", "jane-token", "pod=jane-pod")
+	waitRoutable(g, "/ws/bob/"+b+"/", "bob-token", "pod=bob-pod")
+	waitRoutable(g, "/preview/bob/"+b+"/", "", "pod=bob-pod")
+	ids := strings.NewReplacer("authz2", b, "authz", a)
 
 	tests := []struct {
 		name, path, token string
@@ -305,6 +321,7 @@ func TestOnlyTheOwnerAndAdminsReachAWorkspace(t *testing.T) {
 		{"an unknown workspace without a token is unauthorized", "/ws/jane/nothing", "", 401, "no bearer token"},
 	}
 	for _, tc := range tests {
+		tc.path, tc.wantBody = ids.Replace(tc.path), ids.Replace(tc.wantBody)
 		t.Run(tc.name, func(t *testing.T) {
 			code, body, err := get(tc.path, tc.token)
 			if err != nil {
@@ -317,10 +334,21 @@ func TestOnlyTheOwnerAndAdminsReachAWorkspace(t *testing.T) {
 	}
 }
 
+// waitRoutable waits until path answers 200 with want in the body for token.
+func waitRoutable(g *WithT, path, token, want string) {
+	g.Eventually(func(g Gomega) {
+		code, body, err := get(path, token)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(code).To(Equal(http.StatusOK), body)
+		g.Expect(body).To(ContainSubstring(want))
+	}, 30*time.Second, 50*time.Millisecond).Should(Succeed(), "GET %s never reached %s", path, want)
+}
+
 func TestBrowserLoginSetsACookieThatIsNotForwarded(t *testing.T) {
 	g := integration(t)
 	startBackend(t, "127.1.1.3", "login-pod", 8080)
-	createPod(g, "login-jane", "login", "jane", "127.1.1.3", nil)
+	id := uniq("login")
+	createPod(t, g, id, id, "jane", "127.1.1.3", nil)
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, Timeout: 30 * time.Second}
 
@@ -329,12 +357,18 @@ func TestBrowserLoginSetsACookieThatIsNotForwarded(t *testing.T) {
 	res.Body.Close()
 	g.Expect(res.StatusCode).To(Equal(http.StatusUnauthorized))
 
-	res, err = browser.PostForm(proxyURL+"/_nogoo9/login", url.Values{"token": {"jane-token"}, "next": {"/ws/jane/login/"}})
+	res, err = browser.Get(proxyURL + "/_nogoo9/login?token=jane-token")
+	g.Expect(err).NotTo(HaveOccurred())
+	res.Body.Close()
+	g.Expect(res.StatusCode).To(Equal(http.StatusBadRequest), "a token in the URL is refused")
+	g.Expect(res.Cookies()).To(BeEmpty())
+
+	res, err = browser.PostForm(proxyURL+"/_nogoo9/login", url.Values{"token": {"jane-token"}, "next": {"/ws/jane/" + id + "/"}})
 	g.Expect(err).NotTo(HaveOccurred())
 	res.Body.Close()
 	var cookie *http.Cookie
 	for _, c := range res.Request.Response.Cookies() {
-		if c.Name == auth.CookieName {
+		if c.Name == proxy.InsecureCookieName { // the suite runs with InsecureCookie
 			cookie = c
 		}
 	}
@@ -342,8 +376,8 @@ func TestBrowserLoginSetsACookieThatIsNotForwarded(t *testing.T) {
 	g.Expect(cookie.HttpOnly).To(BeTrue())
 	g.Expect(cookie.SameSite).To(Equal(http.SameSiteLaxMode))
 	g.Eventually(func(g Gomega) {
-		req, _ := http.NewRequest(http.MethodGet, proxyURL+"/ws/jane/login/page", nil)
-		req.Header.Set("Cookie", "theme=dark; "+auth.CookieName+"=jane-token")
+		req, _ := http.NewRequest(http.MethodGet, proxyURL+"/ws/jane/"+id+"/page", nil)
+		req.Header.Set("Cookie", "theme=dark; "+proxy.InsecureCookieName+"=jane-token; nogoo9_other=x")
 		res, err := plain.Do(req)
 		g.Expect(err).NotTo(HaveOccurred())
 		defer res.Body.Close()
@@ -357,8 +391,10 @@ func TestHTTPSwitchesToTheNewPodWithoutAFailedRequest(t *testing.T) {
 	g := integration(t)
 	startBackend(t, "127.1.2.1", "old", 8080)
 	startBackend(t, "127.1.2.2", "new", 8080)
-	old := createPod(g, "cut-old", "cut", "jane", "127.1.2.1", nil)
-	g.Eventually(func() string { _, b, _ := get("/ws/jane/cut/", "jane-token"); return b }, 30*time.Second, 20*time.Millisecond).Should(ContainSubstring("pod=old"))
+	id := uniq("cut")
+	path := "/ws/jane/" + id + "/"
+	old := createPod(t, g, id, id, "jane", "127.1.2.1", nil)
+	g.Eventually(func() string { _, b, _ := get(path, "jane-token"); return b }, 30*time.Second, 20*time.Millisecond).Should(ContainSubstring("pod=old"))
 
 	// A bounded request loop runs through the whole switch and the old pod's deletion.
 	var (
@@ -372,7 +408,7 @@ func TestHTTPSwitchesToTheNewPodWithoutAFailedRequest(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := 0; i < 100000 && !stop.Load(); i++ {
-			code, body, err := get("/ws/jane/cut/", "jane-token")
+			code, body, err := get(path, "jane-token")
 			requests.Add(1)
 			if err != nil || code != http.StatusOK {
 				failures.Add(1)
@@ -387,7 +423,7 @@ func TestHTTPSwitchesToTheNewPodWithoutAFailedRequest(t *testing.T) {
 	defer func() { stop.Store(true); wg.Wait() }()
 
 	g.Eventually(requests.Load, 30*time.Second).Should(BeNumerically(">", 20))
-	newPod := createPod(g, "cut-old-up-1", "cut", "jane", "", map[string]string{workspace.AnnUpgradeFrom: "cut-old"})
+	newPod := createPod(t, g, id+"-up-1", id, "jane", "", map[string]string{workspace.AnnUpgradeFrom: id})
 	g.Consistently(firstNew.Load, time.Second, 50*time.Millisecond).Should(BeZero(), "the new pod got traffic before it was Ready")
 	readyAt := time.Now()
 	setReady(g, newPod, "127.1.2.2", true)
@@ -399,7 +435,7 @@ func TestHTTPSwitchesToTheNewPodWithoutAFailedRequest(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	g.Expect(failures.Load()).To(BeZero(), "failed requests during the switch, last: %v", lastErr.Load())
-	_, body, _ := get("/ws/jane/cut/", "jane-token")
+	_, body, _ := get(path, "jane-token")
 	g.Expect(body).To(ContainSubstring("pod=new"))
 }
 
@@ -426,24 +462,25 @@ func TestWebSocketStaysOnItsPodAndClosesWhenThePodIsDeleted(t *testing.T) {
 	g := integration(t)
 	startBackend(t, "127.1.3.1", "old", 8080)
 	startBackend(t, "127.1.3.2", "new", 8080)
-	old := createPod(g, "wsc-old", "wsc", "jane", "127.1.3.1", nil)
+	id := uniq("wsc")
+	old := createPod(t, g, id, id, "jane", "127.1.3.1", nil)
 	origin := "http://" + proxyHost
 	var c1 *websocket.Conn
 	g.Eventually(func() error {
 		var err error
-		c1, err = dialWS("/ws/jane/wsc/ws", origin, "jane-token")
+		c1, err = dialWS("/ws/jane/"+id+"/ws", origin, "jane-token")
 		return err
 	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 	defer c1.Close()
 	g.Expect(echo(c1, "a")).To(Equal("old:a"))
 
-	_, err := dialWS("/ws/jane/wsc/ws", "https://evil.example", "jane-token")
+	_, err := dialWS("/ws/jane/"+id+"/ws", "https://evil.example", "jane-token")
 	g.Expect(err).To(HaveOccurred(), "a WebSocket from a foreign origin must be refused")
 
-	newPod := createPod(g, "wsc-old-up-1", "wsc", "jane", "127.1.3.2", map[string]string{workspace.AnnUpgradeFrom: "wsc-old"})
-	g.Eventually(func() string { _, b, _ := get("/ws/jane/wsc/", "jane-token"); return b }, 30*time.Second, 20*time.Millisecond).Should(ContainSubstring("pod=new"))
+	newPod := createPod(t, g, id+"-up-1", id, "jane", "127.1.3.2", map[string]string{workspace.AnnUpgradeFrom: id})
+	g.Eventually(func() string { _, b, _ := get("/ws/jane/"+id+"/", "jane-token"); return b }, 30*time.Second, 20*time.Millisecond).Should(ContainSubstring("pod=new"))
 	g.Expect(echo(c1, "b")).To(Equal("old:b"), "an open WebSocket must stay on the pod it was opened on")
-	c2, err := dialWS("/ws/jane/wsc/ws", origin, "jane-token")
+	c2, err := dialWS("/ws/jane/"+id+"/ws", origin, "jane-token")
 	g.Expect(err).NotTo(HaveOccurred())
 	defer c2.Close()
 	g.Expect(echo(c2, "c")).To(Equal("new:c"))
@@ -465,7 +502,7 @@ func TestWebSocketStaysOnItsPodAndClosesWhenThePodIsDeleted(t *testing.T) {
 		t.Fatal("the WebSocket on the deleted pod was not closed within 30s")
 	}
 	g.Expect(echo(c2, "d")).To(Equal("new:d"), "the WebSocket on the new pod must stay open")
-	c3, err := dialWS("/ws/jane/wsc/ws", origin, "jane-token")
+	c3, err := dialWS("/ws/jane/"+id+"/ws", origin, "jane-token")
 	g.Expect(err).NotTo(HaveOccurred())
 	defer c3.Close()
 	g.Expect(echo(c3, "e")).To(Equal("new:e"), "a reconnect lands on the new pod")
@@ -475,11 +512,12 @@ func TestWebSocketStaysOnItsPodAndClosesWhenThePodIsDeleted(t *testing.T) {
 func TestWebSocketClosesWhenItsPodStaysNotReady(t *testing.T) {
 	g := integration(t)
 	startBackend(t, "127.1.3.3", "flaky", 8080)
-	pod := createPod(g, "wsg", "wsg", "jane", "127.1.3.3", nil)
+	id := uniq("wsg")
+	pod := createPod(t, g, id, id, "jane", "127.1.3.3", nil)
 	var c *websocket.Conn
 	g.Eventually(func() error {
 		var err error
-		c, err = dialWS("/ws/jane/wsg/ws", "http://"+proxyHost, "jane-token")
+		c, err = dialWS("/ws/jane/"+id+"/ws", "http://"+proxyHost, "jane-token")
 		return err
 	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 	defer c.Close()
@@ -502,10 +540,11 @@ func TestWebSocketClosesWhenItsPodStaysNotReady(t *testing.T) {
 func TestServerSentEventsAreFlushedAtOnce(t *testing.T) {
 	g := integration(t)
 	b := startBackend(t, "127.1.4.1", "sse", 8080)
-	createPod(g, "sse", "sse", "jane", "127.1.4.1", nil)
-	g.Eventually(func() int { c, _, _ := get("/ws/jane/sse/", "jane-token"); return c }, 30*time.Second, 50*time.Millisecond).Should(Equal(200))
+	id := uniq("sse")
+	createPod(t, g, id, id, "jane", "127.1.4.1", nil)
+	waitRoutable(g, "/ws/jane/"+id+"/", "jane-token", "pod=sse")
 
-	req, _ := http.NewRequest(http.MethodGet, proxyURL+"/ws/jane/sse/sse", nil)
+	req, _ := http.NewRequest(http.MethodGet, proxyURL+"/ws/jane/"+id+"/sse", nil)
 	req.Header.Set("Authorization", "Bearer jane-token")
 	res, err := plain.Do(req)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -529,20 +568,22 @@ func TestServerSentEventsAreFlushedAtOnce(t *testing.T) {
 func TestUnavailableAndStartingWorkspacesAnswer503(t *testing.T) {
 	g := integration(t)
 	startBackend(t, "127.1.5.1", "maint", 8080)
-	pod := createPod(g, "maint", "maint", "jane", "127.1.5.1", nil)
-	g.Eventually(func() int { c, _, _ := get("/ws/jane/maint/", "jane-token"); return c }, 30*time.Second, 50*time.Millisecond).Should(Equal(200))
+	id := uniq("maint")
+	pod := createPod(t, g, id, id, "jane", "127.1.5.1", nil)
+	g.Eventually(func() int { c, _, _ := get("/ws/jane/"+id+"/", "jane-token"); return c }, 30*time.Second, 50*time.Millisecond).Should(Equal(200))
 
 	patch := []byte(`{"metadata":{"annotations":{"` + workspace.AnnMaintenance + `":"disk resize until 14:00"}}}`)
 	g.Expect(k8s.Patch(context.Background(), pod, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
-	g.Eventually(func() string { c, b, _ := get("/ws/jane/maint/", "jane-token"); return fmt.Sprint(c, " ", b) }, 30*time.Second, 50*time.Millisecond).
+	g.Eventually(func() string { c, b, _ := get("/ws/jane/"+id+"/", "jane-token"); return fmt.Sprint(c, " ", b) }, 30*time.Second, 50*time.Millisecond).
 		Should(And(HavePrefix("503"), ContainSubstring("disk resize until 14:00")))
 
 	patch = []byte(`{"metadata":{"annotations":{"` + workspace.AnnMaintenance + `":null}}}`)
 	g.Expect(k8s.Patch(context.Background(), pod, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
-	g.Eventually(func() int { c, _, _ := get("/ws/jane/maint/", "jane-token"); return c }, 30*time.Second, 50*time.Millisecond).Should(Equal(200))
+	g.Eventually(func() int { c, _, _ := get("/ws/jane/"+id+"/", "jane-token"); return c }, 30*time.Second, 50*time.Millisecond).Should(Equal(200))
 
-	createPod(g, "starting", "starting", "jane", "", nil)
-	g.Eventually(func() string { c, b, _ := get("/ws/jane/starting/", "jane-token"); return fmt.Sprint(c, " ", b) }, 30*time.Second, 50*time.Millisecond).
+	starting := uniq("starting")
+	createPod(t, g, starting, starting, "jane", "", nil)
+	g.Eventually(func() string { c, b, _ := get("/ws/jane/"+starting+"/", "jane-token"); return fmt.Sprint(c, " ", b) }, 30*time.Second, 50*time.Millisecond).
 		Should(And(HavePrefix("503"), ContainSubstring("starting")))
 }
 
@@ -566,13 +607,14 @@ func waitClosed(t *testing.T, c *websocket.Conn, what string) {
 func TestWebSocketsCloseWhenTheWorkspaceTurnsUnavailable(t *testing.T) {
 	g := integration(t)
 	startBackend(t, "127.1.5.2", "repair", 8080)
-	pod := createPod(g, "repair", "repair", "jane", "127.1.5.2", nil)
+	id := uniq("repair")
+	pod := createPod(t, g, id, id, "jane", "127.1.5.2", nil)
 	origin := "http://" + proxyHost
 	open := func() *websocket.Conn {
 		var c *websocket.Conn
 		g.Eventually(func() error {
 			var err error
-			c, err = dialWS("/ws/jane/repair/ws", origin, "jane-token")
+			c, err = dialWS("/ws/jane/"+id+"/ws", origin, "jane-token")
 			return err
 		}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 		g.Expect(echo(c, "a")).To(Equal("repair:a"))
@@ -584,7 +626,7 @@ func TestWebSocketsCloseWhenTheWorkspaceTurnsUnavailable(t *testing.T) {
 	patch := []byte(`{"metadata":{"annotations":{"` + workspace.AnnMaintenance + `":"disk repair"}}}`)
 	g.Expect(k8s.Patch(context.Background(), pod, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
 	waitClosed(t, c, "the maintenance annotation was set")
-	_, err := dialWS("/ws/jane/repair/ws", origin, "jane-token")
+	_, err := dialWS("/ws/jane/"+id+"/ws", origin, "jane-token")
 	g.Expect(err).To(HaveOccurred(), "a new WebSocket to a workspace in maintenance must be refused")
 
 	patch = []byte(`{"metadata":{"annotations":{"` + workspace.AnnMaintenance + `":null}}}`)
@@ -598,6 +640,6 @@ func TestWebSocketsCloseWhenTheWorkspaceTurnsUnavailable(t *testing.T) {
 	})
 	g.Expect(k8s.Status().Update(context.Background(), pod)).To(Succeed())
 	waitClosed(t, c2, "a Workspace* condition turned False")
-	g.Eventually(func() string { c, b, _ := get("/ws/jane/repair/", "jane-token"); return fmt.Sprint(c, " ", b) }, 30*time.Second, 50*time.Millisecond).
+	g.Eventually(func() string { c, b, _ := get("/ws/jane/"+id+"/", "jane-token"); return fmt.Sprint(c, " ", b) }, 30*time.Second, 50*time.Millisecond).
 		Should(And(HavePrefix("503"), ContainSubstring("MountLost")))
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"html/template"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -14,14 +15,22 @@ import (
 
 func typesUID(s string) types.UID { return types.UID(s) }
 
+// CookieName is the proxy's login cookie. The __Host- prefix makes browsers accept it only with
+// Secure, Path=/ and no Domain, so neither a sibling host nor a page served over plain HTTP can
+// set or shadow it.
+const CookieName = "__Host-nogoo9_token"
+
+// InsecureCookieName is the login cookie with Options.InsecureCookie (plain HTTP, where a
+// __Host- cookie cannot exist).
+const InsecureCookieName = "nogoo9_token"
+
 // serveOwn answers the proxy's own endpoints under ReservedPrefix.
 func (p *Proxy) serveOwn(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case ReservedPrefix + "login":
 		p.serveLogin(w, r)
 	case ReservedPrefix + "logout":
-		http.SetCookie(w, p.cookie("", -1, time.Time{}))
-		http.Redirect(w, r, ReservedPrefix+"login", http.StatusSeeOther)
+		p.serveLogout(w, r)
 	case ReservedPrefix + "healthz":
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
@@ -38,42 +47,117 @@ var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
 <button type="submit">Log in</button></form></body></html>
 `))
 
-// serveLogin is the browser login flow: POST a bearer token (form field "token", optional
-// "next"), get it back as an HttpOnly, Secure, SameSite=Lax cookie and a redirect to next. GET
-// without a token shows the form; GET with ?token= works too (the redirect takes it off the
-// address bar) for links handed out by the front end.
+var logoutPage = template.Must(template.New("logout").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><meta name="referrer" content="no-referrer"><title>nogoo9 logout</title></head>
+<body><h1>nogoo9</h1><form method="post" action="logout"><button type="submit">Log out</button></form></body></html>
+`))
+
+// ownPageHeaders are sent with every answer of the login and logout endpoints: never cached,
+// never framed (clickjacking), no Referer leaving the page.
+func ownPageHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Cache-Control", "no-store")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", "frame-ancestors 'none'")
+}
+
+// maxLoginForm bounds the login form body (a token and a path).
+const maxLoginForm = 64 << 10
+
+// serveLogin is the browser login flow. GET shows the form (keeping a safe "next"); POST takes
+// the token (form field "token", optional "next"), checks that the form was posted from this
+// origin, verifies the token, sets it as the login cookie and redirects (303) to next. A token in
+// the URL is refused: it would end up in histories and logs, and a link could log a victim in as
+// someone else (login CSRF).
 func (p *Proxy) serveLogin(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Referrer-Policy", "no-referrer")
-	if r.Method != http.MethodGet && r.Method != http.MethodPost {
-		w.Header().Set("Allow", "GET, POST")
-		http.Error(w, "405 Method Not Allowed: use GET or POST", http.StatusMethodNotAllowed)
+	ownPageHeaders(w)
+	if r.URL.Query().Has("token") {
+		http.Error(w, "400 Bad Request: a token is never accepted in the URL; open "+ReservedPrefix+"login and paste it into the form", http.StatusBadRequest)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		p.showLogin(w, http.StatusOK, safeNext(r.URL.Query().Get("next")), "")
+		return
+	case http.MethodPost:
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		http.Error(w, "405 Method Not Allowed: open the login form with GET and submit it with POST", http.StatusMethodNotAllowed)
+		return
+	}
+	if !p.sameOrigin(w, r) {
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, "400 Bad Request: the login form could not be read: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	next := safeNext(r.Form.Get("next"))
-	token := strings.TrimSpace(r.Form.Get("token"))
+	next := safeNext(r.PostForm.Get("next"))
+	token := strings.TrimSpace(r.PostForm.Get("token"))
 	if token == "" {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_ = loginPage.Execute(w, struct{ Next, Error string }{next, ""})
+		p.showLogin(w, http.StatusBadRequest, next, "The token field is empty; paste your token and try again.")
 		return
 	}
 	caller, err := p.verify(r, token)
 	if err != nil {
 		p.log.Info("login refused", "remote", r.RemoteAddr, "reason", err.Error())
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.WriteHeader(http.StatusUnauthorized)
-		_ = loginPage.Execute(w, struct{ Next, Error string }{next, "That token was not accepted; get a fresh one and try again."})
+		p.showLogin(w, http.StatusUnauthorized, next, "That token was not accepted; get a fresh one and try again.")
 		return
 	}
-	http.SetCookie(w, p.cookie(token, 0, caller.Expiry))
-	http.Redirect(w, r, next, http.StatusSeeOther)
+	http.SetCookie(w, p.cookie(p.cookieName, token, 0, caller.Expiry))
+	w.Header().Set("Location", next)
+	w.WriteHeader(http.StatusSeeOther)
 }
 
+func (p *Proxy) showLogin(w http.ResponseWriter, code int, next, msg string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	_ = loginPage.Execute(w, struct{ Next, Error string }{next, msg})
+}
+
+// serveLogout clears the login cookie on a POST from this origin; GET shows a form that posts.
+// A GET never logs out: any page could embed it.
+func (p *Proxy) serveLogout(w http.ResponseWriter, r *http.Request) {
+	ownPageHeaders(w)
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_ = logoutPage.Execute(w, nil)
+		return
+	case http.MethodPost:
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		http.Error(w, "405 Method Not Allowed: log out with POST", http.StatusMethodNotAllowed)
+		return
+	}
+	if !p.sameOrigin(w, r) {
+		return
+	}
+	http.SetCookie(w, p.cookie(p.cookieName, "", -1, time.Time{}))
+	if p.cookieName != InsecureCookieName {
+		// The login cookie's name before the __Host- prefix: clear a leftover one too.
+		http.SetCookie(w, p.cookie(InsecureCookieName, "", -1, time.Time{}))
+	}
+	w.Header().Set("Location", ReservedPrefix+"login")
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+// sameOrigin refuses (403) a state-changing request a browser sent from another origin
+// (Sec-Fetch-Site, else Origin against Host); requests without either come from non-browser
+// clients, which carry no ambient cookie.
+func (p *Proxy) sameOrigin(w http.ResponseWriter, r *http.Request) bool {
+	if err := p.csrf.Check(r); err != nil {
+		p.log.Info("cross-origin form post refused", "path", r.URL.Path, "origin", r.Header.Get("Origin"), "remote", r.RemoteAddr)
+		http.Error(w, "403 Forbidden: this form was posted from another site; open "+ReservedPrefix+"login on this site and submit it there", http.StatusForbidden)
+		return false
+	}
+	return true
+}
+
+// verify checks a raw token: with VerifyToken when the authenticator has it (auth.Authenticator
+// does), else through Authenticate on a request carrying only that token.
 func (p *Proxy) verify(r *http.Request, token string) (*auth.Caller, error) {
 	if v, ok := p.authn.(tokenVerifier); ok {
 		return v.VerifyToken(r.Context(), token)
@@ -83,9 +167,9 @@ func (p *Proxy) verify(r *http.Request, token string) (*auth.Caller, error) {
 	return p.authn.Authenticate(r2)
 }
 
-func (p *Proxy) cookie(value string, maxAge int, expires time.Time) *http.Cookie {
+func (p *Proxy) cookie(name, value string, maxAge int, expires time.Time) *http.Cookie {
 	return &http.Cookie{
-		Name:     auth.CookieName,
+		Name:     name,
 		Value:    value,
 		Path:     "/",
 		MaxAge:   maxAge,
@@ -96,9 +180,39 @@ func (p *Proxy) cookie(value string, maxAge int, expires time.Time) *http.Cookie
 	}
 }
 
-// safeNext keeps a redirect target on this site: a path, never "//host" or "/\host".
+// maxNextLen bounds the redirect target after login.
+const maxNextLen = 2048
+
+// safeNext keeps the redirect after login on this site: a plain local path, else "/". Browsers
+// drop TAB, CR and LF anywhere in a URL and read "\" as "/", so "/\t/evil.example" or
+// "/\\evil.example" would leave the site; a path that spells "//" or "/\" only once decoded is
+// refused too, in case something decodes it again on the way.
 func safeNext(next string) string {
-	if next == "" || next[0] != '/' || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || strings.ContainsAny(next, "\r\n") {
+	if next == "" || len(next) > maxNextLen || next[0] != '/' {
+		return "/"
+	}
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c < 0x20 || c == 0x7f || c == '\\' {
+			return "/"
+		}
+	}
+	if strings.HasPrefix(next, "//") {
+		return "/"
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return "/"
+	}
+	dec, err := url.PathUnescape(next)
+	if err != nil {
+		return "/"
+	}
+	for i := 0; i < len(dec); i++ {
+		if c := dec[i]; c < 0x20 || c == 0x7f || c == '\\' {
+			return "/"
+		}
+	}
+	if strings.HasPrefix(dec, "//") {
 		return "/"
 	}
 	return next

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/nogoo9/no-crd/pkg/connlimit"
 )
 
 // Options configure the proxy. The zero value plus a BindAddress is usable: Defaults fills in the
@@ -22,8 +24,9 @@ type Options struct {
 	// NotReadyGrace is how long a pod may be not-ready before the WebSockets opened on it are
 	// closed. Deleted pods close their WebSockets at once.
 	NotReadyGrace time.Duration
-	// InsecureCookie drops the Secure attribute from the login cookie, for plain-HTTP development
-	// on loopback only.
+	// InsecureCookie drops the Secure attribute from the login cookie and with it the __Host-
+	// prefix (InsecureCookieName instead of CookieName), for plain-HTTP development on loopback
+	// only.
 	InsecureCookie bool
 	// AuthCacheTTL is how long a verified token is remembered (never past the token's own expiry),
 	// so a request costs a map lookup instead of a signature check or a TokenReview. 0 selects
@@ -31,9 +34,23 @@ type Options struct {
 	AuthCacheTTL time.Duration
 	// DialTimeout bounds connecting to a workspace pod.
 	DialTimeout time.Duration
-	// ResponseHeaderTimeout bounds waiting for a pod's response headers; 0 waits as long as the
-	// client does (dev servers can be slow to compile on the first request).
+	// ResponseHeaderTimeout bounds waiting for a pod's response headers (generous: dev servers
+	// can be slow to compile on the first request). 0 selects the default; a negative value waits
+	// as long as the client does.
 	ResponseHeaderTimeout time.Duration
+	// MaxResponseHeaderBytes bounds the bytes a pod may send before its response headers end
+	// (informational answers included); 0 selects the default.
+	MaxResponseHeaderBytes int64
+	// Max1xxResponses bounds the informational answers (103 Early Hints, ...) a pod may send
+	// before the final one; 0 selects the default.
+	Max1xxResponses int
+	// MaxSetCookies bounds the Set-Cookie headers of one response; a pod that sends more gets the
+	// client a 502. 0 selects the default.
+	MaxSetCookies int
+	// MaxConnsPerClient caps the connections one client IP may hold open to the proxy; over it a
+	// connection gets a 429 and is closed. 0 selects the default; a negative value disables it
+	// (for example behind an ingress that is the only client and enforces its own limits).
+	MaxConnsPerClient int
 	// MaxIdleConnsPerPod is the keep-alive pool per pod address. A small pool makes a busy proxy
 	// open and close a connection per request (the standard library's default of 2 costs 3x).
 	MaxIdleConnsPerPod int
@@ -51,6 +68,17 @@ const (
 	DefaultAuthCacheTTL       = 30 * time.Second
 	DefaultDialTimeout        = 5 * time.Second
 	DefaultMaxIdleConnsPerPod = 256
+	// DefaultResponseHeaderTimeout lets a dev server compile for two minutes before its first
+	// answer.
+	DefaultResponseHeaderTimeout = 2 * time.Minute
+	// DefaultMaxResponseHeaderBytes is net/http's server default (http.DefaultMaxHeaderBytes).
+	DefaultMaxResponseHeaderBytes = 1 << 20
+	// DefaultMax1xxResponses leaves room for a few Early Hints and 102 Processing answers.
+	DefaultMax1xxResponses = 10
+	// DefaultMaxSetCookies is far above what one answer of a real application sets.
+	DefaultMaxSetCookies = 32
+	// DefaultMaxConnsPerClient is connlimit's default.
+	DefaultMaxConnsPerClient = connlimit.DefaultMaxPerClient
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -71,6 +99,25 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxIdleConnsPerPod <= 0 {
 		o.MaxIdleConnsPerPod = DefaultMaxIdleConnsPerPod
+	}
+	if o.ResponseHeaderTimeout == 0 {
+		o.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	}
+	if o.MaxResponseHeaderBytes < 0 || o.Max1xxResponses < 0 || o.MaxSetCookies < 0 {
+		return o, fmt.Errorf("proxy: response limits must not be negative (max response header bytes %d, max 1xx responses %d, max Set-Cookie headers %d): use 0 for the defaults",
+			o.MaxResponseHeaderBytes, o.Max1xxResponses, o.MaxSetCookies)
+	}
+	if o.MaxResponseHeaderBytes == 0 {
+		o.MaxResponseHeaderBytes = DefaultMaxResponseHeaderBytes
+	}
+	if o.Max1xxResponses == 0 {
+		o.Max1xxResponses = DefaultMax1xxResponses
+	}
+	if o.MaxSetCookies == 0 {
+		o.MaxSetCookies = DefaultMaxSetCookies
+	}
+	if o.MaxConnsPerClient == 0 {
+		o.MaxConnsPerClient = DefaultMaxConnsPerClient
 	}
 	for _, a := range o.AllowedOrigins {
 		if a == "*" {

@@ -43,6 +43,10 @@ type Proxy struct {
 	// forward is what ReverseProxy uses: transport, or its fallback with StandardTransport.
 	forward http.RoundTripper
 	bufPool *bufferPool
+	// cookieName is the login cookie: CookieName, or InsecureCookieName with InsecureCookie.
+	cookieName string
+	// csrf guards the login and logout forms against cross-origin posts.
+	csrf *http.CrossOriginProtection
 	// fast forwards plain requests without ReverseProxy (forward.go).
 	fast     bool
 	tokens   *tokenCache
@@ -65,33 +69,45 @@ func New(authn Authenticator, opts Options) (*Proxy, error) {
 	}
 	lg := ctrl.Log.WithName("proxy")
 	p := &Proxy{
-		opts:     opts,
-		authn:    authn,
-		conns:    newConnRegistry(lg),
-		bufPool:  newBufferPool(),
-		tokens:   newTokenCache(opts.AuthCacheTTL),
-		log:      lg,
-		errorLog: log.New(logWriter{lg}, "", 0),
+		opts:       opts,
+		authn:      authn,
+		conns:      newConnRegistry(lg),
+		bufPool:    newBufferPool(),
+		tokens:     newTokenCache(opts.AuthCacheTTL),
+		cookieName: CookieName,
+		csrf:       http.NewCrossOriginProtection(),
+		log:        lg,
+		errorLog:   log.New(logWriter{lg}, "", 0),
 	}
 	dialer := &net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}
 	fallback := &http.Transport{
-		Proxy:                 nil, // pods are reached directly, never through HTTP_PROXY
-		DialContext:           dialer.DialContext,
-		MaxIdleConnsPerHost:   opts.MaxIdleConnsPerPod,
-		IdleConnTimeout:       idleConnTimeout,
-		ResponseHeaderTimeout: opts.ResponseHeaderTimeout,
-		ExpectContinueTimeout: time.Second,
+		Proxy:                  nil, // pods are reached directly, never through HTTP_PROXY
+		DialContext:            dialer.DialContext,
+		MaxIdleConnsPerHost:    opts.MaxIdleConnsPerPod,
+		IdleConnTimeout:        idleConnTimeout,
+		ResponseHeaderTimeout:  max(opts.ResponseHeaderTimeout, 0),
+		MaxResponseHeaderBytes: opts.MaxResponseHeaderBytes,
+		ExpectContinueTimeout:  time.Second,
 		// Pass encodings through untouched: the browser and the workspace negotiate them.
 		DisableCompression: true,
 		WriteBufferSize:    16 << 10,
 		ReadBufferSize:     16 << 10,
 	}
-	p.transport = newSyncTransport(fallback, dialer.DialContext, opts.ResponseHeaderTimeout, opts.MaxIdleConnsPerPod, idleConnTimeout)
+	limits := responseLimits{
+		headerTimeout:  max(opts.ResponseHeaderTimeout, 0),
+		maxHeaderBytes: opts.MaxResponseHeaderBytes,
+		max1xx:         opts.Max1xxResponses,
+	}
+	std := &limit1xx{next: fallback, max: opts.Max1xxResponses}
+	p.transport = newSyncTransport(std, dialer.DialContext, limits, opts.MaxIdleConnsPerPod, idleConnTimeout)
 	p.forward = p.transport
 	if opts.StandardTransport {
-		p.forward = fallback
+		p.forward = std
 	}
 	p.fast = !opts.StandardTransport && !opts.NoFastPath
+	if opts.InsecureCookie {
+		p.cookieName = InsecureCookieName
+	}
 	p.router = newRouter(opts.NotReadyGrace, p.conns, p.newReverseProxy, lg)
 	return p, nil
 }
@@ -240,6 +256,9 @@ func (p *Proxy) newReverseProxy(t *target) *httputil.ReverseProxy {
 		ErrorLog:      p.errorLog,
 		ErrorHandler:  p.errorHandler,
 		ModifyResponse: func(res *http.Response) error {
+			if err := p.filterResponseCookies(res.Header, res.Request); err != nil {
+				return err
+			}
 			if res.StatusCode != http.StatusSwitchingProtocols {
 				return nil
 			}
@@ -283,7 +302,7 @@ func setXForwarded(h http.Header, in *http.Request) {
 	h["X-Forwarded-For"] = s[1:2:2]
 }
 
-// stripCookie removes the nogoo9 cookie from the Cookie header values, keeping the workspace's
+// stripCookie removes nogoo9's cookies from the Cookie header values, keeping the workspace's
 // own cookies.
 func stripCookie(h http.Header, values []string) {
 	if !containsCookie(values) {
@@ -297,15 +316,16 @@ func stripCookie(h http.Header, values []string) {
 	h["Cookie"] = kept
 }
 
-// keptCookies is values without the nogoo9 cookie (nil when nothing is left).
+// keptCookies is values without nogoo9's cookies (nil when nothing is left).
 func keptCookies(values []string) []string {
 	var kept []string
 	for _, line := range values {
 		var parts []string
 		for _, c := range strings.Split(line, ";") {
-			name, _, _ := strings.Cut(strings.TrimSpace(c), "=")
-			if name != auth.CookieName && strings.TrimSpace(c) != "" {
-				parts = append(parts, strings.TrimSpace(c))
+			c = strings.TrimSpace(c)
+			name, _, _ := strings.Cut(c, "=")
+			if c != "" && !reservedCookieName(name) {
+				parts = append(parts, c)
 			}
 		}
 		if len(parts) > 0 {
@@ -315,13 +335,98 @@ func keptCookies(values []string) []string {
 	return kept
 }
 
+// containsCookie is a quick test that values may hold one of nogoo9's cookies: they all contain
+// "nogoo9" in some case.
 func containsCookie(values []string) bool {
 	for _, v := range values {
-		if strings.Contains(v, auth.CookieName) {
+		if containsFold(v, cookieMark) {
 			return true
 		}
 	}
 	return false
+}
+
+// cookieMark is in the name of every cookie nogoo9 owns.
+const cookieMark = "nogoo9"
+
+// containsFold reports whether s contains the ASCII word sub in any case, without allocating.
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// reservedCookieName reports whether name is one of nogoo9's cookie names, today's or a future
+// one: "nogoo9...", "__Host-nogoo9..." or "__Secure-nogoo9...", in any case (browsers match the
+// prefixes case-insensitively), ignoring the white space browsers trim.
+func reservedCookieName(name string) bool {
+	name = strings.TrimSpace(name)
+	for _, pre := range [...]string{"__host-", "__secure-"} {
+		if len(name) >= len(pre) && strings.EqualFold(name[:len(pre)], pre) {
+			name = name[len(pre):]
+			break
+		}
+	}
+	return len(name) >= len(cookieMark) && strings.EqualFold(name[:len(cookieMark)], cookieMark)
+}
+
+// setsReservedCookie reports whether a Set-Cookie value would set a cookie a server reads as
+// one of nogoo9's. A nameless cookie ("=nogoo9_token=x", or "nogoo9_token" without "=") is sent
+// back as its bare value, which servers parse as a name: those count too.
+func setsReservedCookie(v string) bool {
+	pair, _, _ := strings.Cut(v, ";")
+	name, value, found := strings.Cut(pair, "=")
+	if found && strings.TrimSpace(name) == "" {
+		name, _, _ = strings.Cut(value, "=")
+	}
+	return reservedCookieName(name)
+}
+
+// filterSetCookies removes the Set-Cookie values that would set one of nogoo9's cookies, and
+// refuses an answer with more than max of them (a flood meant to push nogoo9's cookie out of the
+// browser's jar). It returns vv itself, not a copy, when nothing is removed.
+func filterSetCookies(vv []string, max int) ([]string, error) {
+	if len(vv) > max {
+		return nil, &boundError{fmt.Sprintf("the workspace pod sent more than %d Set-Cookie headers in one response", max)}
+	}
+	for i, v := range vv {
+		if !setsReservedCookie(v) {
+			continue
+		}
+		kept := append(make([]string, 0, len(vv)-1), vv[:i]...)
+		for _, v := range vv[i+1:] {
+			if !setsReservedCookie(v) {
+				kept = append(kept, v)
+			}
+		}
+		return kept, nil
+	}
+	return vv, nil
+}
+
+// filterResponseCookies applies filterSetCookies to h in place.
+func (p *Proxy) filterResponseCookies(h http.Header, r *http.Request) error {
+	sc, ok := h["Set-Cookie"]
+	if !ok {
+		return nil
+	}
+	kept, err := filterSetCookies(sc, p.opts.MaxSetCookies)
+	if err != nil {
+		return err
+	}
+	if len(kept) == len(sc) {
+		return nil
+	}
+	p.log.Info("Set-Cookie of a nogoo9 cookie removed from a workspace's answer", "path", r.URL.Path, "removed", len(sc)-len(kept))
+	if len(kept) == 0 {
+		delete(h, "Set-Cookie")
+	} else {
+		h["Set-Cookie"] = kept
+	}
+	return nil
 }
 
 // errorHandler answers 502 with a short reason when the pod cannot be reached.
@@ -331,7 +436,14 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	reason := "the workspace pod did not answer"
 	var ne net.Error
+	var be *boundError
 	switch {
+	case errors.As(err, &be):
+		reason = be.reason
+	case strings.Contains(err.Error(), "server response headers exceeded"): // net/http's Transport
+		reason = headerBytesError(p.opts.MaxResponseHeaderBytes).Error()
+	case strings.Contains(err.Error(), "no response headers within") || strings.Contains(err.Error(), "timeout awaiting response headers"):
+		reason = fmt.Sprintf("the workspace pod sent no response headers within %s", p.opts.ResponseHeaderTimeout)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		reason = "the workspace pod refused the connection: its server is not listening (yet) on the route's port"
 	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
@@ -343,9 +455,10 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 	http.Error(w, "502 Bad Gateway: "+reason, http.StatusBadGateway)
 }
 
-// authenticate verifies the caller's token, remembering the answer for AuthCacheTTL.
+// authenticate verifies the caller's token (the Authorization header, else the proxy's login
+// cookie), remembering the answer for AuthCacheTTL.
 func (p *Proxy) authenticate(r *http.Request) (*auth.Caller, error) {
-	token, err := auth.TokenFromRequest(r)
+	token, err := p.credentials(r)
 	if err != nil {
 		return nil, err
 	}
@@ -353,12 +466,59 @@ func (p *Proxy) authenticate(r *http.Request) (*auth.Caller, error) {
 	if c := p.tokens.get(token, now); c != nil {
 		return c, nil
 	}
-	c, err := p.authn.Authenticate(r)
+	c, err := p.verify(r, token)
 	if err != nil {
 		return nil, err
 	}
 	p.tokens.put(token, c, now)
 	return c, nil
+}
+
+// errTwoCookies: a second login cookie with another value can only come from someone trying to
+// shadow the real one, so neither is trusted.
+var errTwoCookies = &auth.Error{Reason: "two different nogoo9 login cookies were sent: log out at " + ReservedPrefix + "logout and log in again"}
+
+// credentials is the bearer token of r: the Authorization header, else the proxy's own login
+// cookie (the proxy reads it itself: pkg/auth takes tokens from the Authorization header only).
+func (p *Proxy) credentials(r *http.Request) (string, error) {
+	if h := r.Header["Authorization"]; len(h) > 0 {
+		scheme, token, ok := strings.Cut(strings.TrimSpace(h[0]), " ")
+		if token = strings.TrimSpace(token); !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+			return "", &auth.Error{Reason: `malformed Authorization header: use "Bearer <token>"`}
+		}
+		return token, nil
+	}
+	v, found, ambiguous := cookieValue(r.Header["Cookie"], p.cookieName)
+	if ambiguous {
+		return "", errTwoCookies
+	}
+	if found && v != "" {
+		return v, nil
+	}
+	return "", auth.ErrNoToken
+}
+
+// cookieValue finds the cookie name in the Cookie header lines without allocating. ambiguous is
+// true when it appears twice with different values.
+func cookieValue(lines []string, name string) (value string, found, ambiguous bool) {
+	for _, line := range lines {
+		for line != "" {
+			var part string
+			part, line, _ = strings.Cut(line, ";")
+			k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+			if !ok || k != name {
+				continue
+			}
+			if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+				v = v[1 : len(v)-1]
+			}
+			if found && v != value {
+				ambiguous = true
+			}
+			value, found = v, true
+		}
+	}
+	return value, found, ambiguous
 }
 
 func (p *Proxy) unauthorized(w http.ResponseWriter, r *http.Request, err error) {

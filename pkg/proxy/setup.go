@@ -13,6 +13,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/nogoo9/no-crd/pkg/connlimit"
 )
 
 // Setup adds the proxy to mgr: an event handler on the manager's (workspace-only) Pod informer
@@ -64,6 +66,13 @@ func (p *Proxy) NeedLeaderElection() bool { return false }
 
 var _ manager.LeaderElectionRunnable = (*Proxy)(nil)
 
+// Timeouts of the proxy's own server: a client that holds a connection without sending a
+// request, or keeps one idle, loses it.
+const (
+	ServerReadHeaderTimeout = 10 * time.Second
+	ServerIdleTimeout       = 2 * time.Minute
+)
+
 // Start serves until ctx ends, after the pod informer has synced.
 func (p *Proxy) Start(ctx context.Context) error {
 	if p.hasSynced != nil && !toolscache.WaitForCacheSync(ctx.Done(), p.hasSynced) {
@@ -76,14 +85,19 @@ func (p *Proxy) Start(ctx context.Context) error {
 			return fmt.Errorf("proxy: listen on %s: %w", p.opts.BindAddress, err)
 		}
 	}
+	if p.opts.MaxConnsPerClient > 0 {
+		ln = connlimit.NewListener(ln, p.opts.MaxConnsPerClient)
+	}
 	srv := &http.Server{
-		Handler:           p,
-		ReadHeaderTimeout: 10 * time.Second,
-		// No write timeout: terminals and event streams stay open for hours.
-		IdleTimeout:    2 * time.Minute,
-		MaxHeaderBytes: 64 << 10,
-		ErrorLog:       p.errorLog,
-		BaseContext:    func(net.Listener) context.Context { return ctx },
+		Handler: p,
+		// A client must send its request headers within ReadHeaderTimeout and may keep an idle
+		// connection for IdleTimeout; no write timeout: terminals and event streams stay open for
+		// hours.
+		ReadHeaderTimeout: ServerReadHeaderTimeout,
+		IdleTimeout:       ServerIdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          p.errorLog,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	p.log.Info("proxy listening", "address", ln.Addr().String())
 	errc := make(chan error, 1)

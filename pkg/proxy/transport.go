@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -27,11 +28,11 @@ import (
 // maxSyncBody (a large upload must be read concurrently with the response, in case the pod answers
 // early), and anything that is not plain http.
 type syncTransport struct {
-	fallback              http.RoundTripper
-	dial                  func(ctx context.Context, network, addr string) (net.Conn, error)
-	responseHeaderTimeout time.Duration
-	maxIdlePerHost        int
-	idleTimeout           time.Duration
+	fallback       http.RoundTripper
+	dial           func(ctx context.Context, network, addr string) (net.Conn, error)
+	limits         responseLimits
+	maxIdlePerHost int
+	idleTimeout    time.Duration
 
 	mu    sync.Mutex
 	pools map[string]*idlePool
@@ -47,25 +48,90 @@ type idlePool struct {
 	sweep *time.Timer // closes connections idle longer than idleTimeout; nil when not armed
 }
 
+// responseLimits bound what a pod's answer may make the proxy read before its body: a process in
+// a workspace is not trusted, and without them one endless header line grows the heap until the
+// whole process is killed.
+type responseLimits struct {
+	// headerTimeout bounds the wait for the response headers (informational answers included);
+	// 0: none.
+	headerTimeout time.Duration
+	// maxHeaderBytes bounds the bytes read from the pod until the final response's headers end,
+	// informational answers included.
+	maxHeaderBytes int64
+	// max1xx bounds the informational (1xx) answers before the final one.
+	max1xx int
+}
+
+// boundError is a pod's answer that broke a responseLimits bound; its text is the reason the
+// client reads in the 502.
+type boundError struct{ reason string }
+
+func (e *boundError) Error() string { return e.reason }
+
+func headerBytesError(max int64) error {
+	return &boundError{fmt.Sprintf("the workspace pod sent more than %d bytes of response headers", max)}
+}
+
+func too1xxError(max int) error {
+	return &boundError{fmt.Sprintf("the workspace pod sent more than %d informational (1xx) responses", max)}
+}
+
+// limitedConnReader is the reader under a pooled connection's bufio.Reader: while n >= 0 it
+// counts down the bytes the pod may still send before the response headers end.
+type limitedConnReader struct {
+	conn net.Conn
+	n    int64 // bytes left; noLimit while reading a body
+}
+
+const noLimit = math.MaxInt64
+
+func (r *limitedConnReader) Read(p []byte) (int, error) {
+	if r.n <= 0 {
+		return 0, errHeaderLimit
+	}
+	if int64(len(p)) > r.n {
+		p = p[:r.n]
+	}
+	n, err := r.conn.Read(p)
+	r.n -= int64(n)
+	return n, err
+}
+
+// errHeaderLimit is what the bufio.Reader sees when the header budget is spent; roundTrip turns
+// it into headerBytesError.
+var errHeaderLimit = errors.New("response header limit reached")
+
 type persistConn struct {
 	t      *syncTransport
 	addr   string
 	conn   net.Conn
+	lr     limitedConnReader
 	raw    syscall.RawConn // nil when conn is not a *net.TCPConn (tests)
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt time.Time
 }
 
-func newSyncTransport(fallback http.RoundTripper, dial func(ctx context.Context, network, addr string) (net.Conn, error), responseHeaderTimeout time.Duration, maxIdlePerHost int, idleTimeout time.Duration) *syncTransport {
+func newSyncTransport(fallback http.RoundTripper, dial func(ctx context.Context, network, addr string) (net.Conn, error), limits responseLimits, maxIdlePerHost int, idleTimeout time.Duration) *syncTransport {
 	return &syncTransport{
-		fallback:              fallback,
-		dial:                  dial,
-		responseHeaderTimeout: responseHeaderTimeout,
-		maxIdlePerHost:        maxIdlePerHost,
-		idleTimeout:           idleTimeout,
-		pools:                 map[string]*idlePool{},
+		fallback:       fallback,
+		dial:           dial,
+		limits:         limits.withDefaults(),
+		maxIdlePerHost: maxIdlePerHost,
+		idleTimeout:    idleTimeout,
+		pools:          map[string]*idlePool{},
 	}
+}
+
+// withDefaults fills in the zero bounds (tests build transports directly).
+func (l responseLimits) withDefaults() responseLimits {
+	if l.maxHeaderBytes <= 0 {
+		l.maxHeaderBytes = DefaultMaxResponseHeaderBytes
+	}
+	if l.max1xx <= 0 {
+		l.max1xx = DefaultMax1xxResponses
+	}
+	return l
 }
 
 // handles reports whether req is a plain HTTP/1.1 exchange syncTransport does itself.
@@ -177,19 +243,26 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 	if err := pc.bw.Flush(); err != nil {
 		return nil, fmt.Errorf("write request to %s: %w", pc.addr, err), true
 	}
-	if t := pc.t.responseHeaderTimeout; t > 0 {
-		_ = pc.conn.SetReadDeadline(time.Now().Add(t))
+	lim := &pc.t.limits
+	if lim.headerTimeout > 0 {
+		_ = pc.conn.SetReadDeadline(time.Now().Add(lim.headerTimeout))
 	}
+	// Everything the pod sends from here until the final response's headers end counts against
+	// maxHeaderBytes (a pooled connection has nothing buffered: put checks).
+	pc.lr.n = lim.maxHeaderBytes
 	if _, err := pc.br.Peek(1); err != nil {
 		return nil, pc.readErr(err), true
 	}
-	for {
+	for n1xx := 0; ; n1xx++ {
 		res, err = http.ReadResponse(pc.br, req)
 		if err != nil {
 			return nil, pc.readErr(err), false
 		}
 		if res.StatusCode >= 200 || res.StatusCode == http.StatusSwitchingProtocols {
 			break
+		}
+		if n1xx >= lim.max1xx {
+			return nil, too1xxError(lim.max1xx), false
 		}
 		// An informational answer (103 Early Hints, 100 Continue): pass it on (ReverseProxy
 		// forwards it through the client trace) and read on.
@@ -203,7 +276,8 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 			}
 		}
 	}
-	if pc.t.responseHeaderTimeout > 0 {
+	pc.lr.n = noLimit
+	if lim.headerTimeout > 0 {
 		_ = pc.conn.SetReadDeadline(time.Time{})
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
@@ -229,9 +303,12 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 
 // readErr names a failed response read; a timeout names the response header timeout.
 func (pc *persistConn) readErr(err error) error {
+	if errors.Is(err, errHeaderLimit) || pc.lr.n <= 0 {
+		return headerBytesError(pc.t.limits.maxHeaderBytes)
+	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return fmt.Errorf("read response from %s: no response headers within %s: %w", pc.addr, pc.t.responseHeaderTimeout, err)
+		return fmt.Errorf("read response from %s: no response headers within %s: %w", pc.addr, pc.t.limits.headerTimeout, err)
 	}
 	if errors.Is(err, io.EOF) {
 		err = io.ErrUnexpectedEOF
@@ -300,7 +377,8 @@ func (t *syncTransport) dialConn(ctx context.Context, addr string) (*persistConn
 	if err != nil {
 		return nil, err
 	}
-	pc := &persistConn{t: t, addr: addr, conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 4<<10)}
+	pc := &persistConn{t: t, addr: addr, conn: c, lr: limitedConnReader{conn: c, n: noLimit}, bw: bufio.NewWriterSize(c, 4<<10)}
+	pc.br = bufio.NewReaderSize(&pc.lr, 16<<10)
 	if sc, ok := c.(syscall.Conn); ok {
 		pc.raw, _ = sc.SyscallConn()
 	}
@@ -437,3 +515,40 @@ func (t *syncTransport) idleCount(addr string) int {
 	}
 	return 0
 }
+
+// limit1xx wraps the standard Transport (upgrades, large uploads) with the cap on informational
+// answers: ReverseProxy forwards every 1xx it is told about, and net/http's own header limit
+// starts over for each one it delivers, so a pod could otherwise send them forever.
+type limit1xx struct {
+	next *http.Transport
+	max  int
+}
+
+func (l *limit1xx) RoundTrip(req *http.Request) (*http.Response, error) {
+	// A composed trace hook's error is dropped (httptrace calls both hooks and returns the
+	// second's), so going over the cap cancels the request instead, with the reason as cause.
+	// The context ends with the incoming request's.
+	ctx, cancel := context.WithCancelCause(req.Context())
+	n, max := 0, l.max
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
+		if n++; n > max {
+			err := too1xxError(max)
+			cancel(err)
+			return err
+		}
+		// Called before ReverseProxy's hook, on the same map: an informational answer never
+		// sets cookies through the proxy.
+		delete(h, "Set-Cookie")
+		return nil
+	}}
+	res, err := l.next.RoundTrip(req.WithContext(httptrace.WithClientTrace(ctx, trace)))
+	if err != nil {
+		var be *boundError
+		if cause := context.Cause(ctx); errors.As(cause, &be) {
+			return nil, be
+		}
+	}
+	return res, err
+}
+
+func (l *limit1xx) CloseIdleConnections() { l.next.CloseIdleConnections() }

@@ -65,7 +65,7 @@ func newTestTransport(t *testing.T, headerTimeout time.Duration) (*syncTransport
 	std := &http.Transport{}
 	fb := &recordingFallback{next: std}
 	d := &net.Dialer{Timeout: 5 * time.Second}
-	tr := newSyncTransport(fb, d.DialContext, headerTimeout, 4, time.Minute)
+	tr := newSyncTransport(fb, d.DialContext, responseLimits{headerTimeout: headerTimeout}, 4, time.Minute)
 	t.Cleanup(func() { tr.CloseIdleConnections(); std.CloseIdleConnections() })
 	return tr, fb
 }
@@ -506,7 +506,7 @@ func TestSyncTransportConcurrentUse(t *testing.T) {
 func TestSyncTransportClosesIdleConnectionsAfterTheIdleTimeout(t *testing.T) {
 	srv := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
 	d := &net.Dialer{}
-	tr := newSyncTransport(http.DefaultTransport, d.DialContext, 0, 4, 50*time.Millisecond)
+	tr := newSyncTransport(http.DefaultTransport, d.DialContext, responseLimits{}, 4, 50*time.Millisecond)
 	defer tr.CloseIdleConnections()
 	if _, _, err := do(tr, context.Background(), http.MethodGet, srv.URL, nil, nil); err != nil {
 		t.Fatal(err)
