@@ -52,14 +52,18 @@ func (o *Options) Validate() error {
 	}
 }
 
-// New builds the configured Authenticator. c is used for TokenReview (--auth=kubernetes).
+// New builds the configured Authenticator, wrapped in a Guard (failed checks are cheap). c is used for TokenReview (--auth=kubernetes).
 func (o *Options) New(ctx context.Context, c client.Client) (Authenticator, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	switch o.Mode {
 	case "oidc":
-		return NewOIDC(ctx, o.OIDC)
+		a, err := NewOIDC(ctx, o.OIDC)
+		if err != nil {
+			return nil, err
+		}
+		return NewGuard(a, GuardOptions{}), nil
 	case "kubernetes":
 		if o.audiences != "" {
 			for _, a := range strings.Split(o.audiences, ",") {
@@ -68,7 +72,7 @@ func (o *Options) New(ctx context.Context, c client.Client) (Authenticator, erro
 				}
 			}
 		}
-		return NewKubernetes(c, o.Kube), nil
+		return NewGuard(NewKubernetes(c, o.Kube), GuardOptions{}), nil
 	default:
 		return nil, fmt.Errorf("--auth=%q is not a mode: use oidc or kubernetes", o.Mode)
 	}
