@@ -53,6 +53,8 @@ type options struct {
 	proxyGrace        time.Duration
 	insecureCookie    bool
 	publicURL         string
+	mcpAllowedHosts   string
+	maxFollows        int
 	auth              auth.Options
 }
 
@@ -77,7 +79,9 @@ func main() {
 	flag.StringVar(&o.proxyOrigins, "proxy-allowed-origins", "", "Comma-separated extra origins (scheme://host[:port]) allowed to open WebSockets through the proxy; its own origin is always allowed.")
 	flag.DurationVar(&o.proxyGrace, "proxy-not-ready-grace", proxy.DefaultNotReadyGrace, "How long a pod may stay not-ready before the proxy closes the WebSockets opened on it.")
 	flag.BoolVar(&o.insecureCookie, "insecure-cookie", false, "Drop the Secure attribute of the proxy's login cookie (plain-HTTP development on loopback only).")
-	flag.StringVar(&o.publicURL, "public-url", "", "Externally visible base URL of the API (e.g. https://nogoo9.example.com); names the MCP resource in /.well-known/oauth-protected-resource.")
+	flag.StringVar(&o.publicURL, "public-url", "", "Externally visible base URL of the API (e.g. https://nogoo9.example.com); names the resources in /.well-known/oauth-protected-resource (default: derived from each request's Host) and is an allowed Host of /mcp.")
+	flag.StringVar(&o.mcpAllowedHosts, "mcp-allowed-hosts", "", "Comma-separated extra Host names (host, or host:port; * allows any) that /mcp accepts in Host and Origin; loopback names, *.svc, *.svc.cluster.local and the --public-url host always are.")
+	flag.IntVar(&o.maxFollows, "max-event-follows-per-user", frontend.DefaultMaxFollowsPerUser, "Event streams (events?follow=true, get_workspace_events with follow) one user may have open at once; more are answered 429.")
 	o.auth.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -152,10 +156,15 @@ func run(o options) error {
 
 	// REST API and MCP (issue 5): served on every replica, no leader election.
 	if components["api"] {
+		issuer, err := o.auth.Issuer(ctx, cfg)
+		if err != nil {
+			log.Info("no authorization server to announce in /.well-known/oauth-protected-resource; set --authorization-server", "reason", err.Error())
+		}
 		if _, err := api.Setup(ctx, mgr, api.Options{
 			Addr: o.apiAddr, Namespace: o.namespace, Version: version, Auth: authn,
 			Templates: frontend.FromRegistry(registry), Spawner: frontend.FromSpawner(spawn.Spawn),
-			PublicURL: o.publicURL,
+			PublicURL: o.publicURL, Issuer: issuer, AllowedHosts: splitList(o.mcpAllowedHosts),
+			MaxFollowsPerUser: o.maxFollows,
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
 		}
@@ -215,6 +224,17 @@ func parseComponents(s string) (map[string]bool, error) {
 		return nil, fmt.Errorf("--components is empty: name at least one of controller, api, proxy")
 	}
 	return out, nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func envOr(key, def string) string {

@@ -21,7 +21,7 @@ import (
 const MaxBodyBytes = 1 << 20
 
 // NewREST returns the /api/v1 handler. It expects the caller in the request context (wrap it with
-// auth.Middleware).
+// auth.Middleware, which reads only the Authorization header).
 func NewREST(svc *frontend.Service) http.Handler {
 	h := &rest{svc: svc}
 	mux := http.NewServeMux()
@@ -50,12 +50,13 @@ type errorBody struct {
 }
 
 var statusOf = map[frontend.Code]int{
-	frontend.CodeInvalid:       http.StatusBadRequest,
-	frontend.CodeForbidden:     http.StatusForbidden,
-	frontend.CodeNotFound:      http.StatusNotFound,
-	frontend.CodeConflict:      http.StatusConflict,
-	frontend.CodeQuotaExceeded: http.StatusTooManyRequests,
-	frontend.CodeInternal:      http.StatusInternalServerError,
+	frontend.CodeInvalid:         http.StatusBadRequest,
+	frontend.CodeForbidden:       http.StatusForbidden,
+	frontend.CodeNotFound:        http.StatusNotFound,
+	frontend.CodeConflict:        http.StatusConflict,
+	frontend.CodeQuotaExceeded:   http.StatusTooManyRequests,
+	frontend.CodeTooManyRequests: http.StatusTooManyRequests,
+	frontend.CodeInternal:        http.StatusInternalServerError,
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -286,6 +287,9 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
+	if flusher != nil {
+		flusher.Flush() // the client learns at once that the follow is open
+	}
 	send := func(e frontend.Event) error {
 		b, _ := json.Marshal(e)
 		if _, err := fmt.Fprintf(w, "event: event\ndata: %s\n\n", b); err != nil {
