@@ -413,7 +413,10 @@ func conformanceDir() string {
 
 // conformanceScenarios are the suite's server scenarios that apply to nogoo9, a tools-only
 // server (docs/mcp.md lists the others and why they do not apply).
-var conformanceScenarios = []string{"server-initialize", "ping", "tools-list", "dns-rebinding-protection"}
+var conformanceScenarios = []string{
+	"server-initialize", "ping", "tools-list", "logging-set-level",
+	"server-sse-multiple-streams", "server-sse-polling", "dns-rebinding-protection",
+}
 
 // The official MCP conformance suite against the real binary. The suite sends no Authorization
 // header, so it talks to a small forwarder that adds a bearer token and passes Host and Origin
