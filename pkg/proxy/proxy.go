@@ -347,13 +347,23 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 func (p *Proxy) authenticate(r *http.Request) (*auth.Caller, error) {
 	token, err := auth.TokenFromRequest(r)
 	if err != nil {
-		return nil, err
+		// The proxy reads its own login cookie (auth no longer does: the API must not).
+		c, cerr := r.Cookie(auth.CookieName)
+		if r.Header.Get("Authorization") != "" || cerr != nil || c.Value == "" {
+			return nil, err
+		}
+		token = c.Value
 	}
 	now := time.Now()
 	if c := p.tokens.get(token, now); c != nil {
 		return c, nil
 	}
-	c, err := p.authn.Authenticate(r)
+	ar := r
+	if r.Header.Get("Authorization") == "" {
+		ar = r.Clone(r.Context())
+		ar.Header.Set("Authorization", "Bearer "+token)
+	}
+	c, err := p.authn.Authenticate(ar)
 	if err != nil {
 		return nil, err
 	}
