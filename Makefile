@@ -59,8 +59,13 @@ test-unit: ## Unit tests of pure code (no cluster).
 test-integration: tools ## Unit + integration tests (envtest: real etcd and kube-apiserver from bin/).
 	KUBEBUILDER_ASSETS=$(BIN) $(GO) test -count=1 -p 1 -timeout 20m $(UNIT_PKGS)
 
+# The official MCP conformance suite and the Node 22 it needs, installed with npm (hack/conformance.sh).
+CONFORMANCE := $(BIN)/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js
+$(CONFORMANCE):
+	hack/conformance.sh $(BIN)/conformance
+
 .PHONY: test-e2e
-test-e2e: tools build ## End-to-end tests: the real nogoo9 binary against the full local cluster with kwok.
+test-e2e: tools build $(CONFORMANCE) ## End-to-end tests: the real nogoo9 binary against the full local cluster with kwok.
 	NOGOO9_BIN=$(BIN)/nogoo9 NOGOO9_TOOLS=$(BIN) $(GO) test -count=1 -timeout 40m ./test/e2e/... -args -ginkgo.no-color
 
 ##@ Flaky tests (not part of make test; see docs/development.md)

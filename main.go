@@ -54,6 +54,8 @@ type options struct {
 	insecureCookie    bool
 	proxyLimits       proxyLimits
 	publicURL         string
+	mcpAllowedHosts   string
+	maxFollows        int
 	auth              auth.Options
 }
 
@@ -92,7 +94,9 @@ func main() {
 	flag.IntVar(&o.proxyLimits.max1xx, "proxy-max-1xx-responses", proxy.DefaultMax1xxResponses, "Informational (1xx) answers a workspace pod may send before the final one; more gets the client a 502.")
 	flag.IntVar(&o.proxyLimits.maxSetCookies, "proxy-max-set-cookies", proxy.DefaultMaxSetCookies, "Set-Cookie headers one answer of a workspace pod may carry; more gets the client a 502.")
 	flag.IntVar(&o.proxyLimits.maxConnsPerClient, "proxy-max-conns-per-client", proxy.DefaultMaxConnsPerClient, "Connections one client IP may hold open to the proxy; more get a 429 (negative: no cap, e.g. behind an ingress that limits clients itself).")
-	flag.StringVar(&o.publicURL, "public-url", "", "Externally visible base URL of the API (e.g. https://nogoo9.example.com); names the MCP resource in /.well-known/oauth-protected-resource.")
+	flag.StringVar(&o.publicURL, "public-url", "", "Externally visible base URL of the API (e.g. https://nogoo9.example.com); names the resources in /.well-known/oauth-protected-resource (default: derived from each request's Host) and is an allowed Host of /mcp.")
+	flag.StringVar(&o.mcpAllowedHosts, "mcp-allowed-hosts", "", "Comma-separated extra Host names (host, or host:port; * allows any) that /mcp accepts in Host and Origin; loopback names, *.svc, *.svc.cluster.local and the --public-url host always are.")
+	flag.IntVar(&o.maxFollows, "max-event-follows-per-user", frontend.DefaultMaxFollowsPerUser, "Event streams (events?follow=true, get_workspace_events with follow) one user may have open at once; more are answered 429.")
 	o.auth.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -167,10 +171,15 @@ func run(o options) error {
 
 	// REST API and MCP (issue 5): served on every replica, no leader election.
 	if components["api"] {
+		issuer, err := o.auth.Issuer(ctx, cfg)
+		if err != nil {
+			log.Info("no authorization server to announce in /.well-known/oauth-protected-resource; set --authorization-server", "reason", err.Error())
+		}
 		if _, err := api.Setup(ctx, mgr, api.Options{
 			Addr: o.apiAddr, Namespace: o.namespace, Version: version, Auth: authn,
 			Templates: frontend.FromRegistry(registry), Spawner: frontend.FromSpawner(spawn.Spawn),
-			PublicURL: o.publicURL,
+			PublicURL: o.publicURL, Issuer: issuer, AllowedHosts: splitList(o.mcpAllowedHosts),
+			MaxFollowsPerUser: o.maxFollows,
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
 		}
@@ -236,6 +245,17 @@ func parseComponents(s string) (map[string]bool, error) {
 		return nil, fmt.Errorf("--components is empty: name at least one of controller, api, proxy")
 	}
 	return out, nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func envOr(key, def string) string {

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	restclient "k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,6 +56,7 @@ var env struct {
 	issuer    *issuer
 	mgrCache  client.Reader
 	svc       *frontend.Service
+	cfg       *restclient.Config
 }
 
 func TestMain(m *testing.M) {
@@ -89,6 +91,7 @@ func runWithEnv(m *testing.M) int {
 		return 1
 	}
 	env.clientset = kubernetes.NewForConfigOrDie(cfg)
+	env.cfg = cfg
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,

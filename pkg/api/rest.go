@@ -20,22 +20,41 @@ import (
 // MaxBodyBytes bounds a request body.
 const MaxBodyBytes = 1 << 20
 
+// Routes are the REST API's routes, as net/http patterns ("METHOD /path/{var}"). Tests build
+// their tables from this list, so a new route without a test row fails them.
+func Routes() []string {
+	out := make([]string, 0, len(routes))
+	for _, r := range routes {
+		out = append(out, r.pattern)
+	}
+	return out
+}
+
+var routes = []struct {
+	pattern string
+	handler func(*rest, http.ResponseWriter, *http.Request)
+}{
+	{"GET /api/v1/whoami", (*rest).whoami},
+	{"GET /api/v1/templates", (*rest).listTemplates},
+	{"GET /api/v1/workspaces", (*rest).listWorkspaces},
+	{"POST /api/v1/workspaces", (*rest).spawn},
+	{"GET /api/v1/workspaces/{id}", (*rest).get},
+	{"DELETE /api/v1/workspaces/{id}", (*rest).delete},
+	{"POST /api/v1/workspaces/{id}/upgrade", (*rest).upgrade},
+	{"GET /api/v1/workspaces/{id}/events", (*rest).events},
+	{"PUT /api/v1/workspaces/{id}/maintenance", (*rest).setMaintenance},
+	{"DELETE /api/v1/workspaces/{id}/maintenance", (*rest).clearMaintenance},
+	{"POST /api/v1/upgrade-all", (*rest).upgradeAll},
+}
+
 // NewREST returns the /api/v1 handler. It expects the caller in the request context (wrap it with
-// auth.Middleware).
+// auth.Middleware, which reads only the Authorization header).
 func NewREST(svc *frontend.Service) http.Handler {
 	h := &rest{svc: svc}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/v1/whoami", h.whoami)
-	mux.HandleFunc("GET /api/v1/templates", h.listTemplates)
-	mux.HandleFunc("GET /api/v1/workspaces", h.listWorkspaces)
-	mux.HandleFunc("POST /api/v1/workspaces", h.spawn)
-	mux.HandleFunc("GET /api/v1/workspaces/{id}", h.get)
-	mux.HandleFunc("DELETE /api/v1/workspaces/{id}", h.delete)
-	mux.HandleFunc("POST /api/v1/workspaces/{id}/upgrade", h.upgrade)
-	mux.HandleFunc("GET /api/v1/workspaces/{id}/events", h.events)
-	mux.HandleFunc("PUT /api/v1/workspaces/{id}/maintenance", h.setMaintenance)
-	mux.HandleFunc("DELETE /api/v1/workspaces/{id}/maintenance", h.clearMaintenance)
-	mux.HandleFunc("POST /api/v1/upgrade-all", h.upgradeAll)
+	for _, r := range routes {
+		mux.HandleFunc(r.pattern, func(w http.ResponseWriter, req *http.Request) { r.handler(h, w, req) })
+	}
 	mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no endpoint %s %s: see docs/api.md", r.Method, r.URL.Path), Code: string(frontend.CodeNotFound)})
 	})
@@ -50,12 +69,13 @@ type errorBody struct {
 }
 
 var statusOf = map[frontend.Code]int{
-	frontend.CodeInvalid:       http.StatusBadRequest,
-	frontend.CodeForbidden:     http.StatusForbidden,
-	frontend.CodeNotFound:      http.StatusNotFound,
-	frontend.CodeConflict:      http.StatusConflict,
-	frontend.CodeQuotaExceeded: http.StatusTooManyRequests,
-	frontend.CodeInternal:      http.StatusInternalServerError,
+	frontend.CodeInvalid:         http.StatusBadRequest,
+	frontend.CodeForbidden:       http.StatusForbidden,
+	frontend.CodeNotFound:        http.StatusNotFound,
+	frontend.CodeConflict:        http.StatusConflict,
+	frontend.CodeQuotaExceeded:   http.StatusTooManyRequests,
+	frontend.CodeTooManyRequests: http.StatusTooManyRequests,
+	frontend.CodeInternal:        http.StatusInternalServerError,
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -286,6 +306,9 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
+	if flusher != nil {
+		flusher.Flush() // the client learns at once that the follow is open
+	}
 	send := func(e frontend.Event) error {
 		b, _ := json.Marshal(e)
 		if _, err := fmt.Fprintf(w, "event: event\ndata: %s\n\n", b); err != nil {

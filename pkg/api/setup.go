@@ -30,23 +30,33 @@ type Options struct {
 	Templates frontend.Templates
 	Spawner   frontend.Spawner
 	// PublicURL, when set (e.g. https://nogoo9.example.com), is the externally visible base URL:
-	// it names the MCP resource in /.well-known/oauth-protected-resource. Issuer is the OIDC
-	// issuer listed there.
+	// it names the resources in the protected-resource metadata and its host is an allowed Host
+	// of /mcp. Without it both are derived from each request's Host.
 	PublicURL string
-	Issuer    string
+	// Issuer is the authorization server listed in the protected-resource metadata (the OIDC
+	// issuer, or the API server's service-account issuer); empty lists none.
+	Issuer string
+	// AllowedHosts are extra Host names (host or host:port; "*" allows any) that /mcp accepts in
+	// Host and Origin, besides loopback names, cluster-internal Service names and PublicURL's host.
+	AllowedHosts []string
+	// MaxFollowsPerUser caps one user's concurrent event follows (frontend.DefaultMaxFollowsPerUser when 0).
+	MaxFollowsPerUser int
 }
 
-// NewHandler serves /api/v1/... (REST), /mcp (MCP Streamable HTTP) and
-// /.well-known/oauth-protected-resource, authenticating every call but the last with authn.
+// NewHandler serves /api/v1/... (REST), /mcp (MCP Streamable HTTP) and the RFC 9728
+// protected-resource metadata at /.well-known/oauth-protected-resource[/mcp]. REST and MCP
+// accept only bearer tokens (never a cookie), refuse state-changing cross-origin browser
+// requests (http.CrossOriginProtection), and answer every 401 with WWW-Authenticate naming the
+// metadata; /mcp also checks Host and Origin against the allowed hosts (DNS rebinding).
 func NewHandler(svc *frontend.Service, authn auth.Authenticator, o Options) http.Handler {
+	md := newMetadata(o.PublicURL, o.Issuer)
+	hosts := newHostPolicy(o.PublicURL, o.AllowedHosts)
 	mux := http.NewServeMux()
-	mux.Handle("/api/", auth.Middleware(authn, NewREST(svc)))
-	mo := mcp.Options{Version: o.Version}
-	if o.PublicURL != "" {
-		mo.ResourceMetadataURL = o.PublicURL + "/.well-known/oauth-protected-resource"
-		mux.Handle("/.well-known/oauth-protected-resource", mcp.ProtectedResourceMetadata(o.PublicURL+"/mcp", o.Issuer))
-	}
-	mux.Handle("/mcp", mcp.NewHandler(svc, authn, mo))
+	mux.Handle("/api/", crossOrigin(auth.Middleware(authn, md.url(""), NewREST(svc))))
+	mux.Handle("/mcp", hosts.protect(crossOrigin(auth.Middleware(authn, md.url("/mcp"),
+		mcp.NewHandler(svc, mcp.Options{Version: o.Version, ResourceMetadataURL: md.url("/mcp")})))))
+	mux.Handle("/.well-known/oauth-protected-resource", md.handler(""))
+	mux.Handle("/.well-known/oauth-protected-resource/mcp", md.handler("/mcp"))
 	return mux
 }
 
@@ -69,7 +79,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 	}
 	svc, err := frontend.New(frontend.Config{
 		Namespace: o.Namespace, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Events: cs,
-		Templates: o.Templates, Spawner: o.Spawner, Pods: pods,
+		Templates: o.Templates, Spawner: o.Spawner, Pods: pods, MaxFollowsPerUser: o.MaxFollowsPerUser,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)

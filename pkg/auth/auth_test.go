@@ -19,8 +19,8 @@ func TestTokenFromRequest(t *testing.T) {
 	}{
 		{name: "bearer header", header: "Bearer abc.def.ghi", want: "abc.def.ghi"},
 		{name: "scheme is case-insensitive and spaces around the token are trimmed", header: "  bearer   abc  ", want: "abc"},
-		{name: "the cookie when there is no header", cookie: "from-cookie", want: "from-cookie"},
-		{name: "the header wins over the cookie", header: "Bearer from-header", cookie: "from-cookie", want: "from-header"},
+		{name: "the login cookie alone is refused: a browser sends it on its own (CSRF)", cookie: "from-cookie", wantErr: "cookie is not accepted here"},
+		{name: "the header is read and the cookie ignored", header: "Bearer from-header", cookie: "from-cookie", want: "from-header"},
 		{name: "Basic credentials are refused, not read as a token", header: "Basic dXNlcjpwdw==", wantErr: "malformed Authorization header"},
 		{name: "a bare token without a scheme is refused", header: "abc.def.ghi", wantErr: "malformed Authorization header"},
 		{name: "Bearer with no token is refused", header: "Bearer   ", wantErr: "malformed Authorization header"},
@@ -179,12 +179,13 @@ func TestMiddlewareRefusesWithoutCallingNext(t *testing.T) {
 				r.Header.Set("Authorization", tc.header)
 			}
 			rec := httptest.NewRecorder()
-			Middleware(stubAuth{}, next).ServeHTTP(rec, r)
+			Middleware(stubAuth{}, func(*http.Request) string { return "https://nogoo9.example/.well-known/oauth-protected-resource/mcp" }, next).ServeHTTP(rec, r)
 			if rec.Code != tc.wantStatus || seen != tc.wantSub {
 				t.Errorf("status %d, handler saw %q; want %d, %q (body %s)", rec.Code, seen, tc.wantStatus, tc.wantSub, rec.Body)
 			}
-			if rec.Code == http.StatusUnauthorized && (!strings.Contains(rec.Body.String(), "Unauthorized: ") || rec.Header().Get("WWW-Authenticate") == "") {
-				t.Errorf("401 without a reason or WWW-Authenticate: %s", rec.Body)
+			if rec.Code == http.StatusUnauthorized && (!strings.Contains(rec.Body.String(), "Unauthorized: ") ||
+				!strings.HasPrefix(rec.Header().Get("WWW-Authenticate"), `Bearer resource_metadata="https://nogoo9.example/.well-known/oauth-protected-resource/mcp"`)) {
+				t.Errorf("401 without a reason or WWW-Authenticate with resource_metadata: %s %q", rec.Body, rec.Header().Get("WWW-Authenticate"))
 			}
 		})
 	}

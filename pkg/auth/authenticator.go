@@ -5,29 +5,42 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
-// CookieName is the cookie a browser may carry the bearer token in (the proxy sets it).
+// CookieName is the name of the proxy's own login cookie. The REST API and MCP never read it:
+// a cookie is a credential the browser sends on its own, so accepting it there would let any
+// page a user visits act as that user (cross-site request forgery). The proxy reads it itself
+// and calls VerifyToken.
 const CookieName = "nogoo9_token"
 
 // Authenticator verifies the credentials of a request.
 type Authenticator interface {
-	// Authenticate reads the bearer token from the Authorization header (or the CookieName
-	// cookie) and verifies it. Errors are *Error.
+	// Authenticate reads the bearer token from the Authorization header (never from a cookie)
+	// and verifies it. Errors are *Error.
 	Authenticate(r *http.Request) (*Caller, error)
 	// VerifyToken verifies a raw bearer token. Errors are *Error.
 	VerifyToken(ctx context.Context, token string) (*Caller, error)
 }
 
-// Error is an authentication failure: the HTTP answer is 401, Reason is safe to show the caller
-// and to log. Err, when set, is the underlying verifier error (logged, not shown).
+// Error is an authentication failure: the HTTP answer is 401 (429 when RetryAfter is set),
+// Reason is safe to show the caller and to log. Err, when set, is the underlying verifier error
+// (logged, not shown).
 type Error struct {
 	Reason string
 	Err    error
+	// Transient marks a failure that says nothing about the token (the verifier could not be
+	// reached); it is not remembered by the negative cache.
+	Transient bool
+	// RetryAfter, when set, means the token was not checked at all because too many checks
+	// failed recently: the answer is 429 with a Retry-After header.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -42,45 +55,78 @@ func (e *Error) Unwrap() error { return e.Err }
 // ErrNoToken is returned when a request carries no bearer token at all.
 var ErrNoToken = &Error{Reason: "no bearer token: send an Authorization: Bearer <token> header"}
 
-// TokenFromRequest returns the bearer token of r: the Authorization header, else the cookie.
+// errCookieOnly is returned when a request carries only the proxy's login cookie.
+var errCookieOnly = &Error{Reason: "no bearer token: the " + CookieName + " cookie is not accepted here (only the proxy reads it); send an Authorization: Bearer <token> header"}
+
+// TokenFromRequest returns the bearer token of r's Authorization header. Cookies are never read.
 func TokenFromRequest(r *http.Request) (string, error) {
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-			return "", &Error{Reason: "malformed Authorization header: use \"Bearer <token>\""}
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		if c, err := r.Cookie(CookieName); err == nil && c.Value != "" {
+			return "", errCookieOnly
 		}
-		return strings.TrimSpace(token), nil
+		return "", ErrNoToken
 	}
-	if c, err := r.Cookie(CookieName); err == nil && c.Value != "" {
-		return c.Value, nil
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", &Error{Reason: "malformed Authorization header: use \"Bearer <token>\""}
 	}
-	return "", ErrNoToken
+	return strings.TrimSpace(token), nil
 }
 
-// authenticate is the Authenticate shared by every verifier.
+// authenticate is the Authenticate shared by every verifier. The client's address goes into the
+// context, where a Guard finds it to rate-limit failed checks per client.
 func authenticate(r *http.Request, verify func(context.Context, string) (*Caller, error)) (*Caller, error) {
 	token, err := TokenFromRequest(r)
 	if err != nil {
 		return nil, err
 	}
-	return verify(r.Context(), token)
+	return verify(WithClientAddr(r.Context(), r.RemoteAddr), token)
 }
 
+type clientKey struct{}
+
+// WithClientAddr returns a copy of ctx that names the client (an http.Request's RemoteAddr; the
+// port is dropped) whose token is checked next: a Guard limits failed checks per client.
+func WithClientAddr(ctx context.Context, remoteAddr string) context.Context {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	return context.WithValue(ctx, clientKey{}, host)
+}
+
+func clientFrom(ctx context.Context) string {
+	s, _ := ctx.Value(clientKey{}).(string)
+	return s
+}
+
+// MetadataURL returns the absolute URL of the RFC 9728 protected-resource metadata for a request
+// (announced in WWW-Authenticate on every 401); nil announces none.
+type MetadataURL func(r *http.Request) string
+
 // Middleware authenticates every request with a; on success the Caller is in the request's
-// context, on failure it answers 401 with a JSON error and logs the reason.
-func Middleware(a Authenticator, next http.Handler) http.Handler {
+// context, on failure it answers 401 (or 429, see Error.RetryAfter) with a JSON error, a
+// WWW-Authenticate header naming metadata's document, and logs the reason.
+func Middleware(a Authenticator, metadata MetadataURL, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := a.Authenticate(r)
 		if err != nil {
-			Unauthorized(w, r, err)
+			u := ""
+			if metadata != nil {
+				u = metadata(r)
+			}
+			Unauthorized(w, r, err, u)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
 	})
 }
 
-// Unauthorized logs why r was refused and answers 401 with {"error": reason}.
-func Unauthorized(w http.ResponseWriter, r *http.Request, err error) {
+// Unauthorized logs why r was refused and answers 401 with {"error": reason} and
+// WWW-Authenticate: Bearer resource_metadata="metadataURL" (RFC 9728; omitted when empty). A
+// failure with RetryAfter answers 429 with Retry-After instead.
+func Unauthorized(w http.ResponseWriter, r *http.Request, err error, metadataURL string) {
 	reason := "invalid token"
 	var ae *Error
 	if errors.As(err, &ae) {
@@ -88,8 +134,24 @@ func Unauthorized(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	ctrl.LoggerFrom(r.Context()).WithName("auth").Info("request refused: authentication failed",
 		"method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err.Error())
-	w.Header().Set("WWW-Authenticate", `Bearer realm="nogoo9"`)
+	status := http.StatusUnauthorized
+	if ae != nil && ae.RetryAfter > 0 {
+		status = http.StatusTooManyRequests
+		w.Header().Set("Retry-After", strconv.Itoa(int(ae.RetryAfter.Round(time.Second)/time.Second)+1))
+	}
+	params := []string{`realm="nogoo9"`}
+	if metadataURL != "" {
+		params = append([]string{fmt.Sprintf("resource_metadata=%q", metadataURL)}, params...)
+	}
+	if r.Header.Get("Authorization") != "" && status == http.StatusUnauthorized {
+		params = append(params, `error="invalid_token"`)
+	}
+	w.Header().Set("WWW-Authenticate", "Bearer "+strings.Join(params, ", "))
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusUnauthorized)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf("Unauthorized: %s", reason)})
+	w.WriteHeader(status)
+	prefix := "Unauthorized: "
+	if status == http.StatusTooManyRequests {
+		prefix = "Too many requests: "
+	}
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": prefix + reason})
 }

@@ -2,11 +2,14 @@ package auth
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -41,7 +44,7 @@ func (k *Kubernetes) VerifyToken(ctx context.Context, token string) (*Caller, er
 	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: k.cfg.Audiences}}
 	if err := k.client.Create(ctx, tr); err != nil {
 		// Not the caller's fault, but still no identity: 401 with the cause in the log.
-		return nil, &Error{Reason: "token could not be reviewed by the Kubernetes API server", Err: err}
+		return nil, &Error{Reason: "token could not be reviewed by the Kubernetes API server; try again", Err: err, Transient: true}
 	}
 	if !tr.Status.Authenticated {
 		msg := tr.Status.Error
@@ -53,10 +56,46 @@ func (k *Kubernetes) VerifyToken(ctx context.Context, token string) (*Caller, er
 	if tr.Status.User.Username == "" {
 		return nil, &Error{Reason: "token review returned no user name"}
 	}
+	if len(k.cfg.Audiences) > 0 && !intersects(tr.Status.Audiences, k.cfg.Audiences) {
+		// An authenticator that ignores audiences answers with none of ours: the token may have
+		// been issued for another service, which could replay it here.
+		return nil, &Error{Reason: fmt.Sprintf("token is not valid for this service's audiences %v (the API server reports %v): request a token for one of %v",
+			k.cfg.Audiences, tr.Status.Audiences, k.cfg.Audiences)}
+	}
 	u := tr.Status.User
 	return &Caller{
 		Subject: u.Username,
 		Groups:  u.Groups,
 		IsAdmin: k.cfg.AdminGroup != "" && slices.Contains(u.Groups, k.cfg.AdminGroup),
 	}, nil
+}
+
+func intersects(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// KubernetesIssuer asks the API server of cfg for its service-account issuer (OIDC discovery,
+// /.well-known/openid-configuration, which the default RBAC lets every service account read).
+// --auth=kubernetes names it as the authorization server in the protected-resource metadata.
+func KubernetesIssuer(ctx context.Context, cfg *rest.Config) (string, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/.well-known/openid-configuration").DoRaw(ctx)
+	if err != nil {
+		return "", fmt.Errorf("read the API server's /.well-known/openid-configuration: %w", err)
+	}
+	var doc struct {
+		Issuer string `json:"issuer"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil || doc.Issuer == "" {
+		return "", fmt.Errorf("the API server's /.well-known/openid-configuration names no issuer")
+	}
+	return doc.Issuer, nil
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -113,7 +116,12 @@ func (o *OIDC) Authenticate(r *http.Request) (*Caller, error) {
 func (o *OIDC) VerifyToken(ctx context.Context, token string) (*Caller, error) {
 	idt, err := o.verifier.Verify(ctx, token)
 	if err != nil {
-		return nil, &Error{Reason: "token rejected (expired, wrong audience or issuer, or bad signature)", Err: err}
+		reason := rejectReason(err)
+		if iss := unverifiedIssuer(token); iss != "" && iss != o.cfg.IssuerURL {
+			// go-oidc checks the signature first; the issuer's name explains the failure better.
+			reason = fmt.Sprintf("token was issued by %q, not by the issuer this service trusts (%s): get a token from it", iss, o.cfg.IssuerURL)
+		}
+		return nil, &Error{Reason: reason, Err: err}
 	}
 	var claims map[string]any
 	if err := idt.Claims(&claims); err != nil {
@@ -123,11 +131,27 @@ func (o *OIDC) VerifyToken(ctx context.Context, token string) (*Caller, error) {
 	if sub == "" {
 		return nil, &Error{Reason: fmt.Sprintf("token has no string claim %q to identify the caller", o.cfg.SubjectClaim)}
 	}
+	if o.cfg.SubjectClaim == "email" && !emailVerified(claims["email_verified"]) {
+		// An unverified address may belong to someone else: with an identity provider that lets
+		// users type any address, "email" would let them become its owner here.
+		return nil, &Error{Reason: fmt.Sprintf("token's email %q is not verified (email_verified is not true): verify it with your identity provider, or use --oidc-subject-claim=sub", sub)}
+	}
 	c := &Caller{Subject: sub, Groups: stringList(claims["groups"]), Expiry: idt.Expiry}
 	if o.cfg.AdminClaim != "" {
 		c.IsAdmin = claimHas(claims[o.cfg.AdminClaim], o.cfg.AdminValue)
 	}
 	return c, nil
+}
+
+// emailVerified accepts the boolean true, and the string "true" some providers send.
+func emailVerified(v any) bool {
+	switch t := v.(type) {
+	case bool:
+		return t
+	case string:
+		return t == "true"
+	}
+	return false
 }
 
 func stringList(v any) []string {
@@ -157,4 +181,45 @@ func claimHas(v any, want string) bool {
 	default:
 		return slices.Contains(stringList(v), want)
 	}
+}
+
+// rejectReason says in one sentence why go-oidc refused a token, without echoing its content.
+func rejectReason(err error) string {
+	var exp *oidc.TokenExpiredError
+	if errors.As(err, &exp) {
+		return fmt.Sprintf("token expired at %s: get a new token", exp.Expiry.UTC().Format(time.RFC3339))
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "issued by a different provider"):
+		return "token was issued by another issuer than the one this service trusts: get a token from the configured OIDC issuer"
+	case strings.Contains(msg, "expected audience"):
+		return "token is not issued for this service's client id (audience): get a token for it"
+	case strings.Contains(msg, "malformed jwt"), strings.Contains(msg, "not signed"), strings.Contains(msg, "multiple signatures"):
+		return "token is not a JWT signed with an algorithm the issuer announces (alg none is never accepted)"
+	case strings.Contains(msg, "signature"):
+		return "token signature does not verify against the issuer's published keys"
+	case strings.Contains(msg, "nbf"):
+		return "token is not valid yet (nbf is in the future): check the clocks"
+	}
+	return "token rejected (expired, wrong audience or issuer, or bad signature)"
+}
+
+// unverifiedIssuer reads the iss claim of a JWT without verifying it (only to word an error).
+func unverifiedIssuer(token string) string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || len(parts[1]) > 64<<10 {
+		return ""
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var c struct {
+		Iss string `json:"iss"`
+	}
+	if json.Unmarshal(raw, &c) != nil || len(c.Iss) > 256 {
+		return ""
+	}
+	return c.Iss
 }

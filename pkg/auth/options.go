@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/url"
 	"strings"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -14,6 +16,9 @@ type Options struct {
 	Mode string
 	OIDC OIDCConfig
 	Kube KubernetesConfig
+	// AuthorizationServer overrides the issuer announced as authorization server in the
+	// protected-resource metadata (--authorization-server).
+	AuthorizationServer string
 	// audiences is the raw --token-audiences flag.
 	audiences string
 }
@@ -28,7 +33,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.OIDC.AdminClaim, "oidc-admin-claim", "", "Claim that marks admins, e.g. groups (empty: no admins).")
 	fs.StringVar(&o.OIDC.AdminValue, "oidc-admin-value", "", "Value of --oidc-admin-claim (or member of it, for a list) that makes an admin.")
 	fs.StringVar(&o.Kube.AdminGroup, "admin-group", "", "With --auth=kubernetes: members of this group are admins (empty: no admins).")
-	fs.StringVar(&o.audiences, "token-audiences", "", "With --auth=kubernetes: comma-separated audiences a token must be valid for (empty: the API server's).")
+	fs.StringVar(&o.audiences, "token-audiences", "", "With --auth=kubernetes: comma-separated audiences a token must be valid for; the TokenReview must confirm one of them (empty: the API server's).")
+	fs.StringVar(&o.AuthorizationServer, "authorization-server", "", "Issuer URL announced as authorization server in /.well-known/oauth-protected-resource (empty: --oidc-issuer-url, or with --auth=kubernetes the API server's service-account issuer).")
 }
 
 // Validate checks the flags without any network call, so a mistake stops nogoo9 at start with
@@ -52,14 +58,18 @@ func (o *Options) Validate() error {
 	}
 }
 
-// New builds the configured Authenticator. c is used for TokenReview (--auth=kubernetes).
+// New builds the configured Authenticator, wrapped in a Guard (failed checks are cheap). c is used for TokenReview (--auth=kubernetes).
 func (o *Options) New(ctx context.Context, c client.Client) (Authenticator, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	switch o.Mode {
 	case "oidc":
-		return NewOIDC(ctx, o.OIDC)
+		a, err := NewOIDC(ctx, o.OIDC)
+		if err != nil {
+			return nil, err
+		}
+		return NewGuard(a, GuardOptions{}), nil
 	case "kubernetes":
 		if o.audiences != "" {
 			for _, a := range strings.Split(o.audiences, ",") {
@@ -68,8 +78,25 @@ func (o *Options) New(ctx context.Context, c client.Client) (Authenticator, erro
 				}
 			}
 		}
-		return NewKubernetes(c, o.Kube), nil
+		return NewGuard(NewKubernetes(c, o.Kube), GuardOptions{}), nil
 	default:
 		return nil, fmt.Errorf("--auth=%q is not a mode: use oidc or kubernetes", o.Mode)
 	}
+}
+
+// Issuer returns the authorization server to announce in the protected-resource metadata:
+// --authorization-server, else the OIDC issuer, else (--auth=kubernetes) the API server's
+// service-account issuer, asked from cfg's API server. An error says why none is known; the
+// metadata then lists none.
+func (o *Options) Issuer(ctx context.Context, cfg *rest.Config) (string, error) {
+	if o.AuthorizationServer != "" {
+		if u, err := url.Parse(o.AuthorizationServer); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return "", fmt.Errorf("--authorization-server=%q is not an http(s) URL: give the issuer exactly as its tokens name it", o.AuthorizationServer)
+		}
+		return o.AuthorizationServer, nil
+	}
+	if o.Mode == "oidc" {
+		return o.OIDC.IssuerURL, nil
+	}
+	return KubernetesIssuer(ctx, cfg)
 }

@@ -14,7 +14,9 @@ const (
 	CodeNotFound      Code = "NotFound"      // 404
 	CodeConflict      Code = "Conflict"      // 409
 	CodeQuotaExceeded Code = "QuotaExceeded" // 429
-	CodeInternal      Code = "Internal"      // 500
+	// CodeTooManyRequests: a per-user limit on concurrent requests (event follows) is reached.
+	CodeTooManyRequests Code = "TooManyRequests" // 429
+	CodeInternal        Code = "Internal"        // 500
 )
 
 // Error is a failure with a message meant for the caller: what happened and what to do.

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -28,74 +32,252 @@ type Event struct {
 // MaxFollow bounds how long an events stream stays open.
 const MaxFollow = 5 * time.Minute
 
-// podEventSelector narrows the Event list on the server to events about pods.
-const podEventSelector = "involvedObject.kind=Pod"
+// DefaultMaxFollowsPerUser is how many event streams one user may follow at once when
+// Config.MaxFollowsPerUser is 0. Each follow holds one API-server watch per pod of the workspace.
+const DefaultMaxFollowsPerUser = 5
 
-// EventStream is an open watch on a workspace's events.
-type EventStream struct {
-	w      watch.Interface
-	prefix string
+// podRescan is how often a follow looks in the cache for a new pod of its workspace (the pod an
+// upgrade creates), whose events it then lists and watches too.
+const podRescan = time.Second
+
+// eventSelector selects the events of one pod on the API server: each call reads only its
+// workspace's events, never the namespace's.
+func eventSelector(pod string) string {
+	return fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": pod}.AsSelector().String()
 }
 
-// Events returns the events of a workspace's pods (every pod whose name starts with the
-// workspace's pod name, upgraded ones included), oldest first. With follow, it also returns a
-// stream of the events that come next; the caller must Stop it.
+// EventStream is an open follow of a workspace's events: one watch per pod of the workspace.
+type EventStream struct {
+	events  chan Event
+	errc    chan error
+	cancel  context.CancelFunc
+	release func()
+	once    sync.Once
+}
+
+// Events returns the events of a workspace's pods (every pod the cache holds for it, the
+// upgraded one included), oldest first. With follow, it also returns a stream of the events that
+// come next, on the pods it has and on pods the workspace gets while following; the caller must
+// Stop it. A user may follow at most Config.MaxFollowsPerUser streams at once.
 func (s *Service) Events(ctx context.Context, id string, follow bool) ([]Event, *EventStream, error) {
-	_, pods, err := s.workspacePods(ctx, id)
+	c, pods, err := s.workspacePods(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
-	prefix := workspace.PodName(workspace.Owner(workspace.Active(pods)), id)
-	list, err := s.cfg.Events.CoreV1().Events(s.cfg.Namespace).List(ctx, metav1.ListOptions{FieldSelector: podEventSelector})
-	if err != nil {
-		return nil, nil, &Error{Code: CodeInternal, Message: "reading events failed; try again", Err: err}
-	}
-	var out []Event
-	for i := range list.Items {
-		if e, ok := toEvent(&list.Items[i], prefix); ok {
-			out = append(out, e)
+	var release func()
+	if follow {
+		if release, err = s.follows.acquire(c.Subject); err != nil {
+			return nil, nil, err
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Time < out[j].Time })
+	names := podNames(pods)
+	var out []Event
+	rvs := map[string]string{}
+	for _, name := range names {
+		evs, rv, err := s.listPodEvents(ctx, name)
+		if err != nil {
+			if release != nil {
+				release()
+			}
+			return nil, nil, err
+		}
+		out = append(out, evs...)
+		rvs[name] = rv
+	}
+	sortEvents(out)
 	if !follow {
 		return out, nil, nil
 	}
-	w, err := s.cfg.Events.CoreV1().Events(s.cfg.Namespace).Watch(ctx, metav1.ListOptions{
-		FieldSelector: podEventSelector, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true,
-	})
-	if err != nil {
-		return nil, nil, &Error{Code: CodeInternal, Message: "watching events failed; try again", Err: err}
+	sctx, cancel := context.WithCancel(ctx)
+	es := &EventStream{events: make(chan Event, 64), errc: make(chan error, 1), cancel: cancel, release: release}
+	for _, name := range names {
+		if err := s.watchPodEvents(sctx, es, name, rvs[name]); err != nil {
+			es.Stop()
+			return nil, nil, err
+		}
 	}
-	return out, &EventStream{w: w, prefix: prefix}, nil
+	go s.followNewPods(sctx, es, id, names)
+	return out, es, nil
 }
 
-// Next blocks until the next event of the workspace, ctx's end (ctx.Err()) or the watch's end.
-func (es *EventStream) Next(ctx context.Context) (Event, error) {
+func podNames(pods []*corev1.Pod) []string {
+	names := make([]string, 0, len(pods))
+	for _, p := range pods {
+		names = append(names, p.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func sortEvents(evs []Event) {
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Time < evs[j].Time })
+}
+
+// listPodEvents lists one pod's events with a field selector, so the API server sends only those.
+func (s *Service) listPodEvents(ctx context.Context, pod string) ([]Event, string, error) {
+	list, err := s.cfg.Events.CoreV1().Events(s.cfg.Namespace).List(ctx, metav1.ListOptions{FieldSelector: eventSelector(pod)})
+	if err != nil {
+		return nil, "", &Error{Code: CodeInternal, Message: "reading events failed; try again", Err: err}
+	}
+	var out []Event
+	for i := range list.Items {
+		if e, ok := toEvent(&list.Items[i], pod); ok {
+			out = append(out, e)
+		}
+	}
+	return out, list.ResourceVersion, nil
+}
+
+// watchPodEvents watches one pod's events from resourceVersion and feeds them into es until ctx
+// ends.
+func (s *Service) watchPodEvents(ctx context.Context, es *EventStream, pod, resourceVersion string) error {
+	w, err := s.cfg.Events.CoreV1().Events(s.cfg.Namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: eventSelector(pod), ResourceVersion: resourceVersion, AllowWatchBookmarks: true,
+	})
+	if err != nil {
+		return &Error{Code: CodeInternal, Message: "watching events failed; try again", Err: err}
+	}
+	go func() {
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					es.fail(fmt.Errorf("event watch closed by the API server"))
+					return
+				}
+				if ev.Type != watch.Added && ev.Type != watch.Modified {
+					continue
+				}
+				if k, ok := ev.Object.(*corev1.Event); ok {
+					if e, ok := toEvent(k, pod); ok {
+						select {
+						case es.events <- e:
+						case <-ctx.Done():
+							return
+						}
+					}
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// followNewPods looks in the cache for pods the workspace gets while it is followed; each new
+// pod's events so far are sent (they are new to the follower) and its watch starts.
+func (s *Service) followNewPods(ctx context.Context, es *EventStream, id string, known []string) {
+	seen := map[string]bool{}
+	for _, n := range known {
+		seen[n] = true
+	}
+	t := time.NewTicker(podRescan)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return Event{}, ctx.Err()
-		case ev, ok := <-es.w.ResultChan():
-			if !ok {
-				return Event{}, fmt.Errorf("event watch closed by the API server")
-			}
-			if ev.Type != watch.Added && ev.Type != watch.Modified {
+			return
+		case <-t.C:
+		}
+		pods, err := s.listPods(ctx, client.MatchingFields{podcache.IndexWorkspaceID: id})
+		if err != nil {
+			continue
+		}
+		for _, p := range workspace.GroupByID(pods)[id] {
+			if seen[p.Name] {
 				continue
 			}
-			if k, ok := ev.Object.(*corev1.Event); ok {
-				if e, ok := toEvent(k, es.prefix); ok {
-					return e, nil
+			seen[p.Name] = true
+			evs, rv, err := s.listPodEvents(ctx, p.Name)
+			if err != nil {
+				es.fail(err)
+				return
+			}
+			sortEvents(evs)
+			for _, e := range evs {
+				select {
+				case es.events <- e:
+				case <-ctx.Done():
+					return
 				}
+			}
+			if err := s.watchPodEvents(ctx, es, p.Name, rv); err != nil {
+				es.fail(err)
+				return
 			}
 		}
 	}
 }
 
-// Stop ends the watch.
-func (es *EventStream) Stop() { es.w.Stop() }
+func (es *EventStream) fail(err error) {
+	select {
+	case es.errc <- err:
+	default:
+	}
+}
 
-func toEvent(k *corev1.Event, prefix string) (Event, bool) {
-	if k.InvolvedObject.Kind != "Pod" || !isWorkspacePodName(k.InvolvedObject.Name, prefix) {
+// Next blocks until the next event of the workspace, ctx's end (ctx.Err()) or a watch's end.
+func (es *EventStream) Next(ctx context.Context) (Event, error) {
+	select {
+	case <-ctx.Done():
+		return Event{}, ctx.Err()
+	case e := <-es.events:
+		return e, nil
+	case err := <-es.errc:
+		return Event{}, err
+	}
+}
+
+// Stop ends the watches and frees the caller's follow slot. It may be called more than once.
+func (es *EventStream) Stop() {
+	es.once.Do(func() {
+		es.cancel()
+		if es.release != nil {
+			es.release()
+		}
+	})
+}
+
+// followSlots counts each user's open follows.
+type followSlots struct {
+	max int
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+func newFollowSlots(max int) *followSlots {
+	if max <= 0 {
+		max = DefaultMaxFollowsPerUser
+	}
+	return &followSlots{max: max, n: map[string]int{}}
+}
+
+// acquire takes one of subject's follow slots, or refuses with CodeTooManyRequests.
+func (f *followSlots) acquire(subject string) (func(), error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n[subject] >= f.max {
+		return nil, errorf(CodeTooManyRequests, "you already follow %d event streams, the most one user may have open at once: end one (close it, or wait for its timeout) and try again", f.max)
+	}
+	f.n[subject]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.n[subject]--; f.n[subject] <= 0 {
+				delete(f.n, subject)
+			}
+		})
+	}, nil
+}
+
+// toEvent converts an event about pod (the field selector asked for exactly that pod; checked
+// again here).
+func toEvent(k *corev1.Event, pod string) (Event, bool) {
+	if k.InvolvedObject.Kind != "Pod" || k.InvolvedObject.Name != pod {
 		return Event{}, false
 	}
 	t := k.LastTimestamp.Time
@@ -109,17 +291,6 @@ func toEvent(k *corev1.Event, prefix string) (Event, bool) {
 		Time: t.UTC().Format(time.RFC3339), Type: k.Type, Reason: k.Reason, Message: k.Message,
 		Pod: k.InvolvedObject.Name, Count: k.Count,
 	}, true
-}
-
-// isWorkspacePodName reports whether name is the workspace's first pod (base) or an upgraded pod
-// (base + "-up-" + 5 characters, see workspace.UpgradePodName); a mere prefix match would also
-// take in another workspace whose id extends this one's.
-func isWorkspacePodName(name, base string) bool {
-	if name == base {
-		return true
-	}
-	rest, ok := strings.CutPrefix(name, base+"-up-")
-	return ok && len(rest) == 5
 }
 
 // EndedUntil is the reason a follow ends with when an event whose reason was listed in "until"

@@ -64,13 +64,16 @@ type Config struct {
 	// write is on the critical path of a bulk upgrade: many small patches in flight at once
 	// finish sooner than a few at a time (docs/upgrades.md, "Tuning").
 	UpgradeAllWorkers int
+	// MaxFollowsPerUser caps one user's concurrent event follows (DefaultMaxFollowsPerUser when 0).
+	MaxFollowsPerUser int
 }
 
 // Service is the front end's operations. Every method takes the caller from ctx (auth.CallerFrom)
 // and refuses a call without one.
 type Service struct {
-	cfg   Config
-	views *views
+	cfg     Config
+	views   *views
+	follows *followSlots
 }
 
 // New returns a Service. With cfg.Pods it subscribes to the pod informer (call it before the
@@ -82,7 +85,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.UpgradeAllWorkers <= 0 {
 		cfg.UpgradeAllWorkers = 64
 	}
-	s := &Service{cfg: cfg}
+	s := &Service{cfg: cfg, follows: newFollowSlots(cfg.MaxFollowsPerUser)}
 	if cfg.Pods != nil {
 		v := newViews(cfg.Namespace)
 		reg, err := cfg.Pods.AddEventHandler(v)

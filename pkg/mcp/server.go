@@ -3,15 +3,12 @@ package mcp
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/modelcontextprotocol/go-sdk/oauthex"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/frontend"
@@ -27,10 +24,9 @@ const callerExtra = "nogoo9.caller"
 type Options struct {
 	// Version is reported to clients as the server version.
 	Version string
-	// ResourceMetadataURL, when set, is announced in 401 answers (RFC 9728) so that MCP clients
-	// can find the authorization server; AuthorizationServers are listed in that document,
-	// served at /.well-known/oauth-protected-resource by ProtectedResourceMetadata.
-	ResourceMetadataURL string
+	// ResourceMetadataURL, when set, names the RFC 9728 protected-resource metadata of a request
+	// in WWW-Authenticate when the SDK refuses a token (an expiry reached mid-request).
+	ResourceMetadataURL func(*http.Request) string
 }
 
 // NewServer returns the MCP server with every nogoo9 tool registered.
@@ -58,45 +54,34 @@ func callerFromTokenInfo(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-// NewHandler returns the /mcp HTTP handler: bearer-token authentication, then the Streamable
-// HTTP transport.
-func NewHandler(svc *frontend.Service, authn auth.Authenticator, o Options) http.Handler {
+// NewHandler returns the /mcp HTTP handler: the Streamable HTTP transport for a caller that
+// auth.Middleware has authenticated (the Caller is in the request's context). The caller becomes
+// the SDK's TokenInfo, which ties each MCP session to its subject: another user's token cannot
+// use it.
+func NewHandler(svc *frontend.Service, o Options) http.Handler {
 	server := NewServer(svc, o.Version)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		MaxRequestBodyBytes: MaxBodyBytes,
 		// Idle sessions (agents that went away without DELETE) are dropped.
 		SessionTimeout: 30 * time.Minute,
-		// Behind the nogoo9 Service the Host header is the Service's name, not localhost.
+		// The front end checks Host and Origin itself, against its own allowed hosts
+		// (api.NewHandler): the SDK's check only knows localhost.
 		DisableLocalhostProtection: true,
 	})
-	verify := func(ctx context.Context, token string, r *http.Request) (*sdkauth.TokenInfo, error) {
-		c, err := authn.VerifyToken(ctx, token)
-		if err != nil {
-			ctrl.LoggerFrom(ctx).WithName("auth").Info("MCP request refused: authentication failed",
-				"remote", r.RemoteAddr, "reason", err.Error())
-			var ae *auth.Error
-			if errors.As(err, &ae) {
-				return nil, fmt.Errorf("%w: %s", sdkauth.ErrInvalidToken, ae.Reason)
-			}
-			return nil, fmt.Errorf("%w", sdkauth.ErrInvalidToken)
+	verify := func(_ context.Context, _ string, r *http.Request) (*sdkauth.TokenInfo, error) {
+		c, ok := auth.CallerFrom(r.Context())
+		if !ok {
+			return nil, fmt.Errorf("%w: no authenticated caller", sdkauth.ErrInvalidToken)
 		}
-		// UserID ties an MCP session to its subject: another user's token cannot use it.
 		return &sdkauth.TokenInfo{UserID: c.Subject, Expiration: c.Expiry, Extra: map[string]any{callerExtra: c}}, nil
 	}
-	return sdkauth.RequireBearerToken(verify, &sdkauth.RequireBearerTokenOptions{
-		ResourceMetadataURL:    o.ResourceMetadataURL,
-		AllowMissingExpiration: true, // TokenReview does not say when a token expires.
-	})(h)
-}
-
-// ProtectedResourceMetadata serves the RFC 9728 document for resource (the /mcp URL) naming the
-// OIDC issuer as its authorization server.
-func ProtectedResourceMetadata(resource, issuer string) http.Handler {
-	md := &oauthex.ProtectedResourceMetadata{Resource: resource, BearerMethodsSupported: []string{"header"}}
-	if issuer != "" {
-		md.AuthorizationServers = []string{issuer}
-	}
-	return sdkauth.ProtectedResourceMetadataHandler(md)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		opts := &sdkauth.RequireBearerTokenOptions{AllowMissingExpiration: true} // TokenReview does not say when a token expires.
+		if o.ResourceMetadataURL != nil {
+			opts.ResourceMetadataURL = o.ResourceMetadataURL(r)
+		}
+		sdkauth.RequireBearerToken(verify, opts)(h).ServeHTTP(w, r)
+	})
 }
 
 func mustJSON(v any) string {
