@@ -54,6 +54,7 @@ type options struct {
 	insecureCookie    bool
 	publicURL         string
 	auth              auth.Options
+	templatePolicy    templates.PolicyFlags
 }
 
 func main() {
@@ -79,6 +80,7 @@ func main() {
 	flag.BoolVar(&o.insecureCookie, "insecure-cookie", false, "Drop the Secure attribute of the proxy's login cookie (plain-HTTP development on loopback only).")
 	flag.StringVar(&o.publicURL, "public-url", "", "Externally visible base URL of the API (e.g. https://nogoo9.example.com); names the MCP resource in /.well-known/oauth-protected-resource.")
 	o.auth.BindFlags(flag.CommandLine)
+	o.templatePolicy.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -98,6 +100,10 @@ func run(o options) error {
 		return err
 	}
 	components, err := parseComponents(o.components)
+	if err != nil {
+		return err
+	}
+	policy, err := o.templatePolicy.Policy()
 	if err != nil {
 		return err
 	}
@@ -132,7 +138,7 @@ func run(o options) error {
 	// (wired by the component issues)
 
 	// Templates and spawner (issue 3): every component reads templates; the api spawns.
-	registry, err := templates.Setup(mgr, templates.Options{Namespace: o.namespace, TemplateDir: o.templateDir})
+	registry, err := templates.Setup(mgr, templates.Options{Namespace: o.namespace, TemplateDir: o.templateDir, Policy: &policy})
 	if err != nil {
 		return fmt.Errorf("set up templates: %w", err)
 	}
