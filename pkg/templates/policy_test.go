@@ -34,7 +34,6 @@ func restrictedTemplate(t *testing.T, kv ...string) *Template {
 	return tmpl
 }
 
-
 func ide(t *Template) *corev1.Container { return &t.Spec.Containers[0] }
 
 func TestPolicyCheck(t *testing.T) {
@@ -120,8 +119,10 @@ func TestPolicyCheck(t *testing.T) {
 				t.Spec.SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("p.json")}
 			}},
 		{name: "an unsafe sysctl is refused", policy: def,
-			mutate: func(t *Template) { t.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "kernel.msgmax", Value: "1"}} },
-			want:   [][]string{{"forbidden sysctls", "kernel.msgmax"}}},
+			mutate: func(t *Template) {
+				t.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "kernel.msgmax", Value: "1"}}
+			},
+			want: [][]string{{"forbidden sysctls", "kernel.msgmax"}}},
 		{name: "a Secret volume, env and envFrom are refused, each by its field", policy: def,
 			mutate: func(t *Template) {
 				t.Spec.Volumes = append(t.Spec.Volumes, corev1.Volume{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db"}}})
@@ -233,16 +234,22 @@ func TestPodSecurityAgreesWithTheKubernetesEvaluator(t *testing.T) {
 		t.Fatal(err)
 	}
 	specs := map[string]func(*corev1.PodSpec){
-		"restricted":     func(*corev1.PodSpec) {},
-		"root":           func(s *corev1.PodSpec) { s.SecurityContext.RunAsNonRoot = nil },
-		"hostPath":       func(s *corev1.PodSpec) { s.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}} },
-		"capabilities":   func(s *corev1.PodSpec) { s.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_RAW"} },
-		"caps baseline+": func(s *corev1.PodSpec) { s.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"SYS_ADMIN"} },
-		"no seccomp":     func(s *corev1.PodSpec) { s.SecurityContext.SeccompProfile = nil },
-		"unconfined":     func(s *corev1.PodSpec) { s.SecurityContext.SeccompProfile.Type = corev1.SeccompProfileTypeUnconfined },
-		"hostNetwork":    func(s *corev1.PodSpec) { s.HostNetwork = true },
-		"nothing set":    func(s *corev1.PodSpec) { s.SecurityContext, s.Containers[0].SecurityContext = nil, nil },
-		"procMount":      func(s *corev1.PodSpec) { s.Containers[0].SecurityContext.ProcMount = ptr.To(corev1.UnmaskedProcMount) },
+		"restricted": func(*corev1.PodSpec) {},
+		"root":       func(s *corev1.PodSpec) { s.SecurityContext.RunAsNonRoot = nil },
+		"hostPath": func(s *corev1.PodSpec) {
+			s.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}
+		},
+		"capabilities": func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_RAW"}
+		},
+		"caps baseline+": func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"SYS_ADMIN"}
+		},
+		"no seccomp":  func(s *corev1.PodSpec) { s.SecurityContext.SeccompProfile = nil },
+		"unconfined":  func(s *corev1.PodSpec) { s.SecurityContext.SeccompProfile.Type = corev1.SeccompProfileTypeUnconfined },
+		"hostNetwork": func(s *corev1.PodSpec) { s.HostNetwork = true },
+		"nothing set": func(s *corev1.PodSpec) { s.SecurityContext, s.Containers[0].SecurityContext = nil, nil },
+		"procMount":   func(s *corev1.PodSpec) { s.Containers[0].SecurityContext.ProcMount = ptr.To(corev1.UnmaskedProcMount) },
 	}
 	for name, mutate := range specs {
 		tmpl := restrictedTemplate(t)
