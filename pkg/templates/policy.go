@@ -94,6 +94,16 @@ func (e *PolicyError) Error() string {
 	return b.String()
 }
 
+// Summary lists every violation without the fixes, short enough for an Event.
+func (e *PolicyError) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the template policy (--template-policy=%s) refuses %d %s (nogoo9's log and the template list say how to fix each):", e.Level, len(e.Violations), plural(len(e.Violations), "setting", "settings"))
+	for i, v := range e.Violations {
+		fmt.Fprintf(&b, " (%d) %s: %s", i+1, v.Field, strings.TrimPrefix(v.Problem, "Pod Security "+e.Level+": "))
+	}
+	return b.String()
+}
+
 // Validate checks the policy itself: a bad level is a start-up error naming the flag.
 func (p Policy) Validate() error {
 	switch p.Level {
@@ -150,8 +160,6 @@ func InitContainerSecurityContext() *corev1.SecurityContext {
 
 func (p Policy) checkSpec(at string, spec *corev1.PodSpec) []Violation {
 	var vs []Violation
-	vs = append(vs, podSecurity(p.Level, at, spec)...)
-
 	for _, f := range []struct{ name, value string }{{"serviceAccountName", spec.ServiceAccountName}, {"serviceAccount", spec.DeprecatedServiceAccount}} {
 		if f.value != "" && !allowed(p.ServiceAccounts, f.value) {
 			vs = append(vs, Violation{
@@ -196,7 +204,7 @@ func (p Policy) checkSpec(at string, spec *corev1.PodSpec) []Violation {
 		})
 	}
 	vs = append(vs, p.checkSecrets(at, spec)...)
-	return vs
+	return append(vs, podSecurity(p.Level, at, spec)...)
 }
 
 // checkSecrets reports every Secret the spec names that the policy does not allow.

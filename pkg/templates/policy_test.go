@@ -5,6 +5,7 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -317,5 +318,17 @@ func TestPolicyFlags(t *testing.T) {
 				t.Errorf("Policy() = %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestFitEventNote(t *testing.T) {
+	short := "Template x is served"
+	if got := fitEventNote(short); got != short {
+		t.Errorf("a short note was changed: %q", got)
+	}
+	long := strings.Repeat("é", 2000)
+	got := fitEventNote(long)
+	if len(got) > maxEventNote || !strings.HasSuffix(got, "in the template list of the API]") || !utf8.ValidString(got) {
+		t.Errorf("fitEventNote gave %d bytes (valid UTF-8 %v): %q", len(got), utf8.ValidString(got), got[len(got)-100:])
 	}
 }

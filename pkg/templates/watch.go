@@ -2,8 +2,10 @@ package templates
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -96,7 +98,7 @@ func (r *Registry) onConfigMap(obj any) {
 			serving = "version " + info.ServingVersion + " keeps serving"
 		}
 		r.log.Info("template is invalid", "configMap", klog.KObj(cm), "version", cm.Annotations[workspace.AnnTemplateVersion], "error", err.Error())
-		r.event(cm, corev1.EventTypeWarning, ReasonTemplateInvalid, "Template %s version %q is invalid and not served (%s): %v", cm.Name, cm.Annotations[workspace.AnnTemplateVersion], serving, err)
+		r.event(cm, corev1.EventTypeWarning, ReasonTemplateInvalid, "Template %s version %q is invalid and not served (%s): %s", cm.Name, cm.Annotations[workspace.AnnTemplateVersion], serving, eventError(err))
 	case changed:
 		r.log.Info("template loaded", "configMap", klog.KObj(cm), "version", t.Version)
 		r.event(cm, corev1.EventTypeNormal, ReasonTemplateLoaded, "Template %s version %q is served", cm.Name, t.Version)
@@ -204,7 +206,33 @@ func (r *Registry) event(cm *corev1.ConfigMap, typ, reason, note string, args ..
 	if r.recorder == nil || cm == nil {
 		return
 	}
-	r.recorder.Eventf(cm, nil, typ, reason, "Load", note, args...)
+	r.recorder.Eventf(cm, nil, typ, reason, "Load", "%s", fitEventNote(fmt.Sprintf(note, args...)))
+}
+
+// eventError is err as an Event says it: a policy error as its short summary.
+func eventError(err error) string {
+	var pe *PolicyError
+	if errors.As(err, &pe) {
+		return pe.Summary()
+	}
+	return err.Error()
+}
+
+// maxEventNote is the longest note the API server accepts on an events.k8s.io Event.
+const maxEventNote = 1024
+
+// fitEventNote cuts note to what an Event may carry (a policy error listing many violations is
+// longer), saying where the whole message is.
+func fitEventNote(note string) string {
+	if len(note) <= maxEventNote {
+		return note
+	}
+	const more = " [cut: the whole message is in nogoo9's log and in the template list of the API]"
+	cut := maxEventNote - len(more)
+	for cut > 0 && !utf8.RuneStart(note[cut]) {
+		cut--
+	}
+	return note[:cut] + more
 }
 
 // rescanFiles reads TemplateDir again and applies what changed.
