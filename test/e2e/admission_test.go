@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nogoo9/no-crd/pkg/spawner"
 	"github.com/nogoo9/no-crd/pkg/templates"
@@ -70,12 +72,16 @@ func objectOf(objs []*unstructured.Unstructured, kind, name string, into any) {
 // requests as that user's.
 func impersonating(user string) client.Client {
 	GinkgoHelper()
+	// controller-runtime warns (with a stack trace) about a client made without a logger.
+	setLoggerOnce.Do(func() { ctrllog.SetLogger(GinkgoLogr) })
 	cfg := rest.CopyConfig(Cluster.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	Expect(err).NotTo(HaveOccurred())
 	return c
 }
+
+var setLoggerOnce sync.Once
 
 // mergePatch sends a JSON merge patch of metadata (labels or annotations: key -> value, nil
 // removes) to obj as c.
