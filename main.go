@@ -57,6 +57,7 @@ type options struct {
 	mcpAllowedHosts   string
 	maxFollows        int
 	auth              auth.Options
+	templatePolicy    templates.PolicyFlags
 }
 
 // proxyLimits are the proxy's bounds on what a workspace pod and a client may make it hold.
@@ -98,6 +99,7 @@ func main() {
 	flag.StringVar(&o.mcpAllowedHosts, "mcp-allowed-hosts", "", "Comma-separated extra Host names (host, or host:port; * allows any) that /mcp accepts in Host and Origin; loopback names, *.svc, *.svc.cluster.local and the --public-url host always are.")
 	flag.IntVar(&o.maxFollows, "max-event-follows-per-user", frontend.DefaultMaxFollowsPerUser, "Event streams (events?follow=true, get_workspace_events with follow) one user may have open at once; more are answered 429.")
 	o.auth.BindFlags(flag.CommandLine)
+	o.templatePolicy.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -117,6 +119,10 @@ func run(o options) error {
 		return err
 	}
 	components, err := parseComponents(o.components)
+	if err != nil {
+		return err
+	}
+	policy, err := o.templatePolicy.Policy()
 	if err != nil {
 		return err
 	}
@@ -151,7 +157,7 @@ func run(o options) error {
 	// (wired by the component issues)
 
 	// Templates and spawner (issue 3): every component reads templates; the api spawns.
-	registry, err := templates.Setup(mgr, templates.Options{Namespace: o.namespace, TemplateDir: o.templateDir})
+	registry, err := templates.Setup(mgr, templates.Options{Namespace: o.namespace, TemplateDir: o.templateDir, Policy: &policy})
 	if err != nil {
 		return fmt.Errorf("set up templates: %w", err)
 	}

@@ -1,5 +1,7 @@
 // Package config_test builds the Kustomize manifests with kubectl and checks what operators read
-// before they install nogoo9: the RBAC is least privilege, and every Deployment is hardened.
+// before they install nogoo9: the RBAC is least privilege, every Deployment is hardened, the
+// namespace enforces Pod Security, the admission policy guards nogoo9's bookkeeping keys, and the
+// NetworkPolicies select the pods nogoo9 really creates (network_test.go).
 package config_test
 
 import (
@@ -13,13 +15,19 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 const (
@@ -52,10 +60,20 @@ type manifests struct {
 	deployments     []appsv1.Deployment
 	services        []corev1.Service
 	serviceAccounts []corev1.ServiceAccount
+	namespaces      []corev1.Namespace
+	policies        []admissionv1.ValidatingAdmissionPolicy
+	bindings        []admissionv1.ValidatingAdmissionPolicyBinding
+	networkPolicies []networkingv1.NetworkPolicy
 	kinds           []string
 }
 
 func build(t *testing.T, dir string) *manifests {
+	t.Helper()
+	return parse(t, dir, kustomize(t, dir))
+}
+
+// kustomize returns the output of `kubectl kustomize dir`.
+func kustomize(t *testing.T, dir string) *bytes.Buffer {
 	t.Helper()
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
@@ -67,8 +85,14 @@ func build(t *testing.T, dir string) *manifests {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
 	}
+	return &stdout
+}
+
+// parse sorts the objects of a kustomize output by kind.
+func parse(t *testing.T, dir string, out *bytes.Buffer) *manifests {
+	t.Helper()
 	m := &manifests{}
-	dec := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
+	dec := utilyaml.NewYAMLOrJSONDecoder(out, 4096)
 	for {
 		var u unstructured.Unstructured
 		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
@@ -107,9 +131,19 @@ func build(t *testing.T, dir string) *manifests {
 			if u.GetName() != namespace {
 				t.Errorf("%s: Namespace %q, want %q", dir, u.GetName(), namespace)
 			}
-			continue
+			m.namespaces = append(m.namespaces, corev1.Namespace{})
+			target = &m.namespaces[len(m.namespaces)-1]
+		case "ValidatingAdmissionPolicy":
+			m.policies = append(m.policies, admissionv1.ValidatingAdmissionPolicy{})
+			target = &m.policies[len(m.policies)-1]
+		case "ValidatingAdmissionPolicyBinding":
+			m.bindings = append(m.bindings, admissionv1.ValidatingAdmissionPolicyBinding{})
+			target = &m.bindings[len(m.bindings)-1]
+		case "NetworkPolicy":
+			m.networkPolicies = append(m.networkPolicies, networkingv1.NetworkPolicy{})
+			target = &m.networkPolicies[len(m.networkPolicies)-1]
 		default:
-			t.Errorf("%s: unexpected object %s/%s: the install should hold only RBAC, Deployments, Services and the Namespace", dir, u.GetKind(), u.GetName())
+			t.Errorf("%s: unexpected object %s/%s: the install should hold only RBAC, Deployments, Services, the Namespace, the admission policy and NetworkPolicies", dir, u.GetKind(), u.GetName())
 			continue
 		}
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, target, true); err != nil {
@@ -180,7 +214,91 @@ func TestManifests(t *testing.T) {
 			checkRBAC(t, dir, m)
 			checkDeployments(t, dir, m)
 			checkServices(t, dir, m)
+			checkPodSecurity(t, dir, m)
+			checkAdmission(t, dir, m)
+			for _, p := range checkNetwork(m, samplePods(t)) {
+				t.Errorf("%s: %s", dir, p)
+			}
 		})
+	}
+}
+
+// checkPodSecurity: the install namespace enforces the restricted Pod Security Standard, the
+// level of nogoo9's default template policy, and warns and audits at it.
+func checkPodSecurity(t *testing.T, dir string, m *manifests) {
+	if len(m.namespaces) != 1 {
+		t.Fatalf("%s: want one Namespace, got %v", dir, m.kinds)
+	}
+	l := m.namespaces[0].Labels
+	for _, mode := range []string{"enforce", "warn", "audit"} {
+		key := "pod-security.kubernetes.io/" + mode
+		if l[key] != templates.LevelRestricted || l[key+"-version"] != "latest" {
+			t.Errorf("%s: Namespace %s: label %s=%q (version %q), want %q at \"latest\"", dir, m.namespaces[0].Name, key, l[key], l[key+"-version"], templates.LevelRestricted)
+		}
+	}
+	if d := templates.DefaultPolicy(); d.Level != templates.LevelRestricted {
+		t.Errorf("the default template policy is %q but the namespace enforces restricted: templates that load would not start", d.Level)
+	}
+}
+
+// checkAdmission: one ValidatingAdmissionPolicy, bound with Deny to the install namespace only,
+// failing closed, exempting exactly the install's ServiceAccount and letting people write exactly
+// workspace.PersonWritableKeys.
+func checkAdmission(t *testing.T, dir string, m *manifests) {
+	if len(m.policies) != 1 || len(m.bindings) != 1 {
+		t.Fatalf("%s: want one ValidatingAdmissionPolicy and one binding, got %v", dir, m.kinds)
+	}
+	p, b := m.policies[0], m.bindings[0]
+	if b.Spec.PolicyName != p.Name {
+		t.Errorf("%s: binding %s names policy %q, want %q", dir, b.Name, b.Spec.PolicyName, p.Name)
+	}
+	if !slices.Equal(b.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+		t.Errorf("%s: binding %s: validationActions %v, want [Deny]", dir, b.Name, b.Spec.ValidationActions)
+	}
+	if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionv1.Fail {
+		t.Errorf("%s: policy %s must fail closed (failurePolicy: Fail)", dir, p.Name)
+	}
+	if b.Spec.MatchResources == nil || b.Spec.MatchResources.NamespaceSelector == nil {
+		t.Fatalf("%s: binding %s has no namespaceSelector: it would apply to every namespace", dir, b.Name)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(b.Spec.MatchResources.NamespaceSelector)
+	if err != nil {
+		t.Fatalf("%s: binding %s: %v", dir, b.Name, err)
+	}
+	if !sel.Matches(labels.Set{"kubernetes.io/metadata.name": namespace}) || sel.Matches(labels.Set{"kubernetes.io/metadata.name": "default"}) {
+		t.Errorf("%s: binding %s selects namespaces %v, want exactly %s", dir, b.Name, sel, namespace)
+	}
+	var exempt string
+	for _, c := range p.Spec.MatchConditions {
+		exempt += c.Expression
+	}
+	if want := "':" + serviceAccount + "'"; !strings.Contains(exempt, want) || !strings.Contains(exempt, "request.namespace") {
+		t.Errorf("%s: policy %s matchConditions %q do not exempt exactly the install's ServiceAccount %s in its namespace", dir, p.Name, exempt, serviceAccount)
+	}
+	var keys string
+	for _, v := range p.Spec.Variables {
+		if v.Name == "personKeys" {
+			keys = v.Expression
+		}
+	}
+	quoted := make([]string, len(workspace.PersonWritableKeys))
+	for i, k := range workspace.PersonWritableKeys {
+		quoted[i] = "'" + k + "'"
+	}
+	if want := "[" + strings.Join(quoted, ", ") + "]"; keys != want {
+		t.Errorf("%s: policy %s lets people write %s, want workspace.PersonWritableKeys %s", dir, p.Name, keys, want)
+	}
+	var resources []string
+	for _, r := range p.Spec.MatchConstraints.ResourceRules {
+		resources = append(resources, r.Resources...)
+		if slices.Contains(r.Operations, admissionv1.Delete) {
+			t.Errorf("%s: policy %s matches DELETE: deleting a workspace pod or a ledger stays an operator's right", dir, p.Name)
+		}
+	}
+	for _, want := range []string{"pods", "pods/status", "persistentvolumeclaims", "configmaps"} {
+		if !slices.Contains(resources, want) {
+			t.Errorf("%s: policy %s does not cover %s (pods/status can change labels and annotations too)", dir, p.Name, want)
+		}
 	}
 }
 

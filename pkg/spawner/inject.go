@@ -73,6 +73,9 @@ func injectInitContainer(spec *corev1.PodSpec, in *templates.Init, volume string
 			{Name: "NOGOO9_INIT_TARGET", Value: initTarget},
 		},
 		VolumeMounts: []corev1.VolumeMount{{Name: volume, MountPath: initTarget}},
+		// With the pod's own securityContext, which it inherits, this fits the restricted Pod
+		// Security Standard the template policy requires by default.
+		SecurityContext: templates.InitContainerSecurityContext(),
 	}
 	switch in.Kind {
 	case "s3":

@@ -25,6 +25,9 @@ import (
 const (
 	ReasonTemplateLoaded  = "TemplateLoaded"
 	ReasonTemplateInvalid = "TemplateInvalid"
+	// ReasonTemplateNameClash: a ConfigMap has the name of a --template-dir file; the file is
+	// served and the ConfigMap ignored until one of them is renamed or removed.
+	ReasonTemplateNameClash = "TemplateNameClash"
 )
 
 // Options configures the registry.
@@ -35,10 +38,14 @@ type Options struct {
 	TemplateDir string
 	// FileRescan is how often TemplateDir is read again (default 10s; negative: read once).
 	FileRescan time.Duration
+	// Policy is what a template's pod may ask for (--template-policy and friends); nil means
+	// DefaultPolicy. A version that violates it is invalid like any other broken version.
+	Policy *Policy
 }
 
-// Registry holds the last valid version of every template from both sources. ConfigMaps take
-// precedence over files of the same name. It is safe for concurrent use.
+// Registry holds the last valid version of every template from both sources. A name defined by
+// both a --template-dir file and a ConfigMap is a clash: the file (written by whoever runs
+// nogoo9) is served, the ConfigMap is reported and ignored. It is safe for concurrent use.
 type Registry struct {
 	opts     Options
 	log      logr.Logger
@@ -62,11 +69,19 @@ type entry struct {
 	hash    string
 	lastErr string
 	rv      string
+	// obj is the last ConfigMap seen (ConfigMap entries only), for Events.
+	obj *corev1.ConfigMap
+	// clash is set on a ConfigMap entry while a file template has the same name.
+	clash bool
 }
 
 func newRegistry(opts Options, log logr.Logger, rec events.EventRecorder) *Registry {
 	if opts.FileRescan == 0 {
 		opts.FileRescan = 10 * time.Second
+	}
+	if opts.Policy == nil {
+		p := DefaultPolicy()
+		opts.Policy = &p
 	}
 	return &Registry{opts: opts, log: log, recorder: rec, cms: map[string]*entry{}, files: map[string]*entry{}, syncedCh: make(chan struct{})}
 }
@@ -107,29 +122,37 @@ func Setup(mgr ctrl.Manager, opts Options) (*Registry, error) {
 	return r, nil
 }
 
+// Policy returns the template policy the registry enforces, for callers that build a pod from
+// other data (a rollback spec) and must hold it to the same rules (Policy.CheckPod).
+func (r *Registry) Policy() Policy { return *r.opts.Policy }
+
 // NeedLeaderElection: every replica serves templates.
 func (r *Registry) NeedLeaderElection() bool { return false }
 
-// Get returns a copy of the last valid version of the template name.
+// Get returns a copy of the last valid version of the template name. A name a --template-dir file
+// defines is served from the file only, even while the file is invalid: a ConfigMap of the same
+// name never takes it over.
 func (r *Registry) Get(name string) (*Template, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	for _, m := range []map[string]*entry{r.cms, r.files} {
-		if e, ok := m[name]; ok && e.valid != nil {
-			return e.valid.DeepCopy(), true
-		}
+	e, ok := r.files[name]
+	if !ok {
+		e, ok = r.cms[name]
+	}
+	if ok && e.valid != nil {
+		return e.valid.DeepCopy(), true
 	}
 	return nil, false
 }
 
 // List returns every template of both sources, invalid ones included, sorted by name (ConfigMaps
-// before files of the same name).
+// before files of the same name). A ConfigMap that clashes with a file is listed as invalid.
 func (r *Registry) List() []Info {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	out := make([]Info, 0, len(r.cms)+len(r.files))
-	for _, e := range r.cms {
-		out = append(out, e.info)
+	for name, e := range r.cms {
+		out = append(out, r.cmInfoLocked(name, e))
 	}
 	for _, e := range r.files {
 		out = append(out, e.info)
@@ -205,6 +228,21 @@ func (r *Registry) apply(m map[string]*entry, name, source string, t *Template, 
 		e.info.ServingVersion = e.valid.Version
 	}
 	return false, newErr
+}
+
+// cmInfoLocked is the Info of ConfigMap entry e as List shows it: invalid while a file template
+// has the same name. r.mu must be held.
+func (r *Registry) cmInfoLocked(name string, e *entry) Info {
+	info := e.info
+	if f, ok := r.files[name]; ok {
+		info.Valid, info.ServingVersion = false, ""
+		info.Error = clashMessage(name, f.info.Source)
+	}
+	return info
+}
+
+func clashMessage(name, fileSource string) string {
+	return fmt.Sprintf("template name %q is also defined by %s (--template-dir): the file is served and this ConfigMap is ignored; rename the ConfigMap or remove the file", name, fileSource)
 }
 
 func (r *Registry) remove(m map[string]*entry, name string) bool {

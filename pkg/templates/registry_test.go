@@ -71,7 +71,18 @@ func templateCM(ns, name, version, spec string) *corev1.ConfigMap {
 	}
 }
 
-const okSpec = `{"containers":[{"name":"ide","image":"node:22","ports":[{"containerPort":8080}]}]}`
+// okSpec fits the default template policy (Pod Security restricted, no API token).
+const okSpec = `{"automountServiceAccountToken":false,
+  "securityContext":{"runAsNonRoot":true,"runAsUser":1000,"seccompProfile":{"type":"RuntimeDefault"}},
+  "containers":[{"name":"ide","image":"node:22","ports":[{"containerPort":8080}],
+    "securityContext":{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}}]}`
+
+// hostileSpec asks for what the default policy refuses: nogoo9's own service account, the host's
+// network and root file system, a privileged container.
+const hostileSpec = `{"serviceAccountName":"nogoo9-manager","hostNetwork":true,
+  "containers":[{"name":"ide","image":"node:22","ports":[{"containerPort":8080}],
+    "securityContext":{"privileged":true},"volumeMounts":[{"name":"root","mountPath":"/host"}]}],
+  "volumes":[{"name":"root","hostPath":{"path":"/"}}]}`
 
 func TestRegistryFollowsTemplateConfigMaps(t *testing.T) {
 	needAPIServer(t)

@@ -2,8 +2,10 @@ package templates
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -75,11 +77,20 @@ func (r *Registry) onConfigMap(obj any) {
 		return // a resync: nothing changed
 	}
 	source := "configmap:" + cm.Namespace + "/" + cm.Name
-	t, err := FromConfigMap(cm, source)
+	t, err := r.decode(FromConfigMap(cm, source))
 	changed, newErr := r.apply(r.cms, cm.Name, source, t, err, cm.Annotations)
 	r.mu.Lock()
 	r.cms[cm.Name].rv = cm.ResourceVersion
+	r.cms[cm.Name].obj = cm
 	r.mu.Unlock()
+	if began, _ := r.syncClash(cm.Name); began {
+		return // reported by syncClash
+	}
+	if fileSource, clash := r.clashWith(cm.Name); clash {
+		// Still clashing: whatever the ConfigMap now says is not served; say so again.
+		r.event(cm, corev1.EventTypeWarning, ReasonTemplateNameClash, "%s", clashMessage(cm.Name, fileSource))
+		return
+	}
 	switch {
 	case err != nil && newErr:
 		serving := "no version is served"
@@ -87,12 +98,76 @@ func (r *Registry) onConfigMap(obj any) {
 			serving = "version " + info.ServingVersion + " keeps serving"
 		}
 		r.log.Info("template is invalid", "configMap", klog.KObj(cm), "version", cm.Annotations[workspace.AnnTemplateVersion], "error", err.Error())
-		r.event(cm, corev1.EventTypeWarning, ReasonTemplateInvalid, "Template %s version %q is invalid and not served (%s): %v", cm.Name, cm.Annotations[workspace.AnnTemplateVersion], serving, err)
+		r.event(cm, corev1.EventTypeWarning, ReasonTemplateInvalid, "Template %s version %q is invalid and not served (%s): %s", cm.Name, cm.Annotations[workspace.AnnTemplateVersion], serving, eventError(err))
 	case changed:
 		r.log.Info("template loaded", "configMap", klog.KObj(cm), "version", t.Version)
 		r.event(cm, corev1.EventTypeNormal, ReasonTemplateLoaded, "Template %s version %q is served", cm.Name, t.Version)
 		r.notify(cm.Name)
 	}
+}
+
+// decode applies the template policy to a decoded template: a violation makes the version
+// invalid, with every violation in the error.
+func (r *Registry) decode(t *Template, err error) (*Template, error) {
+	if err != nil {
+		return nil, err
+	}
+	if err := r.opts.Policy.Check(t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// clashWith reports whether a file template has the name of ConfigMap template name, and its
+// source.
+func (r *Registry) clashWith(name string) (string, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if _, ok := r.cms[name]; !ok {
+		return "", false
+	}
+	f, ok := r.files[name]
+	if !ok {
+		return "", false
+	}
+	return f.info.Source, true
+}
+
+// syncClash brings the clash state of template name up to date after either source changed, and
+// reports a clash that begins (Warning Event on the ConfigMap, log line naming both sources) or
+// ends (the ConfigMap is served again). It says whether a clash began or ended.
+func (r *Registry) syncClash(name string) (began, ended bool) {
+	r.mu.Lock()
+	e, ok := r.cms[name]
+	if !ok {
+		r.mu.Unlock()
+		return false, false
+	}
+	f, clash := r.files[name]
+	was := e.clash
+	e.clash = clash
+	cm, served := e.obj, e.valid
+	var fileSource string
+	if clash {
+		fileSource = f.info.Source
+	}
+	r.mu.Unlock()
+	switch {
+	case clash && !was:
+		r.log.Info("template name clash: a ConfigMap has the name of a template file; the file is served and the ConfigMap ignored",
+			"template", name, "configMap", klog.KObj(cm), "file", fileSource)
+		r.event(cm, corev1.EventTypeWarning, ReasonTemplateNameClash, "%s", clashMessage(name, fileSource))
+		r.notify(name)
+		return true, false
+	case !clash && was:
+		r.log.Info("template name clash resolved: the ConfigMap is served", "template", name, "configMap", klog.KObj(cm))
+		if served != nil {
+			r.event(cm, corev1.EventTypeNormal, ReasonTemplateLoaded, "Template %s version %q is served (no template file has its name any more)", name, served.Version)
+		}
+		r.notify(name)
+		return false, true
+	}
+	return false, false
 }
 
 func (r *Registry) onDelete(obj any) {
@@ -114,6 +189,7 @@ func (r *Registry) onDelete(obj any) {
 	}
 	r.remove(r.cms, cm.Name)
 	r.log.Info("template removed", "configMap", klog.KObj(cm))
+	r.syncClash(cm.Name)
 	r.notify(cm.Name)
 }
 
@@ -127,10 +203,36 @@ func (r *Registry) info(m map[string]*entry, name string) Info {
 }
 
 func (r *Registry) event(cm *corev1.ConfigMap, typ, reason, note string, args ...any) {
-	if r.recorder == nil {
+	if r.recorder == nil || cm == nil {
 		return
 	}
-	r.recorder.Eventf(cm, nil, typ, reason, "Load", note, args...)
+	r.recorder.Eventf(cm, nil, typ, reason, "Load", "%s", fitEventNote(fmt.Sprintf(note, args...)))
+}
+
+// eventError is err as an Event says it: a policy error as its short summary.
+func eventError(err error) string {
+	var pe *PolicyError
+	if errors.As(err, &pe) {
+		return pe.Summary()
+	}
+	return err.Error()
+}
+
+// maxEventNote is the longest note the API server accepts on an events.k8s.io Event.
+const maxEventNote = 1024
+
+// fitEventNote cuts note to what an Event may carry (a policy error listing many violations is
+// longer), saying where the whole message is.
+func fitEventNote(note string) string {
+	if len(note) <= maxEventNote {
+		return note
+	}
+	const more = " [cut: the whole message is in nogoo9's log and in the template list of the API]"
+	cut := maxEventNote - len(more)
+	for cut > 0 && !utf8.RuneStart(note[cut]) {
+		cut--
+	}
+	return note[:cut] + more
 }
 
 // rescanFiles reads TemplateDir again and applies what changed.
@@ -150,12 +252,14 @@ func (r *Registry) rescanFiles() error {
 		if l.Template != nil {
 			ann = l.Template.Annotations
 		}
-		changed, newErr := r.apply(r.files, l.Name, l.Source, l.Template, l.Err, ann)
+		t, err := r.decode(l.Template, l.Err)
+		changed, newErr := r.apply(r.files, l.Name, l.Source, t, err, ann)
+		r.syncClash(l.Name)
 		switch {
-		case l.Err != nil && newErr:
-			r.log.Info("template is invalid", "template", l.Name, "source", l.Source, "error", l.Err.Error())
+		case err != nil && newErr:
+			r.log.Info("template is invalid", "template", l.Name, "source", l.Source, "error", err.Error())
 		case changed:
-			r.log.Info("template loaded", "template", l.Name, "source", l.Source, "version", l.Template.Version)
+			r.log.Info("template loaded", "template", l.Name, "source", l.Source, "version", t.Version)
 			r.notify(l.Name)
 		}
 	}
@@ -171,6 +275,7 @@ func (r *Registry) rescanFiles() error {
 		if r.remove(r.files, name) {
 			r.notify(name)
 		}
+		r.syncClash(name)
 	}
 	return nil
 }

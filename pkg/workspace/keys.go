@@ -129,3 +129,9 @@ const (
 	// LabelQuotaLedger ("true") marks the per-owner quota ledger ConfigMaps of the spawner.
 	LabelQuotaLedger = Prefix + "quota-ledger"
 )
+
+// PersonWritableKeys are the annotations a person (kubectl, another tool) may write on a workspace
+// pod. Every other nogoo9/ label and annotation on pods and PVCs is nogoo9's bookkeeping: the
+// ValidatingAdmissionPolicy in config/admission lets only nogoo9's service account write it
+// (config/config_test.go checks the policy names exactly these keys).
+var PersonWritableKeys = []string{AnnUpgradeRequested, AnnMaintenance}

@@ -126,6 +126,12 @@ func StartNogoo9(args ...string) *Nogoo9Process {
 		// Callers authenticate with tokens the cluster's TokenReview accepts (Cluster.ServiceAccountToken
 		// with audience Cluster.IssuerURL); pass --auth=oidc --oidc-issuer-url=... to test OIDC.
 		"--auth=kubernetes",
+		// Specs use minimal templates (one container, no securityContext); the template policy is
+		// tested where it matters (rbac_test.go runs the binary's defaults on the samples,
+		// admission_test.go the API server's side). Pass --template-policy=restricted
+		// --template-allow-automount-token=false to get the defaults back.
+		"--template-policy=privileged",
+		"--template-allow-automount-token",
 	}, args...)
 	p.Namespace = lastFlag(p.Args, "namespace")
 

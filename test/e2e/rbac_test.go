@@ -68,8 +68,12 @@ var _ = Describe("RBAC of config/default", Ordered, func() {
 
 		// The install's own flags for auth; leader election on (Leases); a quota, so that the
 		// spawner's ledger ConfigMaps are written too.
+		// The binary's default template policy, as installed: the sample template must pass it,
+		// and the pods it renders must pass the namespace's Pod Security admission and the
+		// bookkeeping ValidatingAdmissionPolicy (any refusal would put "forbidden" in the log).
 		proc = StartNogoo9("--kubeconfig="+saKubeconfig, "--namespace="+installNS, "--leader-elect=true",
-			"--auth=kubernetes", "--token-audiences=nogoo9", "--max-workspaces-per-user=3")
+			"--auth=kubernetes", "--token-audiences=nogoo9", "--max-workspaces-per-user=3",
+			"--template-policy=restricted", "--template-allow-automount-token=false")
 	})
 
 	AfterAll(func() {
@@ -116,12 +120,10 @@ var _ = Describe("RBAC of config/default", Ordered, func() {
 		}).Should(Succeed())
 
 		By("recording an Event when a workspace pod becomes Ready")
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: "ws-rbac-phase",
-				Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: "rbac-phase"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "busybox:1.36"}}},
-		}
-		Expect(K8s.Create(ctx, pod)).To(Succeed())
+		// Created as nogoo9's ServiceAccount: in the installed namespace only nogoo9 may write its
+		// labels (config/admission), and every pod must fit Pod Security "restricted".
+		pod, _ := renderSample("template-node.yaml", installNS, "rbac-phase")
+		Expect(impersonating("system:serviceaccount:"+installNS+":"+installSA).Create(ctx, pod)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(K8s.Delete(ctx, pod))).To(Succeed()) })
 		Eventually(func(g Gomega) {
 			var list corev1.EventList
@@ -168,6 +170,13 @@ var _ = Describe("RBAC of config/default", Ordered, func() {
 			podName = list.Items[0].Name
 		}).Should(Succeed())
 		WaitPodReady(installNS, podName)
+
+		By("refusing even the cluster admin a forged owner: config/default binds the admission policy to the install namespace")
+		forge := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"mallory"}}}`, workspace.AnnOwner))
+		Eventually(func() error {
+			return K8s.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: podName}},
+				client.RawPatch(types.MergePatchType, forge), client.DryRunAll)
+		}).Should(MatchError(ContainSubstring("only nogoo9")))
 
 		By("reading its Events through the API (events list)")
 		code, body = call("GET", "/api/v1/workspaces/rbac/events", nil)

@@ -1,0 +1,389 @@
+package templates
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	psaapi "k8s.io/pod-security-admission/api"
+	psapolicy "k8s.io/pod-security-admission/policy"
+	"k8s.io/utils/ptr"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// The template policy. A workspace pod is created by nogoo9's service account, not by the person
+// who wrote the template, so user-based admission never sees that person: whatever a template
+// asks for, nogoo9 would create. The policy is what a template may ask for, checked when the
+// template is decoded (an offending version is not served; the last valid one keeps serving).
+//
+// The Pod Security part is evaluated by the Kubernetes project's own implementation
+// (k8s.io/pod-security-admission), the code kube-apiserver runs for the
+// pod-security.kubernetes.io/enforce namespace label, so a template that passes here also passes
+// the API server in a namespace labelled with the same level.
+
+// Pod Security levels a policy can require (the Kubernetes Pod Security Standards).
+const (
+	LevelRestricted = string(psaapi.LevelRestricted)
+	LevelBaseline   = string(psaapi.LevelBaseline)
+	LevelPrivileged = string(psaapi.LevelPrivileged)
+)
+
+// initContainerName is the init container the spawner adds for nogoo9/init-from (spawner's
+// InitContainerName; a test renders pods with the spawner to keep the two in step).
+const initContainerName = "nogoo9-init"
+
+// Policy says what a template's pod may ask for. The zero value is not usable: start from
+// DefaultPolicy.
+type Policy struct {
+	// Level is the Pod Security Standard the pod must fit: LevelRestricted, LevelBaseline or
+	// LevelPrivileged (no Pod Security check).
+	Level string
+	// ServiceAccounts a template may name in serviceAccountName; an unset name (the namespace's
+	// "default") is always allowed. "*" allows any.
+	ServiceAccounts []string
+	// AllowAutomountToken lets a template leave automountServiceAccountToken unset or true and
+	// project service-account tokens into volumes. Without it the pod carries no API credential.
+	AllowAutomountToken bool
+	// Secrets a template may reference (secret volumes and projections, env and envFrom, the
+	// nogoo9/init-secret annotation). "*" allows any. A pod can read every Secret of its
+	// namespace it names, and nogoo9 (which may not read Secrets itself) creates it, so a
+	// template would otherwise hand out Secrets its author cannot read.
+	Secrets []string
+}
+
+// DefaultPolicy is what nogoo9 enforces without flags: Pod Security "restricted", no service
+// account but "default", no API token in the pod, no Secrets.
+func DefaultPolicy() Policy {
+	return Policy{Level: LevelRestricted, ServiceAccounts: []string{"default"}}
+}
+
+// Violation is one setting of a template the policy does not allow.
+type Violation struct {
+	// Field is where it is, e.g. data.spec.serviceAccountName.
+	Field string
+	// Problem says what is wrong, with the value.
+	Problem string
+	// Fix says what to do.
+	Fix string
+}
+
+func (v Violation) String() string {
+	return v.Field + ": " + v.Problem + ". Fix: " + v.Fix + "."
+}
+
+// PolicyError lists every violation of one template (or pod) against the policy.
+type PolicyError struct {
+	Level      string
+	Violations []Violation
+}
+
+func (e *PolicyError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the template policy (--template-policy=%s) refuses %d %s: ", e.Level, len(e.Violations), plural(len(e.Violations), "setting", "settings"))
+	for i, v := range e.Violations {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "(%d) %s", i+1, v)
+	}
+	b.WriteString(" Fix the template, or ask the operator to relax the policy (docs/templates.md, \"Template policy\").")
+	return b.String()
+}
+
+// Summary lists every violation without the fixes, short enough for an Event.
+func (e *PolicyError) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the template policy (--template-policy=%s) refuses %d %s (nogoo9's log and the template list say how to fix each):", e.Level, len(e.Violations), plural(len(e.Violations), "setting", "settings"))
+	for i, v := range e.Violations {
+		fmt.Fprintf(&b, " (%d) %s: %s", i+1, v.Field, strings.TrimPrefix(v.Problem, "Pod Security "+e.Level+": "))
+	}
+	return b.String()
+}
+
+// Validate checks the policy itself: a bad level is a start-up error naming the flag.
+func (p Policy) Validate() error {
+	switch p.Level {
+	case LevelRestricted, LevelBaseline, LevelPrivileged:
+	default:
+		return fmt.Errorf("--template-policy=%q is not a Pod Security level: use restricted (the default), baseline or privileged", p.Level)
+	}
+	return nil
+}
+
+// Check returns a *PolicyError listing every setting of t the policy refuses, or nil. It checks
+// the pod as nogoo9 renders it: with the nogoo9-init container the spawner adds for
+// nogoo9/init-from, which inherits the pod's securityContext.
+func (p Policy) Check(t *Template) error {
+	spec := t.Spec.DeepCopy()
+	var vs []Violation
+	exp, err := t.Expansion()
+	if err == nil && exp.Init != nil {
+		spec.InitContainers = append([]corev1.Container{{Name: initContainerName, Image: exp.Init.Image, SecurityContext: InitContainerSecurityContext()}}, spec.InitContainers...)
+		if exp.Init.Secret != "" && !allowed(p.Secrets, exp.Init.Secret) {
+			vs = append(vs, Violation{
+				Field:   "annotation " + workspace.AnnInitSecret,
+				Problem: fmt.Sprintf("names Secret %q, %s", exp.Init.Secret, allowedList("Secrets", p.Secrets)),
+				Fix:     "remove it, or ask the operator to add it to --template-allowed-secrets",
+			})
+		}
+	}
+	vs = append(vs, p.checkSpec("data."+workspace.DataSpec, spec)...)
+	if len(vs) == 0 {
+		return nil
+	}
+	return &PolicyError{Level: p.Level, Violations: vs}
+}
+
+// CheckPod applies the policy to a pod nogoo9 is about to create (a rendered template, a
+// rollback spec): a *PolicyError listing every violation, or nil. Callers that rebuild a pod
+// from data a person could have written use it to refuse a pod the policy would never allow.
+func (p Policy) CheckPod(pod *corev1.Pod) error {
+	if vs := p.checkSpec("spec", &pod.Spec); len(vs) > 0 {
+		return &PolicyError{Level: p.Level, Violations: vs}
+	}
+	return nil
+}
+
+// InitContainerSecurityContext is the container securityContext of the init container nogoo9
+// adds for nogoo9/init-from. Together with the pod's own securityContext (runAsNonRoot,
+// seccompProfile), which it inherits, it fits the restricted Pod Security Standard.
+func InitContainerSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+func (p Policy) checkSpec(at string, spec *corev1.PodSpec) []Violation {
+	var vs []Violation
+	for _, f := range []struct{ name, value string }{{"serviceAccountName", spec.ServiceAccountName}, {"serviceAccount", spec.DeprecatedServiceAccount}} {
+		if f.value != "" && !allowed(p.ServiceAccounts, f.value) {
+			vs = append(vs, Violation{
+				Field:   at + "." + f.name,
+				Problem: fmt.Sprintf("service account %q is not allowed: %s", f.value, allowedList("service accounts", p.ServiceAccounts)),
+				Fix:     "remove it (the pod then runs as \"default\"), or ask the operator to add it to --template-allowed-service-accounts",
+			})
+		}
+	}
+	if !p.AllowAutomountToken {
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			value := "unset, which Kubernetes treats as true"
+			if spec.AutomountServiceAccountToken != nil {
+				value = "true"
+			}
+			vs = append(vs, Violation{
+				Field:   at + ".automountServiceAccountToken",
+				Problem: value + ": the pod would carry an API token of its service account",
+				Fix:     "set \"automountServiceAccountToken\": false, or ask the operator for --template-allow-automount-token",
+			})
+		}
+		for _, v := range spec.Volumes {
+			if v.Projected == nil {
+				continue
+			}
+			for i, s := range v.Projected.Sources {
+				if s.ServiceAccountToken != nil {
+					vs = append(vs, Violation{
+						Field:   fmt.Sprintf("%s.volumes[%s].projected.sources[%d].serviceAccountToken", at, v.Name, i),
+						Problem: "projects an API token of the pod's service account",
+						Fix:     "remove it, or ask the operator for --template-allow-automount-token",
+					})
+				}
+			}
+		}
+	}
+	if len(spec.EphemeralContainers) > 0 {
+		vs = append(vs, Violation{
+			Field:   at + ".ephemeralContainers",
+			Problem: fmt.Sprintf("%d ephemeral containers: the API server refuses them in a new pod", len(spec.EphemeralContainers)),
+			Fix:     "remove ephemeralContainers (add debug containers with kubectl debug instead)",
+		})
+	}
+	vs = append(vs, p.checkSecrets(at, spec)...)
+	return append(vs, podSecurity(p.Level, at, spec)...)
+}
+
+// checkSecrets reports every Secret the spec names that the policy does not allow.
+// imagePullSecrets are not counted: the kubelet uses them to pull and never shows them to the
+// pod.
+func (p Policy) checkSecrets(at string, spec *corev1.PodSpec) []Violation {
+	if allowed(p.Secrets, "*") {
+		return nil
+	}
+	var vs []Violation
+	refuse := func(field, name string) {
+		if !allowed(p.Secrets, name) {
+			vs = append(vs, Violation{
+				Field:   field,
+				Problem: fmt.Sprintf("names Secret %q, %s", name, allowedList("Secrets", p.Secrets)),
+				Fix:     "remove it, or ask the operator to add it to --template-allowed-secrets",
+			})
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil {
+			refuse(fmt.Sprintf("%s.volumes[%s].secret.secretName", at, v.Name), v.Secret.SecretName)
+		}
+		if v.Projected != nil {
+			for i, s := range v.Projected.Sources {
+				if s.Secret != nil {
+					refuse(fmt.Sprintf("%s.volumes[%s].projected.sources[%d].secret.name", at, v.Name, i), s.Secret.Name)
+				}
+			}
+		}
+	}
+	visit := func(kind string, cs []corev1.Container) {
+		for _, c := range cs {
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					refuse(fmt.Sprintf("%s.%s[%s].env[%s].valueFrom.secretKeyRef.name", at, kind, c.Name, e.Name), e.ValueFrom.SecretKeyRef.Name)
+				}
+			}
+			for i, e := range c.EnvFrom {
+				if e.SecretRef != nil {
+					refuse(fmt.Sprintf("%s.%s[%s].envFrom[%d].secretRef.name", at, kind, c.Name, i), e.SecretRef.Name)
+				}
+			}
+		}
+	}
+	visit("initContainers", spec.InitContainers)
+	visit("containers", spec.Containers)
+	return vs
+}
+
+// psaChecks are the Kubernetes Pod Security checks, evaluated at their newest version.
+var psaChecks = psapolicy.DefaultChecks()
+
+// podSecurity evaluates spec against the Pod Security Standard level, one Violation per failed
+// check. It runs each check of k8s.io/pod-security-admission on its own, as that package's
+// evaluator does (baseline checks, plus restricted ones at restricted, minus the baseline checks a
+// restricted check overrides), so that each failure can say what to do.
+func podSecurity(level, at string, spec *corev1.PodSpec) []Violation {
+	if level == LevelPrivileged {
+		return nil
+	}
+	overridden := map[psapolicy.CheckID]bool{}
+	if level == LevelRestricted {
+		for _, c := range psaChecks {
+			if c.Level == psaapi.LevelRestricted {
+				for _, id := range c.Versions[len(c.Versions)-1].OverrideCheckIDs {
+					overridden[id] = true
+				}
+			}
+		}
+	}
+	meta := &metav1.ObjectMeta{}
+	var vs []Violation
+	for _, c := range psaChecks {
+		if overridden[c.ID] || (c.Level == psaapi.LevelRestricted && level != LevelRestricted) {
+			continue
+		}
+		r := c.Versions[len(c.Versions)-1].CheckPod(meta, spec)
+		if r.Allowed {
+			continue
+		}
+		problem := r.ForbiddenReason
+		if r.ForbiddenDetail != "" {
+			problem += ": " + r.ForbiddenDetail
+		}
+		vs = append(vs, Violation{Field: at, Problem: "Pod Security " + level + ": " + problem, Fix: psaFix(c.ID)})
+	}
+	return vs
+}
+
+// psaFix says what to do about a failed Pod Security check.
+func psaFix(id psapolicy.CheckID) string {
+	switch id {
+	case "allowPrivilegeEscalation":
+		return `set "allowPrivilegeEscalation": false in the securityContext of every container and init container`
+	case "capabilities_restricted":
+		return `set "capabilities": {"drop": ["ALL"]} in the securityContext of every container and init container; add back at most NET_BIND_SERVICE`
+	case "capabilities_baseline":
+		return "remove capabilities.add beyond the runtime's defaults"
+	case "runAsNonRoot":
+		return `set "runAsNonRoot": true in the pod's securityContext (init containers nogoo9 adds inherit it), with a non-zero runAsUser if the image's user is root`
+	case "runAsUser":
+		return "do not set runAsUser to 0: run as a non-root user"
+	case "seccompProfile_restricted", "seccompProfile_baseline":
+		return `set "seccompProfile": {"type": "RuntimeDefault"} in the pod's securityContext (init containers nogoo9 adds inherit it)`
+	case "hostNamespaces":
+		return "remove hostNetwork, hostPID and hostIPC"
+	case "hostPathVolumes", "restrictedVolumes":
+		return "use only configMap, csi, downwardAPI, emptyDir, ephemeral, image, persistentVolumeClaim, projected or secret volumes (data.volumeClaims for storage); never hostPath"
+	case "hostPorts":
+		return "remove hostPort from the container ports: the proxy reaches the pod on its containerPort"
+	case "privileged":
+		return `remove "privileged": true`
+	case "procMount", "procMount_restricted":
+		return "remove procMount"
+	case "seLinuxOptions":
+		return "remove seLinuxOptions.user and role, and use a container SELinux type (container_t) or none"
+	case "sysctls":
+		return "remove sysctls outside the Pod Security safe set"
+	case "appArmorProfile":
+		return "use AppArmor profile RuntimeDefault or Localhost, or none"
+	case "hostProbesAndHostLifecycle":
+		return "remove the host field of probes and lifecycle handlers"
+	case "windowsHostProcess":
+		return "remove windowsOptions.hostProcess"
+	}
+	return "see the Kubernetes Pod Security Standards for " + string(id)
+}
+
+func allowed(list []string, name string) bool {
+	return slices.Contains(list, "*") || slices.Contains(list, name)
+}
+
+func allowedList(what string, list []string) string {
+	if len(list) == 0 {
+		return "and the policy allows none"
+	}
+	quoted := make([]string, len(list))
+	for i, s := range list {
+		quoted[i] = fmt.Sprintf("%q", s)
+	}
+	return "and the policy allows only " + strings.Join(quoted, ", ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// PolicyFlags binds the template-policy flags; Policy turns them into a checked Policy.
+type PolicyFlags struct {
+	level, serviceAccounts, secrets string
+	automount                       bool
+}
+
+// BindFlags registers --template-policy, --template-allowed-service-accounts,
+// --template-allow-automount-token and --template-allowed-secrets.
+func (f *PolicyFlags) BindFlags(fs *flag.FlagSet) {
+	d := DefaultPolicy()
+	fs.StringVar(&f.level, "template-policy", d.Level, "Pod Security level every template's pod must fit: restricted, baseline or privileged (no check). See docs/templates.md.")
+	fs.StringVar(&f.serviceAccounts, "template-allowed-service-accounts", strings.Join(d.ServiceAccounts, ","), "Comma-separated service accounts a template may name in serviceAccountName (* for any); an unset name is always allowed.")
+	fs.BoolVar(&f.automount, "template-allow-automount-token", d.AllowAutomountToken, "Let templates mount an API token of their service account (automountServiceAccountToken unset or true, projected tokens).")
+	fs.StringVar(&f.secrets, "template-allowed-secrets", strings.Join(d.Secrets, ","), "Comma-separated Secrets a template may reference in volumes, env, envFrom or nogoo9/init-secret (* for any).")
+}
+
+// Policy returns the policy the flags describe, or an error naming the flag to fix.
+func (f *PolicyFlags) Policy() (Policy, error) {
+	p := Policy{Level: strings.TrimSpace(f.level), ServiceAccounts: splitList(f.serviceAccounts), AllowAutomountToken: f.automount, Secrets: splitList(f.secrets)}
+	return p, p.Validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
