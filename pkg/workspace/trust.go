@@ -75,3 +75,12 @@ func UpgradeLinkProblem(up, old *corev1.Pod) string {
 }
 
 func quote(s string) string { return "\"" + s + "\"" }
+
+// InMaintenance reports whether the workspace of pods (sorted with NewestFirst) is in
+// maintenance, and its reason: the active pod's AnnMaintenance, or any live pod's.
+func InMaintenance(pods []*corev1.Pod) (string, bool) {
+	if len(pods) == 0 {
+		return "", false
+	}
+	return maintenance(pods, Active(pods))
+}
