@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,6 +65,23 @@ func templatesSynced(src TemplateSource) bool {
 // PodBuilder renders template t for the workspace of old (same identity) as a pod named name, with
 // the PVCs it mounts. The default is spawner.BuildPod with spawner.IdentityFromPod(old).
 type PodBuilder func(t *templates.Template, old *corev1.Pod, name string) (*corev1.Pod, []*corev1.PersistentVolumeClaim, error)
+
+// LoadKeys reads the integrity key file (upgrade.ParseKeyFile); "" gives nil (a random key is
+// used). Mount it from a Secret: the kubelet reads it, so nogoo9 needs no access to Secrets.
+func LoadKeys(path string) (*upgrade.Keyring, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read --integrity-key-file: %w", err)
+	}
+	k, err := upgrade.ParseKeyFile(data)
+	if err != nil {
+		return nil, fmt.Errorf("--integrity-key-file %s: %w", path, err)
+	}
+	return k, nil
+}
 
 // UpgradeOptions tunes the upgrade controller; main.go fills it from flags.
 type UpgradeOptions struct {
