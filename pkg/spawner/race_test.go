@@ -1,12 +1,14 @@
 package spawner
 
 import (
+	"context"
 	"sync"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -53,6 +55,47 @@ func TestConcurrentSpawnsOfOneIDNeverDeleteTheWinnersClaim(t *testing.T) {
 			var pvc corev1.PersistentVolumeClaim
 			g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: v.PersistentVolumeClaim.ClaimName}, &pvc)).To(Succeed(),
 				"round %d: claim %s of the winning pod was deleted", r, v.PersistentVolumeClaim.ClaimName)
+			g.Expect(pvc.DeletionTimestamp).To(BeNil())
+		}
+	}
+}
+
+// TestALosingSpawnNeverDeletesTheWinnersClaim forces the interleaving that used to lose data: spawn
+// A is held just before creating its pod while spawn B of the same workspace runs to the end;
+// then A goes on and loses. B's pod and every claim it mounts must still be there.
+func TestALosingSpawnNeverDeletesTheWinnersClaim(t *testing.T) {
+	ctx, c, ns := setup(t)
+	g := NewWithT(t)
+	reg := testTemplates(t)
+	atPodCreate, bDone := make(chan struct{}), make(chan struct{})
+	wc, err := client.NewWithWatch(cfg, client.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	held := interceptor.NewClient(wc, interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				close(atPodCreate)
+				<-bDone
+			}
+			return cl.Create(ctx, obj, opts...)
+		},
+	})
+	a := New(held, c, reg, Options{Namespace: ns})
+	b := New(c, c, reg, Options{Namespace: ns})
+	req := Request{Template: "persistent", ID: "held", Owner: "jane", Context: map[string]string{"repo": "r"}, Caller: Caller{Subject: "root", IsAdmin: true}}
+	aErr := make(chan error, 1)
+	go func() { _, err := a.Spawn(ctx, req); aErr <- err }()
+	<-atPodCreate
+	_, err = b.Spawn(ctx, req)
+	close(bDone)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(CodeOf(<-aErr)).To(Equal(Conflict))
+	pods := podsWithLabels(ctx, g, c, ns, map[string]string{workspace.LabelWorkspaceID: "held"})
+	g.Expect(pods).To(HaveLen(1))
+	for _, v := range pods[0].Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			var pvc corev1.PersistentVolumeClaim
+			g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: v.PersistentVolumeClaim.ClaimName}, &pvc)).To(Succeed(),
+				"claim %s of the winning pod was deleted by the losing spawn", v.PersistentVolumeClaim.ClaimName)
 			g.Expect(pvc.DeletionTimestamp).To(BeNil())
 		}
 	}
