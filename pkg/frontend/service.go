@@ -33,8 +33,10 @@ func AddIndexes(ctx context.Context, idx client.FieldIndexer) error {
 }
 
 func indexOwner(o client.Object) []string {
-	if v := o.GetAnnotations()[workspace.AnnOwner]; v != "" {
-		return []string{v}
+	if p, ok := o.(*corev1.Pod); ok {
+		if v := workspace.Owner(p); v != "" {
+			return []string{v}
+		}
 	}
 	return nil
 }

@@ -264,6 +264,12 @@ func cutover(head, old *corev1.Pod, del Action) []Action {
 
 // planIdle handles a single live pod with no upgrade in flight: act on its intent, if any.
 func planIdle(cur *corev1.Pod, obs Observed, target Target, now time.Time) Move {
+	if _, has := cur.Annotations[workspace.AnnOwner]; !has {
+		if owner := workspace.Owner(cur); owner != "" {
+			// A pod of the original format: adopt it by stamping the owner its user-sub names.
+			return Move{State: StateIdle, Actions: []Action{{Kind: PatchPod, Pod: cur, Annotations: map[string]string{workspace.AnnOwner: owner}}}}
+		}
+	}
 	raw, ok := cur.Annotations[workspace.AnnUpgradeRequested]
 	if !ok {
 		return Move{State: StateIdle}

@@ -194,12 +194,15 @@ func RollbackPod(failed *corev1.Pod, name string, annotations map[string]string)
 // way; an upgraded pod copies them from the pod it replaces, whoever asked for the upgrade.
 var (
 	identityLabels      = []string{workspace.LabelType, workspace.LabelWorkspaceID, workspace.LabelUserSub}
+	// The ports are not identity: they follow the template version the pod is built from (a new
+	// version may move its server to another port); the paths, which users see, stay.
 	identityAnnotations = []string{workspace.AnnOwner, workspace.AnnWorkspaceName, workspace.AnnWorkspacePath,
-		workspace.AnnWorkspacePort, workspace.AnnPreviewPath, workspace.AnnPreviewPort}
+		workspace.AnnPreviewPath}
 )
 
-// PreserveIdentity copies owner, workspace id, name and routing from old onto p, so that no
-// template or caller can change who owns a workspace or where it is served by upgrading it.
+// PreserveIdentity copies owner, workspace id, name and routing paths from old onto p, so that no
+// template or caller can change who owns a workspace or where it is served by upgrading it. The
+// owner of a pod of the original format (no nogoo9/owner) is stamped from workspace.Owner.
 func PreserveIdentity(p, old *corev1.Pod) {
 	if p.Labels == nil {
 		p.Labels = map[string]string{}
@@ -216,5 +219,8 @@ func PreserveIdentity(p, old *corev1.Pod) {
 		if v, ok := old.Annotations[k]; ok {
 			p.Annotations[k] = v
 		}
+	}
+	if o := workspace.Owner(old); o != "" {
+		p.Annotations[workspace.AnnOwner] = o
 	}
 }
