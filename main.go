@@ -44,6 +44,8 @@ type options struct {
 	components        string
 	templateDir       string
 	maxPerUser        int
+	maxClaimsPerUser  int
+	integrityKeyFile  string
 	upgradeTimeout    time.Duration
 	maxConcurrentUpgr int
 	upgradeWorkers    int
@@ -82,6 +84,8 @@ func main() {
 	flag.StringVar(&o.components, "components", "controller,api,proxy", "Comma-separated components to run: controller, api, proxy.")
 	flag.StringVar(&o.templateDir, "template-dir", "", "Directory of local YAML templates (same shape as template ConfigMaps); empty for none.")
 	flag.IntVar(&o.maxPerUser, "max-workspaces-per-user", envInt("MAX_WORKSPACES_PER_USER", 0), "Workspaces a non-admin user may own (0 = unlimited).")
+	flag.IntVar(&o.maxClaimsPerUser, "max-claims-per-user", 20, "Persistent volume claims a non-admin user may own, including those left by deleted workspaces (0 = unlimited).")
+	flag.StringVar(&o.integrityKeyFile, "integrity-key-file", "", "File of base64 keys (one per line, the first signs) that authenticate nogoo9's upgrade records; empty: a random key per process (docs/upgrades.md, \"Trust\").")
 	flag.DurationVar(&o.upgradeTimeout, "upgrade-timeout", 10*time.Minute, "How long an upgraded pod may take to become Ready before the upgrade fails.")
 	flag.IntVar(&o.maxConcurrentUpgr, "max-concurrent-upgrades", 200, "Upgrades in flight at once; more requests wait their turn.")
 	flag.IntVar(&o.upgradeWorkers, "upgrade-workers", 32, "Workspace reconcile workers.")
@@ -163,7 +167,7 @@ func run(o options) error {
 	}
 	var spawn *spawner.Spawner
 	if components["api"] {
-		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, MaxPerUser: o.maxPerUser})
+		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser})
 	}
 
 	// Authentication (issue 5): the api and the proxy verify the same tokens.
@@ -218,8 +222,15 @@ func run(o options) error {
 
 	// Upgrade controller (issue 4): the template-upgrade state machine; leader only.
 	if components["controller"] {
+		keys, err := controllers.LoadKeys(o.integrityKeyFile)
+		if err != nil {
+			return err
+		}
+		if keys == nil {
+			log.Info("No --integrity-key-file: upgrade records are signed with a random key, so a Recreate upgrade in flight across a restart cannot be rolled back automatically")
+		}
 		if err := controllers.SetupWorkspaceReconciler(mgr, registry, controllers.UpgradeOptions{
-			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, Timeout: o.upgradeTimeout,
+			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, Timeout: o.upgradeTimeout, Keys: keys,
 		}); err != nil {
 			return fmt.Errorf("set up upgrade controller: %w", err)
 		}

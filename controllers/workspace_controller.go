@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,6 +66,23 @@ func templatesSynced(src TemplateSource) bool {
 // the PVCs it mounts. The default is spawner.BuildPod with spawner.IdentityFromPod(old).
 type PodBuilder func(t *templates.Template, old *corev1.Pod, name string) (*corev1.Pod, []*corev1.PersistentVolumeClaim, error)
 
+// LoadKeys reads the integrity key file (upgrade.ParseKeyFile); "" gives nil (a random key is
+// used). Mount it from a Secret: the kubelet reads it, so nogoo9 needs no access to Secrets.
+func LoadKeys(path string) (*upgrade.Keyring, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read --integrity-key-file: %w", err)
+	}
+	k, err := upgrade.ParseKeyFile(data)
+	if err != nil {
+		return nil, fmt.Errorf("--integrity-key-file %s: %w", path, err)
+	}
+	return k, nil
+}
+
 // UpgradeOptions tunes the upgrade controller; main.go fills it from flags.
 type UpgradeOptions struct {
 	// Workers is the number of workspaces reconciled at once (--upgrade-workers, default 32).
@@ -80,6 +98,10 @@ type UpgradeOptions struct {
 	BuildPod PodBuilder
 	// Name overrides UpgradeControllerName (tests that run two managers in one process).
 	Name string
+	// Keys sign and verify the records of Recreate upgrades (--integrity-key-file). Without
+	// them a random key is used: records written before a restart cannot be verified, so such
+	// an upgrade proceeds as side-by-side and a failure is not rolled back automatically.
+	Keys *upgrade.Keyring
 }
 
 func (o *UpgradeOptions) defaults() {
@@ -97,6 +119,9 @@ func (o *UpgradeOptions) defaults() {
 	}
 	if o.Name == "" {
 		o.Name = UpgradeControllerName
+	}
+	if o.Keys == nil {
+		o.Keys = upgrade.RandomKeyring()
 	}
 }
 
@@ -232,7 +257,7 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		target.Found, target.Version = true, tmpl.Version
 	}
 	now := r.Opts.Now()
-	move := upgrade.Plan(obs, target, now, upgrade.Config{Timeout: r.Opts.Timeout})
+	move := upgrade.Plan(obs, target, now, upgrade.Config{Timeout: r.Opts.Timeout, Keys: r.Opts.Keys})
 	if len(move.Actions) > 0 {
 		log.V(1).Info("Planned move", "state", move.State, "actions", len(move.Actions))
 	}
@@ -430,6 +455,14 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 			return failStart("RollbackSpecFailed", err)
 		}
 		pod.Annotations[workspace.AnnRollbackSpec] = spec
+		// The old pod is deleted in this pass: its maintenance as the API server has it now is
+		// the one the new pod takes over.
+		if v, ok := full.Annotations[workspace.AnnMaintenance]; ok {
+			pod.Annotations[workspace.AnnMaintenance] = v
+		} else {
+			delete(pod.Annotations, workspace.AnnMaintenance)
+		}
+		pod.Annotations[workspace.AnnUpgradeHMAC] = r.Opts.Keys.Sign(pod.Namespace, pod.Name, pod.Annotations, spec)
 	}
 	for _, c := range claims {
 		c.Namespace = old.Namespace
@@ -492,10 +525,12 @@ func permanent(err error) bool {
 		(apierrors.IsForbidden(err) && !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause))
 }
 
-// createRollbackPod brings a failed Recreate upgrade back on the spec stored on the failed pod.
-// Without a usable spec, the failed pod stays (never leave the workspace with nothing) and the
-// error says so.
+// createRollbackPod brings a failed Recreate upgrade back on the spec stored on the failed pod,
+// if nogoo9 wrote that spec (the record's HMAC) and the workspace still exists. Without a usable,
+// verified spec, or when the API server refuses the pod for good, the failed pod stays (never
+// leave the workspace with nothing) and the error says so: no retry, no other pod.
 func (r *WorkspaceReconciler) createRollbackPod(ctx context.Context, key types.NamespacedName, a upgrade.Action, now time.Time) error {
+	log := ctrl.LoggerFrom(ctx)
 	var full corev1.Pod
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(a.Pod), &full); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -503,28 +538,61 @@ func (r *WorkspaceReconciler) createRollbackPod(ctx context.Context, key types.N
 		}
 		return fmt.Errorf("read pod %s for its rollback spec: %w", a.Pod.Name, err)
 	}
-	pod, err := upgrade.RollbackPod(&full, a.Name, a.Annotations)
-	if err != nil {
+	if full.DeletionTimestamp != nil || full.UID != a.Pod.UID {
+		// The owner deleted the workspace (or the pod was replaced): nothing to bring back.
+		r.gate.release(key)
+		return nil
+	}
+	cannot := func(reason string, err error) error {
 		text := a.Annotations[workspace.AnnLastUpgradeError] + "; cannot roll back: " + err.Error()
 		if _, perr := r.patchPod(ctx, a.Pod, map[string]string{workspace.AnnLastUpgradeError: text},
-			[]string{workspace.AnnRollbackSpec, workspace.AnnUpgradeStartedAt}); perr != nil {
+			[]string{workspace.AnnRollbackSpec, workspace.AnnUpgradeStartedAt, workspace.AnnUpgradeHMAC}); perr != nil {
 			return perr
 		}
-		r.Recorder.Eventf(a.Pod, corev1.EventTypeWarning, upgrade.ReasonUpgradeFailed,
+		r.Recorder.Eventf(a.Pod, corev1.EventTypeWarning, reason,
 			"Upgrade of workspace %s failed and pod %s cannot be rolled back (%v); it stays as the workspace's pod: fix the template and request the upgrade again.", key.Name, a.Pod.Name, err)
 		observeUpgrade(upgrade.ResultFailed, string(upgrade.Recreate), a.Duration)
 		r.gate.release(key)
 		return nil
 	}
+	if err := r.Opts.Keys.VerifySpec(&full); err != nil {
+		return cannot(upgrade.ReasonUntrustedAnnotations, err)
+	}
+	pod, err := upgrade.RollbackPod(&full, a.Name, a.Annotations)
+	if err != nil {
+		return cannot(upgrade.ReasonUpgradeFailed, err)
+	}
+	// Maintenance follows the pod that serves now, not the one the spec was taken from.
+	if v, ok := full.Annotations[workspace.AnnMaintenance]; ok {
+		pod.Annotations[workspace.AnnMaintenance] = v
+	} else {
+		delete(pod.Annotations, workspace.AnnMaintenance)
+	}
 	switch err := r.Client.Create(ctx, pod); {
 	case err == nil:
-		ctrl.LoggerFrom(ctx).Info("Created rollback pod", "pod", klog.KObj(pod), "failed", klog.KObj(a.Pod))
+		log.Info("Created rollback pod", "pod", klog.KObj(pod), "failed", klog.KObj(a.Pod))
+		if gone, err := r.deletedMeanwhile(ctx, &full); err != nil || gone {
+			// The owner deleted the workspace while this pass still saw the failed pod: the
+			// rollback pod must not bring it back (the delete lists again after its own write;
+			// this read after ours closes the race from this side).
+			if err == nil {
+				log.Info("Workspace deleted during its rollback; removing the rollback pod", "pod", klog.KObj(pod))
+				err = r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+				if err == nil || apierrors.IsNotFound(err) {
+					r.gate.release(key)
+					return nil
+				}
+			}
+			return fmt.Errorf("check pod %s after creating rollback pod %s: %w", a.Pod.Name, pod.Name, err)
+		}
 		r.event(a)
 		observeUpgrade(a.Result, string(upgrade.Recreate), a.Duration)
 		r.gate.release(key)
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		return nil
+	case permanent(err) || apierrors.IsBadRequest(err):
+		return cannot(upgrade.ReasonUpgradeFailed, fmt.Errorf("the API server refused rollback pod %s: %w", pod.Name, err))
 	default:
 		return fmt.Errorf("create rollback pod %s: %w", pod.Name, err)
 	}
@@ -547,7 +615,18 @@ func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.Namespace
 			return 0, fmt.Errorf("read pod %s before deleting %s: %w", k.Name, a.Pod.Name, err)
 		}
 	}
-	err := r.Client.Delete(ctx, a.Pod, client.Preconditions{UID: &a.Pod.UID})
+	pre := client.Preconditions{UID: &a.Pod.UID}
+	if a.MatchVersion && a.Pod.ResourceVersion != "" {
+		rv := a.Pod.ResourceVersion
+		pre.ResourceVersion = &rv
+	}
+	err := r.Client.Delete(ctx, a.Pod, pre)
+	if apierrors.IsConflict(err) && pre.ResourceVersion != nil {
+		// Changed since the planner saw it (e.g. maintenance set meanwhile), or replaced: plan
+		// again from what the cache shows next.
+		ctrl.LoggerFrom(ctx).V(1).Info("Pod changed before its delete; re-planning", "pod", klog.KObj(a.Pod))
+		return stopMove, nil
+	}
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return 0, nil
 	}

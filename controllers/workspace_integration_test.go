@@ -397,7 +397,7 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 		e.start()
 		old := e.spawn("carol", "data")
 		e.reg.set(ideTemplate("v2", "ide:2", corev1.ReadWriteOncePod))
-		name := workspace.PodName("carol", "data") + "-up-apixx"
+		name := workspace.NextPodName(old, "v2")
 		e.g.Expect(e.c.Patch(context.Background(), old, client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(
 			`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, workspace.AnnUpgradeRequested, time.Now().UTC().Format(time.RFC3339),
 			workspace.AnnUpgradePod, name))))).To(gomega.Succeed())

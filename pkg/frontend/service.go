@@ -33,8 +33,10 @@ func AddIndexes(ctx context.Context, idx client.FieldIndexer) error {
 }
 
 func indexOwner(o client.Object) []string {
-	if v := o.GetAnnotations()[workspace.AnnOwner]; v != "" {
-		return []string{v}
+	if p, ok := o.(*corev1.Pod); ok {
+		if v := workspace.Owner(p); v != "" {
+			return []string{v}
+		}
 	}
 	return nil
 }
@@ -393,20 +395,30 @@ func (s *Service) livePods(ctx context.Context, id, owner string) ([]*corev1.Pod
 type UpgradeResult struct {
 	ID      string `json:"id"`
 	Owner   string `json:"owner,omitempty"`
-	Status  string `json:"status" jsonschema:"\"upgrading\" (intent recorded or already in progress), \"upToDate\" (nothing to do) or \"failed\""`
+	Status  string `json:"status" jsonschema:"\"upgrading\" (intent recorded or already in progress), \"upToDate\" (nothing to do), \"skipped\" (upgrade-all: in maintenance) or \"failed\""`
 	PodName string `json:"podName,omitempty" jsonschema:"the pod the controller creates for the new version"`
 	From    string `json:"fromVersion,omitempty"`
 	To      string `json:"toVersion,omitempty"`
 	Error   string `json:"error,omitempty"`
 }
 
-// Upgrade records the upgrade intent on the workspace's active pod and returns at once.
+// Upgrade records the upgrade intent on the workspace's active pod and returns at once. A
+// workspace in maintenance is an operator's decision: only an admin may upgrade it (and the
+// maintenance stays on the new pod); its owner is refused with CodeConflict.
 func (s *Service) Upgrade(ctx context.Context, id string) (*UpgradeResult, error) {
-	_, pods, err := s.workspacePods(ctx, id)
+	c, pods, err := s.workspacePods(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	if reason, ok := workspace.InMaintenance(pods); ok && !c.IsAdmin {
+		return nil, inMaintenance(id, reason)
+	}
 	return s.upgrade(ctx, pods)
+}
+
+// inMaintenance is the refusal of a user's upgrade of a workspace in maintenance.
+func inMaintenance(id, reason string) *Error {
+	return errorf(CodeConflict, "workspace %q is in maintenance (%q): an operator took it out of service, so it cannot be upgraded now; ask an admin, who can lift the maintenance or upgrade it", id, reason)
 }
 
 func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResult, error) {
@@ -415,6 +427,12 @@ func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResu
 	res := &UpgradeResult{ID: id, Owner: owner, From: workspace.TemplateVersion(active)}
 	if active.DeletionTimestamp != nil {
 		return nil, errorf(CodeConflict, "workspace %q is being deleted; it cannot be upgraded", id)
+	}
+	if up := upgradeInFlight(pods); up != nil {
+		// The controller is upgrading it (e.g. a Recreate started with kubectl, whose old pod is
+		// already gone): say so with the pod it creates, never "upToDate".
+		res.Status, res.PodName, res.From, res.To = "upgrading", up.Name, up.Annotations[workspace.AnnUpgradeFromVersion], workspace.TemplateVersion(up)
+		return res, nil
 	}
 	if podName := active.Annotations[workspace.AnnUpgradePod]; active.Annotations[workspace.AnnUpgradeRequested] != "" {
 		res.Status, res.PodName = "upgrading", podName
@@ -430,7 +448,7 @@ func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResu
 		res.Status = "upToDate"
 		return res, nil
 	}
-	podName := workspace.UpgradePodName(owner, id, string(active.UID)+"/"+t.Version)
+	podName := workspace.NextPodName(active, t.Version)
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
 		workspace.AnnUpgradeRequested: s.cfg.Now().UTC().Format(time.RFC3339),
 		workspace.AnnUpgradePod:       podName,
@@ -448,8 +466,19 @@ func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResu
 	return res, nil
 }
 
+// upgradeInFlight is the upgraded pod of an upgrade the controller has not concluded, or nil.
+func upgradeInFlight(pods []*corev1.Pod) *corev1.Pod {
+	for _, p := range pods {
+		if p.Annotations[workspace.AnnUpgradeFrom] != "" && workspace.UpgradeInFlight(p, pods) {
+			return p
+		}
+	}
+	return nil
+}
+
 // UpgradeAll requests an upgrade of every outdated workspace of every user (admins only). It
-// returns one entry per outdated workspace.
+// returns one entry per outdated workspace; those in maintenance are skipped (status "skipped",
+// with the reason): an admin upgrades them one by one if needed.
 func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 	c, err := caller(ctx)
 	if err != nil {
@@ -482,7 +511,20 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 			todo = append(todo, g)
 		}
 	}
-	out := make([]UpgradeResult, len(todo))
+	var skipped []UpgradeResult
+	kept := todo[:0]
+	for _, g := range todo {
+		if reason, ok := workspace.InMaintenance(g); ok {
+			a := workspace.Active(g)
+			skipped = append(skipped, UpgradeResult{ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped",
+				From: workspace.TemplateVersion(a), To: s.latestVersion(memo, g),
+				Error: fmt.Sprintf("workspace %q is in maintenance (%q) and was not upgraded: lift the maintenance first, or upgrade it on its own", workspace.ID(a), reason)})
+			continue
+		}
+		kept = append(kept, g)
+	}
+	todo = kept
+	out := make([]UpgradeResult, len(todo), len(todo)+len(skipped))
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range min(s.cfg.UpgradeAllWorkers, len(todo)) {
@@ -504,6 +546,7 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 	}
 	close(work)
 	wg.Wait()
+	out = append(out, skipped...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
@@ -537,7 +580,23 @@ func (s *Service) SetMaintenance(ctx context.Context, id, reason string) (*Works
 			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("setting maintenance on pod %s failed; try again", p.Name), Err: err}
 		}
 	}
-	w := describe(pods, s.latestVersion(map[string]string{}, pods), s.cfg.Now())
-	w.Maintenance = reason
+	// The answer describes the workspace after this write (phase Unavailable, or back in
+	// service), not the cache's copy from before it.
+	after := make([]*corev1.Pod, len(pods))
+	for i, p := range pods {
+		q := p.DeepCopy()
+		if q.DeletionTimestamp == nil {
+			if q.Annotations == nil {
+				q.Annotations = map[string]string{}
+			}
+			if reason != "" {
+				q.Annotations[workspace.AnnMaintenance] = reason
+			} else {
+				delete(q.Annotations, workspace.AnnMaintenance)
+			}
+		}
+		after[i] = q
+	}
+	w := describe(after, s.latestVersion(map[string]string{}, after), s.cfg.Now())
 	return &w, nil
 }

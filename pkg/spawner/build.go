@@ -29,7 +29,8 @@ type Identity struct {
 func IdentityFromPod(pod *corev1.Pod) (Identity, error) {
 	id := Identity{Owner: workspace.Owner(pod), ID: workspace.ID(pod), Name: pod.Annotations[workspace.AnnWorkspaceName]}
 	if id.Owner == "" || id.ID == "" {
-		return id, fmt.Errorf("pod %s/%s is not a workspace pod: it lacks label %s or annotation %s", pod.Namespace, pod.Name, workspace.LabelWorkspaceID, workspace.AnnOwner)
+		return id, fmt.Errorf("pod %s/%s is not a workspace pod nogoo9 can adopt: it lacks label %s, or both annotation %s and a %s label that is a raw subject; annotate it with its owner (kubectl annotate pod %s %s=<subject>)",
+			pod.Namespace, pod.Name, workspace.LabelWorkspaceID, workspace.AnnOwner, workspace.LabelUserSub, pod.Name, workspace.AnnOwner)
 	}
 	if raw := pod.Annotations[workspace.AnnContext]; raw != "" {
 		if err := json.Unmarshal([]byte(raw), &id.Context); err != nil {

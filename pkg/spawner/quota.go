@@ -217,3 +217,37 @@ func sleepJitter(ctx context.Context, attempt int) error {
 		return nil
 	}
 }
+
+// checkClaims refuses a spawn that would give owner more than MaxClaimsPerUser claims: the
+// claims owner has (read from the API server; those of deleted workspaces count, they keep their
+// data until someone deletes them) plus the ones this spawn creates (a claim it reuses is not
+// new).
+func (s *Spawner) checkClaims(ctx context.Context, owner string, pvcs []*corev1.PersistentVolumeClaim) error {
+	var list corev1.PersistentVolumeClaimList
+	if err := s.apiReader.List(ctx, &list, client.InNamespace(s.opts.Namespace),
+		client.MatchingLabels{workspace.LabelUserSub: workspace.UserLabel(owner)}); err != nil {
+		return fmt.Errorf("list volume claims of %s: %w", owner, err)
+	}
+	have := map[string]bool{}
+	for i := range list.Items {
+		if c := &list.Items[i]; c.Annotations[workspace.AnnOwner] == owner && c.DeletionTimestamp == nil {
+			have[c.Name] = true
+		}
+	}
+	added := 0
+	for _, p := range pvcs {
+		if !have[p.Name] {
+			added++
+		}
+	}
+	if added == 0 || len(have)+added <= s.opts.MaxClaimsPerUser {
+		return nil
+	}
+	names := make([]string, 0, len(have))
+	for n := range have {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return errorf(QuotaExceeded, nil, "%s has %d volume %s (%s), this workspace needs %d more, and the limit is %d per user: ask an admin to delete the volumes of workspaces you no longer need (kubectl delete pvc <name>), or reuse the id of a deleted workspace to get its volumes back",
+		owner, len(have), plural(len(have), "claim", "claims"), strings.Join(names, ", "), added, s.opts.MaxClaimsPerUser)
+}

@@ -23,6 +23,10 @@ type Options struct {
 	Namespace string
 	// MaxPerUser is how many Running or Pending workspaces a non-admin owner may have (0: no limit).
 	MaxPerUser int
+	// MaxClaimsPerUser is how many PersistentVolumeClaims a non-admin owner may have, those
+	// left by deleted workspaces included (0: no limit). A spawn that would create claims beyond
+	// it is refused with QuotaExceeded.
+	MaxClaimsPerUser int
 	// ReservationTTL is how long a quota reservation whose pod never appeared counts (default 1m).
 	ReservationTTL time.Duration
 	// SyncTimeout bounds how long a spawn waits for the template registry's first sync (default 10s).
@@ -67,9 +71,52 @@ type Spawner struct {
 	reg       *templates.Registry
 	opts      Options
 
-	// ownerLocks serialises one process's spawns per owner, so they do not fight over the
-	// ledger; replicas still coordinate through it.
-	ownerLocks sync.Map // owner -> *sync.Mutex
+	// locks serialise one process's spawns per owner, so they do not fight over the ledger
+	// (replicas still coordinate through it); an owner's entry goes when their last spawn ends.
+	locks ownerLocks
+}
+
+// ownerLocks is a mutex per owner that is removed when nobody holds or waits for it, so the map
+// is as large as the spawns in flight, not as the owners ever seen.
+type ownerLocks struct {
+	mu sync.Mutex
+	m  map[string]*ownerLock
+}
+
+type ownerLock struct {
+	sync.Mutex
+	refs int
+}
+
+// lock takes owner's mutex and returns its unlock.
+func (o *ownerLocks) lock(owner string) (unlock func()) {
+	o.mu.Lock()
+	if o.m == nil {
+		o.m = map[string]*ownerLock{}
+	}
+	l := o.m[owner]
+	if l == nil {
+		l = &ownerLock{}
+		o.m[owner] = l
+	}
+	l.refs++
+	o.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		o.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(o.m, owner)
+		}
+		o.mu.Unlock()
+	}
+}
+
+// size is the number of owners with a lock entry (tests).
+func (o *ownerLocks) size() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.m)
 }
 
 // New returns a Spawner writing through c and reading authoritative state (existing ids, quota)
@@ -137,11 +184,24 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	if err := s.checkFree(ctx, id); err != nil {
 		return nil, err
 	}
+	if s.opts.MaxClaimsPerUser > 0 && !req.Caller.IsAdmin && len(pvcs) > 0 {
+		// Held until the claims are created, so one process's spawns of one owner cannot both
+		// see room for the last claim.
+		unlock := s.locks.lock(owner)
+		defer unlock()
+		if err := s.checkClaims(ctx, owner, pvcs); err != nil {
+			return nil, err
+		}
+	}
 	if s.opts.MaxPerUser > 0 && !req.Caller.IsAdmin {
-		mu, _ := s.ownerLocks.LoadOrStore(owner, &sync.Mutex{})
-		mu.(*sync.Mutex).Lock()
-		err := s.reserve(ctx, owner, id)
-		mu.(*sync.Mutex).Unlock()
+		var err error
+		if s.opts.MaxClaimsPerUser > 0 && len(pvcs) > 0 {
+			err = s.reserve(ctx, owner, id) // the owner's lock is already held
+		} else {
+			unlock := s.locks.lock(owner)
+			err = s.reserve(ctx, owner, id)
+			unlock()
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -154,10 +214,28 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 		}()
 	}
 
+	// The pod first, then its claims. The pod's name is the workspace's, so of two spawns of the
+	// same id only one creates it; the other stops before touching any claim. Only the spawn
+	// that created the pod creates (and, on failure, deletes) claims, so a losing spawn never
+	// deletes a claim the winner uses. A pod whose claim does not exist yet simply waits for it.
+	if err := s.client.Create(ctx, pod); err != nil {
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			return nil, errorf(Conflict, err, "workspace %q already exists (pod %s): choose another id or delete it first", id, podName)
+		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+			return nil, errorf(Invalid, err, "template %s version %s rendered a pod the API server refused: %v", t.Name, t.Version, err)
+		case apierrors.IsForbidden(err):
+			return nil, errorf(Forbidden, err, "the API server refused the pod of workspace %q: %v", id, err)
+		}
+		return nil, fmt.Errorf("create pod %s: %w", podName, err)
+	}
 	var created []*corev1.PersistentVolumeClaim
 	undo := func() {
 		cctx, cancel := cleanupContext(ctx)
 		defer cancel()
+		if err := s.client.Delete(cctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
+			log.Error(err, "cannot delete the pod of a failed spawn", "pod", klog.KObj(pod))
+		}
 		for _, p := range created {
 			if err := s.client.Delete(cctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) {
 				log.Error(err, "cannot delete PVC of a failed spawn", "pvc", klog.KObj(p))
@@ -176,28 +254,11 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 			created = append(created, p)
 		}
 	}
-	if err := s.client.Create(ctx, pod); err != nil {
-		undo()
-		switch {
-		case apierrors.IsAlreadyExists(err):
-			return nil, errorf(Conflict, err, "workspace %q already exists (pod %s): choose another id or delete it first", id, podName)
-		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-			return nil, errorf(Invalid, err, "template %s version %s rendered a pod the API server refused: %v", t.Name, t.Version, err)
-		case apierrors.IsForbidden(err):
-			return nil, errorf(Forbidden, err, "the API server refused the pod of workspace %q: %v", id, err)
-		}
-		return nil, fmt.Errorf("create pod %s: %w", podName, err)
-	}
 	// Two owners racing for one id create two differently named pods; each spawn looks again
 	// after its create and yields if another pod has the id (both may yield: never two pods).
 	if other, err := s.otherPodWithID(ctx, id, podName); err != nil || other != "" {
 		if err == nil {
 			err = errorf(Conflict, nil, "workspace %q was created at the same time by another request (pod %s): choose another id", id, other)
-		}
-		cctx, cancel := cleanupContext(ctx)
-		defer cancel()
-		if derr := s.client.Delete(cctx, pod, client.Preconditions{UID: &pod.UID}); derr != nil && !apierrors.IsNotFound(derr) {
-			log.Error(derr, "cannot delete the pod of a conflicting spawn", "pod", klog.KObj(pod))
 		}
 		undo()
 		return nil, err

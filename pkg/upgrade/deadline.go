@@ -31,12 +31,15 @@ type Failure struct {
 }
 
 // StartedAt is when the upgrade that created up started: nogoo9/upgrade-started-at (written with
-// the controller's clock), else the pod's creation time.
+// the controller's clock just before the create) or the pod's creation time (written by the API
+// server), whichever is later. A started-at someone back-dated by hand cannot make an upgrade
+// fail before its time.
 func StartedAt(up *corev1.Pod) time.Time {
-	if t, err := time.Parse(time.RFC3339, up.Annotations[workspace.AnnUpgradeStartedAt]); err == nil {
+	created := up.CreationTimestamp.Time
+	if t, err := time.Parse(time.RFC3339, up.Annotations[workspace.AnnUpgradeStartedAt]); err == nil && t.After(created) {
 		return t
 	}
-	return up.CreationTimestamp.Time
+	return created
 }
 
 // Deadline is when up must be Ready.

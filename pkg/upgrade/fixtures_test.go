@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"bytes"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,9 @@ import (
 )
 
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+// testKeys sign the records of the fixtures' Recreate upgrades, as the controller does.
+var testKeys, _ = NewKeyring(bytes.Repeat([]byte("k"), MinKeyBytes))
 
 const (
 	testOwner = "auth0|jane"
@@ -90,6 +94,9 @@ func upgraded(old *corev1.Pod, name, uid, version string, s Strategy, started ti
 	p.Annotations[workspace.AnnUpgradeFromVersion] = workspace.TemplateVersion(old)
 	p.Annotations[workspace.AnnUpgradeStrategy] = string(s)
 	p.Annotations[workspace.AnnUpgradeStartedAt] = started.Format(time.RFC3339)
+	if s == Recreate {
+		p.Annotations[workspace.AnnUpgradeHMAC] = testKeys.Sign(p.Namespace, p.Name, p.Annotations, "")
+	}
 	return p
 }
 

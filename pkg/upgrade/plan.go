@@ -35,6 +35,9 @@ const (
 	ReasonUpgradeNotNeeded      = "UpgradeNotNeeded"
 	ReasonInvalidUpgradeRequest = "InvalidUpgradeRequest"
 	ReasonDuplicateRemoved      = "DuplicatePodRemoved"
+	// ReasonUntrustedAnnotations: a pod's upgrade bookkeeping is not what nogoo9 wrote; nothing
+	// is created or deleted on its strength.
+	ReasonUntrustedAnnotations = "UntrustedAnnotations"
 )
 
 // Result labels of a finished upgrade (for metrics).
@@ -47,6 +50,9 @@ const (
 type Config struct {
 	// Timeout is how long an upgraded pod may take to become Ready (--upgrade-timeout).
 	Timeout time.Duration
+	// Keys verify the records of Recreate upgrades (workspace.AnnUpgradeHMAC). Without a
+	// verified record, the old pod is never deleted before the new one is Ready.
+	Keys *Keyring
 }
 
 // DefaultTimeout is the upgrade deadline when Config.Timeout is zero.
@@ -126,6 +132,9 @@ type Action struct {
 	// NeedsSlot marks a create that starts a new upgrade: the controller admits it only within
 	// --max-concurrent-upgrades.
 	NeedsSlot bool
+	// MatchVersion, on a DeletePod, makes Pod's resourceVersion a precondition too: the pod is
+	// deleted only as the planner saw it (e.g. with the maintenance carried over).
+	MatchVersion bool
 }
 
 // State names where a workspace is, for logs and metrics.
@@ -139,6 +148,9 @@ const (
 	StateDuplicates    State = "Duplicates"
 	StateNoPods        State = "NoPods"
 	StateWaitDuplicate State = "WaitingForNewestPod"
+	// StateUntrusted: the bookkeeping on the workspace's pods is not what nogoo9 wrote (a person
+	// edited it); the controller only reports it.
+	StateUntrusted State = "Untrusted"
 )
 
 // Move is the next move for one workspace: the writes of one pass.
@@ -157,6 +169,10 @@ func Plan(obs Observed, target Target, now time.Time, cfg Config) Move {
 	}
 	head := live[0]
 	if InFlight(head, live) {
+		if problem := workspace.UpgradeLinkProblem(head, linkedPod(head, live)); problem != "" {
+			return untrusted(head, fmt.Sprintf("Pod %s claims to replace pod %s, but %s; nogoo9 creates and deletes nothing on its strength: remove the %s* annotations from pod %s.",
+				head.Name, head.Annotations[workspace.AnnUpgradeFrom], problem, workspace.Prefix+"upgrade-", head.Name))
+		}
 		switch Strategy(head.Annotations[workspace.AnnUpgradeStrategy]) {
 		case Rollback:
 			return planRollback(head, live)
@@ -179,6 +195,12 @@ func planDuplicates(head *corev1.Pod, live []*corev1.Pod) Move {
 	if !workspace.IsReady(head) {
 		return Move{State: StateWaitDuplicate}
 	}
+	if !workspace.NameMatchesIdentity(head) {
+		// Only nogoo9 names pods after (owner, id): a pod relabelled into this workspace, or
+		// re-annotated with its owner, must not make nogoo9 delete the workspace's pod.
+		return untrusted(head, fmt.Sprintf("Pod %s carries workspace %s of %s, but nogoo9 did not create it for that workspace (its name is not %s); nogoo9 deletes no other pod of the workspace on its strength: remove its %s label or delete it.",
+			head.Name, workspace.ID(head), workspace.Owner(head), workspace.PodName(workspace.Owner(head), workspace.ID(head)), workspace.LabelWorkspaceID))
+	}
 	p := Move{State: StateDuplicates}
 	for _, old := range live[1:] {
 		if workspace.Owner(old) != workspace.Owner(head) {
@@ -191,8 +213,63 @@ func planDuplicates(head *corev1.Pod, live []*corev1.Pod) Move {
 	return p
 }
 
+// untrusted is the move for a workspace whose bookkeeping nogoo9 did not write: a Warning on
+// the pod, nothing else.
+func untrusted(on *corev1.Pod, msg string) Move {
+	return Move{State: StateUntrusted, Actions: []Action{{Kind: Event, Pod: on, EventType: corev1.EventTypeWarning,
+		Reason: ReasonUntrustedAnnotations, Message: msg}}}
+}
+
+// linkedPod is the live pod named by up's nogoo9/upgrade-from, whatever its UID, or nil.
+func linkedPod(up *corev1.Pod, live []*corev1.Pod) *corev1.Pod {
+	from := up.Annotations[workspace.AnnUpgradeFrom]
+	for _, p := range live {
+		if p != up && p.Name == from {
+			return p
+		}
+	}
+	return nil
+}
+
+// carryMaintenance is the patch that gives head the maintenance of old (set, changed or lifted)
+// before old goes, or nil when they agree: maintenance is an operator's decision and survives
+// every upgrade and rollback. old's value is the one from the cache; the delete that follows
+// carries old's resourceVersion, so a maintenance written on old since then makes the delete
+// fail and the next pass carry the new value.
+func carryMaintenance(head, old *corev1.Pod) *Action {
+	want, has := old.Annotations[workspace.AnnMaintenance]
+	got, had := head.Annotations[workspace.AnnMaintenance]
+	if has == had && want == got {
+		return nil
+	}
+	a := &Action{Kind: PatchPod, Pod: head}
+	if has {
+		a.Annotations = map[string]string{workspace.AnnMaintenance: want}
+	} else {
+		a.Remove = []string{workspace.AnnMaintenance}
+	}
+	return a
+}
+
+// cutover is the move's actions that retire old in favour of head: carry the maintenance, then
+// delete old (with its resourceVersion as precondition).
+func cutover(head, old *corev1.Pod, del Action) []Action {
+	var out []Action
+	if m := carryMaintenance(head, old); m != nil {
+		out = append(out, *m)
+	}
+	del.Kind, del.Pod, del.Keep, del.MatchVersion = DeletePod, old, head, true
+	return append(out, del)
+}
+
 // planIdle handles a single live pod with no upgrade in flight: act on its intent, if any.
 func planIdle(cur *corev1.Pod, obs Observed, target Target, now time.Time) Move {
+	if _, has := cur.Annotations[workspace.AnnOwner]; !has {
+		if owner := workspace.Owner(cur); owner != "" {
+			// A pod of the original format: adopt it by stamping the owner its user-sub names.
+			return Move{State: StateIdle, Actions: []Action{{Kind: PatchPod, Pod: cur, Annotations: map[string]string{workspace.AnnOwner: owner}}}}
+		}
+	}
 	raw, ok := cur.Annotations[workspace.AnnUpgradeRequested]
 	if !ok {
 		return Move{State: StateIdle}
@@ -220,24 +297,34 @@ func planIdle(cur *corev1.Pod, obs Observed, target Target, now time.Time) Move 
 	}
 	strategy, why := ChooseStrategy(cur, obs.Claims)
 	name := UpgradePodName(cur, target.Version)
-	m := Move{State: StateRequested, Actions: []Action{{
+	m := Move{State: StateRequested}
+	if strategy == SideBySide && cur.Annotations[workspace.AnnUpgradePod] != name {
+		// Record the name (a person wrote only the intent, or another name): the front end
+		// answers with it while the old pod serves. A Recreate deletes cur at once.
+		m.Actions = append(m.Actions, Action{Kind: PatchPod, Pod: cur, Annotations: map[string]string{workspace.AnnUpgradePod: name}})
+	}
+	ann := map[string]string{
+		workspace.AnnUpgradeFrom:        cur.Name,
+		workspace.AnnUpgradeFromUID:     string(cur.UID),
+		workspace.AnnUpgradeFromVersion: workspace.TemplateVersion(cur),
+		workspace.AnnUpgradeStrategy:    string(strategy),
+		workspace.AnnUpgradeStartedAt:   now.UTC().Format(time.RFC3339),
+	}
+	if v, ok := cur.Annotations[workspace.AnnMaintenance]; ok {
+		ann[workspace.AnnMaintenance] = v
+	}
+	m.Actions = append(m.Actions, Action{
 		Kind: CreateUpgradePod, Pod: cur, Name: name, Strategy: strategy, NeedsSlot: true,
-		Annotations: map[string]string{
-			workspace.AnnUpgradeFrom:        cur.Name,
-			workspace.AnnUpgradeFromUID:     string(cur.UID),
-			workspace.AnnUpgradeFromVersion: workspace.TemplateVersion(cur),
-			workspace.AnnUpgradeStrategy:    string(strategy),
-			workspace.AnnUpgradeStartedAt:   now.UTC().Format(time.RFC3339),
-		},
-		EventType: corev1.EventTypeNormal, Reason: ReasonUpgradeStarted,
+		Annotations: ann,
+		EventType:   corev1.EventTypeNormal, Reason: ReasonUpgradeStarted,
 		Message: fmt.Sprintf("Upgrading pod %s from version %s to %s of template %s: created pod %s (%s, %s).",
 			cur.Name, workspace.TemplateVersion(cur), target.Version, target.Name, name, strategy, why),
-	}}}
+	})
 	if strategy == Recreate {
 		// The new pod cannot start before the old one releases the volume: delete it in the same
 		// pass, right after the create succeeded, instead of a watch round trip later. The pod
 		// that stays is the one just created (Keep names it; its UID is not known yet).
-		m.Actions = append(m.Actions, Action{Kind: DeletePod, Pod: cur, Keep: createdStub(cur, name)})
+		m.Actions = append(m.Actions, Action{Kind: DeletePod, Pod: cur, Keep: createdStub(cur, name), MatchVersion: true})
 	}
 	return m
 }
@@ -270,21 +357,17 @@ func failStart(cur *corev1.Pod, reason, message string, now time.Time) Move {
 	}}
 }
 
-// UpgradePodName is the name of the pod that replaces cur at version: the name the front end
-// recorded in nogoo9/upgrade-pod when it is usable, else the deterministic name seeded by cur's
-// UID and the version, so a repeated create hits AlreadyExists.
+// UpgradePodName is the name of the pod that replaces cur at version: always the deterministic
+// name seeded by cur's UID and the version (workspace.NextPodName, which the front end records in
+// nogoo9/upgrade-pod too), so a repeated create hits AlreadyExists and a later pass can tell the
+// pod nogoo9 made from a pod someone annotated to look like it. A different recorded name is
+// ignored (and overwritten).
 func UpgradePodName(cur *corev1.Pod, version string) string {
-	owner, id := workspace.Owner(cur), workspace.ID(cur)
-	if n := cur.Annotations[workspace.AnnUpgradePod]; ValidUpgradePodName(cur, n) {
-		return n
-	}
-	return workspace.UpgradePodName(owner, id, string(cur.UID)+"@"+version)
+	return workspace.NextPodName(cur, version)
 }
 
 // RollbackPodName is the deterministic name of the pod that brings back the spec stored on failed.
-func RollbackPodName(failed *corev1.Pod) string {
-	return workspace.UpgradePodName(workspace.Owner(failed), workspace.ID(failed), "rollback@"+string(failed.UID))
-}
+func RollbackPodName(failed *corev1.Pod) string { return workspace.RollbackPodName(failed) }
 
 // OldPod is the live pod that up replaces (nogoo9/upgrade-from with a matching UID), or nil.
 func OldPod(up *corev1.Pod, live []*corev1.Pod) *corev1.Pod { return workspace.UpgradeOldPod(up, live) }

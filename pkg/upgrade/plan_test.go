@@ -47,7 +47,7 @@ func summary(m Move) []string {
 }
 
 func TestPlanStates(t *testing.T) {
-	cfg := Config{Timeout: 10 * time.Minute}
+	cfg := Config{Timeout: 10 * time.Minute, Keys: testKeys}
 	target := Target{Found: true, Name: "python", Version: "v2"}
 	now := t0.Add(time.Minute)
 	old := func(opts ...podOpt) *corev1.Pod {
@@ -63,6 +63,8 @@ func TestPlanStates(t *testing.T) {
 	}
 	rollbackName := workspace.UpgradePodName(testOwner, testID, "rollback@uid-new")
 	removeIntent := "remove=[nogoo9/upgrade-requested nogoo9/upgrade-pod nogoo9/upgrade-started-at]"
+	recordName := "PatchPod ws-old set=[nogoo9/upgrade-pod] remove=[]"
+	firstName := workspace.PodName(testOwner, testID)
 	afterDeadline := t0.Add(11 * time.Minute)
 	rwo := map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteOnce)}
 
@@ -92,17 +94,21 @@ func TestPlanStates(t *testing.T) {
 		{name: "intent on a pod already at the current version is cleared",
 			pods: []*corev1.Pod{old(ready, intent)}, target: &Target{Found: true, Name: "python", Version: "v1"}, state: StateIdle,
 			want: []string{"PatchPod ws-old set=[] " + removeIntent, "Event ws-old [Normal UpgradeNotNeeded on ws-old]"}},
-		{name: "kubectl intent without claims starts a side-by-side upgrade with the deterministic name",
+		{name: "kubectl intent without claims records the deterministic pod name, then starts a side-by-side upgrade with it",
 			pods: []*corev1.Pod{old(ready, intent)}, state: StateRequested,
-			want: []string{"CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
-		{name: "API intent with its recorded pod name uses that name",
+			want: []string{recordName, "CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
+		{name: "API intent with the deterministic pod name recorded writes nothing before the create",
+			pods:  []*corev1.Pod{old(ready, ann(workspace.AnnUpgradeRequested, "2026-11-29T09:00:00Z"), ann(workspace.AnnUpgradePod, sbsName))},
+			state: StateRequested,
+			want:  []string{"CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
+		{name: "another recorded pod name, even inside the workspace prefix, is replaced by the deterministic one",
 			pods:  []*corev1.Pod{old(ready, ann(workspace.AnnUpgradeRequested, "2026-11-29T09:00:00Z"), ann(workspace.AnnUpgradePod, workspace.PodName(testOwner, testID)+"-up-abcde"))},
 			state: StateRequested,
-			want:  []string{"CreateUpgradePod " + workspace.PodName(testOwner, testID) + "-up-abcde from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
+			want:  []string{recordName, "CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
 		{name: "a recorded pod name outside the workspace prefix is ignored for the deterministic one",
 			pods:  []*corev1.Pod{old(ready, intent, ann(workspace.AnnUpgradePod, "kube-system-pod"))},
 			state: StateRequested,
-			want:  []string{"CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
+			want:  []string{recordName, "CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
 		{name: "a ReadWriteOnce claim makes it a recreate",
 			pods: []*corev1.Pod{old(ready, intent, claim("data"))}, claims: rwo, state: StateRequested,
 			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
@@ -113,7 +119,7 @@ func TestPlanStates(t *testing.T) {
 		{name: "a ReadWriteMany claim stays side-by-side",
 			pods:   []*corev1.Pod{old(ready, intent, claim("data"))},
 			claims: map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteMany)}, state: StateRequested,
-			want: []string{"CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
+			want: []string{recordName, "CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
 		{name: "a claim that is not observed is taken as single-writer",
 			pods: []*corev1.Pod{old(ready, intent, claim("data"))}, state: StateRequested,
 			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
@@ -149,8 +155,8 @@ func TestPlanStates(t *testing.T) {
 			pods: []*corev1.Pod{old(ready, intent), newSBS(pending)}, target: &Target{Found: true, Name: "python", Version: "v3"}, state: StateUpgrading, requeue: 9 * time.Minute},
 		{name: "side-by-side: a new pod on the same second as the old one is still recognised as the newer",
 			pods: []*corev1.Pod{with(wsPod("zz-old", "uid-old", "v1", t0), ready, intent),
-				with(upgraded(with(wsPod("zz-old", "uid-old", "v1", t0)), "aa-new", "uid-new", "v2", SideBySide, t0), ready)},
-			state: StateUpgrading, want: []string{"DeletePod zz-old [Normal UpgradeSucceeded on aa-new] result=succeeded"}},
+				with(upgraded(with(wsPod("zz-old", "uid-old", "v1", t0)), sbsName, "uid-new", "v2", SideBySide, t0), ready)},
+			state: StateUpgrading, want: []string{"DeletePod zz-old [Normal UpgradeSucceeded on " + sbsName + "] result=succeeded"}},
 
 		// Recreate, after each single action.
 		{name: "recreate: new pod created, old still live: delete the old pod to release the volume",
@@ -178,10 +184,10 @@ func TestPlanStates(t *testing.T) {
 
 		// Duplicates.
 		{name: "duplicates: newest Ready deletes the older pods",
-			pods: []*corev1.Pod{old(ready), with(wsPod("ws-dup", "uid-dup", "v1", t0), ready)}, state: StateDuplicates,
+			pods: []*corev1.Pod{old(ready), with(wsPod(firstName, "uid-dup", "v1", t0), ready)}, state: StateDuplicates,
 			want: []string{"DeletePod ws-old [Normal DuplicatePodRemoved on ws-old]"}},
 		{name: "duplicates: a pod of another owner sharing the id is never deleted",
-			pods: []*corev1.Pod{old(ready, ann(workspace.AnnOwner, "mallory")), with(wsPod("ws-dup", "uid-dup", "v1", t0), ready)}, state: StateDuplicates},
+			pods: []*corev1.Pod{old(ready, ann(workspace.AnnOwner, "mallory")), with(wsPod(firstName, "uid-dup", "v1", t0), ready)}, state: StateDuplicates},
 		{name: "duplicates: newest not Ready yet is waited for",
 			pods: []*corev1.Pod{old(ready), with(wsPod("ws-dup", "uid-dup", "v1", t0), pending)}, state: StateWaitDuplicate},
 		{name: "duplicates: a leftover upgraded pod whose old pod UID differs is not an upgrade in flight",
@@ -219,9 +225,10 @@ func TestPlanStates(t *testing.T) {
 func TestPlanCreateCarriesTheUpgradeRecord(t *testing.T) {
 	old := with(wsPod("ws-old", "uid-old", "v1", t0), ready, ann(workspace.AnnUpgradeRequested, "true"))
 	m := Plan(Observed{Pods: []*corev1.Pod{old}}, Target{Found: true, Name: "python", Version: "v2"}, t0, Config{})
-	if len(m.Actions) != 1 {
+	if len(m.Actions) != 2 || m.Actions[1].Kind != CreateUpgradePod {
 		t.Fatalf("actions = %v", summary(m))
 	}
+	m.Actions = m.Actions[1:]
 	want := map[string]string{
 		workspace.AnnUpgradeFrom: "ws-old", workspace.AnnUpgradeFromUID: "uid-old", workspace.AnnUpgradeFromVersion: "v1",
 		workspace.AnnUpgradeStrategy: "SideBySide", workspace.AnnUpgradeStartedAt: t0.Format(time.RFC3339),
@@ -236,7 +243,7 @@ func TestPlanCreateCarriesTheUpgradeRecord(t *testing.T) {
 
 func TestFailureTextIsStableAcrossRepeatedPasses(t *testing.T) {
 	old := with(wsPod("ws-old", "uid-old", "v1", t0.Add(-time.Hour)), ready, ann(workspace.AnnUpgradeRequested, "true"))
-	up := with(upgraded(old, "ws-new", "uid-new", "v2", SideBySide, t0), waiting("ErrImagePull", "pull access denied"))
+	up := with(upgraded(old, workspace.NextPodName(old, "v2"), "uid-new", "v2", SideBySide, t0), waiting("ErrImagePull", "pull access denied"))
 	cfg := Config{Timeout: 10 * time.Minute}
 	a := Plan(Observed{Pods: []*corev1.Pod{old, up}}, Target{Found: true, Version: "v2"}, t0.Add(11*time.Minute), cfg)
 	b := Plan(Observed{Pods: []*corev1.Pod{old, up}}, Target{Found: true, Version: "v2"}, t0.Add(15*time.Minute), cfg)
@@ -244,7 +251,7 @@ func TestFailureTextIsStableAcrossRepeatedPasses(t *testing.T) {
 	if ta != tb {
 		t.Errorf("failure text changed between passes: %q vs %q", ta, tb)
 	}
-	want := "Upgrade failed at 2026-11-29T10:10:00Z: ErrImagePull: container ide: pull access denied (pod ws-new not Ready within 10m0s)"
+	want := "Upgrade failed at 2026-11-29T10:10:00Z: ErrImagePull: container ide: pull access denied (pod " + up.Name + " not Ready within 10m0s)"
 	if ta != want {
 		t.Errorf("failure text = %q, want %q", ta, want)
 	}

@@ -47,7 +47,17 @@ func planRecreate(head *corev1.Pod, live []*corev1.Pod, now time.Time, cfg Confi
 			// The old pod is still here: it keeps serving, exactly as side-by-side.
 			return failSideBySide(head, old, f, now, started)
 		}
-		return Move{State: StateUpgrading, Actions: []Action{{Kind: DeletePod, Pod: old, Keep: head}}}
+		if _, err := cfg.Keys.VerifyRecord(head); err != nil && !ready {
+			// Deleting the old pod before the new one is Ready is what a Recreate upgrade does,
+			// and what a forged nogoo9/upgrade-strategy would make nogoo9 do: only on a record
+			// nogoo9 signed. Otherwise it proceeds as side-by-side (the old pod goes once the new
+			// one is Ready, or stays if it fails).
+			return Move{State: StateUpgrading, RequeueAfter: Deadline(head, cfg).Sub(now), Actions: []Action{{
+				Kind: Event, Pod: head, EventType: corev1.EventTypeWarning, Reason: ReasonUntrustedAnnotations,
+				Message: fmt.Sprintf("Pod %s is marked as a Recreate upgrade of pod %s, but %v; pod %s stays until pod %s is Ready.",
+					head.Name, old.Name, err, old.Name, head.Name)}}}
+		}
+		return Move{State: StateUpgrading, Actions: cutover(head, old, Action{})}
 	}
 	if ready {
 		d := nonNegative(now.Sub(started))
@@ -87,7 +97,7 @@ func planRecreate(head *corev1.Pod, live []*corev1.Pod, now time.Time, cfg Confi
 func planRollback(head *corev1.Pod, live []*corev1.Pod) Move {
 	m := Move{State: StateRollingBack}
 	if old := OldPod(head, live); old != nil {
-		m.Actions = append(m.Actions, Action{Kind: DeletePod, Pod: old, Keep: head})
+		m.Actions = cutover(head, old, Action{})
 	}
 	return m
 }
@@ -98,7 +108,7 @@ var rollbackDropped = []string{
 	workspace.AnnUpgradeRequested, workspace.AnnUpgradePod, workspace.AnnUpgradeStartedAt,
 	workspace.AnnUpgradeFrom, workspace.AnnUpgradeFromUID, workspace.AnnUpgradeFromVersion,
 	workspace.AnnUpgradeStrategy, workspace.AnnRollbackSpec, workspace.AnnLastUpgradeError,
-	"kubectl.kubernetes.io/last-applied-configuration",
+	workspace.AnnUpgradeHMAC, "kubectl.kubernetes.io/last-applied-configuration",
 }
 
 // RollbackSpec is the nogoo9/rollback-spec value for old, which must be the full pod read from the
@@ -117,6 +127,9 @@ func RollbackSpec(old *corev1.Pod) (string, error) {
 		delete(keep.Annotations, k)
 	}
 	keep.Spec.NodeName = ""
+	// Debug containers (kubectl debug) exist only on a running pod: a create that names them is
+	// refused, and they are not part of the workspace.
+	keep.Spec.EphemeralContainers = nil
 	var vols []corev1.Volume
 	dropped := map[string]bool{}
 	for _, v := range keep.Spec.Volumes {
@@ -171,6 +184,7 @@ func RollbackPod(failed *corev1.Pod, name string, annotations map[string]string)
 		p.Annotations[k] = v
 	}
 	p.Spec.NodeName = ""
+	p.Spec.EphemeralContainers = nil
 	// The restored pod must be the same workspace of the same owner as the failed one.
 	PreserveIdentity(&p, failed)
 	return &p, nil
@@ -180,12 +194,15 @@ func RollbackPod(failed *corev1.Pod, name string, annotations map[string]string)
 // way; an upgraded pod copies them from the pod it replaces, whoever asked for the upgrade.
 var (
 	identityLabels      = []string{workspace.LabelType, workspace.LabelWorkspaceID, workspace.LabelUserSub}
+	// The ports are not identity: they follow the template version the pod is built from (a new
+	// version may move its server to another port); the paths, which users see, stay.
 	identityAnnotations = []string{workspace.AnnOwner, workspace.AnnWorkspaceName, workspace.AnnWorkspacePath,
-		workspace.AnnWorkspacePort, workspace.AnnPreviewPath, workspace.AnnPreviewPort}
+		workspace.AnnPreviewPath}
 )
 
-// PreserveIdentity copies owner, workspace id, name and routing from old onto p, so that no
-// template or caller can change who owns a workspace or where it is served by upgrading it.
+// PreserveIdentity copies owner, workspace id, name and routing paths from old onto p, so that no
+// template or caller can change who owns a workspace or where it is served by upgrading it. The
+// owner of a pod of the original format (no nogoo9/owner) is stamped from workspace.Owner.
 func PreserveIdentity(p, old *corev1.Pod) {
 	if p.Labels == nil {
 		p.Labels = map[string]string{}
@@ -202,5 +219,8 @@ func PreserveIdentity(p, old *corev1.Pod) {
 		if v, ok := old.Annotations[k]; ok {
 			p.Annotations[k] = v
 		}
+	}
+	if o := workspace.Owner(old); o != "" {
+		p.Annotations[workspace.AnnOwner] = o
 	}
 }

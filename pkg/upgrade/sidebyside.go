@@ -27,8 +27,14 @@ func planSideBySide(head *corev1.Pod, live []*corev1.Pod, now time.Time, cfg Con
 // succeed deletes every pod older than the Ready head: the upgrade is done.
 func succeed(head *corev1.Pod, live []*corev1.Pod, now, started time.Time) Move {
 	m := Move{State: StateUpgrading}
+	if old := OldPod(head, live); old != nil {
+		// The maintenance of the pod that served goes over to the one that takes over.
+		if c := carryMaintenance(head, old); c != nil {
+			m.Actions = append(m.Actions, *c)
+		}
+	}
 	for i, old := range live[1:] {
-		a := Action{Kind: DeletePod, Pod: old, Keep: head}
+		a := Action{Kind: DeletePod, Pod: old, Keep: head, MatchVersion: true}
 		if i == 0 {
 			a.Result, a.Duration = ResultSucceeded, nonNegative(now.Sub(started))
 			a.Strategy = strategyOf(head)

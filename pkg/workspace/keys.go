@@ -135,3 +135,13 @@ const (
 // ValidatingAdmissionPolicy in config/admission lets only nogoo9's service account write it
 // (config/config_test.go checks the policy names exactly these keys).
 var PersonWritableKeys = []string{AnnUpgradeRequested, AnnMaintenance}
+
+// Keys added for the integrity of upgrade bookkeeping (docs/upgrades.md, "Trust").
+const (
+	// AnnUpgradeHMAC, on a Recreate-upgraded pod, authenticates its upgrade record (pod name,
+	// namespace, upgrade-from, -uid, -version, strategy, and the SHA-256 of AnnRollbackSpec) with a
+	// key only nogoo9 holds: "v1:<key id>:<spec sha256 hex>:<base64 HMAC-SHA256>". Without a
+	// valid one the controller never deletes the old pod before the new one is Ready and never
+	// creates a pod from AnnRollbackSpec.
+	AnnUpgradeHMAC = Prefix + "upgrade-hmac"
+)

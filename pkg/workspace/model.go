@@ -14,8 +14,19 @@ func IsWorkspacePod(pod *corev1.Pod) bool {
 // ID is the workspace id of a workspace pod.
 func ID(pod *corev1.Pod) string { return pod.Labels[LabelWorkspaceID] }
 
-// Owner is the raw owner subject of a workspace pod. Ownership checks compare this value.
-func Owner(pod *corev1.Pod) string { return pod.Annotations[AnnOwner] }
+// Owner is the raw owner subject of a workspace pod. Ownership checks compare this value. A pod
+// made by the original product carries no AnnOwner: its owner is then the LabelUserSub label when
+// that is a raw subject (a value UserLabel keeps as it is), and "" when the label is a hashed form
+// (the raw subject cannot be recovered). The controller stamps AnnOwner on such pods.
+func Owner(pod *corev1.Pod) string {
+	if v := pod.Annotations[AnnOwner]; v != "" {
+		return v
+	}
+	if l := pod.Labels[LabelUserSub]; l != "" && UserLabel(l) == l {
+		return l
+	}
+	return ""
+}
 
 // TemplateVersion is the exact template version a workspace pod was built from.
 func TemplateVersion(pod *corev1.Pod) string {
