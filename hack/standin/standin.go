@@ -199,4 +199,3 @@ func (w logWriter) Write(p []byte) (int, error) {
 	w.log.V(1).Info("http server", "message", strings.TrimSpace(string(p)))
 	return len(p), nil
 }
-
