@@ -119,6 +119,10 @@ if ! curl -fsS -o /dev/null -H "Authorization: Bearer $user_token" "$proxy$ws_pa
 	exit 1
 fi
 
+# UI: when the web UI exists, set ui_line to its URL and how to log in (e.g. "$api/ui/  (log in
+# with the USER_TOKEN below)"); it is printed on the "UI" line of the message below.
+ui_line="(not built yet: its URL and how to log in will be printed here)"
+
 cat <<MSG
 
 nogoo9 is running against the local cluster; the demo stand-in plays each workspace's container.
@@ -126,7 +130,7 @@ nogoo9 is running against the local cluster; the demo stand-in plays each worksp
   MCP endpoint   $api/mcp            (Streamable HTTP, bearer token)
   REST API       $api/api/v1
   Proxy          $proxy/ws/<user>/<id>/
-  UI             (not built yet: its URL and how to log in will be printed here)
+  UI             $ui_line
   Kubeconfig     $kc
                  kubectl --kubeconfig $kc get pods,nodes
   Logs           $dir/nogoo9.log, $dir/standin.log, $dir/*.log
