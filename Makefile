@@ -99,7 +99,7 @@ run: build ## Run nogoo9 against the cluster from cluster-up.
 	$(BIN)/nogoo9 --kubeconfig $(CLUSTER)/kubeconfig --namespace default --leader-elect=false
 
 .PHONY: demo
-demo: tools build ## Build, start a local cluster, apply samples, run nogoo9 and print how to reach it.
+demo: tools build ## Build, start a local cluster, apply samples, run nogoo9 and the workspace stand-in (hack/standin), spawn a workspace, print how to open it.
 	hack/demo.sh
 
 .PHONY: bench

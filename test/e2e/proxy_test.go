@@ -295,7 +295,7 @@ var _ = Describe("Proxy: routing, cutover, authorization and phases", Label("pro
 		p := StartNogoo9("--namespace="+ns, "--admin-group=system:masters")
 		w := pxSpawn(p, alice, "phases", "maint")
 		pod := WaitPodReady(ns, w.ActivePod)
-		pxStartBackend(pod.Status.PodIP, port, pod.Name)
+		StartStandin(ns) // the demo's stand-in plays the workspace (standin_test.go)
 		url := p.ProxyURL + w.WorkspacePath
 		// served waits until the proxy serves the workspace from the same pod and the API shows it
 		// Ready; it returns how long that took from start.
@@ -543,6 +543,7 @@ func pxDo(rawURL, token string) (int, pxReply, string, error) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	req.Header.Set("Accept", "application/json") // the stand-in's JSON answer has pxReply's fields
 	resp, err := pxClient.Do(req)
 	if err != nil {
 		return 0, rep, "", err
