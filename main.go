@@ -4,8 +4,10 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -27,6 +29,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/proxy"
 	"github.com/nogoo9/no-crd/pkg/spawner"
 	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/ui"
 )
 
 // version is stamped by `make build` through -ldflags.
@@ -54,6 +57,14 @@ type options struct {
 	insecureCookie    bool
 	publicURL         string
 	auth              auth.Options
+	ui                uiOptions
+}
+
+// uiOptions are the web UI's flags (pkg/ui).
+type uiOptions struct {
+	enabled, devLogin, insecureCookie bool
+	proxyURL, oidcRedirectURL         string
+	oidcSecretFile, oidcScopes        string
 }
 
 func main() {
@@ -79,6 +90,13 @@ func main() {
 	flag.BoolVar(&o.insecureCookie, "insecure-cookie", false, "Drop the Secure attribute of the proxy's login cookie (plain-HTTP development on loopback only).")
 	flag.StringVar(&o.publicURL, "public-url", "", "Externally visible base URL of the API (e.g. https://nogoo9.example.com); names the MCP resource in /.well-known/oauth-protected-resource.")
 	o.auth.BindFlags(flag.CommandLine)
+	flag.BoolVar(&o.ui.enabled, "ui", true, "Serve the web UI at / on the API listener.")
+	flag.BoolVar(&o.ui.devLogin, "ui-dev-login", true, "Offer the UI's development login, which takes a bearer token (verified like an API call) and starts a session.")
+	flag.BoolVar(&o.ui.insecureCookie, "ui-insecure-cookie", false, "Drop the Secure attribute (and the __Host- prefix) of the UI's session cookie: plain-HTTP development only.")
+	flag.StringVar(&o.ui.proxyURL, "ui-proxy-url", "", "Public base URL of the workspace proxy for the UI's Open and Preview links (empty: the UI's host with the --proxy-bind-address port).")
+	flag.StringVar(&o.ui.oidcRedirectURL, "ui-oidc-redirect-url", "", "With --auth=oidc: the UI's /login/callback URL as registered with the provider; turns on single sign-on (authorization code + PKCE).")
+	flag.StringVar(&o.ui.oidcSecretFile, "ui-oidc-client-secret-file", "", "File holding the OIDC client secret for the UI's login (empty: a public client, PKCE only).")
+	flag.StringVar(&o.ui.oidcScopes, "ui-oidc-scopes", "profile,email", "Comma-separated scopes the UI's login requests besides openid (e.g. add groups).")
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -155,7 +173,7 @@ func run(o options) error {
 		if _, err := api.Setup(ctx, mgr, api.Options{
 			Addr: o.apiAddr, Namespace: o.namespace, Version: version, Auth: authn,
 			Templates: frontend.FromRegistry(registry), Spawner: frontend.FromSpawner(spawn.Spawn),
-			PublicURL: o.publicURL,
+			PublicURL: o.publicURL, UI: uiSetup(ctx, mgr, o, authn, registry, components["proxy"]),
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
 		}
@@ -197,6 +215,46 @@ func run(o options) error {
 	}
 	log.Info("starting nogoo9", "version", version, "namespace", o.namespace, "components", o.components)
 	return mgr.Start(ctx)
+}
+
+// uiSetup wires the web UI's flags into pkg/ui; nil when --ui=false.
+func uiSetup(ctx context.Context, mgr ctrl.Manager, o options, authn auth.Authenticator, registry *templates.Registry, proxyHere bool) func(*frontend.Service) (http.Handler, error) {
+	if !o.ui.enabled {
+		return nil
+	}
+	c := ui.Config{
+		Auth: authn, Templates: frontend.FromRegistry(registry), SubscribeTemplates: registry.Subscribe,
+		DevLogin: o.ui.devLogin, InsecureCookie: o.ui.insecureCookie, ProxyURL: o.ui.proxyURL,
+	}
+	if proxyHere {
+		c.ProxyBindAddress = o.proxyAddr
+	}
+	if o.ui.oidcRedirectURL != "" {
+		c.OIDC = ui.OIDCConfig{
+			IssuerURL: o.auth.OIDC.IssuerURL, ClientID: o.auth.OIDC.ClientID, CAFile: o.auth.OIDC.CAFile,
+			RedirectURL: o.ui.oidcRedirectURL, Scopes: splitList(o.ui.oidcScopes),
+		}
+		if o.ui.oidcSecretFile != "" {
+			b, err := os.ReadFile(o.ui.oidcSecretFile)
+			if err != nil {
+				return func(*frontend.Service) (http.Handler, error) {
+					return nil, fmt.Errorf("read --ui-oidc-client-secret-file: %w", err)
+				}
+			}
+			c.OIDC.ClientSecret = strings.TrimSpace(string(b))
+		}
+	}
+	return ui.Setup(ctx, mgr, c)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func parseComponents(s string) (map[string]bool, error) {

@@ -33,6 +33,10 @@ type Options struct {
 	// issuer listed there.
 	PublicURL string
 	Issuer    string
+	// UI, when set, builds the web UI over the front end's service; it is served at /.
+	UI func(*frontend.Service) (http.Handler, error)
+
+	ui http.Handler
 }
 
 // NewHandler serves /api/v1/... (REST), /mcp (MCP Streamable HTTP) and
@@ -46,6 +50,9 @@ func NewHandler(svc *frontend.Service, authn auth.Authenticator, o Options) http
 		mux.Handle("/.well-known/oauth-protected-resource", mcp.ProtectedResourceMetadata(o.PublicURL+"/mcp", o.Issuer))
 	}
 	mux.Handle("/mcp", mcp.NewHandler(svc, authn, mo))
+	if o.ui != nil {
+		mux.Handle("/", o.ui)
+	}
 	return mux
 }
 
@@ -72,6 +79,11 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
+	}
+	if o.UI != nil {
+		if o.ui, err = o.UI(svc); err != nil {
+			return nil, fmt.Errorf("api: ui: %w", err)
+		}
 	}
 	h := NewHandler(svc, o.Auth, o)
 	if o.Addr != "" && o.Addr != "0" {
