@@ -59,7 +59,7 @@ say "starting nogoo9 (log: $dir/nogoo9.log)"
 	--oidc-admin-claim sub --oidc-admin-value "system:serviceaccount:$ns:demo-admin" \
 	--api-bind-address "127.0.0.1:$api_port" --proxy-bind-address "127.0.0.1:$proxy_port" \
 	--metrics-bind-address "127.0.0.1:$metrics_port" --health-probe-bind-address "127.0.0.1:$probe_port" \
-	--insecure-cookie >"$dir/nogoo9.log" 2>&1 &
+	--insecure-cookie --ui-insecure-cookie >"$dir/nogoo9.log" 2>&1 &
 nogoo9_pid=$!
 for _ in $(seq 1 120); do
 	if curl -fsS "http://127.0.0.1:$probe_port/readyz" >/dev/null 2>&1; then break; fi
@@ -79,6 +79,8 @@ nogoo9 is running against the local cluster.
 
   MCP endpoint   $api/mcp            (Streamable HTTP, bearer token)
   REST API       $api/api/v1
+  Web UI         $api/                (open it in a browser; "Development login": paste the
+                                      user or admin token below, the admin sees "All workspaces")
   Proxy          http://127.0.0.1:$proxy_port/ws/<user>/<id>/
   Kubeconfig     $kc
                  kubectl --kubeconfig $kc get pods,nodes

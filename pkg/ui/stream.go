@@ -293,4 +293,3 @@ func (u *UI) streamLoop(r *request, sub *Sub, events <-chan frontend.Event, flus
 		}
 	}
 }
-
