@@ -66,6 +66,7 @@ $(CONFORMANCE):
 
 .PHONY: test-e2e
 test-e2e: tools build $(CONFORMANCE) ## End-to-end tests: the real nogoo9 binary against the full local cluster with kwok.
+	hack/install-chromium.sh
 	NOGOO9_BIN=$(BIN)/nogoo9 NOGOO9_TOOLS=$(BIN) $(GO) test -count=1 -timeout 40m ./test/e2e/... -args -ginkgo.no-color
 
 ##@ Flaky tests (not part of make test; see docs/development.md)

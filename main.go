@@ -4,8 +4,10 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -27,6 +29,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/proxy"
 	"github.com/nogoo9/no-crd/pkg/spawner"
 	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/ui"
 )
 
 // version is stamped by `make build` through -ldflags.
@@ -60,6 +63,7 @@ type options struct {
 	maxFollows        int
 	auth              auth.Options
 	templatePolicy    templates.PolicyFlags
+	ui                uiOptions
 }
 
 // proxyLimits are the proxy's bounds on what a workspace pod and a client may make it hold.
@@ -69,6 +73,13 @@ type proxyLimits struct {
 	max1xx            int
 	maxSetCookies     int
 	maxConnsPerClient int
+}
+
+// uiOptions are the web UI's flags (pkg/ui).
+type uiOptions struct {
+	enabled, devLogin, insecureCookie bool
+	proxyURL, oidcRedirectURL         string
+	oidcSecretFile, oidcScopes        string
 }
 
 func main() {
@@ -104,6 +115,13 @@ func main() {
 	flag.IntVar(&o.maxFollows, "max-event-follows-per-user", frontend.DefaultMaxFollowsPerUser, "Event streams (events?follow=true, get_workspace_events with follow) one user may have open at once; more are answered 429.")
 	o.auth.BindFlags(flag.CommandLine)
 	o.templatePolicy.BindFlags(flag.CommandLine)
+	flag.BoolVar(&o.ui.enabled, "ui", true, "Serve the web UI at / on the API listener.")
+	flag.BoolVar(&o.ui.devLogin, "ui-dev-login", true, "Offer the UI's development login, which takes a bearer token (verified like an API call) and starts a session.")
+	flag.BoolVar(&o.ui.insecureCookie, "ui-insecure-cookie", false, "Drop the Secure attribute (and the __Host- prefix) of the UI's session cookie: plain-HTTP development only.")
+	flag.StringVar(&o.ui.proxyURL, "ui-proxy-url", "", "Public base URL of the workspace proxy for the UI's Open and Preview links (empty: the UI's host with the --proxy-bind-address port).")
+	flag.StringVar(&o.ui.oidcRedirectURL, "ui-oidc-redirect-url", "", "With --auth=oidc: the UI's /login/callback URL as registered with the provider; turns on single sign-on (authorization code + PKCE).")
+	flag.StringVar(&o.ui.oidcSecretFile, "ui-oidc-client-secret-file", "", "File holding the OIDC client secret for the UI's login (empty: a public client, PKCE only).")
+	flag.StringVar(&o.ui.oidcScopes, "ui-oidc-scopes", "profile,email", "Comma-separated scopes the UI's login requests besides openid (e.g. add groups).")
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -190,6 +208,7 @@ func run(o options) error {
 			Templates: frontend.FromRegistry(registry), Spawner: frontend.FromSpawner(spawn.Spawn),
 			PublicURL: o.publicURL, Issuer: issuer, AllowedHosts: splitList(o.mcpAllowedHosts),
 			MaxFollowsPerUser: o.maxFollows,
+			UI:                uiSetup(ctx, mgr, o, authn, registry, components["proxy"]),
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
 		}
@@ -246,6 +265,46 @@ func run(o options) error {
 	return mgr.Start(ctx)
 }
 
+// uiSetup wires the web UI's flags into pkg/ui; nil when --ui=false.
+func uiSetup(ctx context.Context, mgr ctrl.Manager, o options, authn auth.Authenticator, registry *templates.Registry, proxyHere bool) func(*frontend.Service) (http.Handler, error) {
+	if !o.ui.enabled {
+		return nil
+	}
+	c := ui.Config{
+		Auth: authn, Templates: frontend.FromRegistry(registry), SubscribeTemplates: registry.Subscribe,
+		DevLogin: o.ui.devLogin, InsecureCookie: o.ui.insecureCookie, ProxyURL: o.ui.proxyURL,
+	}
+	if proxyHere {
+		c.ProxyBindAddress = o.proxyAddr
+	}
+	if o.ui.oidcRedirectURL != "" {
+		c.OIDC = ui.OIDCConfig{
+			IssuerURL: o.auth.OIDC.IssuerURL, ClientID: o.auth.OIDC.ClientID, CAFile: o.auth.OIDC.CAFile,
+			RedirectURL: o.ui.oidcRedirectURL, Scopes: splitList(o.ui.oidcScopes),
+		}
+		if o.ui.oidcSecretFile != "" {
+			b, err := os.ReadFile(o.ui.oidcSecretFile)
+			if err != nil {
+				return func(*frontend.Service) (http.Handler, error) {
+					return nil, fmt.Errorf("read --ui-oidc-client-secret-file: %w", err)
+				}
+			}
+			c.OIDC.ClientSecret = strings.TrimSpace(string(b))
+		}
+	}
+	return ui.Setup(ctx, mgr, c)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 func parseComponents(s string) (map[string]bool, error) {
 	out := map[string]bool{}
 	for _, c := range strings.Split(s, ",") {
@@ -262,37 +321,4 @@ func parseComponents(s string) (map[string]bool, error) {
 		return nil, fmt.Errorf("--components is empty: name at least one of controller, api, proxy")
 	}
 	return out, nil
-}
-
-// splitList splits a comma-separated flag value, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
-// envInt reads an integer default for a flag from the environment; a value that is not an
-// integer stops the program with a message naming the variable, rather than being ignored.
-func envInt(key string, def int) int {
-	v := os.Getenv(key)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		fmt.Fprintf(os.Stderr, "environment variable %s=%q is not a non-negative integer: set it to a number such as 3, or unset it\n", key, v)
-		os.Exit(2)
-	}
-	return n
 }

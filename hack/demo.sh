@@ -75,7 +75,7 @@ say "starting nogoo9 (log: $dir/nogoo9.log)"
 	--oidc-admin-claim sub --oidc-admin-value "system:serviceaccount:$ns:demo-admin" \
 	--api-bind-address "127.0.0.1:$api_port" --proxy-bind-address "127.0.0.1:$proxy_port" \
 	--metrics-bind-address "127.0.0.1:$metrics_port" --health-probe-bind-address "127.0.0.1:$probe_port" \
-	--insecure-cookie >"$dir/nogoo9.log" 2>&1 &
+	--insecure-cookie --ui-insecure-cookie >"$dir/nogoo9.log" 2>&1 &
 nogoo9_pid=$!
 for _ in $(seq 1 120); do
 	if curl -fsS "http://127.0.0.1:$probe_port/readyz" >/dev/null 2>&1; then break; fi
@@ -119,10 +119,6 @@ if ! curl -fsS -o /dev/null -H "Authorization: Bearer $user_token" "$proxy$ws_pa
 	exit 1
 fi
 
-# UI: when the web UI exists, set ui_line to its URL and how to log in (e.g. "$api/ui/  (log in
-# with the USER_TOKEN below)"); it is printed on the "UI" line of the message below.
-ui_line="(not built yet: its URL and how to log in will be printed here)"
-
 cat <<MSG
 
 nogoo9 is running against the local cluster; the demo stand-in plays each workspace's container.
@@ -130,7 +126,8 @@ nogoo9 is running against the local cluster; the demo stand-in plays each worksp
   MCP endpoint   $api/mcp            (Streamable HTTP, bearer token)
   REST API       $api/api/v1
   Proxy          $proxy/ws/<user>/<id>/
-  UI             $ui_line
+  Web UI         $api/                (open it in a browser; "Development login": paste the
+                                      user or admin token below, the admin sees "All workspaces")
   Kubeconfig     $kc
                  kubectl --kubeconfig $kc get pods,nodes
   Logs           $dir/nogoo9.log, $dir/standin.log, $dir/*.log
@@ -145,8 +142,8 @@ Workspace "demo" (template node, owner demo-user) is up. Paste the export lines 
   curl -sS -H "Authorization: Bearer \$USER_TOKEN" $proxy$ws_path
   # its terminal over WebSocket: type lines, they come back from the pod
   bin/standin term --token "\$USER_TOKEN" ws://127.0.0.1:$proxy_port${ws_path}term
-  # in a browser (logs in with the token, then shows the page with a live terminal):
-  #   $proxy/_nogoo9/login?token=<the USER_TOKEN value>&next=$ws_path
+  # in a browser: open $proxy/_nogoo9/login?next=$ws_path and paste the USER_TOKEN value
+  #   into the form (the page, then a live terminal); or use the Web UI's Open link
 
 Try:
   # 1. bump the template version: the workspace becomes outdated

@@ -41,6 +41,10 @@ type Options struct {
 	AllowedHosts []string
 	// MaxFollowsPerUser caps one user's concurrent event follows (frontend.DefaultMaxFollowsPerUser when 0).
 	MaxFollowsPerUser int
+	// UI, when set, builds the web UI over the front end's service; it is served at /.
+	UI func(*frontend.Service) (http.Handler, error)
+
+	ui http.Handler
 }
 
 // NewHandler serves /api/v1/... (REST), /mcp (MCP Streamable HTTP) and the RFC 9728
@@ -57,6 +61,9 @@ func NewHandler(svc *frontend.Service, authn auth.Authenticator, o Options) http
 		mcp.NewHandler(svc, mcp.Options{Version: o.Version, ResourceMetadataURL: md.url("/mcp")})))))
 	mux.Handle("/.well-known/oauth-protected-resource", md.handler(""))
 	mux.Handle("/.well-known/oauth-protected-resource/mcp", md.handler("/mcp"))
+	if o.ui != nil {
+		mux.Handle("/", o.ui)
+	}
 	return mux
 }
 
@@ -83,6 +90,11 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
+	}
+	if o.UI != nil {
+		if o.ui, err = o.UI(svc); err != nil {
+			return nil, fmt.Errorf("api: ui: %w", err)
+		}
 	}
 	h := NewHandler(svc, o.Auth, o)
 	if o.Addr != "" && o.Addr != "0" {

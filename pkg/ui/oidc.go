@@ -1,0 +1,208 @@
+package ui
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/nogoo9/no-crd/pkg/session"
+)
+
+// OIDCConfig configures the OpenID Connect login of the UI.
+type OIDCConfig struct {
+	// IssuerURL and ClientID are the API's (--oidc-issuer-url, --oidc-client-id): the ID token
+	// the login obtains is verified by the same authenticator as the API's bearer tokens.
+	IssuerURL, ClientID string
+	// ClientSecret is empty for a public client (PKCE alone).
+	ClientSecret string
+	// RedirectURL is this UI's /login/callback as the provider knows it.
+	RedirectURL string
+	// Scopes are requested besides openid (e.g. profile, email, groups).
+	Scopes []string
+	// CAFile, when set, is a PEM bundle trusted for the provider's TLS.
+	CAFile string
+	// DisplayName labels the login button ("single sign-on" when empty).
+	DisplayName string
+}
+
+// OIDCLogin is the authorization-code flow with PKCE, state and nonce.
+type OIDCLogin struct {
+	DisplayName string
+
+	oauth    oauth2.Config
+	verifier *oidc.IDTokenVerifier
+	client   *http.Client
+
+	mu      sync.Mutex
+	pending map[string]pendingLogin // by state
+}
+
+type pendingLogin struct {
+	verifier, nonce, next string
+	expires               time.Time
+}
+
+const (
+	maxPendingLogins = 10000
+	loginTTL         = 10 * time.Minute
+)
+
+// NewOIDCLogin discovers the provider (one HTTP round trip).
+func NewOIDCLogin(ctx context.Context, c OIDCConfig) (*OIDCLogin, error) {
+	if c.RedirectURL == "" {
+		return nil, errors.New("--ui-oidc-redirect-url is empty: give this UI's /login/callback URL as registered with the provider")
+	}
+	if u, err := url.Parse(c.RedirectURL); err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return nil, fmt.Errorf("--ui-oidc-redirect-url=%q is not an http(s) URL: give e.g. https://nogoo9.example.com/login/callback", c.RedirectURL)
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read --oidc-ca-file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--oidc-ca-file=%s holds no PEM certificate", c.CAFile)
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	}
+	provider, err := oidc.NewProvider(oidc.ClientContext(ctx, hc), c.IssuerURL)
+	if err != nil {
+		return nil, fmt.Errorf("discover OIDC provider %s for the UI login: %w", c.IssuerURL, err)
+	}
+	if provider.Endpoint().AuthURL == "" {
+		return nil, fmt.Errorf("OIDC issuer %s has no authorization endpoint: the UI's single sign-on needs one (use the development login instead)", c.IssuerURL)
+	}
+	name := c.DisplayName
+	if name == "" {
+		name = "single sign-on"
+	}
+	return &OIDCLogin{
+		DisplayName: name,
+		oauth: oauth2.Config{
+			ClientID: c.ClientID, ClientSecret: c.ClientSecret, Endpoint: provider.Endpoint(),
+			RedirectURL: c.RedirectURL, Scopes: append([]string{oidc.ScopeOpenID}, c.Scopes...),
+		},
+		verifier: provider.VerifierContext(oidc.ClientContext(context.WithoutCancel(ctx), hc), &oidc.Config{ClientID: c.ClientID}),
+		client:   hc,
+		pending:  map[string]pendingLogin{},
+	}, nil
+}
+
+func (o *OIDCLogin) put(state string, p pendingLogin) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.pending) >= maxPendingLogins {
+		now := time.Now()
+		for k, v := range o.pending {
+			if now.After(v.expires) || len(o.pending) >= maxPendingLogins {
+				delete(o.pending, k)
+			}
+		}
+	}
+	o.pending[state] = p
+}
+
+func (o *OIDCLogin) take(state string) (pendingLogin, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	p, ok := o.pending[state]
+	delete(o.pending, state)
+	if !ok || time.Now().After(p.expires) {
+		return pendingLogin{}, false
+	}
+	return p, true
+}
+
+// oidcStart sends the browser to the provider with a fresh state, nonce and PKCE challenge. The
+// state also goes into a cookie, so only the browser that started the login can finish it.
+func (u *UI) oidcStart(w http.ResponseWriter, r *http.Request) {
+	o := u.o.OIDC
+	if o == nil {
+		u.renderLogin(w, r, http.StatusNotFound, "/", "Single sign-on is not configured on this server; use the development login.")
+		return
+	}
+	state, nonce, verifier := session.RandomToken(), session.RandomToken(), oauth2.GenerateVerifier()
+	o.put(state, pendingLogin{verifier: verifier, nonce: nonce, next: safeNext(r.URL.Query().Get("next")), expires: time.Now().Add(loginTTL)})
+	u.loginCookie(w, state, http.SameSiteLaxMode, int(loginTTL.Seconds()))
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, o.oauth.AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier)), http.StatusFound)
+}
+
+// oidcCallback finishes the login: state (query and cookie), code exchange with the PKCE
+// verifier, ID token signature, audience, expiry and nonce (go-oidc's verifier), then the API's
+// own authenticator for the caller (subject and admin claims).
+func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
+	o := u.o.OIDC
+	if o == nil {
+		http.NotFound(w, r)
+		return
+	}
+	log := ctrl.LoggerFrom(r.Context()).WithName("ui")
+	q := r.URL.Query()
+	fail := func(status int, reason, msg string) {
+		log.Info("single sign-on refused", "remote", r.RemoteAddr, "reason", reason)
+		u.renderLogin(w, r, status, "/", msg)
+	}
+	if e := q.Get("error"); e != "" {
+		fail(http.StatusUnauthorized, "provider error "+e+": "+q.Get("error_description"), "The identity provider did not log you in ("+e+"); try again.")
+		return
+	}
+	state := q.Get("state")
+	c, err := r.Cookie(u.loginCookieName())
+	if err != nil || state == "" || !(&session.Session{CSRF: c.Value}).ValidCSRF(state) {
+		fail(http.StatusForbidden, "state does not match the login cookie", "This login was not started in this browser, or it took too long; start again.")
+		return
+	}
+	p, ok := o.take(state)
+	if !ok {
+		fail(http.StatusForbidden, "unknown or expired state", "This login expired or was already used; start again.")
+		return
+	}
+	ctx, cancel := context.WithTimeout(oidc.ClientContext(r.Context(), o.client), 30*time.Second)
+	defer cancel()
+	tok, err := o.oauth.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(p.verifier))
+	if err != nil {
+		fail(http.StatusUnauthorized, "code exchange: "+err.Error(), "The identity provider refused the login code; start again.")
+		return
+	}
+	raw, _ := tok.Extra("id_token").(string)
+	if raw == "" {
+		fail(http.StatusUnauthorized, "no id_token in the token response", "The identity provider sent no ID token; check that the openid scope is allowed for this client.")
+		return
+	}
+	idt, err := o.verifier.Verify(ctx, raw)
+	if err != nil {
+		fail(http.StatusUnauthorized, "id token: "+err.Error(), "The identity provider's ID token was not valid; start again.")
+		return
+	}
+	if (&session.Session{CSRF: p.nonce}).ValidCSRF(idt.Nonce) == false {
+		fail(http.StatusUnauthorized, "nonce mismatch", "The ID token was not issued for this login; start again.")
+		return
+	}
+	caller, err := u.o.Auth.VerifyToken(ctx, raw)
+	if err != nil {
+		fail(http.StatusUnauthorized, "authenticator: "+err.Error(), "Your identity was not accepted by nogoo9; ask an administrator.")
+		return
+	}
+	u.startSession(w, r, caller)
+	// The provider's redirect made this a cross-site navigation, on which the browser withholds
+	// the SameSite=Strict session cookie; a same-site hop from this page carries it.
+	w.Header().Set("Refresh", "0;url="+p.next)
+	u.render(w, r, http.StatusOK, "continue", page{Title: "Logged in", Data: p.next})
+}

@@ -1,0 +1,462 @@
+package ui
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// listFilter is the workspace list's query: an admin may list every user's (All) and filter.
+type listFilter struct {
+	All      bool
+	Owner    string
+	Phase    string
+	Q        string
+	Outdated bool
+}
+
+func parseFilter(r *http.Request) listFilter {
+	q := r.URL.Query()
+	return listFilter{
+		All: q.Get("all") == "1", Owner: strings.TrimSpace(q.Get("owner")), Phase: q.Get("phase"),
+		Q: strings.TrimSpace(q.Get("q")), Outdated: q.Get("outdated") == "1",
+	}
+}
+
+func (f listFilter) match(w *frontend.Workspace) bool {
+	switch {
+	case f.Owner != "" && !strings.Contains(w.Owner, f.Owner):
+		return false
+	case f.Phase != "" && string(w.Phase) != f.Phase:
+		return false
+	case f.Q != "" && !strings.Contains(w.ID, f.Q) && !strings.Contains(strings.ToLower(w.Name), strings.ToLower(f.Q)):
+		return false
+	case f.Outdated && !w.IsOutdated:
+		return false
+	}
+	return true
+}
+
+// values encodes the filter as a query.
+func (f listFilter) values() url.Values {
+	v := url.Values{}
+	if f.All {
+		v.Set("all", "1")
+	}
+	if f.Owner != "" {
+		v.Set("owner", f.Owner)
+	}
+	if f.Phase != "" {
+		v.Set("phase", f.Phase)
+	}
+	if f.Q != "" {
+		v.Set("q", f.Q)
+	}
+	if f.Outdated {
+		v.Set("outdated", "1")
+	}
+	return v
+}
+
+type listData struct {
+	Filter    listFilter
+	Rows      []rowView
+	Total     int
+	StreamURL string
+	Phases    []workspace.PhaseName
+	Notice    string
+}
+
+// rows lists the workspaces the filter shows, through the service.
+func (u *UI) rows(r *request, f listFilter) ([]rowView, int, error) {
+	list, err := u.svc.ListWorkspaces(r.ctx, frontend.ListOptions{AllUsers: f.All})
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]rowView, 0, len(list))
+	for i := range list {
+		if f.match(&list[i]) {
+			out = append(out, u.row(r.Request, r.sess.CSRF, list[i], f.All))
+		}
+	}
+	return out, len(list), nil
+}
+
+func (u *UI) listPage(w http.ResponseWriter, r *request) {
+	f := parseFilter(r.Request)
+	var seq uint64
+	if u.o.Hub != nil {
+		seq = u.o.Hub.Seq() // before the list: a change after this is replayed by the stream
+	}
+	rows, total, err := u.rows(r, f)
+	if err != nil {
+		status, msg := message(r.Request, err)
+		u.renderError(w, r.Request, r.sess, status, msg)
+		return
+	}
+	d := listData{Filter: f, Rows: rows, Total: total, Phases: phases, Notice: notice(r.Request)}
+	if u.o.Hub != nil {
+		v := f.values()
+		v.Set("since", strconv.FormatUint(seq, 10))
+		d.StreamURL = "/stream?" + v.Encode()
+	}
+	title, nav := "My workspaces", "mine"
+	if f.All {
+		title, nav = "All workspaces", "all"
+	}
+	u.render(w, r.Request, http.StatusOK, "list", u.page(r, title, nav, d))
+}
+
+// notice is the one-line confirmation of the action that redirected here (?done=...&id=...). Only
+// fixed texts: a link cannot make the page say something of its choosing.
+func notice(r *http.Request) string {
+	id := r.URL.Query().Get("id")
+	if workspace.ValidateID(id) != nil {
+		id = ""
+	}
+	switch r.URL.Query().Get("done") {
+	case "created":
+		return fmt.Sprintf("Workspace %s is being created; its row below turns Ready when it can be opened.", id)
+	case "deleted":
+		return fmt.Sprintf("Workspace %s is being deleted; its volume is kept.", id)
+	case "upgrading":
+		return fmt.Sprintf("Upgrade of workspace %s requested.", id)
+	case "maintenance-on":
+		return fmt.Sprintf("Workspace %s is in maintenance.", id)
+	case "maintenance-off":
+		return fmt.Sprintf("Workspace %s is back in service.", id)
+	}
+	return ""
+}
+
+type workspaceData struct {
+	Row         rowView
+	Events      []frontend.Event
+	EventsError string
+	StreamURL   string
+	Notice      string
+	ReasonError string
+}
+
+func (u *UI) workspacePage(w http.ResponseWriter, r *request) {
+	id := r.PathValue("id")
+	var seq uint64
+	if u.o.Hub != nil {
+		seq = u.o.Hub.Seq()
+	}
+	ws, err := u.svc.GetWorkspace(r.ctx, id)
+	if err != nil {
+		status, msg := message(r.Request, err)
+		u.renderError(w, r.Request, r.sess, status, msg)
+		return
+	}
+	d := workspaceData{Row: u.row(r.Request, r.sess.CSRF, *ws, true), Notice: notice(r.Request)}
+	if r.URL.Query().Get("err") == "reason" {
+		d.ReasonError = "Reason is empty: say why the workspace is out of service (users see it), e.g. \"disk migration until 14:00\"."
+	}
+	evs, _, err := u.svc.Events(r.ctx, id, false)
+	if err != nil {
+		_, d.EventsError = message(r.Request, err)
+	}
+	d.Events = evs
+	if u.o.Hub != nil {
+		d.StreamURL = fmt.Sprintf("/workspaces/%s/stream?since=%d", id, seq)
+	}
+	u.render(w, r.Request, http.StatusOK, "workspace", u.page(r, "Workspace "+id, "", d))
+}
+
+// back is where an action returns to: the page the form was on (a path of this site).
+func back(r *request, id, done string) string {
+	to := safeNext(r.PostFormValue("back"))
+	u, _ := url.Parse(to)
+	q := u.Query()
+	q.Set("done", done)
+	q.Set("id", id)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func (u *UI) upgrade(w http.ResponseWriter, r *request) {
+	id := r.PathValue("id")
+	res, err := u.svc.Upgrade(r.ctx, id)
+	if err != nil {
+		status, msg := message(r.Request, err)
+		u.renderError(w, r.Request, r.sess, status, msg)
+		return
+	}
+	if r.Header.Get("HX-Request") == "" {
+		http.Redirect(w, r.Request, back(r, id, "upgrading"), http.StatusSeeOther)
+		return
+	}
+	var msg string
+	switch res.Status {
+	case "upToDate":
+		msg = fmt.Sprintf("Already at the template's latest version %s.", res.To)
+	case "upgrading":
+		if res.To != "" {
+			msg = fmt.Sprintf("Upgrade to %s requested.", res.To)
+		} else {
+			msg = "An upgrade is already in progress."
+		}
+	default:
+		msg = res.Status
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	fmt.Fprintf(w, `<span role="status">%s</span>`, escape(msg))
+}
+
+func escape(s string) string {
+	var b bytes.Buffer
+	for _, c := range s {
+		switch c {
+		case '<':
+			b.WriteString("&lt;")
+		case '>':
+			b.WriteString("&gt;")
+		case '&':
+			b.WriteString("&amp;")
+		case '"':
+			b.WriteString("&#34;")
+		case '\'':
+			b.WriteString("&#39;")
+		default:
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
+func (u *UI) deletePage(w http.ResponseWriter, r *request) {
+	ws, err := u.svc.GetWorkspace(r.ctx, r.PathValue("id"))
+	if err != nil {
+		status, msg := message(r.Request, err)
+		u.renderError(w, r.Request, r.sess, status, msg)
+		return
+	}
+	u.render(w, r.Request, http.StatusOK, "delete", u.page(r, "Delete "+ws.ID, "", ws))
+}
+
+func (u *UI) delete(w http.ResponseWriter, r *request) {
+	id := r.PathValue("id")
+	if _, err := u.svc.Delete(r.ctx, id); err != nil {
+		status, msg := message(r.Request, err)
+		u.renderError(w, r.Request, r.sess, status, msg)
+		return
+	}
+	http.Redirect(w, r.Request, "/?done=deleted&id="+url.QueryEscape(id), http.StatusSeeOther)
+}
+
+func (u *UI) maintenance(w http.ResponseWriter, r *request) {
+	id := r.PathValue("id")
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	on := r.PostFormValue("action") == "on"
+	if on && reason == "" {
+		http.Redirect(w, r.Request, "/workspaces/"+url.PathEscape(id)+"?err=reason#maintenance", http.StatusSeeOther)
+		return
+	}
+	if !on {
+		reason = ""
+	}
+	if _, err := u.svc.SetMaintenance(r.ctx, id, reason); err != nil {
+		status, msg := message(r.Request, err)
+		u.renderError(w, r.Request, r.sess, status, msg)
+		return
+	}
+	done := "maintenance-off"
+	if on {
+		done = "maintenance-on"
+	}
+	http.Redirect(w, r.Request, "/workspaces/"+url.PathEscape(id)+"?done="+done+"&id="+url.QueryEscape(id), http.StatusSeeOther)
+}
+
+type upgradeAllData struct {
+	Workspaces []frontend.Workspace
+	Users      int
+	Results    []frontend.UpgradeResult
+	Failed     int
+}
+
+func (u *UI) upgradeAllPage(w http.ResponseWriter, r *request) {
+	list, err := u.svc.ListWorkspaces(r.ctx, frontend.ListOptions{AllUsers: true})
+	if err != nil {
+		status, msg := message(r.Request, err)
+		u.renderError(w, r.Request, r.sess, status, msg)
+		return
+	}
+	var d upgradeAllData
+	for i := range list {
+		if upgradable(&list[i]) {
+			d.Workspaces = append(d.Workspaces, list[i])
+		}
+	}
+	d.Users = len(owners(d.Workspaces))
+	u.render(w, r.Request, http.StatusOK, "upgradeall", u.page(r, "Upgrade All Outdated", "", d))
+}
+
+func (u *UI) upgradeAll(w http.ResponseWriter, r *request) {
+	res, err := u.svc.UpgradeAll(r.ctx)
+	if err != nil {
+		status, msg := message(r.Request, err)
+		u.renderError(w, r.Request, r.sess, status, msg)
+		return
+	}
+	d := upgradeAllData{Results: res}
+	seen := map[string]bool{}
+	for _, x := range res {
+		seen[x.Owner] = true
+		if x.Status == "failed" {
+			d.Failed++
+		}
+	}
+	d.Users = len(seen)
+	u.render(w, r.Request, http.StatusOK, "upgraderesult", u.page(r, "Upgrade All Outdated: result", "", d))
+}
+
+// templateChoice is one template on the new-workspace form.
+type templateChoice struct {
+	frontend.TemplateInfo
+	Context []string
+}
+
+type newData struct {
+	Templates []templateChoice
+	// ContextKeys is every key any valid template needs, with the templates needing it.
+	ContextKeys []contextKey
+	Form        spawnForm
+	Errors      map[string]string
+}
+
+type contextKey struct {
+	Key   string
+	For   []string
+	Value string
+}
+
+type spawnForm struct {
+	Template, ID, Name string
+	Context            map[string]string
+}
+
+var contextRef = regexp.MustCompile(`\$?\$\{context\.([^}]*)\}`)
+
+// requiredContext lists the context keys a template's placeholders use (${context.KEY}).
+func (u *UI) requiredContext(name string) []string {
+	t, ok := u.o.Templates.Get(name)
+	if !ok || t == nil {
+		return nil
+	}
+	raw, _ := json.Marshal(struct {
+		Spec   any
+		Claims any
+	}{t.Spec, t.VolumeClaims})
+	seen := map[string]bool{}
+	var keys []string
+	for _, m := range contextRef.FindAllSubmatch(raw, -1) {
+		if bytes.HasPrefix(m[0], []byte("$$")) {
+			continue // an escaped, literal "${"
+		}
+		if k := string(m[1]); !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (u *UI) newData(r *request, form spawnForm, errs map[string]string) (newData, error) {
+	ts, err := u.svc.ListTemplates(r.ctx)
+	if err != nil {
+		return newData{}, err
+	}
+	d := newData{Form: form, Errors: errs}
+	need := map[string][]string{}
+	for _, t := range ts {
+		c := templateChoice{TemplateInfo: t}
+		if t.Valid || t.Version != "" {
+			c.Context = u.requiredContext(t.Name)
+		}
+		for _, k := range c.Context {
+			need[k] = append(need[k], t.Name)
+		}
+		d.Templates = append(d.Templates, c)
+	}
+	for k, for_ := range need {
+		d.ContextKeys = append(d.ContextKeys, contextKey{Key: k, For: for_, Value: form.Context[k]})
+	}
+	sort.Slice(d.ContextKeys, func(i, j int) bool { return d.ContextKeys[i].Key < d.ContextKeys[j].Key })
+	if d.Form.Template == "" && len(ts) == 1 {
+		d.Form.Template = ts[0].Name
+	}
+	return d, nil
+}
+
+func (u *UI) newPage(w http.ResponseWriter, r *request) {
+	d, err := u.newData(r, spawnForm{Template: r.URL.Query().Get("template")}, nil)
+	if err != nil {
+		status, msg := message(r.Request, err)
+		u.renderError(w, r.Request, r.sess, status, msg)
+		return
+	}
+	u.render(w, r.Request, http.StatusOK, "new", u.page(r, "New workspace", "new", d))
+}
+
+func (u *UI) spawn(w http.ResponseWriter, r *request) {
+	form := spawnForm{
+		Template: r.PostFormValue("template"), ID: strings.TrimSpace(r.PostFormValue("id")),
+		Name: strings.TrimSpace(r.PostFormValue("name")), Context: map[string]string{},
+	}
+	for k, v := range r.PostForm {
+		if key, ok := strings.CutPrefix(k, "ctx."); ok && len(v) > 0 && strings.TrimSpace(v[0]) != "" {
+			form.Context[key] = strings.TrimSpace(v[0])
+		}
+	}
+	// Only the chosen template's keys go to the service: the form shows every template's.
+	need := u.requiredContext(form.Template)
+	ctx := map[string]string{}
+	for _, k := range need {
+		if v, ok := form.Context[k]; ok {
+			ctx[k] = v
+		}
+	}
+	ws, err := u.svc.Spawn(r.ctx, frontend.SpawnInput{Template: form.Template, ID: form.ID, Name: form.Name, Context: ctx})
+	if err == nil {
+		http.Redirect(w, r.Request, "/?done=created&id="+url.QueryEscape(ws.ID), http.StatusSeeOther)
+		return
+	}
+	status, msg := message(r.Request, err)
+	errs := map[string]string{spawnErrorField(err): msg}
+	d, derr := u.newData(r, form, errs)
+	if derr != nil {
+		status, msg := message(r.Request, derr)
+		u.renderError(w, r.Request, r.sess, status, msg)
+		return
+	}
+	u.render(w, r.Request, status, "new", u.page(r, "New workspace", "new", d))
+}
+
+// spawnErrorField names the form field a spawn error belongs next to: the error texts are the
+// service's (identical to REST and MCP), this only places them.
+func spawnErrorField(err error) string {
+	msg := strings.ToLower(err.Error())
+	switch code := frontend.CodeOf(err); {
+	case code == frontend.CodeQuotaExceeded:
+		return "form"
+	case strings.Contains(msg, "context"):
+		return "context"
+	case strings.Contains(msg, "template"):
+		return "template"
+	case code == frontend.CodeConflict, strings.Contains(msg, " id"), strings.Contains(msg, "name"):
+		return "id"
+	}
+	return "form"
+}

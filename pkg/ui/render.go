@@ -1,0 +1,248 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/session"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+//go:embed templates
+var templateFS embed.FS
+
+// assetVersion changes whenever an embedded asset does, so asset URLs can be cached for long.
+var assetVersion = func() string {
+	h := sha256.New()
+	_ = fs.WalkDir(staticFS, "static", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			b, _ := staticFS.ReadFile(path)
+			h.Write([]byte(path))
+			h.Write(b)
+		}
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}()
+
+// page is what every template gets.
+type page struct {
+	Title string
+	// Caller and CSRF are set on pages with a session.
+	Caller *auth.Caller
+	CSRF   string
+	// Outdated is, for an admin, how many workspaces are outdated (the header's button).
+	Outdated int
+	// Nav names the current section: mine, all, new.
+	Nav     string
+	Data    any
+	Version string
+}
+
+type pageSet struct{ byName map[string]*template.Template }
+
+var funcs = template.FuncMap{
+	"phaseClass": func(p workspace.PhaseName) string { return "phase-" + strings.ToLower(string(p)) },
+	"phaseIcon":  phaseIcon,
+	"ago": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05 UTC")
+	},
+	"plural": func(n int, one, many string) string {
+		if n == 1 {
+			return fmt.Sprintf("%d %s", n, one)
+		}
+		return fmt.Sprintf("%d %s", n, many)
+	},
+}
+
+// phaseIcon is a glyph beside the phase's name, so a phase is told by its text and shape, not by
+// colour alone.
+func phaseIcon(p workspace.PhaseName) string {
+	switch p {
+	case workspace.PhaseReady:
+		return "●"
+	case workspace.PhaseUpgrading:
+		return "↻"
+	case workspace.PhaseScheduling, workspace.PhaseInitializing:
+		return "◌"
+	case workspace.PhaseUnavailable:
+		return "⚠"
+	case workspace.PhaseFailed:
+		return "✖"
+	case workspace.PhaseTerminating:
+		return "⌫"
+	}
+	return "?"
+}
+
+func parsePages() (*pageSet, error) {
+	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/partials.html")
+	if err != nil {
+		return nil, fmt.Errorf("ui: parse layout: %w", err)
+	}
+	names, err := fs.Glob(templateFS, "templates/pages/*.html")
+	if err != nil {
+		return nil, err
+	}
+	ps := &pageSet{byName: map[string]*template.Template{"partials": base}}
+	for _, n := range names {
+		t, err := template.Must(base.Clone()).ParseFS(templateFS, n)
+		if err != nil {
+			return nil, fmt.Errorf("ui: parse %s: %w", n, err)
+		}
+		ps.byName[strings.TrimSuffix(n[len("templates/pages/"):], ".html")] = t
+	}
+	return ps, nil
+}
+
+// render writes page name with status.
+func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	t, ok := u.pages.byName[name]
+	if !ok {
+		http.Error(w, "500 Internal Server Error: no page "+name, http.StatusInternalServerError)
+		return
+	}
+	p.Version = assetVersion
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout.html", p); err != nil {
+		ctrl.LoggerFrom(r.Context()).WithName("ui").Error(err, "render page", "page", name)
+		http.Error(w, "500 Internal Server Error: the page could not be rendered; try again", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// partial renders one named template of the partials (rows, slots) into buf.
+func (u *UI) partial(buf *bytes.Buffer, name string, data any) error {
+	return u.pages.byName["partials"].ExecuteTemplate(buf, name, data)
+}
+
+// page fills the session part of a page for r.
+func (u *UI) page(r *request, title, nav string, data any) page {
+	p := page{Title: title, Caller: r.sess.Caller, CSRF: r.sess.CSRF, Nav: nav, Data: data}
+	if r.sess.Caller.IsAdmin {
+		p.Outdated, _ = u.outdated(r.ctx)
+	}
+	return p
+}
+
+// outdated counts the outdated workspaces of every user and their owners (what Upgrade All
+// Outdated would touch), through the service's admin list.
+func (u *UI) outdated(ctx context.Context) (int, int) {
+	l, err := u.svc.ListWorkspaces(ctx, frontend.ListOptions{AllUsers: true})
+	if err != nil {
+		return 0, 0
+	}
+	n, owners := 0, map[string]bool{}
+	for i := range l {
+		if upgradable(&l[i]) {
+			n++
+			owners[l[i].Owner] = true
+		}
+	}
+	return n, len(owners)
+}
+
+// upgradable mirrors which workspaces Service.UpgradeAll requests an upgrade of.
+func upgradable(w *frontend.Workspace) bool {
+	return w.IsOutdated && w.Phase != workspace.PhaseTerminating
+}
+
+var statusOf = map[frontend.Code]int{
+	frontend.CodeInvalid:       http.StatusBadRequest,
+	frontend.CodeForbidden:     http.StatusForbidden,
+	frontend.CodeNotFound:      http.StatusNotFound,
+	frontend.CodeConflict:      http.StatusConflict,
+	frontend.CodeQuotaExceeded: http.StatusTooManyRequests,
+	frontend.CodeInternal:      http.StatusInternalServerError,
+}
+
+// message is the text of a service error as REST and MCP show it.
+func message(r *http.Request, err error) (int, string) {
+	code := frontend.CodeOf(err)
+	var fe *frontend.Error
+	if code == frontend.CodeInternal {
+		ctrl.LoggerFrom(r.Context()).WithName("ui").Error(err, "request failed", "method", r.Method, "path", r.URL.Path)
+		if !errors.As(err, &fe) {
+			return http.StatusInternalServerError, "Something went wrong on the server; try again."
+		}
+	}
+	return statusOf[code], err.Error()
+}
+
+// renderError shows an error page; sess may be nil (no session).
+func (u *UI) renderError(w http.ResponseWriter, r *http.Request, sess *session.Session, status int, msg string) {
+	if r.Header.Get("HX-Request") != "" {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `<span class="error" role="alert">%s</span>`, template.HTMLEscapeString(msg))
+		return
+	}
+	p := page{Title: http.StatusText(status), Data: msg}
+	if sess != nil {
+		p.Caller, p.CSRF = sess.Caller, sess.CSRF
+	}
+	u.render(w, r, status, "error", p)
+}
+
+// rowView is one workspace as a row shows it.
+type rowView struct {
+	frontend.Workspace
+	WorkspaceURL, PreviewURL string
+	ShowOwner, CanUpgrade    bool
+	CSRF                     string
+}
+
+func (u *UI) row(r *http.Request, csrf string, w frontend.Workspace, showOwner bool) rowView {
+	v := rowView{Workspace: w, ShowOwner: showOwner, CSRF: csrf}
+	v.CanUpgrade = upgradable(&w) && w.UpgradePod == ""
+	if base := u.proxyBase(r); base != "" {
+		if w.WorkspacePath != "" {
+			v.WorkspaceURL = base + w.WorkspacePath
+		}
+		if w.PreviewPath != "" {
+			v.PreviewURL = base + w.PreviewPath
+		}
+	}
+	return v
+}
+
+// phases are the filter's choices, in the order a workspace goes through them.
+var phases = []workspace.PhaseName{
+	workspace.PhaseScheduling, workspace.PhaseInitializing, workspace.PhaseReady, workspace.PhaseUpgrading,
+	workspace.PhaseUnavailable, workspace.PhaseFailed, workspace.PhaseTerminating,
+}
+
+// owners returns the distinct owners of ws, sorted.
+func owners(ws []frontend.Workspace) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, w := range ws {
+		if !seen[w.Owner] {
+			seen[w.Owner] = true
+			out = append(out, w.Owner)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,295 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/nogoo9/no-crd/pkg/frontend"
+)
+
+// keepAlive is how often an idle stream sends a comment, so proxies keep it open and a logged-out
+// session's stream ends.
+const keepAlive = 25 * time.Second
+
+// sse writes Server-Sent Events.
+type sse struct {
+	w http.ResponseWriter
+	f http.Flusher
+}
+
+func startSSE(w http.ResponseWriter) (*sse, bool) {
+	f, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "500 Internal Server Error: streaming unsupported", http.StatusInternalServerError)
+		return nil, false
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(": connected\n\n"))
+	f.Flush()
+	return &sse{w: w, f: f}, true
+}
+
+// send writes one "update" event whose data is HTML of out-of-band swaps, with the hub's change
+// number as its id (the browser sends it back as Last-Event-ID when it reconnects).
+func (s *sse) send(seq uint64, html []byte) error {
+	var b bytes.Buffer
+	if seq > 0 {
+		fmt.Fprintf(&b, "id: %d\n", seq)
+	}
+	b.WriteString("event: update\n")
+	for _, line := range bytes.Split(html, []byte("\n")) {
+		b.WriteString("data: ")
+		b.Write(bytes.TrimRight(line, "\r"))
+		b.WriteByte('\n')
+	}
+	b.WriteByte('\n')
+	if _, err := s.w.Write(b.Bytes()); err != nil {
+		return err
+	}
+	s.f.Flush()
+	return nil
+}
+
+func (s *sse) ping() error {
+	if _, err := s.w.Write([]byte(": ping\n\n")); err != nil {
+		return err
+	}
+	s.f.Flush()
+	return nil
+}
+
+// since is where a stream starts: the page's change number, or the browser's Last-Event-ID when
+// it reconnects.
+func since(r *http.Request) uint64 {
+	n, _ := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
+	if id, err := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64); err == nil && id > n {
+		n = id
+	}
+	return n
+}
+
+// listStream keeps a list page current: each change the hub reports is read back through the
+// service with the session's caller and sent as the row's new HTML (or its removal).
+func (u *UI) listStream(w http.ResponseWriter, r *request) {
+	if u.o.Hub == nil {
+		http.NotFound(w, r.Request)
+		return
+	}
+	f := parseFilter(r.Request)
+	sub := u.o.Hub.Subscribe(since(r.Request))
+	defer sub.Close()
+	// The rows the page shows (as far as this stream knows): a change to one of them is a row
+	// swap, a new matching workspace refreshes the list, so rows stay in order.
+	rows, _, err := u.rows(r, f)
+	if err != nil {
+		status, msg := message(r.Request, err)
+		http.Error(w, msg, status)
+		return
+	}
+	shown := map[string]bool{}
+	for _, row := range rows {
+		shown[row.ID] = true
+	}
+	out, ok := startSSE(w)
+	if !ok {
+		return
+	}
+	outdated := -1
+	if r.sess.Caller.IsAdmin {
+		outdated, _ = u.outdated(r.ctx)
+	}
+	u.streamLoop(r, sub, nil, func(ids []string, all bool, seq uint64) error {
+		var buf bytes.Buffer
+		refresh := all
+		if !refresh {
+			sort.Strings(ids)
+			for _, id := range ids {
+				ws, err := u.svc.GetWorkspace(r.ctx, id)
+				visible := err == nil && (f.All || ws.Owner == r.sess.Caller.Subject) && f.match(ws)
+				switch {
+				case err != nil && frontend.CodeOf(err) != frontend.CodeNotFound && frontend.CodeOf(err) != frontend.CodeForbidden:
+					refresh = true // a read failed: start over from a full list
+				case visible && !shown[id]:
+					refresh = true
+				case visible:
+					buf.WriteString("<template>")
+					if err := u.partial(&buf, "row", u.row(r.Request, r.sess.CSRF, *ws, f.All)); err != nil {
+						return err
+					}
+					buf.WriteString("</template>\n")
+				case shown[id]:
+					delete(shown, id)
+					fmt.Fprintf(&buf, "<template><tr id=\"ws-%s\" hx-swap-oob=\"delete\"></tr></template>\n", id)
+				}
+			}
+		}
+		if refresh {
+			buf.Reset()
+			rows, total, err := u.rows(r, f)
+			if err != nil {
+				return err
+			}
+			clear(shown)
+			for _, row := range rows {
+				shown[row.ID] = true
+			}
+			buf.WriteString("<template>")
+			if err := u.partial(&buf, "rows", listData{Filter: f, Rows: rows, Total: total}); err != nil {
+				return err
+			}
+			buf.WriteString("</template>\n")
+		}
+		if r.sess.Caller.IsAdmin {
+			if n, _ := u.outdated(r.ctx); n != outdated || refresh {
+				outdated = n
+				if err := u.partial(&buf, "upgradeAllSlot", page{Caller: r.sess.Caller, Outdated: n, CSRF: r.sess.CSRF}); err != nil {
+					return err
+				}
+			}
+		}
+		if buf.Len() == 0 {
+			return nil
+		}
+		return out.send(seq, buf.Bytes())
+	}, out)
+}
+
+// workspaceStream keeps a workspace's page current: its summary on every change of its pods, and
+// its events as they happen (from a watch the service opens, so the caller must be allowed to
+// see them).
+func (u *UI) workspaceStream(w http.ResponseWriter, r *request) {
+	if u.o.Hub == nil {
+		http.NotFound(w, r.Request)
+		return
+	}
+	id := r.PathValue("id")
+	ctx, cancel := context.WithTimeout(r.ctx, min(u.o.MaxStream, frontend.MaxFollow))
+	defer cancel()
+	sub := u.o.Hub.Subscribe(since(r.Request))
+	defer sub.Close()
+	evs, es, err := u.svc.Events(ctx, id, true)
+	if err != nil {
+		status, msg := message(r.Request, err)
+		http.Error(w, msg, status)
+		return
+	}
+	defer es.Stop()
+	out, ok := startSSE(w)
+	if !ok {
+		return
+	}
+	// The page's events were read before this watch began: replace them with this list, which
+	// the watch continues without a gap.
+	var buf bytes.Buffer
+	buf.WriteString("<template>")
+	if err := u.partial(&buf, "events", evs); err != nil {
+		return
+	}
+	buf.WriteString("</template>\n")
+	if err := out.send(0, buf.Bytes()); err != nil {
+		return
+	}
+	events := make(chan frontend.Event, 64)
+	go func() {
+		defer close(events)
+		for {
+			e, err := es.Next(ctx)
+			if err != nil {
+				return
+			}
+			select {
+			case events <- e:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	r2 := *r
+	r2.ctx = ctx
+	u.streamLoop(&r2, sub, events, func(ids []string, all bool, seq uint64) error {
+		if !all && !contains(ids, id) {
+			return nil
+		}
+		var buf bytes.Buffer
+		buf.WriteString("<template>")
+		ws, err := u.svc.GetWorkspace(ctx, id)
+		if err != nil {
+			_, msg := message(r.Request, err)
+			fmt.Fprintf(&buf, `<div id="summary" hx-swap-oob="true"><p class="error" role="alert">%s</p></div>`, escape(msg))
+		} else if err := u.partial(&buf, "summary", u.row(r.Request, r.sess.CSRF, *ws, true)); err != nil {
+			return err
+		}
+		buf.WriteString("</template>\n")
+		if r.sess.Caller.IsAdmin {
+			n, _ := u.outdated(ctx)
+			if err := u.partial(&buf, "upgradeAllSlot", page{Caller: r.sess.Caller, Outdated: n, CSRF: r.sess.CSRF}); err != nil {
+				return err
+			}
+		}
+		return out.send(seq, buf.Bytes())
+	}, out)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// streamLoop runs a stream until the client leaves, the session ends, the stream's time is up
+// or a write fails. flush sends what the hub reported; events (may be nil) are appended to the
+// page's event list.
+func (u *UI) streamLoop(r *request, sub *Sub, events <-chan frontend.Event, flush func(ids []string, all bool, seq uint64) error, out *sse) {
+	ctx, cancel := context.WithTimeout(r.ctx, u.o.MaxStream)
+	defer cancel()
+	tick := time.NewTicker(keepAlive)
+	defer tick.Stop()
+	for {
+		if sub.Pending() {
+			if _, ok := u.o.Sessions.Get(r.sessID); !ok {
+				return
+			}
+			ids, all, seq := sub.Take()
+			if err := flush(ids, all, seq); err != nil {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-sub.C():
+		case e, ok := <-events:
+			if !ok {
+				return // the watch ended: the browser reconnects and reads the list again
+			}
+			var buf bytes.Buffer
+			buf.WriteString(`<template><ol hx-swap-oob="beforeend:#events">`)
+			if err := u.partial(&buf, "event", e); err != nil {
+				return
+			}
+			buf.WriteString("</ol></template>\n")
+			if err := out.send(0, buf.Bytes()); err != nil {
+				return
+			}
+		case <-tick.C:
+			if _, ok := u.o.Sessions.Get(r.sessID); !ok {
+				return
+			}
+			if err := out.ping(); err != nil {
+				return
+			}
+		}
+	}
+}

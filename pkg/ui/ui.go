@@ -1,0 +1,224 @@
+package ui
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/session"
+)
+
+//go:embed static
+var staticFS embed.FS
+
+// Options configure the UI.
+type Options struct {
+	// Service is the front end's service layer (the one REST and MCP use).
+	Service *frontend.Service
+	// Templates lists templates and their required context (the registry the service reads).
+	Templates frontend.Templates
+	// Auth verifies the token of the development login and the ID token of the OIDC login.
+	Auth auth.Authenticator
+	// Hub feeds the live streams; nil disables them (pages still render).
+	Hub *Hub
+	// Sessions holds the sessions (a fresh store with defaults when nil).
+	Sessions *session.Store
+	// InsecureCookie drops the Secure attribute and the __Host- prefix of the session cookie:
+	// for plain-HTTP development only.
+	InsecureCookie bool
+	// DevLogin shows the development login, which takes a bearer token.
+	DevLogin bool
+	// OIDC, when set, offers the OpenID Connect authorization-code login with PKCE.
+	OIDC *OIDCLogin
+	// ProxyURL is the proxy's public base URL (e.g. https://ws.example.com) that workspace links
+	// point at. When empty, links use the request's host with ProxyPort.
+	ProxyURL string
+	// ProxyPort is the proxy's port on this host, used when ProxyURL is empty ("" for no links).
+	ProxyPort string
+	// MaxStream bounds how long one live stream stays open (the browser reconnects); 30 min when 0.
+	MaxStream time.Duration
+}
+
+// UI serves the web UI.
+type UI struct {
+	o     Options
+	svc   *frontend.Service
+	pages *pageSet
+	mux   *http.ServeMux
+}
+
+// New returns the UI; serve it with Handler.
+func New(o Options) (*UI, error) {
+	if o.Service == nil || o.Auth == nil || o.Templates == nil {
+		return nil, errors.New("ui: Service, Templates and Auth are required")
+	}
+	if !o.DevLogin && o.OIDC == nil {
+		return nil, errors.New("ui: no login method: enable the development login or configure OIDC")
+	}
+	if o.Sessions == nil {
+		o.Sessions = session.NewStore(session.Options{})
+	}
+	if o.MaxStream <= 0 {
+		o.MaxStream = 30 * time.Minute
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	u := &UI{o: o, svc: o.Service, pages: pages, mux: http.NewServeMux()}
+	u.routes()
+	return u, nil
+}
+
+func (u *UI) routes() {
+	static, _ := fs.Sub(staticFS, "static")
+	fileServer := http.FileServerFS(static)
+	u.mux.Handle("GET /static/", http.StripPrefix("/static/", cacheStatic(fileServer)))
+	u.mux.HandleFunc("GET /login", u.loginPage)
+	u.mux.HandleFunc("POST /login", u.devLogin)
+	u.mux.HandleFunc("GET /login/oidc", u.oidcStart)
+	u.mux.HandleFunc("GET /login/callback", u.oidcCallback)
+	u.mux.HandleFunc("POST /logout", u.withSession(u.logout))
+	u.mux.HandleFunc("GET /{$}", u.withSession(u.listPage))
+	u.mux.HandleFunc("GET /stream", u.withSession(u.listStream))
+	u.mux.HandleFunc("GET /workspaces/new", u.withSession(u.newPage))
+	u.mux.HandleFunc("POST /workspaces", u.withSession(u.spawn))
+	u.mux.HandleFunc("GET /workspaces/{id}", u.withSession(u.workspacePage))
+	u.mux.HandleFunc("GET /workspaces/{id}/stream", u.withSession(u.workspaceStream))
+	u.mux.HandleFunc("POST /workspaces/{id}/upgrade", u.withSession(u.upgrade))
+	u.mux.HandleFunc("GET /workspaces/{id}/delete", u.withSession(u.deletePage))
+	u.mux.HandleFunc("POST /workspaces/{id}/delete", u.withSession(u.delete))
+	u.mux.HandleFunc("POST /workspaces/{id}/maintenance", u.withSession(u.maintenance))
+	u.mux.HandleFunc("GET /upgrade-all", u.withSession(u.upgradeAllPage))
+	u.mux.HandleFunc("POST /upgrade-all", u.withSession(u.upgradeAll))
+	u.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		u.renderError(w, r, nil, http.StatusNotFound, "Page not found: there is no page at "+r.URL.Path+"; go back to your workspaces.")
+	})
+}
+
+// Handler returns the UI's handler: every request passes Go's cross-origin protection (a
+// state-changing request from another origin is refused before any handler runs), and every
+// answer carries a strict Content-Security-Policy.
+func (u *UI) Handler() http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctrl.LoggerFrom(r.Context()).WithName("ui").Info("request refused: cross-origin", "method", r.Method, "path", r.URL.Path, "origin", r.Header.Get("Origin"))
+		http.Error(w, "403 Forbidden: cross-origin request refused; use the nogoo9 page itself", http.StatusForbidden)
+	}))
+	return cop.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'; object-src 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("X-Frame-Options", "DENY")
+		u.mux.ServeHTTP(w, r)
+	}))
+}
+
+func cacheStatic(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Asset URLs carry the build's version (?v=), so they may be cached for long.
+		w.Header().Set("Cache-Control", "public, max-age=86400")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// request is what a handler with a session gets.
+type request struct {
+	*http.Request
+	sess   *session.Session
+	sessID string
+	ctx    context.Context // carries the caller, for the service
+}
+
+func (u *UI) cookieName() string {
+	if u.o.InsecureCookie {
+		return "nogoo9-session"
+	}
+	return "__Host-nogoo9-session"
+}
+
+// sessionOf returns the live session of r, if any.
+func (u *UI) sessionOf(r *http.Request) (string, *session.Session, bool) {
+	c, err := r.Cookie(u.cookieName())
+	if err != nil {
+		return "", nil, false
+	}
+	s, ok := u.o.Sessions.Get(c.Value)
+	return c.Value, s, ok
+}
+
+// withSession runs h with the request's session, checking the CSRF token of every request that
+// is not GET or HEAD. Without a session, a page redirects to the login page and anything else
+// answers 401.
+func (u *UI) withSession(h func(http.ResponseWriter, *request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		id, sess, ok := u.sessionOf(r)
+		if !ok {
+			if r.Method == http.MethodGet && r.Header.Get("HX-Request") == "" && r.Header.Get("Accept") != "text/event-stream" {
+				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			w.Header().Set("HX-Redirect", "/login")
+			http.Error(w, "401 Unauthorized: your session has ended; log in again", http.StatusUnauthorized)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			token := r.Header.Get("X-CSRF-Token")
+			if token == "" {
+				token = r.PostFormValue("csrf")
+			}
+			if !sess.ValidCSRF(token) {
+				ctrl.LoggerFrom(r.Context()).WithName("ui").Info("request refused: CSRF token missing or wrong", "method", r.Method, "path", r.URL.Path, "user", sess.Caller.Subject)
+				u.renderError(w, r, sess, http.StatusForbidden, "Forbidden: the form was missing its security token or it was stale; reload the page and try again.")
+				return
+			}
+		}
+		h(w, &request{Request: r, sess: sess, sessID: id, ctx: auth.WithCaller(r.Context(), sess.Caller)})
+	}
+}
+
+// proxyBase is the base URL of workspace links for r.
+func (u *UI) proxyBase(r *http.Request) string {
+	if u.o.ProxyURL != "" {
+		return strings.TrimRight(u.o.ProxyURL, "/")
+	}
+	if u.o.ProxyPort == "" {
+		return ""
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(r.Host); err == nil {
+		host = h
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	scheme := "http"
+	if r.TLS != nil || !u.o.InsecureCookie {
+		scheme = "https"
+	}
+	return scheme + "://" + host + ":" + u.o.ProxyPort
+}
+
+// safeNext keeps a post-login redirect on this site: a path, never a scheme or another host.
+func safeNext(next string) string {
+	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+		return "/"
+	}
+	if u, err := url.Parse(next); err != nil || u.Host != "" || u.Scheme != "" {
+		return "/"
+	}
+	return next
+}
