@@ -322,3 +322,25 @@ func parseComponents(s string) (map[string]bool, error) {
 	}
 	return out, nil
 }
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// envInt reads an integer default for a flag from the environment; a value that is not an
+// integer stops the program with a message naming the variable, rather than being ignored.
+func envInt(key string, def int) int {
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		fmt.Fprintf(os.Stderr, "environment variable %s=%q is not a non-negative integer: set it to a number such as 3, or unset it\n", key, v)
+		os.Exit(2)
+	}
+	return n
+}
