@@ -89,7 +89,7 @@ func TestRegistryFollowsTemplateConfigMaps(t *testing.T) {
 	defer cancel()
 	c, err := client.New(cfg, client.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
-	ns := "reg-" + fmt.Sprint(time.Now().UnixNano()%100000)
+	ns := "reg-" + fmt.Sprint(time.Now().UnixNano()%1000000007)
 	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 
 	// A file template next to the ConfigMaps.
@@ -99,7 +99,9 @@ func TestRegistryFollowsTemplateConfigMaps(t *testing.T) {
 	// Present before the registry starts: read in the initial list.
 	g.Expect(c.Create(ctx, templateCM(ns, "node", "1", okSpec))).To(Succeed())
 	// Decoys: another namespace and an unlabelled ConfigMap are not templates.
-	g.Expect(c.Create(ctx, templateCM("default", "elsewhere", "1", okSpec))).To(Succeed())
+	elsewhere := templateCM("default", "elsewhere-"+ns, "1", okSpec)
+	g.Expect(c.Create(ctx, elsewhere)).To(Succeed())
+	defer func() { _ = c.Delete(context.Background(), elsewhere) }()
 	plain := templateCM(ns, "plain", "1", okSpec)
 	plain.Labels = nil
 	g.Expect(c.Create(ctx, plain)).To(Succeed())
@@ -134,7 +136,7 @@ func TestRegistryFollowsTemplateConfigMaps(t *testing.T) {
 	}
 	g.Expect(version("node")).To(Equal("1"))
 	g.Expect(version("local")).To(Equal("7"))
-	g.Expect(version("elsewhere")).To(BeEmpty())
+	g.Expect(version(elsewhere.Name)).To(BeEmpty())
 	g.Expect(version("plain")).To(BeEmpty())
 
 	// A version bump is served within moments, without restart, and subscribers hear of it.
