@@ -141,7 +141,7 @@ func TestRegistryFollowsTemplateConfigMaps(t *testing.T) {
 	}
 	g.Expect(version("node")).To(Equal("1"))
 	g.Expect(version("local")).To(Equal("7"))
-	g.Expect(version("elsewhere")).To(BeEmpty())
+	g.Expect(version(elsewhere.Name)).To(BeEmpty())
 	g.Expect(version("plain")).To(BeEmpty())
 
 	// A version bump is served within moments, without restart, and subscribers hear of it.

@@ -76,6 +76,10 @@ func startNogoo9(ctx context.Context, c config, cl *localcluster.Cluster, ns, lo
 	if nogoo9Supports(c.nogoo9, "--auth") == nil {
 		args = append(args, "--auth=kubernetes", "--admin-group=system:serviceaccounts:"+benchAdminNS)
 	}
+	if nogoo9Supports(c.nogoo9, "--template-policy") == nil {
+		// The bench templates are minimal pod specs: no securityContext, no token setting.
+		args = append(args, "--template-policy=privileged", "--template-allow-automount-token")
+	}
 	p, err := bench.StartProcess("nogoo9", c.nogoo9, append(args, extra...), filepath.Join(cl.Dir, logName+".log"))
 	if err != nil {
 		return nil, err
