@@ -46,8 +46,11 @@ var _ = Describe("Maintenance and upgrades", Label("integrity"), func() {
 		}).WithTimeout(2 * time.Second).Should(Succeed())
 
 		By("upgrade-all skips it and says so")
-		var all []frontend.UpgradeResult
-		status, err = admin.call(ctx, http.MethodPost, "/api/v1/upgrade-all", nil, &all)
+		var answer struct {
+			Upgrades []frontend.UpgradeResult `json:"upgrades"`
+		}
+		status, err = admin.call(ctx, http.MethodPost, "/api/v1/upgrade-all", nil, &answer)
+		all := answer.Upgrades
 		Expect(err).NotTo(HaveOccurred())
 		Expect(status).To(Equal(http.StatusAccepted))
 		Expect(all).To(HaveLen(1))
