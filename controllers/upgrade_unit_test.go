@@ -54,7 +54,7 @@ func TestOutdatedCounts(t *testing.T) {
 func TestGateCountsObservedUpgradesAndReservations(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	old := upgradeUnitPod("ws-a", "a", "python", "v1", nil)
-	inFlight := upgradeUnitPod("ws-a-up-x", "a", "python", "v2", map[string]string{
+	inFlight := upgradeUnitPod(workspace.NextPodName(old, "v2"), "a", "python", "v2", map[string]string{
 		workspace.AnnUpgradeFrom: "ws-a", workspace.AnnUpgradeFromUID: "uid-ws-a", workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
 	c := fake.NewClientBuilder().WithObjects(old, inFlight).Build()
 	wake := make(chan event.GenericEvent, 10)
@@ -110,7 +110,7 @@ func TestGateCountsObservedUpgradesAndReservations(t *testing.T) {
 func TestGateFinishedUpgradeFreesItsSlotBeforeTheCacheShowsIt(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	old := upgradeUnitPod("ws-a", "a", "python", "v1", nil)
-	up := upgradeUnitPod("ws-a-up-x", "a", "python", "v2", map[string]string{
+	up := upgradeUnitPod(workspace.NextPodName(old, "v2"), "a", "python", "v2", map[string]string{
 		workspace.AnnUpgradeFrom: "ws-a", workspace.AnnUpgradeFromUID: "uid-ws-a", workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
 	c := fake.NewClientBuilder().WithObjects(old, up).Build()
 	wake := make(chan event.GenericEvent, 10)
@@ -158,7 +158,7 @@ func TestGateFinishedUpgradeFreesItsSlotBeforeTheCacheShowsIt(t *testing.T) {
 func TestGateFollowsEachWorkspaceAsItsReconcileObservesIt(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	old := upgradeUnitPod("ws-x", "x", "python", "v1", nil)
-	up := upgradeUnitPod("ws-x-up-1", "x", "python", "v2", map[string]string{
+	up := upgradeUnitPod(workspace.NextPodName(old, "v2"), "x", "python", "v2", map[string]string{
 		workspace.AnnUpgradeFrom: "ws-x", workspace.AnnUpgradeFromUID: "uid-ws-x", workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
 	g := newGate(1, fake.NewClientBuilder().Build(), make(chan event.GenericEvent, 10))
 	ctx := context.Background()

@@ -122,7 +122,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		Name: "upgrade_workspace",
 		Description: "Upgrade one of your workspaces to its template's latest version. Returns at once with status \"upgrading\" and the name of the pod the controller " +
 			"creates; the workspace keeps serving until the new pod is Ready. Follow get_workspace_events (UpgradeSucceeded or UpgradeFailed). " +
-			"Status \"upToDate\" means there was nothing to do.",
+			"Status \"upToDate\" means there was nothing to do. A workspace in maintenance can be upgraded by an admin only (an error says so otherwise); the maintenance stays.",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in idInput) (*mcp.CallToolResult, frontend.UpgradeResult, error) {
 		r, err := svc.Upgrade(ctx, in.ID)
 		if err != nil {
@@ -133,7 +133,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "upgrade_all_workspaces",
-		Description: "Admins only: request an upgrade of every outdated workspace of every user. Returns at once, one entry per outdated workspace; the controller upgrades them at a bounded rate.",
+		Description: "Admins only: request an upgrade of every outdated workspace of every user. Returns at once, one entry per outdated workspace; the controller upgrades them at a bounded rate. Workspaces in maintenance are skipped (status \"skipped\" with the reason).",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, upgradesOutput, error) {
 		r, err := svc.UpgradeAll(ctx)
 		if r == nil {
@@ -144,7 +144,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "set_workspace_maintenance",
-		Description: "Admins only: take a workspace out of service (phase Unavailable) with a reason, or put it back with an empty reason.",
+		Description: "Admins only: take a workspace out of service (phase Unavailable) with a reason, or put it back with an empty reason. Returns the workspace as it is after this change; maintenance survives upgrades.",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in maintenanceInput) (*mcp.CallToolResult, frontend.Workspace, error) {
 		w, err := svc.SetMaintenance(ctx, in.ID, in.Reason)
 		if err != nil {

@@ -3,11 +3,6 @@ package upgrade
 import (
 	"strings"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
-
-	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // Intent is a parsed nogoo9/upgrade-requested value.
@@ -38,14 +33,4 @@ func ParseIntent(v string) Intent {
 		return Intent{Valid: true, At: t}
 	}
 	return Intent{Problem: "it is neither \"true\" nor an RFC 3339 time; set nogoo9/upgrade-requested=true to request an upgrade"}
-}
-
-// ValidUpgradePodName reports whether name, recorded in nogoo9/upgrade-pod on cur, can be used for
-// its upgraded pod: a DNS-1123 label that starts with the workspace's pod-name prefix (so the front
-// end finds its Events) and is not cur's own name.
-func ValidUpgradePodName(cur *corev1.Pod, name string) bool {
-	if name == "" || name == cur.Name || len(validation.IsDNS1123Label(name)) > 0 {
-		return false
-	}
-	return strings.HasPrefix(name, workspace.PodName(workspace.Owner(cur), workspace.ID(cur))+"-")
 }

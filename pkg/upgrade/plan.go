@@ -389,7 +389,8 @@ func InFlightWorkspaces(pods []*corev1.Pod) map[types.NamespacedName]bool {
 	out := map[types.NamespacedName]bool{}
 	for k, group := range byKey {
 		for _, p := range group {
-			if p.Annotations[workspace.AnnUpgradeFrom] != "" && InFlight(p, group) {
+			// Bookkeeping someone forged does not take a slot of the cap (see UpgradeLinkProblem).
+			if p.Annotations[workspace.AnnUpgradeFrom] != "" && InFlight(p, group) && workspace.UpgradeLinkProblem(p, linkedPod(p, group)) == "" {
 				out[k] = true
 				break
 			}

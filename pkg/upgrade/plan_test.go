@@ -364,7 +364,7 @@ func TestRollbackSpecRoundTrip(t *testing.T) {
 
 func TestInFlightWorkspaces(t *testing.T) {
 	old := with(wsPod("ws-old", "uid-old", "v1", t0), ready)
-	up := upgraded(old, "ws-new", "uid-new", "v2", SideBySide, t0)
+	up := upgraded(old, workspace.NextPodName(old, "v2"), "uid-new", "v2", SideBySide, t0)
 	other := with(wsPod("ws-b", "uid-b", "v1", t0), ready, func(p *corev1.Pod) { p.Labels[workspace.LabelWorkspaceID] = "b" })
 	doneRe := with(wsPod("ws-c", "uid-c", "v2", t0), func(p *corev1.Pod) {
 		p.Labels[workspace.LabelWorkspaceID] = "c"
@@ -372,11 +372,15 @@ func TestInFlightWorkspaces(t *testing.T) {
 		p.Annotations[workspace.AnnUpgradeStrategy] = string(Recreate)
 	})
 	re := with(doneRe.DeepCopy(), func(p *corev1.Pod) {
-		p.Name, p.Labels[workspace.LabelWorkspaceID] = "ws-d", "d"
+		p.Labels[workspace.LabelWorkspaceID] = "d"
+		p.Annotations[workspace.AnnUpgradeFromUID] = "uid-gone"
 		p.Annotations[workspace.AnnUpgradeStartedAt] = t0.Format(time.RFC3339)
+		p.Name = workspace.UpgradePodName(testOwner, "d", "uid-gone@v2")
 	})
-	got := InFlightWorkspaces([]*corev1.Pod{old, up, other, doneRe, re})
+	// Someone's hand-written copy of the same bookkeeping on a pod nogoo9 did not name so.
+	forged := with(re.DeepCopy(), func(p *corev1.Pod) { p.Name, p.Labels[workspace.LabelWorkspaceID] = "ws-e", "e" })
+	got := InFlightWorkspaces([]*corev1.Pod{old, up, other, doneRe, re, forged})
 	if len(got) != 2 || !got[keyOf(up)] || !got[keyOf(re)] {
-		t.Errorf("in flight = %v, want demo and d", got)
+		t.Errorf("in flight = %v, want demo and d (forged bookkeeping takes no slot)", got)
 	}
 }

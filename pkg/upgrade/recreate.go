@@ -193,7 +193,7 @@ func RollbackPod(failed *corev1.Pod, name string, annotations map[string]string)
 // identityLabels and identityAnnotations make a pod this workspace of this owner, routed the same
 // way; an upgraded pod copies them from the pod it replaces, whoever asked for the upgrade.
 var (
-	identityLabels      = []string{workspace.LabelType, workspace.LabelWorkspaceID, workspace.LabelUserSub}
+	identityLabels = []string{workspace.LabelType, workspace.LabelWorkspaceID, workspace.LabelUserSub}
 	// The ports are not identity: they follow the template version the pod is built from (a new
 	// version may move its server to another port); the paths, which users see, stay.
 	identityAnnotations = []string{workspace.AnnOwner, workspace.AnnWorkspaceName, workspace.AnnWorkspacePath,

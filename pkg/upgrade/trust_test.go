@@ -104,14 +104,18 @@ func TestRecreateRecordHMAC(t *testing.T) {
 		t.Errorf("a record signed with a key still in the ring (rotation) must verify: %v", err)
 	}
 	tamper := map[string]func(p *corev1.Pod){
-		"spec replaced":          func(p *corev1.Pod) { p.Annotations[workspace.AnnRollbackSpec] = `{"spec":{"serviceAccountName":"nogoo9"}}` },
-		"from-uid changed":       func(p *corev1.Pod) { p.Annotations[workspace.AnnUpgradeFromUID] = "uid-other" },
-		"from-version changed":   func(p *corev1.Pod) { p.Annotations[workspace.AnnUpgradeFromVersion] = "v0" },
-		"strategy changed":       func(p *corev1.Pod) { p.Annotations[workspace.AnnUpgradeStrategy] = "Rollback" },
-		"copied to another pod":  func(p *corev1.Pod) { p.Name = "ws-other-up-aaaaa" },
-		"another namespace":      func(p *corev1.Pod) { p.Namespace = "other" },
-		"hmac removed":           func(p *corev1.Pod) { delete(p.Annotations, workspace.AnnUpgradeHMAC) },
-		"hmac of an unknown key": func(p *corev1.Pod) { p.Annotations[workspace.AnnUpgradeHMAC] = RandomKeyring().Sign(p.Namespace, p.Name, p.Annotations, spec) },
+		"spec replaced": func(p *corev1.Pod) {
+			p.Annotations[workspace.AnnRollbackSpec] = `{"spec":{"serviceAccountName":"nogoo9"}}`
+		},
+		"from-uid changed":      func(p *corev1.Pod) { p.Annotations[workspace.AnnUpgradeFromUID] = "uid-other" },
+		"from-version changed":  func(p *corev1.Pod) { p.Annotations[workspace.AnnUpgradeFromVersion] = "v0" },
+		"strategy changed":      func(p *corev1.Pod) { p.Annotations[workspace.AnnUpgradeStrategy] = "Rollback" },
+		"copied to another pod": func(p *corev1.Pod) { p.Name = "ws-other-up-aaaaa" },
+		"another namespace":     func(p *corev1.Pod) { p.Namespace = "other" },
+		"hmac removed":          func(p *corev1.Pod) { delete(p.Annotations, workspace.AnnUpgradeHMAC) },
+		"hmac of an unknown key": func(p *corev1.Pod) {
+			p.Annotations[workspace.AnnUpgradeHMAC] = RandomKeyring().Sign(p.Namespace, p.Name, p.Annotations, spec)
+		},
 	}
 	for name, f := range tamper {
 		t.Run(name, func(t *testing.T) {

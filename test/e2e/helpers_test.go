@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -132,6 +133,9 @@ func StartNogoo9(args ...string) *Nogoo9Process {
 		// --template-allow-automount-token=false to get the defaults back.
 		"--template-policy=privileged",
 		"--template-allow-automount-token",
+		// One key for every nogoo9 of the suite, as a Secret mounted in every replica would be:
+		// a restarted or standby nogoo9 can verify what the previous one signed.
+		"--integrity-key-file=" + integrityKeyFile(),
 	}, args...)
 	p.Namespace = lastFlag(p.Args, "namespace")
 
@@ -287,4 +291,22 @@ func stopAllNogoo9() {
 	for _, p := range procs {
 		p.Stop()
 	}
+}
+
+var integrityKey struct {
+	once sync.Once
+	path string
+}
+
+// integrityKeyFile writes the suite's --integrity-key-file once (a random key) and returns its path.
+func integrityKeyFile() string {
+	GinkgoHelper()
+	integrityKey.once.Do(func() {
+		key := make([]byte, 32)
+		_, err := rand.Read(key)
+		Expect(err).NotTo(HaveOccurred())
+		integrityKey.path = filepath.Join(artifactsDir, "integrity-keys")
+		Expect(os.WriteFile(integrityKey.path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600)).To(Succeed())
+	})
+	return integrityKey.path
 }
