@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -434,5 +436,42 @@ func checkServices(t *testing.T, dir string, m *manifests) {
 				t.Errorf("%s: Service %s port %s reaches no Deployment serving it", dir, s.Name, p.Name)
 			}
 		}
+	}
+}
+
+// The integrity-key component mounts the operator's Secret into every Deployment of either
+// overlay and points --integrity-key-file at it, so every replica verifies what another signed.
+func TestIntegrityKeyComponent(t *testing.T) {
+	for _, base := range []string{"default", "split"} {
+		t.Run(base, func(t *testing.T) {
+			dir, err := os.MkdirTemp(".", ".overlay-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(dir) })
+			k := fmt.Sprintf("resources: [../%s]\ncomponents: [../integrity-key]\n", base)
+			if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			m := build(t, dir)
+			if len(m.deployments) == 0 {
+				t.Fatalf("%s: no Deployments rendered", base)
+			}
+			for _, d := range m.deployments {
+				spec := d.Spec.Template.Spec
+				if !slices.Contains(spec.Containers[0].Args, "--integrity-key-file=/etc/nogoo9/integrity/keys") {
+					t.Errorf("%s: Deployment %s lacks --integrity-key-file: %v", base, d.Name, spec.Containers[0].Args)
+				}
+				mounted := slices.ContainsFunc(spec.Containers[0].VolumeMounts, func(v corev1.VolumeMount) bool {
+					return v.Name == "integrity-key" && v.MountPath == "/etc/nogoo9/integrity" && v.ReadOnly
+				})
+				fromSecret := slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool {
+					return v.Name == "integrity-key" && v.Secret != nil && v.Secret.SecretName == "nogoo9-integrity-key"
+				})
+				if !mounted || !fromSecret {
+					t.Errorf("%s: Deployment %s does not mount Secret nogoo9-integrity-key read-only at /etc/nogoo9/integrity", base, d.Name)
+				}
+			}
+		})
 	}
 }

@@ -69,8 +69,12 @@ k create serviceaccount demo-admin -n "$ns" --dry-run=client -o yaml | k apply -
 user_token=$(k create token demo-user -n "$ns" --audience nogoo9 --duration 24h)
 admin_token=$(k create token demo-admin -n "$ns" --audience nogoo9 --duration 24h)
 
+# One key for nogoo9's upgrade records that survives a restart of the demo's nogoo9 (docs/upgrades.md).
+[ -s "$dir/integrity-keys" ] || (umask 077; head -c 32 /dev/urandom | base64 >"$dir/integrity-keys")
+
 say "starting nogoo9 (log: $dir/nogoo9.log)"
 "$bin/nogoo9" --kubeconfig "$kc" --namespace "$ns" --leader-elect=false \
+	--integrity-key-file "$dir/integrity-keys" \
 	--auth=oidc --oidc-issuer-url "$server" --oidc-client-id nogoo9 --oidc-ca-file "$dir/pki/ca.crt" \
 	--oidc-admin-claim sub --oidc-admin-value "system:serviceaccount:$ns:demo-admin" \
 	--api-bind-address "127.0.0.1:$api_port" --proxy-bind-address "127.0.0.1:$proxy_port" \
