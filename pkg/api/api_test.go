@@ -332,7 +332,7 @@ func TestMCPToolsAsOwnerAndAdmin(t *testing.T) {
 		old, err := getPod(t, spawned.ActivePod)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(r.Status).To(Equal("upgrading"))
-		g.Expect(r.PodName).To(Equal(workspace.UpgradePodName("alice@example.com", "my-project", string(old.UID)+"/2.0")))
+		g.Expect(r.PodName).To(Equal(workspace.NextPodName(old, "2.0")))
 		g.Expect(old.Annotations[workspace.AnnUpgradePod]).To(Equal(r.PodName))
 		_, err = time.Parse(time.RFC3339, old.Annotations[workspace.AnnUpgradeRequested])
 		g.Expect(err).NotTo(HaveOccurred())

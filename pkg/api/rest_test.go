@@ -89,7 +89,7 @@ func TestRESTEndpoints(t *testing.T) {
 		g.Expect(code).To(Equal(202), string(body))
 		var r frontend.UpgradeResult
 		g.Expect(json.Unmarshal(body, &r)).To(Succeed())
-		g.Expect(r.PodName).To(Equal(workspace.UpgradePodName("erin", "erin-box", string(erinPod.UID)+"/3.0")))
+		g.Expect(r.PodName).To(Equal(workspace.NextPodName(erinPod, "3.0")))
 		p, err := getPod(t, erinPod.Name)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(p.Annotations[workspace.AnnOwner]).To(Equal("erin"))
