@@ -14,12 +14,14 @@ func TestTokenFromRequest(t *testing.T) {
 		name    string
 		header  string
 		cookie  string
+		name2   string // the cookie's name when not CookieName
 		want    string
 		wantErr string
 	}{
 		{name: "bearer header", header: "Bearer abc.def.ghi", want: "abc.def.ghi"},
 		{name: "scheme is case-insensitive and spaces around the token are trimmed", header: "  bearer   abc  ", want: "abc"},
 		{name: "the login cookie alone is refused: a browser sends it on its own (CSRF)", cookie: "from-cookie", wantErr: "cookie is not accepted here"},
+		{name: "the HTTPS login cookie (__Host- prefix) alone is refused too", cookie: "from-cookie", name2: "__Host-" + CookieName, wantErr: "cookie is not accepted here"},
 		{name: "the header is read and the cookie ignored", header: "Bearer from-header", cookie: "from-cookie", want: "from-header"},
 		{name: "Basic credentials are refused, not read as a token", header: "Basic dXNlcjpwdw==", wantErr: "malformed Authorization header"},
 		{name: "a bare token without a scheme is refused", header: "abc.def.ghi", wantErr: "malformed Authorization header"},
@@ -35,7 +37,11 @@ func TestTokenFromRequest(t *testing.T) {
 				r.Header.Set("Authorization", tc.header)
 			}
 			if tc.cookie != "" {
-				r.AddCookie(&http.Cookie{Name: CookieName, Value: tc.cookie})
+				name := CookieName
+				if tc.name2 != "" {
+					name = tc.name2
+				}
+				r.AddCookie(&http.Cookie{Name: name, Value: tc.cookie})
 			}
 			got, err := TokenFromRequest(r)
 			if tc.wantErr != "" {

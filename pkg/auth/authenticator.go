@@ -56,14 +56,17 @@ func (e *Error) Unwrap() error { return e.Err }
 var ErrNoToken = &Error{Reason: "no bearer token: send an Authorization: Bearer <token> header"}
 
 // errCookieOnly is returned when a request carries only the proxy's login cookie.
-var errCookieOnly = &Error{Reason: "no bearer token: the " + CookieName + " cookie is not accepted here (only the proxy reads it); send an Authorization: Bearer <token> header"}
+var errCookieOnly = &Error{Reason: "no bearer token: the proxy's " + CookieName + " login cookie is not accepted here (only the proxy reads it); send an Authorization: Bearer <token> header"}
 
 // TokenFromRequest returns the bearer token of r's Authorization header. Cookies are never read.
 func TokenFromRequest(r *http.Request) (string, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		if c, err := r.Cookie(CookieName); err == nil && c.Value != "" {
-			return "", errCookieOnly
+		for _, c := range r.Cookies() {
+			// The proxy names it __Host-nogoo9_token on HTTPS and nogoo9_token on plain HTTP.
+			if (c.Name == CookieName || c.Name == "__Host-"+CookieName) && c.Value != "" {
+				return "", errCookieOnly
+			}
 		}
 		return "", ErrNoToken
 	}

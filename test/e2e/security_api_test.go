@@ -137,7 +137,7 @@ func secExpect(cell string, code int, body string, want secOutcome) {
 // workspace and preview paths and a WebSocket upgrade, on the real binary and cluster. Exactly the
 // allowed cells succeed; every refusal says why. The REST rows and MCP rows are checked against
 // api.Routes() and the server's tools/list, so a new route or tool without a row fails here.
-// (The login endpoint's row is added with the proxy's new login.)
+// The login endpoint has a row of its own: tokens only in a same-origin POST, never in a URL.
 var _ = Describe("API security: the access matrix", Ordered, Label(secMatrixLabel), func() {
 	var (
 		ns, aliceSub, adminSub string
@@ -390,6 +390,60 @@ var _ = Describe("API security: the access matrix", Ordered, Label(secMatrixLabe
 					"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Origin": proc.ProxyURL})
 				secExpect(fmt.Sprintf("proxy WebSocket as %s", who), code, body, want)
 			}
+		}
+	})
+
+	It("the proxy's login endpoint, every identity", func(ctx SpecContext) {
+		w := pxWorkspace(Default, proc, tokens[secOwner], mainWS)
+		login := proc.ProxyURL + "/_nogoo9/login"
+		form := func(token string) string {
+			return url.Values{"token": {token}, "next": {w.WorkspacePath}}.Encode()
+		}
+		post := func(token, origin string) (int, string, http.Header) {
+			return secDo("POST", login, "", form(token), map[string]string{
+				"Content-Type": "application/x-www-form-urlencoded", "Origin": origin})
+		}
+		for _, who := range secEveryone {
+			tok := tokens[who]
+
+			// A token in the URL is never taken, whoever it belongs to.
+			code, body, hdr := secDo("GET", login+"?"+form(tok), "", "", nil)
+			secExpect(fmt.Sprintf("login GET ?token= as %s", who), code, body, secRefused(http.StatusBadRequest, "never accepted in the URL"))
+			Expect(hdr.Values("Set-Cookie")).To(BeEmpty(), "login GET ?token= as %s set a cookie", who)
+
+			// A form posted from another site never logs anybody in (login CSRF).
+			code, body, hdr = post(tok, "http://evil.example")
+			secExpect(fmt.Sprintf("login POST from another site as %s", who), code, body, secRefused(http.StatusForbidden, "posted from another site"))
+			Expect(hdr.Values("Set-Cookie")).To(BeEmpty(), "a cross-site login as %s set a cookie", who)
+
+			// The same-origin form: valid tokens get a cookie and a redirect to the local next.
+			code, body, hdr = post(tok, proc.ProxyURL)
+			switch who {
+			case secNoToken:
+				secExpect("login POST with no token", code, body, secRefused(http.StatusBadRequest, "token field is empty"))
+				Expect(hdr.Values("Set-Cookie")).To(BeEmpty())
+				continue
+			case secExpired, secForeignIss, secAlgNone:
+				secExpect(fmt.Sprintf("login POST as %s", who), code, body, secRefused(http.StatusUnauthorized, "not accepted"))
+				Expect(hdr.Values("Set-Cookie")).To(BeEmpty(), "a refused login as %s set a cookie", who)
+				continue
+			}
+			Expect(code).To(Equal(http.StatusSeeOther), "login POST as %s: %s", who, body)
+			Expect(hdr.Get("Location")).To(Equal(w.WorkspacePath), "login as %s redirects to next", who)
+			cookies := (&http.Response{Header: hdr}).Cookies()
+			Expect(cookies).To(HaveLen(1), "login as %s sets one cookie", who)
+			Expect(cookies[0].HttpOnly).To(BeTrue(), "the login cookie is HttpOnly")
+
+			// The cookie is then a credential for the proxy exactly like the token...
+			code, body, _ = secDo("GET", proc.ProxyURL+w.WorkspacePath, "", "", map[string]string{"Cookie": cookies[0].String()})
+			want := secAllowed()
+			if who == secOther {
+				want = secRefused(http.StatusForbidden, "belongs to another user")
+			}
+			secExpect(fmt.Sprintf("proxy GET with the login cookie of %s", who), code, body, want)
+			// ...and never one for the API.
+			code, body, _ = secDo("GET", proc.APIURL+"/api/v1/workspaces", "", "", map[string]string{"Cookie": cookies[0].String()})
+			secExpect(fmt.Sprintf("API GET with the login cookie of %s", who), code, body, secRefused(http.StatusUnauthorized, "cookie"))
 		}
 	})
 })
