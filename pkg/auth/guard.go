@@ -50,6 +50,9 @@ type Guard struct {
 	clients  map[string]*rate.Limiter
 	global   *rate.Limiter
 	inflight map[[32]byte]*flight
+	// settled is closed (and replaced) whenever a check ends: a request refused only because
+	// checks still in flight hold the buckets' reservations waits for it and tries again.
+	settled chan struct{}
 }
 
 type okEntry struct {
@@ -101,7 +104,7 @@ func NewGuard(inner Authenticator, o GuardOptions) *Guard {
 	return &Guard{
 		inner: inner, o: o,
 		ok: map[[32]byte]okEntry{}, bad: map[[32]byte]badEntry{}, clients: map[string]*rate.Limiter{},
-		global: rate.NewLimiter(rate.Limit(o.Failures), o.Burst), inflight: map[[32]byte]*flight{},
+		global: rate.NewLimiter(rate.Limit(o.Failures), o.Burst), inflight: map[[32]byte]*flight{}, settled: make(chan struct{}),
 	}
 }
 
@@ -114,6 +117,7 @@ func (g *Guard) Authenticate(r *http.Request) (*Caller, error) {
 // verifier if the failure limiters allow it.
 func (g *Guard) VerifyToken(ctx context.Context, token string) (*Caller, error) {
 	key := sha256.Sum256([]byte(token))
+retry:
 	now := g.o.Now()
 	g.mu.Lock()
 	if e, ok := g.ok[key]; ok {
@@ -146,6 +150,19 @@ func (g *Guard) VerifyToken(ctx context.Context, token string) (*Caller, error) 
 	if d := max(rc.DelayFrom(now), rg.DelayFrom(now)); d > 0 {
 		rc.CancelAt(now)
 		rg.CancelAt(now)
+		if len(g.inflight) > 0 {
+			// Checks in flight hold reservations that a success gives back: many valid tokens
+			// at once (clients behind one address) must not be refused for what only failures
+			// should cost. Wait for one to end, then look again.
+			settled := g.settled
+			g.mu.Unlock()
+			select {
+			case <-settled:
+				goto retry
+			case <-ctx.Done():
+				return nil, &Error{Reason: "request ended while waiting for other token checks", Err: ctx.Err(), Transient: true}
+			}
+		}
 		g.mu.Unlock()
 		return nil, &Error{Reason: "too many failed token checks recently; try again in a few seconds with a valid token", RetryAfter: d}
 	}
@@ -180,6 +197,8 @@ func (g *Guard) VerifyToken(ctx context.Context, token string) (*Caller, error) 
 	}
 	f.c, f.err = c, err
 	close(f.done)
+	close(g.settled)
+	g.settled = make(chan struct{})
 	g.mu.Unlock()
 	return c, err
 }

@@ -144,3 +144,55 @@ func TestGuardExpiresEntries(t *testing.T) {
 		t.Errorf("caches hold %d and %d entries, want at most 3 each", len(g.ok), len(g.bad))
 	}
 }
+
+// blockingAuth accepts good- tokens, but only once release is closed; inflight counts the checks
+// waiting on it.
+type blockingAuth struct {
+	inflight atomic.Int64
+	release  chan struct{}
+}
+
+func (b *blockingAuth) Authenticate(r *http.Request) (*Caller, error) {
+	return authenticate(r, b.VerifyToken)
+}
+
+func (b *blockingAuth) VerifyToken(ctx context.Context, token string) (*Caller, error) {
+	b.inflight.Add(1)
+	defer b.inflight.Add(-1)
+	<-b.release
+	return (&countingAuth{}).VerifyToken(ctx, token)
+}
+
+// Many valid tokens at once from one address (users behind one ingress or NAT) are all served:
+// only failed checks may use up the buckets, never checks that are still in flight.
+func TestGuardServesManyValidTokensAtOnceFromOneAddress(t *testing.T) {
+	inner := &blockingAuth{release: make(chan struct{})}
+	g := NewGuard(inner, GuardOptions{Now: (&fakeClock{t: time.Unix(1_000_000, 0)}).now})
+	const n = 30 // three times the per-client burst
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := verifyFrom(g, "10.0.0.7", fmt.Sprintf("good-user-%d", i))
+			errs <- err
+		}()
+	}
+	// Wait until the per-client burst's worth of checks is in flight, then let them finish.
+	deadline := time.Now().Add(10 * time.Second)
+	for inner.inflight.Load() < 10 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := inner.inflight.Load(); got < 10 {
+		t.Fatalf("only %d checks in flight after 10s, want the burst of 10", got)
+	}
+	close(inner.release)
+	for range n {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Errorf("a valid token was refused: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a check did not end within 10s")
+		}
+	}
+}
