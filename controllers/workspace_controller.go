@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -658,7 +659,14 @@ func (r *WorkspaceReconciler) patchPod(ctx context.Context, pod *corev1.Pod, set
 	for k, v := range set {
 		ann[k] = v
 	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": ann}})
+	meta := map[string]any{"uid": pod.UID, "annotations": ann}
+	if slices.Contains(remove, workspace.AnnUpgradeRequested) && pod.ResourceVersion != "" {
+		// Never clear an intent this pass did not see: a stale cache (our own delete not yet
+		// observed) re-plans a finished upgrade, and a new intent written since (the API, a
+		// person) must survive it. The conflict stops the move; the watch brings a fresh pass.
+		meta["resourceVersion"] = pod.ResourceVersion
+	}
+	body, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return false, err
 	}
