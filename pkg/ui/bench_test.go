@@ -18,7 +18,9 @@ import (
 // synced: the service's views are then built as in production.
 type replayInformer []*corev1.Pod
 
-type syncedRegistration struct{ toolscache.ResourceEventHandlerRegistration }
+type syncedRegistration struct {
+	toolscache.ResourceEventHandlerRegistration
+}
 
 func (syncedRegistration) HasSynced() bool { return true }
 
