@@ -86,17 +86,22 @@ func (t *uiTab) open(path string) {
 	t.do(chromedp.Navigate(t.base + path))
 }
 
-// waitJS waits, in the page, until the JavaScript expression is truthy (re-evaluated on every DOM
-// mutation, bounded by uiBrowserWait).
+// waitJS waits, in the page, until the JavaScript expression is truthy: re-evaluated on every DOM
+// mutation, and again after a navigation replaced the page, bounded by uiBrowserWait.
 func (t *uiTab) waitJS(expr string) {
 	GinkgoHelper()
-	ctx, cancel := context.WithTimeout(t.ctx, uiBrowserWait+5*time.Second)
-	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(uiBrowserWait)))
-	if err != nil {
-		html, _ := chromedp.Run(t.short(), chromedp.OuterHTML(chromedp.CSS("main")))
-		Fail(fmt.Sprintf("waiting for %s in the browser: %v\npage <main>:\n%s", expr, err, html))
+	deadline := time.Now().Add(uiBrowserWait)
+	var err error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
+		_, err = chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(5*time.Second)))
+		cancel()
+		if err == nil {
+			return
+		}
 	}
+	html, _ := chromedp.Run(t.short(), chromedp.OuterHTML(chromedp.CSS("main")))
+	Fail(fmt.Sprintf("waiting for %s in the browser: %v\npage <main>:\n%s", expr, err, html))
 }
 
 func (t *uiTab) short() context.Context {
