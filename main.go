@@ -277,6 +277,11 @@ func uiSetup(ctx context.Context, mgr ctrl.Manager, o options, authn auth.Authen
 	if proxyHere {
 		c.ProxyBindAddress = o.proxyAddr
 	}
+	if o.ui.oidcRedirectURL != "" && o.auth.Mode != "oidc" {
+		return func(*frontend.Service) (http.Handler, error) {
+			return nil, fmt.Errorf("--ui-oidc-redirect-url needs --auth=oidc (single sign-on uses its issuer and client id); with --auth=%s use the development login", o.auth.Mode)
+		}
+	}
 	if o.ui.oidcRedirectURL != "" {
 		c.OIDC = ui.OIDCConfig{
 			IssuerURL: o.auth.OIDC.IssuerURL, ClientID: o.auth.OIDC.ClientID, CAFile: o.auth.OIDC.CAFile,

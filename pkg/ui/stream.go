@@ -103,9 +103,20 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 	if !ok {
 		return
 	}
-	outdated := -1
+	// An admin's header counts outdated workspaces of every user. The count is kept from what
+	// this stream reads back per change (the cache, which the hub's event already reflects),
+	// not from a fresh list: the list's views are fed by another informer handler and may not
+	// have seen that event yet.
+	var outdatedBy map[string]bool
+	sent := -1
 	if r.sess.Caller.IsAdmin {
-		outdated, _ = u.outdated(r.ctx)
+		// The page's button was counted when it was rendered; things may have moved since.
+		outdatedBy = u.outdatedSet(r.ctx)
+		sent = countTrue(outdatedBy)
+		var buf bytes.Buffer
+		if err := u.partial(&buf, "upgradeAllSlot", page{Caller: r.sess.Caller, Outdated: sent, CSRF: r.sess.CSRF}); err != nil || out.send(0, buf.Bytes()) != nil {
+			return
+		}
 	}
 	u.streamLoop(r, sub, nil, func(ids []string, all bool, seq uint64) error {
 		var buf bytes.Buffer
@@ -114,18 +125,22 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 			sort.Strings(ids)
 			for _, id := range ids {
 				ws, err := u.svc.GetWorkspace(r.ctx, id)
+				if outdatedBy != nil {
+					switch {
+					case err == nil:
+						outdatedBy[id] = upgradable(ws)
+					case frontend.CodeOf(err) == frontend.CodeNotFound:
+						delete(outdatedBy, id)
+					}
+				}
 				visible := err == nil && (f.All || ws.Owner == r.sess.Caller.Subject) && f.match(ws)
 				switch {
 				case err != nil && frontend.CodeOf(err) != frontend.CodeNotFound && frontend.CodeOf(err) != frontend.CodeForbidden:
 					refresh = true // a read failed: start over from a full list
-				case visible && !shown[id]:
-					refresh = true
 				case visible:
-					buf.WriteString("<template>")
-					if err := u.partial(&buf, "row", u.row(r.Request, r.sess.CSRF, *ws, f.All)); err != nil {
+					if err := u.writeRow(&buf, r, f, *ws, shown); err != nil {
 						return err
 					}
-					buf.WriteString("</template>\n")
 				case shown[id]:
 					delete(shown, id)
 					fmt.Fprintf(&buf, "<template><tr id=\"ws-%s\" hx-swap-oob=\"delete\"></tr></template>\n", id)
@@ -147,10 +162,13 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 				return err
 			}
 			buf.WriteString("</template>\n")
+			if outdatedBy != nil {
+				outdatedBy = u.outdatedSet(r.ctx)
+			}
 		}
-		if r.sess.Caller.IsAdmin {
-			if n, _ := u.outdated(r.ctx); n != outdated || refresh {
-				outdated = n
+		if outdatedBy != nil {
+			if n := countTrue(outdatedBy); n != sent || refresh {
+				sent = n
 				if err := u.partial(&buf, "upgradeAllSlot", page{Caller: r.sess.Caller, Outdated: n, CSRF: r.sess.CSRF}); err != nil {
 					return err
 				}
@@ -161,6 +179,62 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 		}
 		return out.send(seq, buf.Bytes())
 	}, out)
+}
+
+// writeRow writes the out-of-band swap of one row: a replacement when the page shows it, else an
+// insertion after the row that precedes it in id order (rows stay sorted without a reload).
+func (u *UI) writeRow(buf *bytes.Buffer, r *request, f listFilter, ws frontend.Workspace, shown map[string]bool) error {
+	if shown[ws.ID] {
+		buf.WriteString("<template>")
+		if err := u.partial(buf, "row", u.row(r.Request, r.sess.CSRF, ws, f.All)); err != nil {
+			return err
+		}
+		buf.WriteString("</template>\n")
+		return nil
+	}
+	prev := ""
+	for id := range shown {
+		if id < ws.ID && id > prev {
+			prev = id
+		}
+	}
+	target := "afterbegin:#rows"
+	if prev != "" {
+		target = "afterend:#ws-" + prev
+	}
+	if len(shown) == 0 {
+		buf.WriteString(`<template><tr id="rows-empty" hx-swap-oob="delete"></tr></template>` + "\n")
+	}
+	shown[ws.ID] = true
+	fmt.Fprintf(buf, `<template><tbody hx-swap-oob="%s">`, target)
+	if err := u.partial(buf, "row", u.row(r.Request, r.sess.CSRF, ws, f.All)); err != nil {
+		return err
+	}
+	buf.WriteString("</tbody></template>\n")
+	return nil
+}
+
+// outdatedSet is, per workspace of every user, whether Upgrade All Outdated would touch it.
+func (u *UI) outdatedSet(ctx context.Context) map[string]bool {
+	l, err := u.svc.ListWorkspaces(ctx, frontend.ListOptions{AllUsers: true})
+	out := map[string]bool{}
+	if err != nil {
+		return out
+	}
+	for i := range l {
+		out[l[i].ID] = upgradable(&l[i])
+	}
+	return out
+}
+
+func countTrue(m map[string]bool) int {
+	n := 0
+	for _, v := range m {
+		if v {
+			n++
+		}
+	}
+	return n
 }
 
 // workspaceStream keeps a workspace's page current: its summary on every change of its pods, and

@@ -95,7 +95,12 @@ type fixture struct {
 	tmpl stubTemplates
 }
 
-func newFixture(t *testing.T, o Options, pods ...*corev1.Pod) *fixture {
+func newFixture(t testing.TB, o Options, pods ...*corev1.Pod) *fixture {
+	return newFixtureWith(t, o, nil, pods...)
+}
+
+// newFixtureWith is newFixture whose service keeps views fed by informer (nil: reads per call).
+func newFixtureWith(t testing.TB, o Options, informer frontend.PodInformer, pods ...*corev1.Pod) *fixture {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
@@ -108,7 +113,7 @@ func newFixture(t *testing.T, o Options, pods ...*corev1.Pod) *fixture {
 		WithIndex(&corev1.Pod{}, podcache.IndexWorkspaceID, podcache.WorkspaceID).Build()
 	tmpl := stubTemplates{"python": {Name: "python", Version: "2.0", Description: "Python 3",
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "ide", Env: []corev1.EnvVar{{Name: "REPO", Value: "${context.repo}"}, {Name: "LIT", Value: "$${context.literal}"}}}}}}}
-	svc, err := frontend.New(frontend.Config{Namespace: ns, Cache: c, Client: c, Events: kfake.NewClientset(), Templates: tmpl})
+	svc, err := frontend.New(frontend.Config{Namespace: ns, Cache: c, Client: c, Events: kfake.NewClientset(), Templates: tmpl, Pods: informer})
 	if err != nil {
 		t.Fatal(err)
 	}

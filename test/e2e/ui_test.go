@@ -40,7 +40,7 @@ func uiChromiumPath() string {
 	return ""
 }
 
-// newUIBrowser starts headless Chromium with a fresh profile and returns the allocator's context;
+// newUIBrowser starts headless Chromium with a fresh profile and returns the browser's context;
 // the browser stops after the current node (BeforeAll: the container).
 func newUIBrowser() context.Context {
 	GinkgoHelper()
@@ -56,7 +56,11 @@ func newUIBrowser() context.Context {
 	)
 	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	DeferCleanup(cancel)
-	return alloc
+	browser, cancelBrowser := chromedp.NewContext(alloc)
+	DeferCleanup(cancelBrowser)
+	// The first Run starts the browser; it must not carry a timeout.
+	Expect(chromedp.Do(browser)).To(Succeed(), "start chromium")
+	return browser
 }
 
 // uiTab is one browser profile (its own cookies) on one tab.
@@ -69,8 +73,7 @@ func newUITab(alloc context.Context, base string) *uiTab {
 	GinkgoHelper()
 	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithNewBrowserContext())
 	DeferCleanup(cancel)
-	// The first Run starts the browser; it must not carry a timeout.
-	Expect(chromedp.Do(ctx)).To(Succeed(), "start chromium")
+	Expect(chromedp.Do(ctx)).To(Succeed(), "open a tab in a fresh browser context")
 	return &uiTab{ctx: ctx, base: base}
 }
 
@@ -86,17 +89,22 @@ func (t *uiTab) open(path string) {
 	t.do(chromedp.Navigate(t.base + path))
 }
 
-// waitJS waits, in the page, until the JavaScript expression is truthy (re-evaluated on every DOM
-// mutation, bounded by uiBrowserWait).
+// waitJS waits, in the page, until the JavaScript expression is truthy: re-evaluated on every DOM
+// mutation, and again after a navigation replaced the page, bounded by uiBrowserWait.
 func (t *uiTab) waitJS(expr string) {
 	GinkgoHelper()
-	ctx, cancel := context.WithTimeout(t.ctx, uiBrowserWait+5*time.Second)
-	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(uiBrowserWait)))
-	if err != nil {
-		html, _ := chromedp.Run(t.short(), chromedp.OuterHTML(chromedp.CSS("main")))
-		Fail(fmt.Sprintf("waiting for %s in the browser: %v\npage <main>:\n%s", expr, err, html))
+	deadline := time.Now().Add(uiBrowserWait)
+	var err error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
+		_, err = chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(5*time.Second)))
+		cancel()
+		if err == nil {
+			return
+		}
 	}
+	html, _ := chromedp.Run(t.short(), chromedp.Evaluate[string](`document.body.outerHTML`))
+	Fail(fmt.Sprintf("waiting for %s in the browser: %v\npage:\n%s", expr, err, html))
 }
 
 func (t *uiTab) short() context.Context {
@@ -112,23 +120,34 @@ func (t *uiTab) eval(expr string) string {
 	return v
 }
 
+// text is the rendered text of the first element matching sel, read in the page (a node id
+// from before a navigation would be stale).
 func (t *uiTab) text(sel string) string {
 	GinkgoHelper()
-	v, err := chromedp.Run(t.short(), chromedp.Text(chromedp.CSS(sel)))
+	v, err := chromedp.Run(t.short(), chromedp.Evaluate[string](fmt.Sprintf(`(() => { const e = document.querySelector(%q); return e ? e.innerText : "<no element>"; })()`, sel)))
 	Expect(err).NotTo(HaveOccurred(), "text of %s", sel)
-	return v
+	return strings.TrimSpace(v)
 }
 
 // screenshot saves a PNG of the page as name in the spec's artifacts and, when
-// NOGOO9_UI_SCREENSHOTS names a directory (docs/images), there too.
+// NOGOO9_UI_SCREENSHOTS names a directory (docs/images), there too. It captures the viewport only, to keep the files small.
 func (t *uiTab) screenshot(name string) {
 	GinkgoHelper()
-	png, err := chromedp.Run(t.short(), chromedp.FullScreenshot(100))
+	png, err := chromedp.Run(t.short(), chromedp.CaptureScreenshot())
 	Expect(err).NotTo(HaveOccurred())
 	Expect(os.WriteFile(filepath.Join(artifactsDir, name), png, 0o644)).To(Succeed())
 	if dir := os.Getenv("NOGOO9_UI_SCREENSHOTS"); dir != "" {
 		Expect(os.WriteFile(filepath.Join(dir, name), png, 0o644)).To(Succeed())
 	}
+}
+
+// clickLive clicks the element with id once htmx has wired it: content that arrives over SSE is
+// marked htmx-added until htmx has processed it, and a click before that would submit the form
+// natively (a page load) instead of through htmx.
+func (t *uiTab) clickLive(id string) {
+	GinkgoHelper()
+	t.waitJS(fmt.Sprintf(`(e => e !== null && e.closest(".htmx-added") === null)(document.getElementById(%q))`, id))
+	t.do(chromedp.Click(chromedp.ID(id)))
 }
 
 // login uses the development login with token and waits for the workspace list.
@@ -238,7 +257,7 @@ var _ = Describe("Web UI in a real browser", Ordered, Label("ui"), func() {
 		Expect(alice.text("#ws-alice-box .badge.outdated")).To(ContainSubstring("Outdated: 2.0 available"))
 		alice.screenshot("ui-list-outdated.png")
 
-		alice.do(chromedp.Click(chromedp.ID("upgrade-alice-box")))
+		alice.clickLive("upgrade-alice-box")
 		alice.waitJS(`window.__phases.includes("Upgrading")`)
 		alice.waitJS(uiRowPhase("alice-box") + ` === "Ready" && document.querySelector("#ws-alice-box .badge.outdated") === null && document.getElementById("ws-alice-box").textContent.includes("python 2.0")`)
 		Expect(alice.eval(`window.__noReload`)).To(Equal("yes"), "the page must not have reloaded")
@@ -252,8 +271,7 @@ var _ = Describe("Web UI in a real browser", Ordered, Label("ui"), func() {
 		before := alice.eval(`String(` + fmt.Sprintf(count, "UpgradeSucceeded") + `)`)
 		alice.eval(`window.__noReload = "yes"; ""`)
 		uiBumpTemplate(ns, "python", "3.0")
-		alice.waitJS(`document.getElementById("upgrade-alice-box") !== null`)
-		alice.do(chromedp.Click(chromedp.ID("upgrade-alice-box")))
+		alice.clickLive("upgrade-alice-box")
 		alice.waitJS(fmt.Sprintf(count, "UpgradeStarted") + ` > ` + before)
 		alice.waitJS(fmt.Sprintf(count, "UpgradeSucceeded") + ` > ` + before)
 		Expect(alice.eval(`window.__noReload`)).To(Equal("yes"), "the events arrived without a reload")
