@@ -4,4 +4,15 @@
 # memory), BENCH_ROUNDS, BENCH_FIGURES=1,2,5. docs/performance.md explains every figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec go run ./hack/bench/cmd/bench -bin bin -nogoo9 bin/nogoo9 -out bench/results.md "$@"
+go run ./hack/bench/cmd/bench -bin bin -nogoo9 bin/nogoo9 -out bench/results.md "$@"
+
+# The web UI: time to render the workspace list and its weight (page and embedded assets), at 100
+# and 1,000 workspaces (docs/ui.md). Appended to the same results.
+{
+	echo
+	echo "## Web UI list page (go test -bench BenchmarkListPage ./pkg/ui/)"
+	echo
+	echo '```'
+	go test -run '^$' -bench BenchmarkListPage -benchtime 20x ./pkg/ui/ | grep -E '^(Benchmark|goos|goarch|cpu)'
+	echo '```'
+} >>bench/results.md
