@@ -50,9 +50,13 @@ type Guard struct {
 	clients  map[string]*rate.Limiter
 	global   *rate.Limiter
 	inflight map[[32]byte]*flight
-	// settled is closed (and replaced) whenever a check ends: a request refused only because
-	// checks still in flight hold the buckets' reservations waits for it and tries again.
-	settled chan struct{}
+	// checking counts the checks in flight per client address and in all: each may still fail,
+	// so it holds one token of its buckets until it ends (a success then gives it back by
+	// consuming nothing). settled is closed (and replaced) whenever a check ends: a request
+	// refused only because of checks in flight waits for it and looks again.
+	checking    map[string]int
+	checkingAll int
+	settled     chan struct{}
 }
 
 type okEntry struct {
@@ -104,7 +108,7 @@ func NewGuard(inner Authenticator, o GuardOptions) *Guard {
 	return &Guard{
 		inner: inner, o: o,
 		ok: map[[32]byte]okEntry{}, bad: map[[32]byte]badEntry{}, clients: map[string]*rate.Limiter{},
-		global: rate.NewLimiter(rate.Limit(o.Failures), o.Burst), inflight: map[[32]byte]*flight{}, settled: make(chan struct{}),
+		global: rate.NewLimiter(rate.Limit(o.Failures), o.Burst), inflight: map[[32]byte]*flight{}, checking: map[string]int{}, settled: make(chan struct{}),
 	}
 }
 
@@ -143,17 +147,15 @@ retry:
 			return nil, &Error{Reason: "request ended while its token was being checked", Err: ctx.Err(), Transient: true}
 		}
 	}
-	// Reserve one failure from both buckets up front, so that concurrent garbage cannot overrun
-	// them; a check that succeeds gives its reservations back.
-	cl := g.clientLimiter(clientFrom(ctx))
-	rc, rg := cl.ReserveN(now, 1), g.global.ReserveN(now, 1)
-	if d := max(rc.DelayFrom(now), rg.DelayFrom(now)); d > 0 {
-		rc.CancelAt(now)
-		rg.CancelAt(now)
-		if len(g.inflight) > 0 {
-			// Checks in flight hold reservations that a success gives back: many valid tokens
-			// at once (clients behind one address) must not be refused for what only failures
-			// should cost. Wait for one to end, then look again.
+	// A check may fail, so it may start only while both buckets hold a token for it beyond the
+	// checks already in flight: concurrent garbage cannot overrun them. Only a failure consumes.
+	client := clientFrom(ctx)
+	cl := g.clientLimiter(client)
+	if cl.TokensAt(now) < float64(g.checking[client]+1) || g.global.TokensAt(now) < float64(g.checkingAll+1) {
+		if g.checkingAll > 0 {
+			// Checks in flight hold the tokens; most of them succeed and give them back (many
+			// valid tokens at once from one address: users behind an ingress or NAT). Wait for
+			// one to end, then look again.
 			settled := g.settled
 			g.mu.Unlock()
 			select {
@@ -163,9 +165,12 @@ retry:
 				return nil, &Error{Reason: "request ended while waiting for other token checks", Err: ctx.Err(), Transient: true}
 			}
 		}
+		d := max(untilToken(cl, now), untilToken(g.global, now))
 		g.mu.Unlock()
 		return nil, &Error{Reason: "too many failed token checks recently; try again in a few seconds with a valid token", RetryAfter: d}
 	}
+	g.checking[client]++
+	g.checkingAll++
 	f := &flight{done: make(chan struct{})}
 	g.inflight[key] = f
 	g.mu.Unlock()
@@ -175,9 +180,15 @@ retry:
 	now = g.o.Now()
 	g.mu.Lock()
 	delete(g.inflight, key)
+	if g.checking[client]--; g.checking[client] <= 0 {
+		delete(g.checking, client)
+	}
+	g.checkingAll--
+	if err != nil {
+		cl.ReserveN(now, 1)
+		g.global.ReserveN(now, 1)
+	}
 	if err == nil {
-		rc.CancelAt(now)
-		rg.CancelAt(now)
 		exp := now.Add(g.o.SuccessTTL)
 		if !c.Expiry.IsZero() && c.Expiry.Before(exp) {
 			exp = c.Expiry
@@ -252,4 +263,13 @@ func evictOne[V any](m map[[32]byte]V, now time.Time, expires func(V) time.Time)
 		delete(m, k)
 		return
 	}
+}
+
+// untilToken is how long until lim holds a whole token again.
+func untilToken(lim *rate.Limiter, now time.Time) time.Duration {
+	missing := 1 - lim.TokensAt(now)
+	if missing <= 0 || lim.Limit() <= 0 {
+		return time.Second
+	}
+	return time.Duration(missing / float64(lim.Limit()) * float64(time.Second))
 }

@@ -196,3 +196,40 @@ func TestGuardServesManyValidTokensAtOnceFromOneAddress(t *testing.T) {
 		}
 	}
 }
+
+// slowAuth accepts good- tokens; each check moves the clock on, as a TokenReview under load
+// takes real time while other checks start.
+type slowAuth struct{ clock *fakeClock }
+
+func (s *slowAuth) Authenticate(r *http.Request) (*Caller, error) {
+	return authenticate(r, s.VerifyToken)
+}
+
+func (s *slowAuth) VerifyToken(ctx context.Context, token string) (*Caller, error) {
+	s.clock.add(200 * time.Millisecond)
+	return (&countingAuth{}).VerifyToken(ctx, token)
+}
+
+// Valid tokens never use up the buckets, however long their checks take and however many run at
+// once (the bulk e2e: 10 users spawning 16 at a time through one loopback address).
+func TestGuardNeverChargesSlowValidChecks(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	g := NewGuard(&slowAuth{clock: clock}, GuardOptions{Now: clock.now, SuccessTTL: time.Millisecond})
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				if _, err := verifyFrom(g, "127.0.0.1", fmt.Sprintf("good-user-%d-%d", w, i)); err != nil {
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := refused.Load(); n > 0 {
+		t.Errorf("%d of 320 valid token checks were refused", n)
+	}
+}
