@@ -268,12 +268,16 @@ var _ = Describe("Web UI in a real browser", Ordered, Label("ui"), func() {
 		alice.open("/workspaces/alice-box")
 		alice.waitJS(`document.querySelectorAll("#events li").length > 0`)
 		count := `Array.from(document.querySelectorAll("#events li strong")).filter(e => e.textContent === "%s").length`
-		before := alice.eval(`String(` + fmt.Sprintf(count, "UpgradeSucceeded") + `)`)
+		// Each reason is counted against itself: the page lists the events of the workspace's
+		// current pods, so the previous upgrade's UpgradeStarted (on a pod now gone) may be absent
+		// while its UpgradeSucceeded is shown.
+		started := alice.eval(`String(` + fmt.Sprintf(count, "UpgradeStarted") + `)`)
+		succeeded := alice.eval(`String(` + fmt.Sprintf(count, "UpgradeSucceeded") + `)`)
 		alice.eval(`window.__noReload = "yes"; ""`)
 		uiBumpTemplate(ns, "python", "3.0")
 		alice.clickLive("upgrade-alice-box")
-		alice.waitJS(fmt.Sprintf(count, "UpgradeStarted") + ` > ` + before)
-		alice.waitJS(fmt.Sprintf(count, "UpgradeSucceeded") + ` > ` + before)
+		alice.waitJS(fmt.Sprintf(count, "UpgradeStarted") + ` > ` + started)
+		alice.waitJS(fmt.Sprintf(count, "UpgradeSucceeded") + ` > ` + succeeded)
 		Expect(alice.eval(`window.__noReload`)).To(Equal("yes"), "the events arrived without a reload")
 		alice.waitJS(`document.getElementById("summary").textContent.includes("python 3.0")`)
 		alice.screenshot("ui-workspace-events.png")
