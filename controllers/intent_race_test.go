@@ -76,3 +76,53 @@ func TestClearingAnIntentNeverRemovesOneWrittenSince(t *testing.T) {
 		t.Errorf("the intent survived a clear planned from a fresh read")
 	}
 }
+
+// The same holds for the patch that ends an upgrade (it removes nogoo9/upgrade-started-at): a
+// pass planned from a stale pod must not overwrite the outcome the previous pass recorded.
+func TestEndingAnUpgradeNeverOverwritesALaterOutcome(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver (run without -short)")
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "ws-b-up", Namespace: "default",
+			Annotations: map[string]string{workspace.AnnUpgradeStartedAt: "2026-01-01T00:00:00Z"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:2"}}},
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	stale := pod.DeepCopy()
+	// The previous pass ended the upgrade with its own outcome.
+	first := "Upgrade failed: refused rollback pod"
+	patch := []byte(`{"metadata":{"annotations":{"` + workspace.AnnUpgradeStartedAt + `":null,"` + workspace.AnnLastUpgradeError + `":"` + first + `"}}}`)
+	if err := c.Patch(ctx, pod.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	r := &WorkspaceReconciler{Client: c}
+	done, err := r.patchPod(ctx, stale, map[string]string{workspace.AnnLastUpgradeError: "a second, stale outcome"},
+		[]string{workspace.AnnUpgradeStartedAt, workspace.AnnUpgradeHMAC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done {
+		t.Errorf("a patch ending the upgrade from a stale pod was applied; want it refused")
+	}
+	var got corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &got); err != nil {
+		t.Fatal(err)
+	}
+	if v := got.Annotations[workspace.AnnLastUpgradeError]; v != first {
+		t.Errorf("last-upgrade-error = %q, want the first outcome %q kept", v, first)
+	}
+}

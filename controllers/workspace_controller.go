@@ -546,9 +546,15 @@ func (r *WorkspaceReconciler) createRollbackPod(ctx context.Context, key types.N
 	}
 	cannot := func(reason string, err error) error {
 		text := a.Annotations[workspace.AnnLastUpgradeError] + "; cannot roll back: " + err.Error()
-		if _, perr := r.patchPod(ctx, a.Pod, map[string]string{workspace.AnnLastUpgradeError: text},
-			[]string{workspace.AnnRollbackSpec, workspace.AnnUpgradeStartedAt, workspace.AnnUpgradeHMAC}); perr != nil {
+		done, perr := r.patchPod(ctx, a.Pod, map[string]string{workspace.AnnLastUpgradeError: text},
+			[]string{workspace.AnnRollbackSpec, workspace.AnnUpgradeStartedAt, workspace.AnnUpgradeHMAC})
+		if perr != nil {
 			return perr
+		}
+		if !done {
+			// Planned from a pod version that has changed since (e.g. this very outcome, written
+			// by the previous pass): re-plan from what the watch brings.
+			return nil
 		}
 		r.Recorder.Eventf(a.Pod, corev1.EventTypeWarning, reason,
 			"Upgrade of workspace %s failed and pod %s cannot be rolled back (%v); it stays as the workspace's pod: fix the template and request the upgrade again.", key.Name, a.Pod.Name, err)
@@ -660,10 +666,12 @@ func (r *WorkspaceReconciler) patchPod(ctx context.Context, pod *corev1.Pod, set
 		ann[k] = v
 	}
 	meta := map[string]any{"uid": pod.UID, "annotations": ann}
-	if slices.Contains(remove, workspace.AnnUpgradeRequested) && pod.ResourceVersion != "" {
-		// Never clear an intent this pass did not see: a stale cache (our own delete not yet
-		// observed) re-plans a finished upgrade, and a new intent written since (the API, a
-		// person) must survive it. The conflict stops the move; the watch brings a fresh pass.
+	if (slices.Contains(remove, workspace.AnnUpgradeRequested) || slices.Contains(remove, workspace.AnnUpgradeStartedAt)) &&
+		pod.ResourceVersion != "" {
+		// Never end an upgrade, or clear an intent, on a pod version this pass did not see: a
+		// stale cache (our own last write not yet observed) re-plans a finished upgrade, and a
+		// new intent written since (the API, a person) or the first pass's outcome (its error
+		// text) must survive it. The conflict stops the move; the watch brings a fresh pass.
 		meta["resourceVersion"] = pod.ResourceVersion
 	}
 	body, err := json.Marshal(map[string]any{"metadata": meta})
