@@ -390,9 +390,9 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		}
 	})
 
-	// Known bug (label startup-template-sync): the upgrade controller's workers start when the pod
-	// cache has synced, not the template registry; a pass that meets an intent before the registry
-	// has loaded the workspace's template fails the upgrade for good with TemplateNotFound.
+	// Regression (label startup-template-sync, fixed in e072e02): the upgrade controller's workers
+	// used to start when the pod cache had synced, not the template registry, so a pass that met an
+	// intent before the registry had loaded the workspace's template failed it with TemplateNotFound.
 	It("Upgrade requested while nogoo9 is down: carried out when it starts again", Label("startup-template-sync"), func(ctx SpecContext) {
 		// Each workspace has a template of its own, among other teams' templates: at start the
 		// template registry loads them all while the upgrade controller already reconciles every
@@ -449,9 +449,9 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		Expect(hist.Violations()).To(BeEmpty())
 	})
 
-	// Known bug (label delete-race): DELETE /api/v1/workspaces/{id} deletes the pods the front end's
-	// cache shows; an upgraded pod created a moment earlier (or later, from the controller's stale
-	// view of the old pod) survives and becomes the workspace again.
+	// Regression (label delete-race, fixed in c237eef): DELETE /api/v1/workspaces/{id} used to delete
+	// only the pods the front end's cache showed, so an upgraded pod created a moment earlier (or
+	// later, from the controller's stale view of the old pod) survived and became the workspace again.
 	It("Upgrade racing the owner's delete: a deleted workspace stays deleted", Label("delete-race"), func(ctx SpecContext) {
 		const n = 20
 		ns := NewNamespace()
