@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -17,7 +16,7 @@ import (
 // re-plans the failure and clears the intent again. An intent written since then (the owner's
 // next upgrade, seconds later) must survive: clearing an intent is conditional on having seen it.
 func TestClearingAnIntentNeverRemovesOneWrittenSince(t *testing.T) {
-	c := apiServerClient(t)
+	_, c := startAPIServer(t)
 	ctx := context.Background()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "ws-a", Namespace: "default",
@@ -68,7 +67,7 @@ func TestClearingAnIntentNeverRemovesOneWrittenSince(t *testing.T) {
 // The same holds for the patch that ends an upgrade (it removes nogoo9/upgrade-started-at): a
 // pass planned from a stale pod must not overwrite the outcome the previous pass recorded.
 func TestEndingAnUpgradeNeverOverwritesALaterOutcome(t *testing.T) {
-	c := apiServerClient(t)
+	_, c := startAPIServer(t)
 	ctx := context.Background()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "ws-b-up", Namespace: "default",
@@ -101,23 +100,4 @@ func TestEndingAnUpgradeNeverOverwritesALaterOutcome(t *testing.T) {
 	if v := got.Annotations[workspace.AnnLastUpgradeError]; v != first {
 		t.Errorf("last-upgrade-error = %q, want the first outcome %q kept", v, first)
 	}
-}
-
-// apiServerClient starts a kube-apiserver for the test and returns an uncached client of it.
-func apiServerClient(t *testing.T) client.Client {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: needs kube-apiserver (run without -short)")
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -21,25 +18,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
-
-// envtestAssets is KUBEBUILDER_ASSETS or the repository's bin/ (make tools).
-func envtestAssets(t *testing.T) string {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir
-	}
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "bin")
-	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
-		t.Fatalf("no kube-apiserver in %s: run `make tools` or set KUBEBUILDER_ASSETS", dir)
-	}
-	return dir
-}
 
 // TestPhaseControllerOnAPIServer is the user story of an operator on a real kube-apiserver: a
 // workspace pod goes Scheduling -> Ready, is put in maintenance with kubectl annotate and taken
@@ -58,16 +41,7 @@ func TestPhaseControllerOnAPIServer(t *testing.T) {
 			t.Log(logs.String())
 		}
 	})
-	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop envtest: %v", err)
-		}
-	})
+	cfg, _ := startAPIServer(t)
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 clientgoscheme.Scheme,
