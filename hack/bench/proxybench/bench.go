@@ -40,7 +40,7 @@ func runBench(args []string) error {
 	conns := fs.Int("conns", 32, "connections")
 	podIP := fs.String("pod-ip", "127.1.200.1", "loopback IP the backend listens on, like a kwok pod IP")
 	out := fs.String("out", "", "also write the markdown table to this file")
-	only := fs.String("rows", "direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp", "rows to measure (comma-separated: direct, nogoo9, nginx, httputil, nogoo9std, nogoo9rp)")
+	only := fs.String("rows", "direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv", "rows to measure (comma-separated: direct, nogoo9, nginx, httputil, nogoo9std, nogoo9rp, nogoo9srv)")
 	cutRounds := fs.Int("cutover-rounds", 5, "rounds of figure 7 (cutover; needs kube-apiserver and etcd in $KUBEBUILDER_ASSETS or ./bin); 0 skips it")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of nogoo9's proxy (all rounds) to this file")
 	_ = fs.Parse(args)
@@ -126,6 +126,9 @@ func runBench(args []string) error {
 	if err := start("127.0.0.1:18085", self, "nogoo9", "-listen", "127.0.0.1:18085", "-backend", backend, "-no-fast-path"); err != nil {
 		return err
 	}
+	if err := start("127.0.0.1:18086", self, "nogoo9", "-listen", "127.0.0.1:18086", "-backend", backend, "-standard-server"); err != nil {
+		return err
+	}
 	conf := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(conf, []byte(nginxConf(dir, backend)), 0o644); err != nil {
 		return err
@@ -141,15 +144,16 @@ func runBench(args []string) error {
 		{"httputil.ReverseProxy", "http://127.0.0.1:18082/", "ws://127.0.0.1:18082/echo", "127.0.0.1:18082"},
 		{"nogoo9 with http.Transport", "http://127.0.0.1:18084/ws/bench/demo/", "ws://127.0.0.1:18084/ws/bench/demo/echo", "127.0.0.1:18084"},
 		{"nogoo9 without fast path", "http://127.0.0.1:18085/ws/bench/demo/", "ws://127.0.0.1:18085/ws/bench/demo/echo", "127.0.0.1:18085"},
+		{"nogoo9 on net/http's server", "http://127.0.0.1:18086/ws/bench/demo/", "ws://127.0.0.1:18086/ws/bench/demo/echo", "127.0.0.1:18086"},
 	}
 	var rows []row
-	for i, key := range []string{"direct", "nogoo9", "nginx", "httputil", "nogoo9std", "nogoo9rp"} {
+	for i, key := range []string{"direct", "nogoo9", "nginx", "httputil", "nogoo9std", "nogoo9rp", "nogoo9srv"} {
 		if strings.Contains(","+*only+",", ","+key+",") {
 			rows = append(rows, all[i])
 		}
 	}
 	if len(rows) == 0 {
-		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp", *only)
+		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv", *only)
 	}
 	httpS := map[string][]sample{}
 	idleS := map[string][]sample{}
