@@ -50,6 +50,8 @@ type leanServer struct {
 	wg       sync.WaitGroup
 	// now is the clock of the watch (tests).
 	now func() time.Time
+	// served and handedOff count requests served and connections handed to net/http (tests).
+	served, handedOff atomic.Int64
 }
 
 // defaultWatchAfter: a pod answering later than this is a slow request; its client leaving is
@@ -420,6 +422,7 @@ func validForServer(req *http.Request) bool {
 
 // handOff gives the connection, with its unread bytes, to the net/http server.
 func (lc *leanConn) handOff() bool {
+	lc.s.handedOff.Add(1)
 	_ = lc.c.SetReadDeadline(time.Time{}) // net/http sets its own
 	return lc.s.handoff.give(&handoffConn{Conn: lc.c, r: lc.br})
 }
@@ -427,6 +430,7 @@ func (lc *leanConn) handOff() bool {
 // serveRequest runs the handler for req and finishes its answer. It reports whether the
 // connection can serve another request.
 func (lc *leanConn) serveRequest(req *http.Request) (keep bool) {
+	lc.s.served.Add(1)
 	lc.busySince.Store(lc.s.now().UnixNano())
 	w := &lc.res
 	*w = leanResponse{lc: lc, req: req, header: make(http.Header), contentLen: -1}

@@ -108,6 +108,10 @@ func (p *Proxy) Start(ctx context.Context) error {
 		go func() { errc <- srv.Serve(ln) }()
 	} else {
 		lean = newLeanServer(p, srv, ln.Addr())
+		if p.watchAfter > 0 {
+			lean.watchAfter = p.watchAfter
+		}
+		p.lean.Store(lean)
 		go func() { errc <- lean.serve(ctx, ln) }()
 		go func() {
 			if err := srv.Serve(lean.handoff); !errors.Is(err, http.ErrServerClosed) {
