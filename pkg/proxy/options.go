@@ -57,6 +57,9 @@ type Options struct {
 	// StandardTransport forwards every request through net/http's Transport instead of the
 	// proxy's synchronous HTTP/1.1 transport: an escape hatch, and the benchmark's comparison row.
 	StandardTransport bool
+	// StandardServer serves every request with net/http's server instead of the proxy's own
+	// connection loop for plain requests (server.go): an escape hatch, and a benchmark row.
+	StandardServer bool
 	// NoFastPath sends plain requests through httputil.ReverseProxy too, instead of writing them
 	// straight from the incoming request (forward.go): an escape hatch, and a benchmark row.
 	NoFastPath bool

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,10 +49,14 @@ type Proxy struct {
 	// csrf guards the login and logout forms against cross-origin posts.
 	csrf *http.CrossOriginProtection
 	// fast forwards plain requests without ReverseProxy (forward.go).
-	fast     bool
-	tokens   *tokenCache
-	log      logr.Logger
-	errorLog *log.Logger
+	fast bool
+	// lean is the connection loop serving plain requests while Start runs (server.go); nil with
+	// StandardServer. watchAfter overrides its defaultWatchAfter (tests).
+	lean       atomic.Pointer[leanServer]
+	watchAfter time.Duration
+	tokens     *tokenCache
+	log        logr.Logger
+	errorLog   *log.Logger
 	// hasSynced, when set, is waited for before the proxy listens: until the informer has listed
 	// the pods, every workspace would look missing.
 	hasSynced func() bool

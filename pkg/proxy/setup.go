@@ -100,15 +100,41 @@ func (p *Proxy) Start(ctx context.Context) error {
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	p.log.Info("proxy listening", "address", ln.Addr().String())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	// Requests are served by the lean loop (server.go), which hands the connections it does not
+	// serve itself to srv; with StandardServer, srv serves them all.
+	var lean *leanServer
+	errc := make(chan error, 2)
+	if p.opts.StandardServer {
+		go func() { errc <- srv.Serve(ln) }()
+	} else {
+		lean = newLeanServer(p, srv, ln.Addr())
+		if p.watchAfter > 0 {
+			lean.watchAfter = p.watchAfter
+		}
+		p.lean.Store(lean)
+		go func() { errc <- lean.serve(ctx, ln) }()
+		go func() {
+			if err := srv.Serve(lean.handoff); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
 	select {
 	case err := <-errc:
+		if lean != nil {
+			_ = ln.Close()
+			_ = srv.Close()
+		}
 		return fmt.Errorf("proxy: serve: %w", err)
 	case <-ctx.Done():
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if lean != nil {
+		lean.shutdown.Store(true)
+		_ = ln.Close()
+		_ = lean.close(shutdownCtx)
+	}
 	err := srv.Shutdown(shutdownCtx)
 	p.conns.closeAll()
 	p.transport.CloseIdleConnections()

@@ -23,9 +23,14 @@ type row struct {
 	name    string
 	httpURL string
 	wsURL   string
+	// proc is the listen address of the process whose CPU time the row reports: the proxy (nginx:
+	// its master and worker), for direct the backend.
+	proc string
 }
 
-type sample struct{ rps, p50, p99 float64 }
+// sample is one run: rate, latencies (ms) and, where the row has its own process, that
+// process's CPU time per request or round trip in microseconds (0: not measured).
+type sample struct{ rps, p50, p99, cpuUS float64 }
 
 func runBench(args []string) error {
 	fs := flag.NewFlagSet("proxybench", flag.ExitOnError)
@@ -35,7 +40,7 @@ func runBench(args []string) error {
 	conns := fs.Int("conns", 32, "connections")
 	podIP := fs.String("pod-ip", "127.1.200.1", "loopback IP the backend listens on, like a kwok pod IP")
 	out := fs.String("out", "", "also write the markdown table to this file")
-	only := fs.String("rows", "direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp", "rows to measure (comma-separated: direct, nogoo9, nginx, httputil, nogoo9std, nogoo9rp)")
+	only := fs.String("rows", "direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv", "rows to measure (comma-separated: direct, nogoo9, nginx, httputil, nogoo9std, nogoo9rp, nogoo9srv)")
 	cutRounds := fs.Int("cutover-rounds", 5, "rounds of figure 7 (cutover; needs kube-apiserver and etcd in $KUBEBUILDER_ASSETS or ./bin); 0 skips it")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of nogoo9's proxy (all rounds) to this file")
 	_ = fs.Parse(args)
@@ -77,6 +82,7 @@ func runBench(args []string) error {
 		stopAll()
 		os.Exit(1)
 	}()
+	pgids := map[string]int{} // listen address -> process group of what serves it
 	start := func(addr string, name string, args ...string) error {
 		// A port already taken (another proxybench, e.g. from make bench) would make us measure
 		// someone else's servers: refuse instead.
@@ -94,6 +100,7 @@ func runBench(args []string) error {
 		procsMu.Lock()
 		procs = append(procs, cmd)
 		procsMu.Unlock()
+		pgids[addr] = cmd.Process.Pid
 		return waitListening(addr)
 	}
 	if err := start(backend, self, "backend", "-addr", backend); err != nil {
@@ -119,6 +126,9 @@ func runBench(args []string) error {
 	if err := start("127.0.0.1:18085", self, "nogoo9", "-listen", "127.0.0.1:18085", "-backend", backend, "-no-fast-path"); err != nil {
 		return err
 	}
+	if err := start("127.0.0.1:18086", self, "nogoo9", "-listen", "127.0.0.1:18086", "-backend", backend, "-standard-server"); err != nil {
+		return err
+	}
 	conf := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(conf, []byte(nginxConf(dir, backend)), 0o644); err != nil {
 		return err
@@ -128,59 +138,67 @@ func runBench(args []string) error {
 	}
 
 	all := []row{
-		{"direct", "http://" + backend + "/", "ws://" + backend + "/echo"},
-		{"nogoo9 proxy", "http://127.0.0.1:18081/ws/bench/demo/", "ws://127.0.0.1:18081/ws/bench/demo/echo"},
-		{"nginx", "http://127.0.0.1:18083/", "ws://127.0.0.1:18083/echo"},
-		{"httputil.ReverseProxy", "http://127.0.0.1:18082/", "ws://127.0.0.1:18082/echo"},
-		{"nogoo9 with http.Transport", "http://127.0.0.1:18084/ws/bench/demo/", "ws://127.0.0.1:18084/ws/bench/demo/echo"},
-		{"nogoo9 without fast path", "http://127.0.0.1:18085/ws/bench/demo/", "ws://127.0.0.1:18085/ws/bench/demo/echo"},
+		{"direct", "http://" + backend + "/", "ws://" + backend + "/echo", backend},
+		{"nogoo9 proxy", "http://127.0.0.1:18081/ws/bench/demo/", "ws://127.0.0.1:18081/ws/bench/demo/echo", "127.0.0.1:18081"},
+		{"nginx", "http://127.0.0.1:18083/", "ws://127.0.0.1:18083/echo", "127.0.0.1:18083"},
+		{"httputil.ReverseProxy", "http://127.0.0.1:18082/", "ws://127.0.0.1:18082/echo", "127.0.0.1:18082"},
+		{"nogoo9 with http.Transport", "http://127.0.0.1:18084/ws/bench/demo/", "ws://127.0.0.1:18084/ws/bench/demo/echo", "127.0.0.1:18084"},
+		{"nogoo9 without fast path", "http://127.0.0.1:18085/ws/bench/demo/", "ws://127.0.0.1:18085/ws/bench/demo/echo", "127.0.0.1:18085"},
+		{"nogoo9 on net/http's server", "http://127.0.0.1:18086/ws/bench/demo/", "ws://127.0.0.1:18086/ws/bench/demo/echo", "127.0.0.1:18086"},
 	}
 	var rows []row
-	for i, key := range []string{"direct", "nogoo9", "nginx", "httputil", "nogoo9std", "nogoo9rp"} {
+	for i, key := range []string{"direct", "nogoo9", "nginx", "httputil", "nogoo9std", "nogoo9rp", "nogoo9srv"} {
 		if strings.Contains(","+*only+",", ","+key+",") {
 			rows = append(rows, all[i])
 		}
 	}
 	if len(rows) == 0 {
-		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp", *only)
+		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv", *only)
 	}
 	httpS := map[string][]sample{}
 	idleS := map[string][]sample{}
 	wsS := map[string][]sample{}
 	for r := 0; r < *rounds; r++ {
 		for _, rw := range rows {
+			cpu0 := groupCPU(pgids[rw.proc])
 			s, err := wrk(rw.httpURL, *conns, *dur)
 			if err != nil {
 				return fmt.Errorf("%s: %w", rw.name, err)
 			}
+			s.cpuUS = perOp(groupCPU(pgids[rw.proc])-cpu0, s.rps*dur.Seconds())
 			httpS[rw.name] = append(httpS[rw.name], s)
 			s, err = wrk(rw.httpURL, 1, 2*time.Second)
 			if err != nil {
 				return fmt.Errorf("%s unloaded: %w", rw.name, err)
 			}
 			idleS[rw.name] = append(idleS[rw.name], s)
+			cpu0 = groupCPU(pgids[rw.proc])
 			s, err = wsload(self, rw.wsURL, *conns, *wsDur)
 			if err != nil {
 				return fmt.Errorf("%s websocket: %w", rw.name, err)
 			}
+			s.cpuUS = perOp(groupCPU(pgids[rw.proc])-cpu0, s.rps*wsDur.Seconds())
 			wsS[rw.name] = append(wsS[rw.name], s)
-			fmt.Fprintf(os.Stderr, "round %d %-22s http %.0f req/s, websocket %.0f round trips/s\n", r+1, rw.name, httpS[rw.name][r].rps, s.rps)
+			fmt.Fprintf(os.Stderr, "round %d %-22s http %.0f req/s (%.1f us CPU each), websocket %.0f round trips/s (%.1f us CPU each)\n",
+				r+1, rw.name, httpS[rw.name][r].rps, httpS[rw.name][r].cpuUS, s.rps, s.cpuUS)
 		}
 	}
 
 	var b strings.Builder
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Fprintf(&b, "### Proxy (figure 6): %d interleaved rounds, median (min-max); wrk -t1 -c%d -d%s, 1 KiB bodies; load on CPU 0, backend and proxy on CPU 1; backend on %s; load average at the end: %s\n\n", *rounds, *conns, *dur, *podIP, strings.Join(strings.Fields(string(load))[:3], " "))
-	b.WriteString("\"vs direct\" is the median over rounds of each round's ratio (rows of a round run back to back, so a busy machine slows both sides of a ratio alike). \"added\" is the unloaded (1 connection) p50 minus direct's.\n\n")
-	b.WriteString("| path | HTTP req/s | vs direct | p50 ms | p99 ms | unloaded p50 ms (added) | WebSocket round trips/s | vs direct | WS p50 ms | WS p99 ms |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\"vs direct\" and \"vs nginx\" are medians over rounds of each round's ratio (rows of a round run back to back, so a busy machine slows both sides of a ratio alike). \"added\" is the unloaded (1 connection) p50 minus direct's. \"CPU\" is the user+system CPU time of the row's own process (nginx: master and worker; direct: the backend) per request or round trip, in microseconds, median over rounds.\n\n")
+	b.WriteString("| path | HTTP req/s | vs direct | vs nginx | CPU us/req | p50 ms | p99 ms | unloaded p50 ms (added) | WebSocket round trips/s | vs direct | vs nginx | CPU us/round trip | WS p50 ms | WS p99 ms |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	dI := median(idleS["direct"], p50)
 	for _, rw := range rows {
 		h, i, w := httpS[rw.name], idleS[rw.name], wsS[rw.name]
-		fmt.Fprintf(&b, "| %s | %.0f (%.0f-%.0f) | %s | %.2f | %.2f | %.3f (%+.3f) | %.0f (%.0f-%.0f) | %s | %.2f | %.2f |\n",
-			rw.name, median(h, rps), minOf(h, rps), maxOf(h, rps), ratio(h, httpS["direct"]), median(h, p50), median(h, p99),
+		fmt.Fprintf(&b, "| %s | %.0f (%.0f-%.0f) | %s | %s | %.1f | %.2f | %.2f | %.3f (%+.3f) | %.0f (%.0f-%.0f) | %s | %s | %.1f | %.2f | %.2f |\n",
+			rw.name, median(h, rps), minOf(h, rps), maxOf(h, rps), ratio(h, httpS["direct"]), ratio(h, httpS["nginx"]), median(h, cpu),
+			median(h, p50), median(h, p99),
 			median(i, p50), median(i, p50)-dI,
-			median(w, rps), minOf(w, rps), maxOf(w, rps), ratio(w, wsS["direct"]), median(w, p50), median(w, p99))
+			median(w, rps), minOf(w, rps), maxOf(w, rps), ratio(w, wsS["direct"]), ratio(w, wsS["nginx"]), median(w, cpu),
+			median(w, p50), median(w, p99))
 	}
 	if *cutRounds > 0 {
 		b.WriteString("\n")
@@ -320,6 +338,7 @@ func stopProc(c *exec.Cmd) {
 func rps(s sample) float64 { return s.rps }
 func p50(s sample) float64 { return s.p50 }
 func p99(s sample) float64 { return s.p99 }
+func cpu(s sample) float64 { return s.cpuUS }
 
 func values(ss []sample, f func(sample) float64) []float64 {
 	v := make([]float64, len(ss))
@@ -351,4 +370,47 @@ func ratio(row, direct []sample) string {
 	}
 	sort.Float64s(r)
 	return fmt.Sprintf("%.2fx (%.2f-%.2f)", r[len(r)/2], r[0], r[len(r)-1])
+}
+
+// groupCPU is the CPU time (user and system) used so far by the processes of process group
+// pgid, from /proc/<pid>/stat; a process that exited is no longer counted, so take both readings
+// while the group runs. 0 for pgid 0.
+func groupCPU(pgid int) time.Duration {
+	if pgid == 0 {
+		return 0
+	}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var ticks int64
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// Fields after the command name (which may contain spaces) in parentheses: state is
+		// the first, pgrp the third, utime and stime the 12th and 13th.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(b[i+1:]))
+		if len(fields) < 13 || fields[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		u, _ := strconv.ParseInt(fields[11], 10, 64)
+		s, _ := strconv.ParseInt(fields[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every Linux architecture Go
+// supports.
+const clockTicks = 100
+
+// perOp is cpu divided over ops, in microseconds (0 when nothing was done).
+func perOp(cpu time.Duration, ops float64) float64 {
+	if ops <= 0 {
+		return 0
+	}
+	return float64(cpu) / float64(time.Microsecond) / ops
 }

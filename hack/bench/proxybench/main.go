@@ -1,14 +1,14 @@
 // Command proxybench measures the workspace proxy on loopback (figure 6 of `make bench`): HTTP
 // keep-alive requests with 1 KiB bodies at 32 connections (wrk) and WebSocket echo round trips,
 // each against the same backend hit directly, through nogoo9's proxy, through nginx (a plain
-// reverse proxy with upstream keep-alive), through a plain httputil.ReverseProxy and through
-// nogoo9's proxy on net/http's Transport. The load generator runs on CPU 0, backend and proxies on
+// reverse proxy with upstream keep-alive), through a plain httputil.ReverseProxy, through
+// nogoo9's proxy on net/http's Transport and through nogoo9's proxy on net/http's server. The load generator runs on CPU 0, backend and proxies on
 // CPU 1 (taskset). Rounds are interleaved and the median is reported with min and max, as a
 // markdown table. Figure 7 (cutover) follows: a real kube-apiserver (envtest), the manager's
 // informer and proxy.Setup, timing a side-by-side upgrade's switch and WebSocket close.
 //
 // Usage: go run ./hack/bench/proxybench [-rounds 3] [-duration 5s] [-cutover-rounds 5]
-// [-rows direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp] [-cpuprofile f] [-out bench/proxy.md]
+// [-rows direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv] [-cpuprofile f] [-out bench/proxy.md]
 // Needs wrk, nginx and taskset (Debian: apt-get install wrk nginx util-linux), and for figure 7
 // kube-apiserver and etcd in $KUBEBUILDER_ASSETS or ./bin.
 //
@@ -141,6 +141,7 @@ func runNogoo9(args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the proxy to this file")
 	std := fs.Bool("std-transport", false, "forward through net/http's Transport (proxy.Options.StandardTransport)")
 	noFast := fs.Bool("no-fast-path", false, "forward every request through httputil.ReverseProxy (proxy.Options.NoFastPath)")
+	stdServer := fs.Bool("standard-server", false, "serve every request with net/http's server (proxy.Options.StandardServer)")
 	_ = fs.Parse(args)
 	host, port, err := net.SplitHostPort(*backend)
 	if err != nil {
@@ -160,7 +161,7 @@ func runNogoo9(args []string) error {
 	if err != nil {
 		return err
 	}
-	p, err := proxy.New(staticAuth{}, proxy.Options{Listener: ln, AllowedOrigins: []string{"*"}, StandardTransport: *std, NoFastPath: *noFast})
+	p, err := proxy.New(staticAuth{}, proxy.Options{Listener: ln, AllowedOrigins: []string{"*"}, StandardTransport: *std, NoFastPath: *noFast, StandardServer: *stdServer})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,933 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// The proxy's own connection loop. net/http's server spends more on a small keep-alive request
+// than the forwarding itself: a context with cancel, a response with two buffered writers and,
+// for every request, a goroutine blocked in a background read that notices a client going away.
+// leanServer serves the common request (HTTP/1.1, no body, no upgrade) on the connection's own
+// goroutine with per-connection buffers, calling the same Proxy.ServeHTTP. Any other request, or
+// anything it does not fully understand, hands the connection, with the bytes it has read but not
+// consumed, to the net/http server for the rest of the connection's life: WebSocket upgrades,
+// uploads, Expect, HTTP/1.0, malformed requests (net/http writes the 400) all behave exactly as
+// before.
+//
+// A client that goes away while its request waits for the pod is noticed the way net/http does
+// (a read on the connection), but only once the request has waited watchAfter: the pod's
+// connection is freed a moment later than with net/http, and nothing is spent on the requests
+// that are answered quickly, which is nearly all of them.
+
+// leanServer serves connections accepted from ln.
+type leanServer struct {
+	handler http.Handler
+	// srv is the net/http server connections are handed to (through handoff); it also supplies
+	// the timeouts and the value of http.ServerContextKey.
+	srv     *http.Server
+	handoff *handoffListener
+	// watchAfter is how long a request waits before a read watches for the client going away.
+	watchAfter time.Duration
+
+	mu       sync.Mutex
+	conns    map[*leanConn]struct{}
+	shutdown atomic.Bool
+	wg       sync.WaitGroup
+	// now is the clock of the watch (tests).
+	now func() time.Time
+	// served and handedOff count requests served and connections handed to net/http (tests).
+	served, handedOff atomic.Int64
+}
+
+// defaultWatchAfter: a pod answering later than this is a slow request; its client leaving is
+// noticed from then on.
+const defaultWatchAfter = 500 * time.Millisecond
+
+// leanHeaderBuf is the connection's read buffer: request headers that do not fit are handed to
+// net/http (which allows up to its MaxHeaderBytes).
+const leanHeaderBuf = 8 << 10
+
+func newLeanServer(h http.Handler, srv *http.Server, addr net.Addr) *leanServer {
+	return &leanServer{
+		handler:    h,
+		srv:        srv,
+		handoff:    newHandoffListener(addr),
+		watchAfter: defaultWatchAfter,
+		conns:      map[*leanConn]struct{}{},
+		now:        time.Now,
+	}
+}
+
+// serve accepts connections until ln fails (it is closed on shutdown). Temporary accept errors
+// are retried with a backoff, as net/http does.
+func (s *leanServer) serve(ctx context.Context, ln net.Listener) error {
+	stop := make(chan struct{})
+	defer close(stop)
+	go s.watchSlowRequests(stop)
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if s.shutdown.Load() {
+				return http.ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTemporaryAccept) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		lc := s.newConn(ctx, c)
+		if lc == nil {
+			_ = c.Close()
+			continue
+		}
+		go lc.serve()
+	}
+}
+
+var errTemporaryAccept = errors.New("temporary accept error") // tests
+
+// watchSlowRequests starts the client-gone watch of every request that has waited watchAfter.
+// One ticker for all connections keeps timers out of the per-request path.
+func (s *leanServer) watchSlowRequests(stop <-chan struct{}) {
+	t := time.NewTicker(s.watchAfter / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := s.now().UnixNano()
+		s.mu.Lock()
+		for lc := range s.conns {
+			if since := lc.busySince.Load(); since != 0 && now-since >= int64(s.watchAfter) {
+				lc.startWatch()
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *leanServer) newConn(ctx context.Context, c net.Conn) *leanConn {
+	connCtx := context.WithValue(ctx, http.ServerContextKey, s.srv)
+	connCtx = context.WithValue(connCtx, http.LocalAddrContextKey, c.LocalAddr())
+	lc := &leanConn{s: s, c: c, remote: c.RemoteAddr().String()}
+	lc.ctx, lc.cancel = context.WithCancel(connCtx)
+	lc.r.c = c
+	lc.br = bufio.NewReaderSize(&lc.r, leanHeaderBuf)
+	lc.bw = bufio.NewWriterSize(c, 4<<10)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutdown.Load() {
+		return nil
+	}
+	s.conns[lc] = struct{}{}
+	s.wg.Add(1)
+	return lc
+}
+
+// close stops serving: idle connections are closed at once, busy ones after their current
+// answer; it waits for them until ctx ends.
+func (s *leanServer) close(ctx context.Context) error {
+	s.mu.Lock()
+	s.shutdown.Store(true)
+	for lc := range s.conns {
+		if lc.idle.Load() {
+			_ = lc.c.SetReadDeadline(aLongTimeAgo)
+		}
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for lc := range s.conns {
+			_ = lc.c.Close()
+		}
+		s.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+// leanConn is one client connection served by the lean loop.
+type leanConn struct {
+	s      *leanServer
+	c      net.Conn
+	ctx    context.Context
+	remote string
+	r      watchedReader
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	idle   atomic.Bool
+	// rdl is the read deadline last set on c by this goroutine (zero: none).
+	rdl time.Time
+	// header is the handler's response header map, cleared and reused for every request.
+	header http.Header
+
+	// ctx is every request's context: cancelled when the client is gone (the connection ends
+	// then) or the connection closes.
+	cancel context.CancelFunc
+	// parse reads the request headers (http.ReadRequest) from head, a copy of them.
+	head  bytes.Reader
+	parse *bufio.Reader
+
+	// The client-gone watch of the request being served.
+	busySince atomic.Int64 // UnixNano when the request being served arrived; 0 between requests
+	watchMu   sync.Mutex
+	watching  bool
+	watchDone chan struct{}
+
+	res leanResponse // reused for every request
+}
+
+// watchedReader is the reader under the connection's bufio.Reader: it returns first the byte a
+// client-gone watch read, if any.
+type watchedReader struct {
+	c       net.Conn
+	pending []byte // 0 or 1 byte
+	err     error  // what the watch's read returned (not a deadline)
+	b       [1]byte
+}
+
+func (r *watchedReader) Read(p []byte) (int, error) {
+	if len(r.pending) > 0 && len(p) > 0 {
+		p[0] = r.pending[0]
+		r.pending = r.pending[:0]
+		return 1, nil
+	}
+	if r.err != nil {
+		return 0, r.err
+	}
+	return r.c.Read(p)
+}
+
+func (lc *leanConn) serve() {
+	handedOff := false
+	defer func() {
+		if v := recover(); v != nil && v != http.ErrAbortHandler { //nolint:errorlint // a panic value
+			buf := make([]byte, 16<<10)
+			buf = buf[:runtime.Stack(buf, false)]
+			lc.s.logf("http: panic serving %v: %v\n%s", lc.remote, v, buf)
+		}
+		lc.cancel()
+		if !handedOff {
+			_ = lc.c.Close()
+		}
+		lc.s.mu.Lock()
+		delete(lc.s.conns, lc)
+		lc.s.mu.Unlock()
+		lc.s.wg.Done()
+	}()
+	srv := lc.s.srv
+	for {
+		// Wait for the next request; an idle client loses the connection after IdleTimeout.
+		// Its headers must arrive within ReadHeaderTimeout; a deadline is set only when they do
+		// not arrive in one piece.
+		if lc.br.Buffered() == 0 {
+			lc.idle.Store(true)
+			if lc.s.shutdown.Load() {
+				return
+			}
+			lc.armIdleDeadline(srv.IdleTimeout)
+			_, err := lc.br.Peek(1)
+			lc.idle.Store(false)
+			if err != nil {
+				return
+			}
+		}
+		n, ok, err := lc.headerEnd(srv.ReadHeaderTimeout)
+		if err != nil {
+			return
+		}
+		if !ok {
+			handedOff = lc.handOff()
+			return
+		}
+		req, ok := lc.readRequest(n)
+		if !ok {
+			handedOff = lc.handOff()
+			return
+		}
+		if !lc.serveRequest(req) || lc.s.shutdown.Load() {
+			return
+		}
+	}
+}
+
+// armIdleDeadline makes the connection end after idle without a request. Re-arming a timer
+// for every request costs as much as parsing it, so a deadline set less than idle/8 ago is kept:
+// an idle connection is closed after 7/8 of idle at the earliest, and after idle at the latest.
+func (lc *leanConn) armIdleDeadline(idle time.Duration) {
+	if idle <= 0 {
+		if !lc.rdl.IsZero() {
+			lc.setReadDeadline(time.Time{})
+		}
+		return
+	}
+	now := time.Now()
+	if lc.rdl.IsZero() || lc.rdl.Sub(now) < idle-idle/8 {
+		lc.setReadDeadline(now.Add(idle))
+	}
+}
+
+func (lc *leanConn) setReadDeadline(t time.Time) {
+	lc.rdl = t
+	_ = lc.c.SetReadDeadline(t)
+}
+
+func deadline(d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(d)
+}
+
+var crlfcrlf = []byte("\r\n\r\n")
+
+// headerEnd waits for the end of the request headers in the read buffer and returns their
+// length with the final blank line. ok is false when they do not fit in the buffer.
+func (lc *leanConn) headerEnd(timeout time.Duration) (n int, ok bool, err error) {
+	from := 0
+	for first := true; ; first = false {
+		buf, _ := lc.br.Peek(lc.br.Buffered())
+		if i := bytes.Index(buf[from:], crlfcrlf); i >= 0 {
+			return from + i + len(crlfcrlf), true, nil
+		}
+		if len(buf) >= lc.br.Size() {
+			return 0, false, nil
+		}
+		from = max(len(buf)-len(crlfcrlf)+1, 0)
+		if first {
+			lc.setReadDeadline(deadline(timeout))
+		}
+		if _, err := lc.br.Peek(len(buf) + 1); err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return 0, false, nil
+			}
+			return 0, false, err
+		}
+	}
+}
+
+// readRequest parses the n bytes of request headers at the start of the read buffer without
+// consuming them, and consumes them when the lean loop serves the request. ok is false for a
+// request net/http must serve.
+func (lc *leanConn) readRequest(n int) (*http.Request, bool) {
+	head, _ := lc.br.Peek(n)
+	if !leanEligible(head) {
+		return nil, false
+	}
+	lc.head.Reset(head)
+	if lc.parse == nil {
+		lc.parse = bufio.NewReaderSize(&lc.head, leanHeaderBuf)
+	} else {
+		lc.parse.Reset(&lc.head)
+	}
+	req, err := http.ReadRequest(lc.parse)
+	lc.head.Reset(nil)
+	if err != nil || !validForServer(req) {
+		return nil, false
+	}
+	_, _ = lc.br.Discard(n)
+	req.RemoteAddr = lc.remote
+	return req.WithContext(lc.ctx), true
+}
+
+// leanEligible is a quick look at the raw request headers: HTTP/1.1, exactly one Host header,
+// and no header that asks for a body, an upgrade or an interim answer. Content-Length is allowed
+// only as 0.
+func leanEligible(head []byte) bool {
+	line, rest, ok := bytes.Cut(head, []byte("\r\n"))
+	if !ok || !bytes.HasSuffix(line, []byte(" HTTP/1.1")) {
+		return false
+	}
+	hosts := 0
+	for len(rest) > 2 {
+		var h []byte
+		h, rest, _ = bytes.Cut(rest, []byte("\r\n"))
+		name, value, ok := bytes.Cut(h, []byte(":"))
+		if !ok {
+			return false // net/http answers the malformed line
+		}
+		switch len(name) {
+		case 4:
+			if asciiEqualFold(name, "Host") {
+				hosts++
+			}
+		case 6: // Expect
+			if asciiEqualFold(name, "Expect") {
+				return false
+			}
+		case 7: // Upgrade
+			if asciiEqualFold(name, "Upgrade") {
+				return false
+			}
+		case 14: // Content-Length
+			if asciiEqualFold(name, "Content-Length") && string(bytes.TrimSpace(value)) != "0" {
+				return false
+			}
+		case 17: // Transfer-Encoding
+			if asciiEqualFold(name, "Transfer-Encoding") {
+				return false
+			}
+		}
+	}
+	return hosts == 1
+}
+
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c, d := b[i], s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if 'A' <= d && d <= 'Z' {
+			d += 'a' - 'A'
+		}
+		if c != d {
+			return false
+		}
+	}
+	return true
+}
+
+// validForServer is what net/http's server checks beyond http.ReadRequest; a request failing
+// it goes to net/http, which answers 400.
+func validForServer(req *http.Request) bool {
+	if req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Method == http.MethodConnect || req.ContentLength > 0 {
+		return false
+	}
+	if req.Body != nil && req.Body != http.NoBody {
+		return false
+	}
+	// http.ReadRequest has moved the Host header (one: leanEligible counted them) to req.Host.
+	if _, ok := req.Header["Host"]; ok || req.Host == "" || !httpguts.ValidHostHeader(req.Host) {
+		return false
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return false
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// handOff gives the connection, with its unread bytes, to the net/http server.
+func (lc *leanConn) handOff() bool {
+	lc.s.handedOff.Add(1)
+	lc.setReadDeadline(time.Time{}) // net/http sets its own
+	return lc.s.handoff.give(&handoffConn{Conn: lc.c, r: lc.br})
+}
+
+// serveRequest runs the handler for req and finishes its answer. It reports whether the
+// connection can serve another request.
+func (lc *leanConn) serveRequest(req *http.Request) (keep bool) {
+	lc.s.served.Add(1)
+	lc.busySince.Store(lc.s.now().UnixNano())
+	if lc.header == nil {
+		lc.header = make(http.Header)
+	}
+	w := &lc.res
+	*w = leanResponse{lc: lc, req: req, header: lc.header, contentLen: -1}
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				lc.endWatch()
+				keep = false
+				if v != http.ErrAbortHandler { //nolint:errorlint // a panic value
+					panic(v)
+				}
+				w.abort = true
+			}
+		}()
+		lc.s.handler.ServeHTTP(w, req)
+	}()
+	if !lc.endWatch() {
+		w.closeAfter = true
+	}
+	if w.abort {
+		return false
+	}
+	w.finish()
+	keep = !w.closeAfter && w.err == nil
+	*w = leanResponse{}
+	clear(lc.header)
+	return keep
+}
+
+// startWatch runs when a request has waited watchAfter: a read on the connection notices the
+// client closing it (the request's context is cancelled) while the handler waits for the pod.
+func (lc *leanConn) startWatch() {
+	lc.watchMu.Lock()
+	defer lc.watchMu.Unlock()
+	if lc.busySince.Load() == 0 || lc.watching {
+		return // done already
+	}
+	lc.watching = true
+	lc.watchDone = make(chan struct{})
+	done := lc.watchDone
+	if lc.br.Buffered() > 0 {
+		// The client sent its next request early (pipelining): nothing to watch.
+		close(done)
+		return
+	}
+	_ = lc.c.SetReadDeadline(time.Time{})
+	go func() {
+		defer close(done)
+		n, err := lc.c.Read(lc.r.b[:])
+		if n == 1 {
+			lc.r.pending = lc.r.b[:1]
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return // endWatch ended the read
+			}
+			lc.r.err = err
+			lc.cancel()
+		}
+	}()
+}
+
+// endWatch stops the request's client-gone watch and waits for its read to end. It reports
+// whether the connection is still good for another request.
+func (lc *leanConn) endWatch() bool {
+	lc.watchMu.Lock()
+	lc.busySince.Store(0)
+	watching, done := lc.watching, lc.watchDone
+	lc.watching, lc.watchDone = false, nil
+	lc.watchMu.Unlock()
+	if !watching {
+		return true
+	}
+	_ = lc.c.SetReadDeadline(aLongTimeAgo)
+	<-done
+	lc.setReadDeadline(time.Time{})
+	return lc.r.err == nil
+}
+
+func (s *leanServer) logf(format string, args ...any) {
+	if s.srv.ErrorLog != nil {
+		s.srv.ErrorLog.Printf(format, args...)
+	}
+}
+
+// leanResponse is the http.ResponseWriter (and http.Flusher) of the lean loop. Like net/http's,
+// it holds the start of a body so that a short answer gets a Content-Length, sniffs a missing
+// Content-Type, adds Date, chunks an answer of unknown length and sends announced trailers.
+type leanResponse struct {
+	lc     *leanConn
+	req    *http.Request
+	header http.Header
+
+	status     int // 0 until WriteHeader
+	headerSent bool
+	chunked    bool
+	bodyless   bool // HEAD, or a status without a body
+	closeAfter bool
+	abort      bool
+	err        error
+	buf        []byte // the start of the body while the header is not sent
+	bufArr     [leanBodyBuf]byte
+	trailers   []string // announced trailer keys
+	contentLen int64    // what the handler's Content-Length says, -1 when none
+	written    int64
+}
+
+// leanBodyBuf is how much of a body is held back to compute a Content-Length: net/http's value.
+const leanBodyBuf = 2 << 10
+
+var _ http.Flusher = (*leanResponse)(nil)
+
+func (w *leanResponse) Header() http.Header { return w.header }
+
+func (w *leanResponse) WriteHeader(code int) {
+	if w.status != 0 {
+		w.lc.s.logf("http: superfluous response.WriteHeader call with status %d", code)
+		return
+	}
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		// An informational answer (103 Early Hints): sent at once, the final one follows.
+		bw := w.lc.bw
+		writeStatusLine(bw, code)
+		w.writeHeaders(bw, func(k string) bool { return k == "Content-Length" || k == "Transfer-Encoding" })
+		bw.WriteString("\r\n")
+		if err := bw.Flush(); err != nil {
+			w.err = err
+		}
+		return
+	}
+	w.status = code
+	w.contentLen = -1
+	if v := w.header.Get("Content-Length"); v != "" {
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n >= 0 {
+			w.contentLen = n
+		} else {
+			w.lc.s.logf("http: invalid Content-Length of %q", v)
+			w.header.Del("Content-Length")
+		}
+	}
+	w.bodyless = w.req.Method == http.MethodHead || !bodyAllowedForStatus(code)
+	for _, v := range w.header["Trailer"] {
+		for _, k := range strings.Split(v, ",") {
+			if k = http.CanonicalHeaderKey(strings.TrimSpace(k)); k != "" && httpguts.ValidTrailerHeader(k) {
+				w.trailers = append(w.trailers, k)
+			}
+		}
+	}
+	w.buf = w.bufArr[:0]
+}
+
+func bodyAllowedForStatus(code int) bool {
+	switch {
+	case code >= 100 && code <= 199, code == http.StatusNoContent, code == http.StatusNotModified:
+		return false
+	}
+	return true
+}
+
+func (w *leanResponse) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if !bodyAllowedForStatus(w.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	w.written += int64(len(p))
+	if w.contentLen >= 0 && w.written > w.contentLen {
+		return 0, http.ErrContentLength
+	}
+	if !w.headerSent {
+		if len(w.buf)+len(p) <= cap(w.buf) {
+			w.buf = append(w.buf, p...)
+			return len(p), nil
+		}
+		w.sendHeader(false)
+		if w.err != nil {
+			return 0, w.err
+		}
+	}
+	return w.writeBody(p)
+}
+
+// writeBody writes p to the connection, framed.
+func (w *leanResponse) writeBody(p []byte) (int, error) {
+	if w.bodyless || len(p) == 0 {
+		return len(p), nil
+	}
+	bw := w.lc.bw
+	if w.chunked {
+		var num [16]byte
+		bw.Write(strconv.AppendInt(num[:0], int64(len(p)), 16))
+		bw.WriteString("\r\n")
+	}
+	if _, err := bw.Write(p); err != nil {
+		w.err = err
+		return 0, err
+	}
+	if w.chunked {
+		if _, err := bw.WriteString("\r\n"); err != nil {
+			w.err = err
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// Flush sends the header and what has been written so far.
+func (w *leanResponse) Flush() {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.headerSent {
+		w.sendHeader(false)
+	}
+	if w.err == nil {
+		if err := w.lc.bw.Flush(); err != nil {
+			w.err = err
+		}
+	}
+}
+
+// sendHeader writes the status line and headers, then the held start of the body. final: the
+// handler is done, so a body of unknown length is all in buf.
+func (w *leanResponse) sendHeader(final bool) {
+	w.headerSent = true
+	h := w.header
+	if w.req.Close || headerHasToken(h["Connection"], "close") {
+		w.closeAfter = true
+	}
+	hasTrailers := len(w.trailers) > 0
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			hasTrailers = true
+		}
+	}
+	allowed := bodyAllowedForStatus(w.status)
+	setLength := false
+	switch {
+	case !allowed:
+	case w.contentLen >= 0:
+	case w.req.Method == http.MethodHead:
+		setLength = final && len(w.buf) > 0
+	case final && !hasTrailers:
+		setLength = true
+	default:
+		w.chunked = true
+	}
+	_, haveType := h["Content-Type"]
+	sniff := allowed && !haveType && h.Get("Content-Encoding") == "" && len(w.buf) > 0
+	bw := w.lc.bw
+	writeStatusLine(bw, w.status)
+	w.writeHeaders(bw, func(k string) bool {
+		switch k {
+		case "Transfer-Encoding":
+			return true
+		case "Connection":
+			return w.closeAfter
+		case "Content-Length":
+			return !allowed
+		case "Content-Type":
+			return w.status == http.StatusNotModified
+		}
+		return false
+	})
+	if sniff {
+		writeHeaderLine(bw, "Content-Type", http.DetectContentType(w.buf))
+	}
+	if setLength {
+		var num [20]byte
+		bw.WriteString("Content-Length: ")
+		bw.Write(strconv.AppendInt(num[:0], int64(len(w.buf)), 10))
+		bw.WriteString("\r\n")
+		w.contentLen = int64(len(w.buf))
+	}
+	if w.chunked {
+		bw.WriteString("Transfer-Encoding: chunked\r\n")
+	}
+	if _, ok := h["Date"]; !ok {
+		bw.WriteString("Date: ")
+		bw.WriteString(httpDate())
+		bw.WriteString("\r\n")
+	}
+	if w.closeAfter {
+		bw.WriteString("Connection: close\r\n")
+	}
+	if _, err := bw.WriteString("\r\n"); err != nil {
+		w.err = err
+		return
+	}
+	if len(w.buf) > 0 {
+		buf := w.buf
+		w.buf = nil
+		_, _ = w.writeBody(buf)
+	}
+}
+
+// finish ends the answer after the handler returned.
+func (w *leanResponse) finish() {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.headerSent {
+		w.sendHeader(true)
+	}
+	if w.err != nil {
+		return
+	}
+	bw := w.lc.bw
+	if w.chunked {
+		bw.WriteString("0\r\n")
+		for _, k := range w.trailers {
+			for _, v := range w.header[k] {
+				writeSafeHeaderLine(bw, k, v)
+			}
+		}
+		for k, vv := range w.header {
+			if after, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+				for _, v := range vv {
+					writeSafeHeaderLine(bw, after, v)
+				}
+			}
+		}
+		bw.WriteString("\r\n")
+	}
+	if err := bw.Flush(); err != nil {
+		w.err = err
+		return
+	}
+	if !w.bodyless && w.contentLen >= 0 && w.written != w.contentLen {
+		w.closeAfter = true // the client is still waiting for bytes that will never come
+	}
+}
+
+func writeStatusLine(bw *bufio.Writer, code int) {
+	var num [3]byte
+	bw.WriteString("HTTP/1.1 ")
+	bw.Write(strconv.AppendInt(num[:0], int64(code), 10))
+	bw.WriteByte(' ')
+	text := http.StatusText(code)
+	if text == "" {
+		text = "status code " + strconv.Itoa(code)
+	}
+	bw.WriteString(text)
+	bw.WriteString("\r\n")
+}
+
+// writeHeaders writes the handler's headers except skipped ones, trailers (announced or with the
+// trailer prefix) and invalid names; line breaks in values become spaces, as net/http does.
+func (w *leanResponse) writeHeaders(bw *bufio.Writer, skip func(string) bool) {
+	for k, vv := range w.header {
+		if skip(k) || strings.HasPrefix(k, http.TrailerPrefix) || !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range vv {
+			writeSafeHeaderLine(bw, k, v)
+		}
+	}
+}
+
+func writeSafeHeaderLine(bw *bufio.Writer, k, v string) {
+	if strings.ContainsAny(v, "\r\n") {
+		v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+	}
+	writeHeaderLine(bw, k, strings.TrimSpace(v))
+}
+
+// headerHasToken reports whether a comma-separated header holds token (any case).
+func headerHasToken(values []string, token string) bool {
+	for _, v := range values {
+		for v != "" {
+			var t string
+			t, v, _ = strings.Cut(v, ",")
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// httpDate is the Date header value, formatted once a second.
+func httpDate() string {
+	now := time.Now().Unix()
+	if d := dateCache.Load(); d != nil && d.sec == now {
+		return d.s
+	}
+	d := &cachedDate{sec: now, s: time.Unix(now, 0).UTC().Format(http.TimeFormat)}
+	dateCache.Store(d)
+	return d.s
+}
+
+type cachedDate struct {
+	sec int64
+	s   string
+}
+
+var dateCache atomic.Pointer[cachedDate]
+
+// handoffListener is the listener of the net/http server: Accept returns the connections the
+// lean loop hands over.
+type handoffListener struct {
+	addr   net.Addr
+	ch     chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newHandoffListener(addr net.Addr) *handoffListener {
+	return &handoffListener{addr: addr, ch: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+// give hands c to the server; false when the server is closed (c is closed then).
+func (l *handoffListener) give(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.closed:
+		_ = c.Close()
+		return true
+	}
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
+
+// handoffConn is a connection handed to net/http: reads start with what the lean loop had read.
+type handoffConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *handoffConn) Read(p []byte) (int, error) {
+	if c.r != nil {
+		if c.r.Buffered() > 0 {
+			return c.r.Read(p)
+		}
+		c.r = nil
+	}
+	return c.Conn.Read(p)
+}
+
+// CloseWrite lets http.Server half-close the connection after an error answer.
+func (c *handoffConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// Compile-time check that a handed-off reader never blocks on an empty buffer.
+var _ io.Reader = (*handoffConn)(nil)

@@ -1,0 +1,406 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// startProxy serves p on a loopback listener with Start until the test ends.
+func startProxy(t *testing.T, opts Options, host, port string, tweak ...func(*Proxy)) (*Proxy, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Listener = ln
+	p, err := New(benchAuth{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp := wsPod("lean", time.Minute, host, true, map[string]string{workspace.AnnWorkspacePort: port})
+	wp.CreationTimestamp = metav1.Now()
+	p.PodChanged(wp)
+	for _, f := range tweak {
+		f(p)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Start: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("the proxy did not stop within 30s")
+		}
+	})
+	if err := waitListening(ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !opts.StandardServer && p.lean.Load() == nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("the proxy's lean loop did not start within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return p, ln.Addr().String()
+}
+
+func waitListening(addr string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			return c.Close()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("nothing listens on %s", addr)
+}
+
+// rawExchange sends raw on a new connection, reads one answer (method tells a HEAD answer), then
+// sends a health check on the same connection to see whether it is still usable and in step.
+func rawExchange(t *testing.T, addr, raw, method string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, &http.Request{Method: method})
+	if err != nil {
+		return "no answer: " + err.Error()
+	}
+	b, err := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	out := fmt.Sprintf("%d %q err=%v length=%d chunked=%v close=%v\n%s\ntrailer:\n%s", res.StatusCode, b, err, res.ContentLength,
+		len(res.TransferEncoding) > 0, res.Close, dumpHeader(res.Header, "Date"), dumpHeader(res.Trailer))
+	if res.Close {
+		return out
+	}
+	if _, err := io.WriteString(c, "GET /_nogoo9/healthz HTTP/1.1\r\nHost: proxy.example\r\n\r\n"); err != nil {
+		return out + "\nnext request: " + err.Error()
+	}
+	res, err = http.ReadResponse(br, nil)
+	if err != nil {
+		return out + "\nnext request: " + err.Error()
+	}
+	b, _ = io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	return out + fmt.Sprintf("\nnext request: %d %q", res.StatusCode, b)
+}
+
+// TestLeanServerAnswersAsNetHTTPDoes sends each request, as raw bytes, to a proxy on its own
+// connection loop and to one on net/http's server, and compares what the pod gets and what
+// the client gets, framing included, and that the connection serves a next request alike.
+func TestLeanServerAnswersAsNetHTTPDoes(t *testing.T) {
+	pod := &recordingPod{}
+	backend := httptest.NewServer(pod)
+	defer backend.Close()
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
+	lean, leanAddr := startProxy(t, Options{}, host, port)
+	_, stdAddr := startProxy(t, Options{StandardServer: true}, host, port)
+
+	const auth = "Authorization: Bearer bench\r\n"
+	tests := []struct {
+		name, method, raw string
+		lean              bool // served by the lean loop, else handed to net/http
+	}{
+		{"a plain GET", "GET", "GET /ws/jane/demo/index.html?a=1 HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "Accept: text/html\r\n\r\n", true},
+		{"hop-by-hop headers both ways", "GET", "GET /ws/jane/demo/hop HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "Connection: X-Private\r\nX-Private: 1\r\n\r\n", true},
+		{"a chunked answer", "GET", "GET /ws/jane/demo/chunked HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "\r\n", true},
+		{"an event stream", "GET", "GET /ws/jane/demo/sse HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "\r\n", true},
+		{"trailers, announced and not", "GET", "GET /ws/jane/demo/trailers HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "\r\n", true},
+		{"a status with a body", "DELETE", "DELETE /ws/jane/demo/status HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "\r\n", true},
+		{"no content", "OPTIONS", "OPTIONS /ws/jane/demo/empty HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "\r\n", true},
+		{"HEAD", "HEAD", "HEAD /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "\r\n", true},
+		{"an empty POST with Content-Length: 0", "POST", "POST /ws/jane/demo/api HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "Content-Length: 0\r\n\r\n", true},
+		{"the client asks to close", "GET", "GET /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "Connection: close\r\n\r\n", true},
+		{"cookies: nogoo9's removed", "GET", "GET /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\nCookie: a=1; nogoo9_token=bench; b=2\r\n" + auth + "\r\n", true},
+		{"no token: 401", "GET", "GET /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\n\r\n", true},
+		{"no route: 404", "GET", "GET /nowhere HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "\r\n", true},
+		{"a prefix without its slash: 308", "GET", "GET /ws/jane/demo?x=1 HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "\r\n", true},
+		{"dot segments climbing out are cleaned", "GET", "GET /ws/jane/demo/../../other/x HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "\r\n", true},
+		{"the login page", "GET", "GET /_nogoo9/login?next=/ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\n\r\n", true},
+		{"a POST with a body goes to net/http", "POST", "POST /ws/jane/demo/api HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "Content-Length: 7\r\n\r\n{\"x\":1}", false},
+		{"a chunked upload goes to net/http", "POST", "POST /ws/jane/demo/api HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", false},
+		{"HTTP/1.0 goes to net/http", "GET", "GET /ws/jane/demo/ HTTP/1.0\r\nHost: proxy.example\r\n" + auth + "\r\n", false},
+		{"two Host headers: net/http's 400", "GET", "GET /ws/jane/demo/ HTTP/1.1\r\nHost: a\r\nHost: b\r\n" + auth + "\r\n", false},
+		{"no Host: net/http's 400", "GET", "GET /ws/jane/demo/ HTTP/1.1\r\n" + auth + "\r\n", false},
+		{"a malformed header line: net/http's 400", "GET", "GET /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\nno colon here\r\n\r\n", false},
+		{"a bad header value: net/http's 400", "GET", "GET /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\nX-Bad: a\x01b\r\n\r\n", false},
+		{"Expect: 100-continue goes to net/http", "POST", "POST /ws/jane/demo/api HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "Expect: 100-continue\r\nContent-Length: 2\r\n\r\nhi", false},
+		{"headers larger than the lean buffer go to net/http", "GET", "GET /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "X-Big: " + strings.Repeat("b", leanHeaderBuf) + "\r\n\r\n", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			served, handed := lean.lean.Load().served.Load(), lean.lean.Load().handedOff.Load()
+			var sent, got [2]string
+			for i, addr := range []string{leanAddr, stdAddr} {
+				pod.mu.Lock()
+				pod.last = ""
+				pod.mu.Unlock()
+				got[i] = rawExchange(t, addr, tc.raw, tc.method)
+				sent[i] = pod.lastRequest()
+			}
+			if sent[0] != sent[1] {
+				t.Errorf("the pod got\n%s\n\nthrough the lean loop, and through net/http\n%s", sent[0], sent[1])
+			}
+			if got[0] != got[1] {
+				t.Errorf("the client got\n%s\n\nfrom the lean loop, and from net/http\n%s", got[0], got[1])
+			}
+			if tc.lean && lean.lean.Load().served.Load() == served {
+				t.Errorf("the lean loop did not serve the request (handed off: %v)", lean.lean.Load().handedOff.Load() > handed)
+			}
+			if !tc.lean && lean.lean.Load().handedOff.Load() == handed {
+				t.Error("the request was not handed to net/http")
+			}
+		})
+	}
+}
+
+// TestLeanServerPipelinedRequests: requests sent back to back before any answer are answered in
+// order on the connection.
+func TestLeanServerPipelinedRequests(t *testing.T) {
+	pod := &recordingPod{}
+	backend := httptest.NewServer(pod)
+	defer backend.Close()
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
+	_, addr := startProxy(t, Options{}, host, port)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	var raw strings.Builder
+	for _, p := range []string{"/ws/jane/demo/status", "/ws/jane/demo/chunked", "/ws/jane/demo/hop"} {
+		raw.WriteString("GET " + p + " HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer bench\r\n\r\n")
+	}
+	if _, err := io.WriteString(c, raw.String()); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	for _, want := range []string{"418 short and stout", "200 part1 part2", "200 hello"} {
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("reading the answer %q: %v", want, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if got := fmt.Sprintf("%d %s", res.StatusCode, b); got != want {
+			t.Fatalf("answer %q, want %q", got, want)
+		}
+	}
+}
+
+// TestLeanServerHandsAWebSocketToNetHTTP: a WebSocket opened on a connection the lean loop has
+// already served plain requests on works, and stays pinned and tracked like any other.
+func TestLeanServerHandsAWebSocketToNetHTTP(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.Handle("/echo", websocket.Handler(func(c *websocket.Conn) { _, _ = io.Copy(c, c) }))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "plain") })
+	backend := httptest.NewServer(mux)
+	defer backend.Close()
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
+	p, addr := startProxy(t, Options{}, host, port)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(c)
+	for i := 0; i < 2; i++ {
+		if _, err := io.WriteString(c, "GET /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer bench\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusOK || string(b) != "plain" {
+			t.Fatalf("plain request %d: %d %q", i, res.StatusCode, b)
+		}
+	}
+	cfg, err := websocket.NewConfig("ws://proxy.example/ws/jane/demo/echo", "http://proxy.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Header.Set("Authorization", "Bearer bench")
+	ws, err := websocket.NewClient(cfg, bufferedConn{Conn: c, r: br})
+	if err != nil {
+		t.Fatalf("WebSocket handshake on a kept-alive connection: %v", err)
+	}
+	if _, err := ws.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	n, err := ws.Read(buf)
+	if err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("echo %q, %v", buf[:n], err)
+	}
+	if got := p.OpenWebSockets("uid-lean"); got != 1 {
+		t.Fatalf("%d WebSockets tracked on the pod, want 1", got)
+	}
+	if p.lean.Load().handedOff.Load() != 1 || p.lean.Load().served.Load() < 2 {
+		t.Fatalf("lean loop served %d, handed off %d; want 2 or more and 1", p.lean.Load().served.Load(), p.lean.Load().handedOff.Load())
+	}
+}
+
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// TestLeanServerNoticesAClientGoingAway: a request waiting for a slow pod is cancelled when its
+// client closes the connection, so the pod's connection is closed too, as with net/http.
+func TestLeanServerNoticesAClientGoingAway(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	var cancelled atomic.Bool
+	release := make(chan struct{})
+	defer close(release)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			cancelled.Store(true)
+		case <-release:
+		}
+	}))
+	defer backend.Close()
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
+	p, addr := startProxy(t, Options{}, host, port, func(p *Proxy) { p.watchAfter = 20 * time.Millisecond })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "GET /ws/jane/demo/slow HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer bench\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request did not reach the pod")
+	}
+	_ = c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cancelled.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the pod's request was not cancelled within 30s of the client going away")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p.lean.Load().handedOff.Load() != 0 {
+		t.Fatal("the request was handed to net/http: this test is about the lean loop")
+	}
+}
+
+// TestLeanServerTimeouts: a client that sends its headers too slowly, or keeps a connection
+// idle, loses the connection (ReadHeaderTimeout and IdleTimeout of the proxy's server).
+func TestLeanServerTimeouts(t *testing.T) {
+	pod := &recordingPod{}
+	backend := httptest.NewServer(pod)
+	defer backend.Close()
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
+	p, err := New(benchAuth{}, Options{BindAddress: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.transport.CloseIdleConnections()
+	wp := wsPod("lean", time.Minute, host, true, map[string]string{workspace.AnnWorkspacePort: port})
+	wp.CreationTimestamp = metav1.Now()
+	p.PodChanged(wp)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 200 * time.Millisecond, IdleTimeout: 200 * time.Millisecond}
+	s := newLeanServer(p, srv, ln.Addr())
+	go func() { _ = srv.Serve(s.handoff) }()
+	served := make(chan error, 1)
+	go func() { served <- s.serve(context.Background(), ln) }()
+	defer func() {
+		s.shutdown.Store(true)
+		_ = ln.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = s.close(ctx)
+		_ = srv.Shutdown(ctx)
+		<-served
+	}()
+
+	closedWithin := func(c net.Conn) error {
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		b, err := io.ReadAll(c)
+		if err != nil {
+			return fmt.Errorf("the connection was not closed within 30s (read %q): %w", b, err)
+		}
+		return nil
+	}
+	t.Run("headers sent too slowly", func(t *testing.T) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "GET /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		if err := closedWithin(c); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("an idle connection", func(t *testing.T) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "GET /_nogoo9/healthz HTTP/1.1\r\nHost: proxy.example\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("health check: %d", res.StatusCode)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if b, err := io.ReadAll(br); err != nil {
+			t.Fatalf("the idle connection was not closed within 30s (read %q): %v", b, err)
+		}
+	})
+	if s.handedOff.Load() != 0 {
+		t.Fatal("a connection was handed to net/http: this test is about the lean loop")
+	}
+}
