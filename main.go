@@ -156,7 +156,11 @@ func run(o options) error {
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "nogoo9/" + version
 
+	// Events: a per-object, per-reason budget (controllers.NewEventBroadcaster); flushed on exit.
+	events := controllers.NewEventBroadcaster()
+	defer events.Shutdown()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		EventBroadcaster:        events, //nolint:staticcheck // the only way to set the correlator; it lives as long as the process
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:  o.probeAddr,

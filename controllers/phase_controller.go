@@ -146,7 +146,7 @@ func (r *PhaseReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, nil
 	}
 	log.V(1).Info("workspace phase changed", "workspace", req, "from", prev, "to", st.Phase, "reason", st.Reason)
-	if !announce {
+	if !announce || upgradeSaysIt(prev, st.Phase) {
 		return reconcile.Result{}, nil
 	}
 	active := workspace.Active(pods)
@@ -188,4 +188,14 @@ func (r *PhaseReconciler) forget(key types.NamespacedName) {
 		r.Gauge.WithLabelValues(string(prev)).Dec()
 		delete(r.last, key)
 	}
+}
+
+// upgradeSaysIt reports whether a phase change is already told by the upgrade controller's own
+// Events on the same pods, so it gets no Phase Event of its own: entering Upgrading (the upgrade
+// controller records UpgradeStarted, UpgradeRequested while queued, or UpgradeFailed when it
+// cannot start) and Upgrading back to Ready (UpgradeSucceeded, or UpgradeFailed with the old pod
+// serving). A bulk upgrade then writes two Events per workspace instead of four (docs/upgrades.md,
+// "Events"). Every other change out of Upgrading (Failed, Unavailable, ...) keeps its Event.
+func upgradeSaysIt(prev, next workspace.PhaseName) bool {
+	return next == workspace.PhaseUpgrading || (prev == workspace.PhaseUpgrading && next == workspace.PhaseReady)
 }

@@ -121,6 +121,18 @@ func TestPhaseReconcilerTransitions(t *testing.T) {
 		{name: "maintenance over", mutate: func(p *corev1.Pod) {
 			delete(p.Annotations, workspace.AnnMaintenance)
 		}, reconcile: 1, wantEvent: "Normal PhaseReady", gaugeAt: workspace.PhaseReady},
+		// The upgrade controller records UpgradeStarted and UpgradeSucceeded on these pods: the
+		// phase changes an upgrade makes get no Event of their own (two writes per workspace less
+		// in a bulk upgrade).
+		{name: "upgrade requested: Upgrading without a Phase Event", mutate: func(p *corev1.Pod) {
+			p.Annotations[workspace.AnnUpgradeRequested] = "true"
+		}, reconcile: 2, gaugeAt: workspace.PhaseUpgrading},
+		{name: "upgrade over: Ready again without a Phase Event", mutate: func(p *corev1.Pod) {
+			delete(p.Annotations, workspace.AnnUpgradeRequested)
+		}, reconcile: 2, gaugeAt: workspace.PhaseReady},
+		{name: "maintenance after the upgrade is still announced", mutate: func(p *corev1.Pod) {
+			p.Annotations[workspace.AnnMaintenance] = "disk move"
+		}, reconcile: 1, wantEvent: "Warning PhaseUnavailable", gaugeAt: workspace.PhaseUnavailable},
 	}
 	for _, s := range steps {
 		if s.mutate != nil {

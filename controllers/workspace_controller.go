@@ -374,6 +374,8 @@ func (r *WorkspaceReconciler) apply(ctx context.Context, key types.NamespacedNam
 	case upgrade.Event:
 		r.event(a)
 		return 0, nil
+	case upgrade.RemoveGate:
+		return r.removeGate(ctx, a.Pod, a.Gate)
 	}
 	return 0, fmt.Errorf("unknown planner action %q", a.Kind)
 }
@@ -437,6 +439,9 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 	upgrade.PreserveIdentity(pod, old)
 	for k, v := range a.Annotations {
 		pod.Annotations[k] = v
+	}
+	if a.Gate != "" {
+		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: a.Gate})
 	}
 	if a.Strategy == upgrade.Recreate {
 		var full corev1.Pod
@@ -687,6 +692,38 @@ func (r *WorkspaceReconciler) patchPod(ctx context.Context, pod *corev1.Pod, set
 		return false, fmt.Errorf("patch annotations of pod %s: %w", pod.Name, err)
 	}
 	return true, nil
+}
+
+// removeGate removes scheduling gate name from pod with a JSON patch that first tests the pod's UID
+// and the gate at the index the cache shows: it removes exactly that gate of exactly that pod, or
+// nothing. A refused test (the gate is already gone, the pod replaced) ends the move; the watch
+// brings the next pass.
+func (r *WorkspaceReconciler) removeGate(ctx context.Context, pod *corev1.Pod, name string) (time.Duration, error) {
+	i := slices.IndexFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == name })
+	if i < 0 {
+		return 0, nil
+	}
+	path := fmt.Sprintf("/spec/schedulingGates/%d", i)
+	body, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": pod.UID},
+		{"op": "test", "path": path + "/name", "value": name},
+		{"op": "remove", "path": path},
+	})
+	if err != nil {
+		return 0, err
+	}
+	target := &corev1.Pod{ObjectMeta: ctrlObjectMeta(client.ObjectKeyFromObject(pod))}
+	err = r.Client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, body))
+	switch {
+	case err == nil:
+		ctrl.LoggerFrom(ctx).V(1).Info("Removed scheduling gate", "pod", klog.KObj(pod), "gate", name)
+		return 0, nil
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsInvalid(err):
+		ctrl.LoggerFrom(ctx).V(1).Info("Scheduling gate or pod changed; re-planning", "pod", klog.KObj(pod), "error", err.Error())
+		return endMove, nil
+	default:
+		return 0, fmt.Errorf("remove scheduling gate %s from pod %s: %w", name, pod.Name, err)
+	}
 }
 
 // waitForSlot is how long a queued upgrade waits before looking again if no finished upgrade

@@ -30,6 +30,11 @@ func CountWrites(ctx context.Context, cs kubernetes.Interface) (float64, error) 
 // SumWrites sums apiserver_request_total samples of the Prometheus text exposition in body whose
 // verb is a write and whose resource is not excluded.
 func SumWrites(body []byte) (float64, error) {
+	return sumWritesOf(body, func(resource string) bool { return !excludedResources[resource] })
+}
+
+// sumWritesOf sums the write samples whose resource counts.
+func sumWritesOf(body []byte, counts func(resource string) bool) (float64, error) {
 	var total float64
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -43,7 +48,7 @@ func SumWrites(body []byte) (float64, error) {
 			return 0, fmt.Errorf("malformed metrics line %q", line)
 		}
 		labels := parseLabels(line[len("apiserver_request_total{"):end])
-		if !writeVerbs[labels["verb"]] || excludedResources[labels["resource"]] {
+		if !writeVerbs[labels["verb"]] || !counts(labels["resource"]) {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(line[end+1:]), 64)
@@ -77,4 +82,14 @@ func parseLabels(s string) map[string]string {
 		s = rest[end+1:]
 	}
 	return out
+}
+
+// CountEventWrites is CountWrites for Events only (resource "events", core and events.k8s.io):
+// what the components' Event recorders cost the API server.
+func CountEventWrites(ctx context.Context, cs kubernetes.Interface) (float64, error) {
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("scrape kube-apiserver /metrics: %w", err)
+	}
+	return sumWritesOf(body, func(resource string) bool { return resource == "events" })
 }

@@ -98,6 +98,9 @@ const (
 	PatchPod ActionKind = "PatchPod"
 	// Event records an Event on Pod.
 	Event ActionKind = "Event"
+	// RemoveGate removes the scheduling gate Gate from Pod (a Recreate-upgraded pod whose old pod
+	// is gone): the scheduler may place it now.
+	RemoveGate ActionKind = "RemoveGate"
 )
 
 // Action is one write. A move is a short list of them, applied in order; the controller stops at
@@ -135,6 +138,9 @@ type Action struct {
 	// MatchVersion, on a DeletePod, makes Pod's resourceVersion a precondition too: the pod is
 	// deleted only as the planner saw it (e.g. with the maintenance carried over).
 	MatchVersion bool
+	// Gate, on CreateUpgradePod, is a scheduling gate the new pod is created with; on RemoveGate,
+	// the gate to remove.
+	Gate string
 }
 
 // State names where a workspace is, for logs and metrics.
@@ -177,7 +183,7 @@ func Plan(obs Observed, target Target, now time.Time, cfg Config) Move {
 		case Rollback:
 			return planRollback(head, live)
 		case Recreate:
-			return planRecreate(head, live, now, cfg)
+			return planRecreate(head, live, obs.Pods, now, cfg)
 		default:
 			return planSideBySide(head, live, now, cfg)
 		}
@@ -313,10 +319,17 @@ func planIdle(cur *corev1.Pod, obs Observed, target Target, now time.Time) Move 
 	if v, ok := cur.Annotations[workspace.AnnMaintenance]; ok {
 		ann[workspace.AnnMaintenance] = v
 	}
+	gate := ""
+	if strategy == Recreate {
+		// Scheduled before the old pod is gone, the new pod would be unschedulable (the volume is
+		// taken) and wait out the scheduler's backoff once it is free: it waits behind a gate
+		// instead, which the next pass removes when the old pod is gone (planRecreate).
+		gate = workspace.GateVolumeRelease
+	}
 	m.Actions = append(m.Actions, Action{
 		Kind: CreateUpgradePod, Pod: cur, Name: name, Strategy: strategy, NeedsSlot: true,
-		Annotations: ann,
-		EventType:   corev1.EventTypeNormal, Reason: ReasonUpgradeStarted,
+		Annotations: ann, Gate: gate,
+		EventType: corev1.EventTypeNormal, Reason: ReasonUpgradeStarted,
 		Message: fmt.Sprintf("Upgrading pod %s from version %s to %s of template %s: created pod %s (%s, %s).",
 			cur.Name, workspace.TemplateVersion(cur), target.Version, target.Name, name, strategy, why),
 	})

@@ -28,8 +28,11 @@ func summary(m Move) []string {
 				set = append(set, k)
 			}
 			s += fmt.Sprintf(" %s set=%v remove=%v", a.Pod.Name, set, a.Remove)
-		case Event:
+		case Event, RemoveGate:
 			s += " " + a.Pod.Name
+		}
+		if a.Gate != "" {
+			s += " gate=" + a.Gate
 		}
 		if a.Reason != "" {
 			on := a.Pod
@@ -111,18 +114,18 @@ func TestPlanStates(t *testing.T) {
 			want:  []string{recordName, "CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
 		{name: "a ReadWriteOnce claim makes it a recreate",
 			pods: []*corev1.Pod{old(ready, intent, claim("data"))}, claims: rwo, state: StateRequested,
-			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
+			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate gate=nogoo9/volume-release [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
 		{name: "a ReadWriteOncePod claim makes it a recreate",
 			pods:   []*corev1.Pod{old(ready, intent, claim("data"))},
 			claims: map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteOncePod)}, state: StateRequested,
-			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
+			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate gate=nogoo9/volume-release [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
 		{name: "a ReadWriteMany claim stays side-by-side",
 			pods:   []*corev1.Pod{old(ready, intent, claim("data"))},
 			claims: map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteMany)}, state: StateRequested,
 			want: []string{recordName, "CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
 		{name: "a claim that is not observed is taken as single-writer",
 			pods: []*corev1.Pod{old(ready, intent, claim("data"))}, state: StateRequested,
-			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
+			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate gate=nogoo9/volume-release [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
 
 		// Side-by-side, after each single action.
 		{name: "side-by-side: new pod pending before the deadline waits until the deadline",
@@ -164,6 +167,18 @@ func TestPlanStates(t *testing.T) {
 			want: []string{"DeletePod ws-old"}},
 		{name: "recreate: old pod terminating, new pod pending waits until the deadline",
 			pods: []*corev1.Pod{old(ready, intent, claim("data"), terminating), newRe(pending)}, claims: rwo, state: StateUpgrading, requeue: 9 * time.Minute},
+		{name: "recreate: old pod terminating, new pod still behind the scheduling gate waits: the volume is not free yet",
+			pods: []*corev1.Pod{old(ready, intent, claim("data"), terminating), newRe(pending, gatedPod)}, claims: rwo, state: StateUpgrading, requeue: 9 * time.Minute},
+		{name: "recreate: old pod gone, new pod behind the scheduling gate: remove the gate so the scheduler places it at once",
+			pods: []*corev1.Pod{newRe(pending, gatedPod)}, claims: rwo, state: StateUpgrading, requeue: 9 * time.Minute,
+			want: []string{"RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
+		{name: "recreate: the gate survives the cache's stripping, so a restarted controller removes it too",
+			pods: []*corev1.Pod{stripped(newRe(pending, gatedPod))}, claims: rwo, state: StateUpgrading, requeue: 9 * time.Minute,
+			want: []string{"RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
+		{name: "recreate: a record nogoo9 did not sign proceeds side by side, so the new pod is let through the gate",
+			pods: []*corev1.Pod{old(ready, intent, claim("data")), newRe(pending, gatedPod, ann(workspace.AnnUpgradeHMAC, "v1:forged"))}, claims: rwo,
+			state: StateUpgrading, requeue: 9 * time.Minute,
+			want: []string{"Event " + sbsName + " [Warning UntrustedAnnotations on " + sbsName + "]", "RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
 		{name: "recreate: old pod gone, new pod Ready drops the rollback spec",
 			pods: []*corev1.Pod{newRe(ready)}, claims: rwo, state: StateUpgrading,
 			want: []string{"PatchPod " + sbsName + " set=[] remove=[nogoo9/rollback-spec nogoo9/upgrade-started-at] [Normal UpgradeSucceeded on " + sbsName + "] result=succeeded"}},
@@ -383,4 +398,15 @@ func TestInFlightWorkspaces(t *testing.T) {
 	if len(got) != 2 || !got[keyOf(up)] || !got[keyOf(re)] {
 		t.Errorf("in flight = %v, want demo and d (forged bookkeeping takes no slot)", got)
 	}
+}
+
+// gatedPod is a pod created behind nogoo9's scheduling gate.
+func gatedPod(p *corev1.Pod) {
+	p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: workspace.GateVolumeRelease})
+}
+
+// stripped is p as the controller's cache holds it.
+func stripped(p *corev1.Pod) *corev1.Pod {
+	s, _ := workspace.StripPod(p.DeepCopy())
+	return s.(*corev1.Pod)
 }

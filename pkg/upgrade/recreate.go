@@ -38,7 +38,7 @@ func ChooseStrategy(cur *corev1.Pod, claims map[string]*corev1.PersistentVolumeC
 // planRecreate drives an upgrade whose new pod (head) needs the old pod's volume: the old pod is
 // deleted as soon as head exists (head carries the old spec to roll back to); head Ready concludes
 // it (the rollback spec is dropped); head failed brings the old spec back as a new pod.
-func planRecreate(head *corev1.Pod, live []*corev1.Pod, now time.Time, cfg Config) Move {
+func planRecreate(head *corev1.Pod, live, all []*corev1.Pod, now time.Time, cfg Config) Move {
 	old := OldPod(head, live)
 	started := StartedAt(head)
 	ready := workspace.IsReady(head)
@@ -52,10 +52,15 @@ func planRecreate(head *corev1.Pod, live []*corev1.Pod, now time.Time, cfg Confi
 			// and what a forged nogoo9/upgrade-strategy would make nogoo9 do: only on a record
 			// nogoo9 signed. Otherwise it proceeds as side-by-side (the old pod goes once the new
 			// one is Ready, or stays if it fails).
-			return Move{State: StateUpgrading, RequeueAfter: Deadline(head, cfg).Sub(now), Actions: []Action{{
+			m := Move{State: StateUpgrading, RequeueAfter: Deadline(head, cfg).Sub(now), Actions: []Action{{
 				Kind: Event, Pod: head, EventType: corev1.EventTypeWarning, Reason: ReasonUntrustedAnnotations,
 				Message: fmt.Sprintf("Pod %s is marked as a Recreate upgrade of pod %s, but %v; pod %s stays until pod %s is Ready.",
 					head.Name, old.Name, err, old.Name, head.Name)}}}
+			if gated(head) {
+				// As side-by-side, the new pod must be able to become Ready next to the old one.
+				m.Actions = append(m.Actions, Action{Kind: RemoveGate, Pod: head, Gate: workspace.GateVolumeRelease})
+			}
+			return m
 		}
 		return Move{State: StateUpgrading, Actions: cutover(head, old, Action{})}
 	}
@@ -73,7 +78,11 @@ func planRecreate(head *corev1.Pod, live []*corev1.Pod, now time.Time, cfg Confi
 	}
 	f, failed := Failed(head, now, cfg)
 	if !failed {
-		return Move{State: StateUpgrading, RequeueAfter: Deadline(head, cfg).Sub(now)}
+		m := Move{State: StateUpgrading, RequeueAfter: Deadline(head, cfg).Sub(now)}
+		if gated(head) && !volumesHeld(head, all) {
+			m.Actions = []Action{{Kind: RemoveGate, Pod: head, Gate: workspace.GateVolumeRelease}}
+		}
+		return m
 	}
 	name := RollbackPodName(head)
 	return Move{State: StateRollingBack, Actions: []Action{{
@@ -90,6 +99,39 @@ func planRecreate(head *corev1.Pod, live []*corev1.Pod, now time.Time, cfg Confi
 		Message: fmt.Sprintf("Upgrade of workspace %s to version %s failed: %s: %s; bringing it back on version %s as pod %s.",
 			workspace.ID(head), workspace.TemplateVersion(head), f.Reason, f.Message, head.Annotations[workspace.AnnUpgradeFromVersion], name),
 	}}}
+}
+
+// gated reports whether up still waits behind nogoo9's scheduling gate.
+func gated(up *corev1.Pod) bool {
+	for _, g := range up.Spec.SchedulingGates {
+		if g.Name == workspace.GateVolumeRelease {
+			return true
+		}
+	}
+	return false
+}
+
+// volumesHeld reports whether another pod of the workspace, live or still terminating, mounts a
+// claim that up mounts: the volume is not free yet. A pod is gone for the scheduler only once the
+// API server has removed it.
+func volumesHeld(up *corev1.Pod, all []*corev1.Pod) bool {
+	claims := map[string]bool{}
+	for _, v := range up.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims[v.PersistentVolumeClaim.ClaimName] = true
+		}
+	}
+	for _, p := range all {
+		if p == up || p.UID == up.UID && p.UID != "" {
+			continue
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim != nil && claims[v.PersistentVolumeClaim.ClaimName] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // planRollback drives the pod that restores a failed Recreate upgrade (head): the failed pod goes

@@ -159,6 +159,9 @@ func (w *simWorld) apply(m Move, crash bool) {
 				}
 				p.Annotations[workspace.AnnRollbackSpec] = spec
 			}
+			if a.Gate != "" {
+				p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: a.Gate}}
+			}
 			w.create(p)
 			w.reserved, w.reservedAt = a.Name, w.now
 		case CreateRollbackPod:
@@ -202,6 +205,14 @@ func (w *simWorld) apply(m Move, crash bool) {
 				p.Annotations[k] = v
 			}
 			w.logf("patch %s +%v -%v", p.Name, keys(a.Annotations), a.Remove)
+		case RemoveGate:
+			p := w.pods[a.Pod.Name]
+			if p == nil || p.UID != a.Pod.UID || len(p.Spec.SchedulingGates) == 0 {
+				w.logf("ungate %s: NotFound/test failed: move ended", a.Pod.Name)
+				return
+			}
+			p.Spec.SchedulingGates = nil
+			w.logf("ungate %s", p.Name)
 		case Event:
 		default:
 			w.t.Fatalf("unknown action %s", a.Kind)
@@ -252,8 +263,8 @@ func (w *simWorld) kubeletStep(p *corev1.Pod) {
 		w.logf("kubelet: %s gone", p.Name)
 		return
 	}
-	if workspace.IsReady(p) || len(p.Status.ContainerStatuses) > 0 {
-		return
+	if workspace.IsReady(p) || len(p.Status.ContainerStatuses) > 0 || len(p.Spec.SchedulingGates) > 0 {
+		return // the scheduler leaves a gated pod alone
 	}
 	for _, v := range p.Spec.Volumes {
 		if c := w.claims[v.PersistentVolumeClaim.ClaimName]; c != nil && c.Spec.AccessModes[0] == corev1.ReadWriteOncePod {
@@ -352,8 +363,21 @@ func TestSimulation(t *testing.T) {
 	if testing.Short() {
 		seeds = 100
 	}
+	ungated := 0 // Recreate upgrades let through nogoo9's scheduling gate, over all seeds
+	defer func() {
+		if ungated == 0 && !t.Failed() {
+			t.Errorf("no seed removed a scheduling gate: the gated Recreate path was never exercised")
+		}
+	}()
 	for seed := int64(1); seed <= int64(seeds); seed++ {
 		w := newSimWorld(t, seed)
+		defer func() {
+			for _, l := range w.trace {
+				if strings.Contains(l, " ungate ") {
+					ungated++
+				}
+			}
+		}()
 		version := 1
 		for step := 0; step < 150; step++ {
 			switch r := w.rng.Intn(100); {

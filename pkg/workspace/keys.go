@@ -145,3 +145,12 @@ const (
 	// creates a pod from AnnRollbackSpec.
 	AnnUpgradeHMAC = Prefix + "upgrade-hmac"
 )
+
+// Keys added for bulk upgrade speed (docs/upgrades.md, "Recreate").
+const (
+	// GateVolumeRelease is the scheduling gate a Recreate-upgraded pod is created with: the
+	// scheduler leaves it alone until the controller removes the gate, once the old pod (which
+	// holds the single-writer volume) is gone. Tried earlier, the new pod is unschedulable and
+	// waits out the scheduler's backoff after the volume is free.
+	GateVolumeRelease = Prefix + "volume-release"
+)

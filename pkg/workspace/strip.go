@@ -38,6 +38,8 @@ func StripPod(obj any) (any, error) {
 		Volumes:        vols,
 		Containers:     containers,
 		ReadinessGates: pod.Spec.ReadinessGates,
+		// The upgrade planner removes GateVolumeRelease once a Recreate's old pod is gone.
+		SchedulingGates: pod.Spec.SchedulingGates,
 	}
 	return pod, nil
 }

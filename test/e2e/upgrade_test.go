@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -147,13 +148,13 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 			return metricValue(g, p, "nogoo9_upgrades_total", "result", "succeeded", "strategy", "Recreate")
 		}).Should(Equal(1.0))
 
-		By("having held the new pod Pending (Unschedulable) until the old pod was gone")
+		By("having held the new pod behind nogoo9's scheduling gate until the old pod was gone")
 		oldRec, newRec := hist.Pod(old.Name), hist.Pod(cur.Name)
 		Expect(oldRec).NotTo(BeNil())
 		Expect(newRec).NotTo(BeNil())
-		Expect(newRec.Unschedulable).NotTo(BeEmpty(), "the scheduler refused the new pod while the old one held the claim")
-		Expect(newRec.Unschedulable).To(ContainSubstring("ReadWriteOncePod"))
+		Expect(newRec.GatedAtCreation).To(BeTrue(), "the new pod was created behind %s", workspace.GateVolumeRelease)
 		Expect(oldRec.RemovedSeq).To(BeNumerically(">", 0), "the old pod was removed")
+		Expect(newRec.UngatedSeq).To(BeNumerically(">", oldRec.RemovedSeq), "the gate was lifted only once the old pod was gone")
 		Expect(newRec.BoundSeq).To(BeNumerically(">", oldRec.RemovedSeq), "the new pod got a node only after the old pod was gone")
 		Expect(newRec.CreatedSeq).To(BeNumerically("<", oldRec.GoingSeq), "the new pod existed before the old one was deleted")
 		Expect(hist.Violations()).To(BeEmpty())
@@ -1152,6 +1153,10 @@ type PodRecord struct {
 	CreatedSeq, GoingSeq, BoundSeq, RemovedSeq int
 	// Unschedulable is the message of the first PodScheduled=False/Unschedulable condition seen.
 	Unschedulable string
+	// GatedAtCreation: first seen behind nogoo9's scheduling gate; UngatedSeq: first seen without
+	// it after that.
+	GatedAtCreation bool
+	UngatedSeq      int
 
 	live, ready, bound bool
 	pod                *corev1.Pod
@@ -1265,6 +1270,13 @@ func (h *podHistory) observe(ev watch.Event) {
 	}
 	if pod.Spec.NodeName != "" && rec.BoundSeq == 0 {
 		rec.BoundSeq = h.seq
+	}
+	gated := slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == workspace.GateVolumeRelease })
+	if rec.CreatedSeq == h.seq && gated {
+		rec.GatedAtCreation = true
+	}
+	if rec.GatedAtCreation && !gated && rec.UngatedSeq == 0 {
+		rec.UngatedSeq = h.seq
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && rec.Unschedulable == "" {

@@ -22,6 +22,9 @@ func titleRecreate(n int) string {
 func titleWrites(n int) string {
 	return fmt.Sprintf("2. API writes per upgraded workspace (N=%d)", n)
 }
+func titleEvents(n int) string {
+	return fmt.Sprintf("2b. Event writes per upgraded workspace (N=%d)", n)
+}
 
 // Subject names shared by the rows of figures 1 and 2.
 const (
@@ -69,6 +72,11 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 		res.Fail(fig, subject, "s", err)
 		return
 	}
+	eventsBefore, err := bench.CountEventWrites(ctx, cs)
+	if err != nil {
+		res.Fail(fig, subject, "s", err)
+		return
+	}
 	d, err := roll(ctx)
 	if err != nil {
 		logf("%s: %s: %v", fig, subject, err)
@@ -92,6 +100,12 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 		return
 	}
 	res.Add(titleWrites(c.n), subject, "writes/workspace", (after-before)/float64(n))
+	eventsAfter, err := bench.CountEventWrites(ctx, cs)
+	if err != nil {
+		res.Fail(titleEvents(c.n), subject, "events/workspace", err)
+		return
+	}
+	res.Add(titleEvents(c.n), subject, "events/workspace", (eventsAfter-eventsBefore)/float64(n))
 }
 
 // figuresUpgrade measures figures 1, 1b and 2 (and 3, which needs nogoo9's API on the same
@@ -209,6 +223,11 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 	res.Compare(figW, subjNogoo9, subjFloor, subjDeployRaised)
 	res.Compare(figW, subjDeployDefault, subjFloor)
 	res.Compare(figW, subjDeployRaised, subjFloor)
+	figE := titleEvents(c.n)
+	res.Note(figE, "Event create and patch requests (core and events.k8s.io) counted by kube-apiserver's apiserver_request_total over the same window as figure 2, from every component (the scheduler's Scheduled Event included), divided by N")
+	res.Note(figE, "aim: nogoo9's Events bounded: one at the start and one at the end of each workspace's upgrade, on top of the floor's")
+	res.Compare(figE, subjNogoo9, subjFloor, subjDeployRaised)
+	res.Compare(figE, subjDeployRaised, subjFloor)
 	res.Note(fig, "aim: nogoo9 within 1.3x of the floor and at most 0.5x the raised-kcm Deployments")
 	res.Note(figW, "aim: nogoo9 at most the floor plus one intent write per workspace")
 
