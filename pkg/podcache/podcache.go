@@ -7,7 +7,9 @@ package podcache
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -17,12 +19,12 @@ import (
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
-// Pods is the cache entry for pods: only workspace pods, stripped of what nogoo9 never reads, so a
-// cluster's other pods cost nothing.
+// Pods is the cache entry for pods: only workspace pods, reduced by Transform to the fields some
+// component reads, so a cluster's other pods cost nothing and a workspace pod little.
 func Pods() cache.ByObject {
 	return cache.ByObject{
 		Label:     labels.SelectorFromSet(labels.Set{workspace.LabelType: workspace.TypeWorkspace}),
-		Transform: workspace.StripPod,
+		Transform: Transform,
 	}
 }
 
@@ -67,6 +69,35 @@ func AddWorkspaceIDIndex(ctx context.Context, idx client.FieldIndexer) error {
 	if err := idx.IndexField(ctx, &corev1.Pod{}, IndexWorkspaceID, WorkspaceID); err != nil {
 		indexed.Delete(idx)
 		return fmt.Errorf("index pods by workspace id: %w", err)
+	}
+	return nil
+}
+
+// ReleaseAfterSync is a runnable (on every replica, leader or not) that, once the cache has
+// synced, collects the garbage of the initial list (every pod decoded whole before Transform
+// reduced it, and the event handlers' first pass over them) and returns the freed pages to the
+// operating system. Without it the process keeps the initial sync's peak as RSS until the Go
+// runtime's background scavenger gets to it, minutes later. It releases once at sync and once
+// settle later, when the informers' event handlers (views, routes, controllers' queues) have
+// worked through the initial list.
+type ReleaseAfterSync struct {
+	Cache  interface{ WaitForCacheSync(context.Context) bool }
+	Settle time.Duration
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every replica caches.
+func (ReleaseAfterSync) NeedLeaderElection() bool { return false }
+
+// Start implements manager.Runnable.
+func (r ReleaseAfterSync) Start(ctx context.Context) error {
+	if !r.Cache.WaitForCacheSync(ctx) {
+		return nil
+	}
+	debug.FreeOSMemory()
+	select {
+	case <-ctx.Done():
+	case <-time.After(r.Settle):
+		debug.FreeOSMemory()
 	}
 	return nil
 }
