@@ -18,7 +18,8 @@ import (
 // Kept: metadata (name, namespace, UID, resourceVersion, creation and deletion time and grace,
 // labels, annotations except the rollback spec and kubectl's last-applied copy, finalizers,
 // owner references); spec: node name, containers' name, image and ports, PVC volumes, readiness
-// gates; status: phase, reason, message, pod IP, conditions (type, status,
+// gates; status: phase, reason, message, pod IP, conditions other than the kubelet's Initialized,
+// ContainersReady and PodReadyToStartContainers (type, status,
 // reason, message, transition time) and container and init-container statuses (name, ready,
 // started, restart count, state, last termination state).
 //
@@ -62,15 +63,18 @@ func stripStatus(s corev1.PodStatus) corev1.PodStatus {
 		PodIP:   s.PodIP,
 	}
 	if len(s.Conditions) > 0 {
-		out.Conditions = make([]corev1.PodCondition, len(s.Conditions))
-		for i, c := range s.Conditions {
-			out.Conditions[i] = corev1.PodCondition{
+		out.Conditions = make([]corev1.PodCondition, 0, len(s.Conditions))
+		for _, c := range s.Conditions {
+			if unreadConditions[c.Type] {
+				continue
+			}
+			out.Conditions = append(out.Conditions, corev1.PodCondition{
 				Type:               corev1.PodConditionType(intern(string(c.Type))),
 				Status:             corev1.ConditionStatus(intern(string(c.Status))),
 				Reason:             intern(c.Reason),
 				Message:            c.Message,
 				LastTransitionTime: c.LastTransitionTime,
-			}
+			})
 		}
 	}
 	out.ContainerStatuses = stripContainerStatuses(s.ContainerStatuses)
@@ -107,6 +111,13 @@ func stripState(s corev1.ContainerState) corev1.ContainerState {
 		}
 	}
 	return out
+}
+
+// unreadConditions are the kubelet's conditions no component reads: workspace.Phase and the
+// upgrade deadline read PodScheduled and PodReady, the phase and routes nogoo9's own Workspace*
+// conditions, IsReady the readiness gates' conditions.
+var unreadConditions = map[corev1.PodConditionType]bool{
+	corev1.PodInitialized: true, corev1.ContainersReady: true, corev1.PodReadyToStartContainers: true,
 }
 
 // internedLabelValues and internedAnnotationValues are the keys whose values many pods share

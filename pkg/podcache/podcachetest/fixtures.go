@@ -80,6 +80,14 @@ func Workspaces() []Workspace {
 			p.Status.Conditions = append(conditions(false), corev1.PodCondition{Type: "example.com/warm", Status: corev1.ConditionFalse})
 			p.Status.Conditions[3].Reason, p.Status.Conditions[3].Message = "ReadinessGatesNotReady", "the status of pod readiness gate \"example.com/warm\" is not \"True\""
 		})}},
+		{"ready through a readiness gate", []*corev1.Pod{full("n", "1", 0, func(p *corev1.Pod) {
+			p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: "example.com/warm"}}
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: "example.com/warm", Status: corev1.ConditionTrue})
+		})}},
+		{"out of service through a False Workspace condition", []*corev1.Pod{full("o", "1", 0, func(p *corev1.Pod) {
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: workspace.ConditionPrefix + "Healthy",
+				Status: corev1.ConditionFalse, Reason: "DiskFull", Message: "the home volume is full"})
+		})}},
 		{"upgrading side by side", upgrading("i")},
 		{"terminating past its grace period", []*corev1.Pod{full("j", "1", 0, func(p *corev1.Pod) {
 			p.DeletionTimestamp = ptr.To(metav1.NewTime(T0.Add(time.Minute)))
