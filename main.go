@@ -255,8 +255,8 @@ func run(o options) error {
 		}
 	}
 
-	// The initial list's garbage goes back to the system once the cache has synced (figure 5).
-	if err := mgr.Add(podcache.ReleaseAfterSync{Cache: mgr.GetCache(), Settle: 2 * time.Second}); err != nil {
+	// The start-up's garbage goes back to the system once the start-up work is over (figure 5).
+	if err := mgr.Add(podcache.ReleaseAfterSync{Cache: mgr.GetCache()}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
