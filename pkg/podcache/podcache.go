@@ -7,6 +7,7 @@ package podcache
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
@@ -81,11 +82,15 @@ func AddWorkspaceIDIndex(ctx context.Context, idx client.FieldIndexer) error {
 // seconds). Without it the process keeps that peak as RSS until the Go runtime's background
 // scavenger gets to it, minutes later, and the heap in use holds garbage no GC has swept yet.
 //
-// After the cache has synced it samples the bytes allocated each Poll; when a Poll allocated less
-// than Quiet (the start-up is over), or after Max, it collects and releases once (one forced GC,
-// tens of milliseconds at 10,000 workspaces) and ends.
+// Until then it runs the garbage collector at StartupGCPercent (unless GOGC is set), so the
+// start-up's peak stays near the live heap instead of twice it; the collector then goes back to
+// its default. After the cache has synced it samples the bytes allocated each Poll; when a Poll
+// allocated less than Quiet (the start-up is over), or after Max, it collects and releases once
+// (one forced GC, tens of milliseconds at 10,000 workspaces) and ends.
 type ReleaseAfterSync struct {
 	Cache interface{ WaitForCacheSync(context.Context) bool }
+	// StartupGCPercent is the GC target during the start-up (0: leave the collector alone).
+	StartupGCPercent int
 	// Poll is the sampling period, Quiet the allocation per Poll below which the start-up counts
 	// as over, Max the longest wait after the sync (defaults: 500ms, 4 MiB, 60s).
 	Poll, Max time.Duration
@@ -105,6 +110,9 @@ func (r ReleaseAfterSync) Start(ctx context.Context) error {
 	}
 	if r.Quiet == 0 {
 		r.Quiet = 4 << 20
+	}
+	if r.StartupGCPercent > 0 && os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(r.StartupGCPercent))
 	}
 	if !r.Cache.WaitForCacheSync(ctx) {
 		return nil
