@@ -259,6 +259,10 @@ func run(o options) error {
 		}
 	}
 
+	// The start-up's garbage goes back to the system once the start-up work is over (figure 5).
+	if err := mgr.Add(podcache.ReleaseAfterSync{Cache: mgr.GetCache(), StartupGCPercent: 25}); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}

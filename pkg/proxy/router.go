@@ -19,10 +19,14 @@ type router struct {
 	tmu sync.RWMutex
 	tbl table
 
-	mu     sync.Mutex // guards everything below; never held while tmu is read-held by a request
-	pods   map[wsKey]map[types.UID]*corev1.Pod
+	mu sync.Mutex // guards everything below; never held while tmu is read-held by a request
+	// pods are each workspace's pods (shared with the informer's store: read only), and claims
+	// each prefix's claimants (one workspace each). Short slices, not maps: a workspace has one
+	// or two pods and a prefix one claimant, and at 10,000 workspaces a map per workspace and
+	// per prefix cost more than the routes themselves (docs/performance.md).
+	pods   map[wsKey][]*corev1.Pod
 	byWS   map[wsKey][]*target
-	claims map[string]map[wsKey]*target
+	claims map[string][]*target
 	// notReady holds a timer per pod that went not-ready; when it fires the pod's WebSockets close.
 	notReady map[types.UID]*time.Timer
 
@@ -36,9 +40,9 @@ type router struct {
 func newRouter(grace time.Duration, conns *connRegistry, newRP func(*target) *httputil.ReverseProxy, log logr.Logger) *router {
 	return &router{
 		tbl:      table{routes: map[string]*target{}},
-		pods:     map[wsKey]map[types.UID]*corev1.Pod{},
+		pods:     map[wsKey][]*corev1.Pod{},
 		byWS:     map[wsKey][]*target{},
-		claims:   map[string]map[wsKey]*target{},
+		claims:   map[string][]*target{},
 		notReady: map[types.UID]*time.Timer{},
 		grace:    grace,
 		now:      time.Now,
@@ -70,8 +74,8 @@ func (r *router) route(prefix string) *target {
 func (r *router) podAlive(key wsKey, uid types.UID) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, ok := r.pods[key][uid]
-	if !ok || p.DeletionTimestamp != nil {
+	p := podByUID(r.pods[key], uid)
+	if p == nil || p.DeletionTimestamp != nil {
 		return false
 	}
 	ts := r.byWS[key]
@@ -86,10 +90,7 @@ func (r *router) upsert(pod *corev1.Pod) {
 	key := wsKey{pod.Namespace, workspace.ID(pod)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.pods[key] == nil {
-		r.pods[key] = map[types.UID]*corev1.Pod{}
-	}
-	r.pods[key][pod.UID] = pod
+	r.pods[key] = append(withoutPod(r.pods[key], pod.UID), pod)
 	switch {
 	case pod.DeletionTimestamp != nil:
 		r.stopTimer(pod.UID)
@@ -109,11 +110,10 @@ func (r *router) remove(pod *corev1.Pod) {
 	defer r.mu.Unlock()
 	r.stopTimer(pod.UID)
 	r.conns.closePod(pod.UID, "pod was deleted")
-	if m := r.pods[key]; m != nil {
-		delete(m, pod.UID)
-		if len(m) == 0 {
-			delete(r.pods, key)
-		}
+	if rest := withoutPod(r.pods[key], pod.UID); len(rest) > 0 {
+		r.pods[key] = rest
+	} else {
+		delete(r.pods, key)
 	}
 	r.rebuild(key)
 }
@@ -127,7 +127,7 @@ func (r *router) startTimer(key wsKey, uid types.UID) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		delete(r.notReady, uid)
-		if p, ok := r.pods[key][uid]; ok && !workspace.IsReady(p) {
+		if p := podByUID(r.pods[key], uid); p != nil && !workspace.IsReady(p) {
 			r.conns.closePod(uid, "pod stayed not-ready longer than the grace period")
 		}
 	})
@@ -142,11 +142,7 @@ func (r *router) stopTimer(uid types.UID) {
 
 // rebuild recomputes the routes of workspace key and swaps them into the table. Callers hold mu.
 func (r *router) rebuild(key wsKey) {
-	var pods []*corev1.Pod
-	for _, p := range r.pods[key] {
-		pods = append(pods, p)
-	}
-	targets, errs := routesFor(key, pods, r.now())
+	targets, errs := routesFor(key, r.pods[key], r.now())
 	for _, err := range errs {
 		r.log.Info("route left out", "workspace", key.String(), "reason", err.Error())
 	}
@@ -159,8 +155,8 @@ func (r *router) rebuild(key wsKey) {
 		// An operator took the workspace out of service (maintenance, a False Workspace*
 		// condition): its terminals must end too, not only new requests.
 		why := "workspace is unavailable: " + targets[0].status.Reason
-		for uid := range r.pods[key] {
-			r.conns.closePod(uid, why)
+		for _, p := range r.pods[key] {
+			r.conns.closePod(p.UID, why)
 		}
 	}
 	old := r.byWS[key]
@@ -173,21 +169,15 @@ func (r *router) rebuild(key wsKey) {
 	// Claims: drop the workspace's old prefixes, add the new ones, then settle each touched prefix.
 	touched := make([]string, 0, len(old)+len(targets))
 	for _, t := range old {
-		if m := r.claims[t.prefix]; m != nil {
-			delete(m, key)
-			if len(m) == 0 {
-				delete(r.claims, t.prefix)
-			}
+		if rest := withoutClaim(r.claims[t.prefix], key); len(rest) > 0 {
+			r.claims[t.prefix] = rest
+		} else {
+			delete(r.claims, t.prefix)
 		}
 		touched = append(touched, t.prefix)
 	}
 	for _, t := range targets {
-		m := r.claims[t.prefix]
-		if m == nil {
-			m = map[wsKey]*target{}
-			r.claims[t.prefix] = m
-		}
-		m[key] = t
+		r.claims[t.prefix] = append(withoutClaim(r.claims[t.prefix], key), t)
 		touched = append(touched, t.prefix)
 	}
 	r.tmu.Lock()
@@ -211,4 +201,35 @@ func (r *router) rebuild(key wsKey) {
 			r.tbl.maxDepth = d
 		}
 	}
+}
+
+func podByUID(pods []*corev1.Pod, uid types.UID) *corev1.Pod {
+	for _, p := range pods {
+		if p.UID == uid {
+			return p
+		}
+	}
+	return nil
+}
+
+// withoutPod returns pods without the pod uid, as a new slice (readers may hold the old one).
+func withoutPod(pods []*corev1.Pod, uid types.UID) []*corev1.Pod {
+	out := make([]*corev1.Pod, 0, len(pods)+1)
+	for _, p := range pods {
+		if p.UID != uid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// withoutClaim returns claims without workspace key's, as a new slice.
+func withoutClaim(claims []*target, key wsKey) []*target {
+	out := make([]*target, 0, len(claims)+1)
+	for _, t := range claims {
+		if t.ws != key {
+			out = append(out, t)
+		}
+	}
+	return out
 }

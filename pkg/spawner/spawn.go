@@ -119,8 +119,9 @@ func (o *ownerLocks) size() int {
 	return len(o.m)
 }
 
-// New returns a Spawner writing through c and reading authoritative state (existing ids, quota)
-// through apiReader, which must not be a cache.
+// New returns a Spawner writing through c and reading authoritative state (the id check after
+// the create, quota) through apiReader, which must not be a cache. c's reads (the manager's
+// client reads the cache) only spare a doomed create (checkFree).
 func New(c client.Client, apiReader client.Reader, reg *templates.Registry, opts Options) *Spawner {
 	if opts.ReservationTTL <= 0 {
 		opts.ReservationTTL = time.Minute
@@ -282,10 +283,13 @@ func (s *Spawner) notFound(name string) error {
 	return errorf(NotFound, nil, "template %q does not exist: use one of [%s]", name, strings.Join(dedupe(names), ", "))
 }
 
-// checkFree refuses an id some pod in the namespace already has (read from the API server).
+// checkFree refuses an id some workspace pod in the namespace already has. It reads the cache
+// (s.client), not the API server: it only spares the common conflict (an id taken a while ago) a
+// create and its undo, and costs no round trip. The guard that holds under races and cache lag
+// is the API-server read after the create (otherPodWithID) and the pod's deterministic name.
 func (s *Spawner) checkFree(ctx context.Context, id string) error {
 	var list corev1.PodList
-	if err := s.apiReader.List(ctx, &list, client.InNamespace(s.opts.Namespace), client.MatchingLabels{workspace.LabelWorkspaceID: id}); err != nil {
+	if err := s.client.List(ctx, &list, client.InNamespace(s.opts.Namespace), client.MatchingLabels{workspace.LabelWorkspaceID: id}); err != nil {
 		return fmt.Errorf("check workspace id %q: %w", id, err)
 	}
 	for _, p := range list.Items {

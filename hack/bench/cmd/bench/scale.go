@@ -178,7 +178,17 @@ func naiveRound(ctx context.Context, c config, cl *localcluster.Cluster, bin str
 func nogoo9Round(ctx context.Context, c config, cl *localcluster.Cluster, cs kubernetes.Interface, res *bench.Results) error {
 	figR, figM := titleRead(c.scale), titleMemory(c.scale, c.other)
 	t := time.Now()
-	n, err := startNogoo9(ctx, c, cl, scaleNS, "nogoo9-scale")
+	var extra []string
+	pprofAddr := ""
+	if dir := os.Getenv("BENCH_PPROF_DIR"); dir != "" {
+		ports, err := localcluster.FreePorts(1)
+		if err != nil {
+			return err
+		}
+		pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+		extra = append(extra, "--pprof-bind-address="+pprofAddr)
+	}
+	n, err := startNogoo9(ctx, c, cl, scaleNS, "nogoo9-scale", extra...)
 	if err != nil {
 		return err
 	}
@@ -202,6 +212,9 @@ func nogoo9Round(ctx context.Context, c config, cl *localcluster.Cluster, cs kub
 	res.Add(figR, "cold start until ready and cache synced, nogoo9", "s", time.Since(t).Seconds())
 	// Measured like the baseline: 3 s after the cache synced, before any list call adds garbage.
 	measureMemory(ctx, res, figM, "nogoo9", n.proc.PID(), n.metrics)
+	if pprofAddr != "" {
+		saveHeapProfile(ctx, pprofAddr, filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("heap-%d.pprof", c.scale)))
+	}
 	if hasAPI {
 		var rest, viaMCP []float64
 		for i := 0; i < lists; i++ {
@@ -308,4 +321,29 @@ func figuresScale(ctx context.Context, c config, res *bench.Results) error {
 	}
 	res.Note(figM, "RSS from /proc/<pid>/status VmRSS, heap from go_memstats_heap_inuse_bytes, 3 s after the cache synced, before any API call; baseline: hack/bench/naivecache, a controller-runtime manager with a full, unfiltered Pod informer")
 	return nil
+}
+
+// saveHeapProfile writes nogoo9's heap profile (after a GC) to path: BENCH_PPROF_DIR asks for it,
+// to see where the memory of figure 5 goes (go tool pprof -sample_index=inuse_space).
+func saveHeapProfile(ctx context.Context, addr, path string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		logf("heap profile: %v", err)
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		logf("heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		logf("heap profile: %v", err)
+		return
+	}
+	logf("heap profile of nogoo9 written to %s", path)
 }

@@ -1,0 +1,132 @@
+package mcp_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/nogoo9/no-crd/pkg/api"
+	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/mcp"
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// replayInformer hands the views a fixed set of pods, as the cache's informer does on its
+// initial list, and reports synced.
+type replayInformer struct{ pods []*corev1.Pod }
+
+type syncedReg struct {
+	toolscache.ResourceEventHandlerRegistration
+}
+
+func (syncedReg) HasSynced() bool { return true }
+
+func (r replayInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	for _, p := range r.pods {
+		h.OnAdd(p, true)
+	}
+	return syncedReg{}, nil
+}
+
+type oneTemplate struct{}
+
+func (oneTemplate) Get(name string) (*templates.Template, bool) {
+	return &templates.Template{Name: name, Version: "1.0"}, true
+}
+func (oneTemplate) Infos() []frontend.TemplateInfo { return nil }
+
+func benchPods(n int) []*corev1.Pod {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		owner, id := fmt.Sprintf("user-%d", i%100), fmt.Sprintf("ws-%d", i)
+		pods[i] = &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: workspace.PodName(owner, id), Namespace: "ns", UID: types.UID("uid-" + id),
+				CreationTimestamp: metav1.NewTime(t0),
+				Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id,
+					workspace.LabelUserSub: workspace.UserLabel(owner), workspace.LabelTemplate: "bench",
+					workspace.LabelTemplateVersion: workspace.VersionLabel("1.0")},
+				Annotations: map[string]string{workspace.AnnOwner: owner, workspace.AnnTemplateVersion: "1.0",
+					workspace.AnnWorkspaceName: id, workspace.AnnWorkspacePath: "/ws/" + workspace.UserLabel(owner) + "/" + id + "/",
+					workspace.AnnWorkspacePort: "8080"},
+			},
+			Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "ide", Image: "registry.local/ide:v1"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.1.0.1",
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		}
+	}
+	return pods
+}
+
+// BenchmarkListAllMCPvsREST compares, in one run, an admin's list of 10,000 workspaces through
+// REST (GET /api/v1/workspaces?all=true) and through MCP (list_workspaces with the SDK's client
+// over the Streamable HTTP transport), both on loopback from the same views. Compare the ratio,
+// not the absolute times (the machine is shared).
+func BenchmarkListAllMCPvsREST(b *testing.B) {
+	svc, err := frontend.New(frontend.Config{Namespace: "ns", Templates: oneTemplate{}, Pods: replayInformer{benchPods(10000)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	admin := &auth.Caller{Subject: "root", IsAdmin: true}
+	withAdmin := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(w, r.WithContext(auth.WithCaller(r.Context(), admin)))
+		})
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/api/", withAdmin(api.NewREST(svc)))
+	mux.Handle("/mcp", withAdmin(mcp.NewHandler(svc, mcp.Options{Version: "bench"})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	hc := &http.Client{Transport: &bearer{http.DefaultTransport}}
+
+	b.Run("REST", func(b *testing.B) {
+		for b.Loop() {
+			resp, err := hc.Get(srv.URL + "/api/v1/workspaces?all=true")
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || n < 10000 {
+				b.Fatalf("status %d, %d bytes", resp.StatusCode, n)
+			}
+		}
+	})
+	b.Run("MCP", func(b *testing.B) {
+		ctx := context.Background()
+		client := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil)
+		session, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: hc}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer session.Close()
+		for b.Loop() {
+			res, err := session.CallTool(ctx, &sdk.CallToolParams{Name: "list_workspaces", Arguments: map[string]any{"allUsers": true}})
+			if err != nil || res.IsError {
+				b.Fatalf("%v %v", err, res)
+			}
+		}
+	})
+}
+
+type bearer struct{ rt http.RoundTripper }
+
+func (t *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer bench")
+	return t.rt.RoundTrip(r)
+}

@@ -1,0 +1,160 @@
+package podcache
+
+import (
+	"unique"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// Transform is the informer transform for workspace pods: the one copy of a workspace's facts
+// that the controllers, the front end's views and the proxy's routes all read. It keeps exactly
+// the fields some component reads (docs/performance.md, "What the pod cache keeps"; the list is
+// TestTransformKeepsWhatEveryReaderReads) and interns the strings many pods share, so 10,000
+// workspaces of a few templates and owners hold one copy of each label key, template name,
+// version, image, node name and condition reason.
+//
+// Kept: metadata (name, namespace, UID, resourceVersion, creation and deletion time and grace,
+// labels, annotations except the rollback spec and kubectl's last-applied copy, finalizers,
+// owner references); spec: node name, containers' name, image and ports, PVC volumes, readiness
+// gates; status: phase, reason, message, pod IP, conditions other than the kubelet's Initialized,
+// ContainersReady and PodReadyToStartContainers (type, status,
+// reason, message, transition time) and container and init-container statuses (name, ready,
+// started, restart count, state, last termination state).
+//
+// Dropped: managed fields, every other spec field (the controller reads a pod's full spec from
+// the API server when it needs it: the upgrade's rollback copy), image IDs, container IDs,
+// resources, QoS class, volume mounts, probe times, host IPs, start time, pod IPs beyond the first.
+func Transform(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	if _, err := workspace.StripPod(pod); err != nil {
+		return nil, err
+	}
+	pod.GenerateName = ""
+	pod.Labels = internMap(pod.Labels, internedLabelValues)
+	pod.Annotations = internMap(pod.Annotations, internedAnnotationValues)
+	pod.Spec.NodeName = intern(pod.Spec.NodeName)
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		c.Name, c.Image = intern(c.Name), intern(c.Image)
+		for j := range c.Ports {
+			c.Ports[j].Name = intern(c.Ports[j].Name)
+			c.Ports[j].Protocol = corev1.Protocol(intern(string(c.Ports[j].Protocol)))
+		}
+	}
+	for i := range pod.Spec.Volumes {
+		pod.Spec.Volumes[i].Name = intern(pod.Spec.Volumes[i].Name)
+	}
+	pod.Status = stripStatus(pod.Status)
+	return pod, nil
+}
+
+// stripStatus keeps the status fields workspace.Phase, workspace.IsReady, the upgrade deadline's
+// failure diagnosis and the proxy's routes read.
+func stripStatus(s corev1.PodStatus) corev1.PodStatus {
+	out := corev1.PodStatus{
+		Phase:   corev1.PodPhase(intern(string(s.Phase))),
+		Reason:  intern(s.Reason),
+		Message: s.Message,
+		PodIP:   s.PodIP,
+	}
+	if len(s.Conditions) > 0 {
+		out.Conditions = make([]corev1.PodCondition, 0, len(s.Conditions))
+		for _, c := range s.Conditions {
+			if unreadConditions[c.Type] {
+				continue
+			}
+			out.Conditions = append(out.Conditions, corev1.PodCondition{
+				Type:               corev1.PodConditionType(intern(string(c.Type))),
+				Status:             corev1.ConditionStatus(intern(string(c.Status))),
+				Reason:             intern(c.Reason),
+				Message:            c.Message,
+				LastTransitionTime: c.LastTransitionTime,
+			})
+		}
+	}
+	out.ContainerStatuses = stripContainerStatuses(s.ContainerStatuses)
+	out.InitContainerStatuses = stripContainerStatuses(s.InitContainerStatuses)
+	return out
+}
+
+func stripContainerStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(in))
+	for i, c := range in {
+		out[i] = corev1.ContainerStatus{
+			Name: intern(c.Name), Ready: c.Ready, Started: c.Started, RestartCount: c.RestartCount,
+			State: stripState(c.State), LastTerminationState: stripState(c.LastTerminationState),
+		}
+	}
+	return out
+}
+
+func stripState(s corev1.ContainerState) corev1.ContainerState {
+	var out corev1.ContainerState
+	if w := s.Waiting; w != nil {
+		out.Waiting = &corev1.ContainerStateWaiting{Reason: intern(w.Reason), Message: w.Message}
+	}
+	if r := s.Running; r != nil {
+		out.Running = &corev1.ContainerStateRunning{StartedAt: r.StartedAt}
+	}
+	if t := s.Terminated; t != nil {
+		out.Terminated = &corev1.ContainerStateTerminated{
+			ExitCode: t.ExitCode, Signal: t.Signal, Reason: intern(t.Reason), Message: t.Message,
+			StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
+		}
+	}
+	return out
+}
+
+// unreadConditions are the kubelet's conditions no component reads: workspace.Phase and the
+// upgrade deadline read PodScheduled and PodReady, the phase and routes nogoo9's own Workspace*
+// conditions, IsReady the readiness gates' conditions.
+var unreadConditions = map[corev1.PodConditionType]bool{
+	corev1.PodInitialized: true, corev1.ContainersReady: true, corev1.PodReadyToStartContainers: true,
+}
+
+// internedLabelValues and internedAnnotationValues are the keys whose values many pods share
+// (a type, a template, a version, an owner, a port): those values are interned. Values unique to
+// one pod (workspace id, path, pod name) are not: interning them would only add a table entry.
+var (
+	internedLabelValues = map[string]bool{
+		workspace.LabelType: true, workspace.LabelTemplate: true, workspace.LabelTemplateVersion: true,
+		workspace.LabelUserSub: true,
+	}
+	internedAnnotationValues = map[string]bool{
+		workspace.AnnOwner: true, workspace.AnnTemplateVersion: true, workspace.AnnWorkspacePort: true,
+		workspace.AnnPreviewPort: true, workspace.AnnStripPrefix: true, workspace.AnnPublicPreview: true,
+	}
+)
+
+// internMap interns every key of m and the values of the keys in shared. The map is rebuilt at
+// its exact size: a decoded map has room to grow that a cached pod never uses.
+func internMap(m map[string]string, shared map[string]bool) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if shared[k] {
+			v = intern(v)
+		}
+		out[intern(k)] = v
+	}
+	return out
+}
+
+// intern returns the canonical copy of s: equal strings of many pods share one backing array.
+// The unique package holds its entries weakly, so strings no pod uses any more are freed.
+func intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	return unique.Make(s).Value()
+}

@@ -1,0 +1,144 @@
+package podcache_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nogoo9/no-crd/pkg/podcache"
+	"github.com/nogoo9/no-crd/pkg/podcache/podcachetest"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// transformed returns deep copies of pods passed through the informer's transform.
+func transformed(t *testing.T, pods []*corev1.Pod) []*corev1.Pod {
+	t.Helper()
+	out := make([]*corev1.Pod, len(pods))
+	for i, p := range pods {
+		o, err := podcache.Transform(p.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = o.(*corev1.Pod)
+	}
+	return out
+}
+
+// readers are what the controllers and the front end read from cached pods, each reduced to a
+// comparable value. The proxy's routes are compared in pkg/proxy (TestRoutesReadOnlyWhatTheCacheKeeps).
+var readers = map[string]func(pods []*corev1.Pod, now time.Time) any{
+	"workspace.Describe": func(pods []*corev1.Pod, now time.Time) any { return workspace.Describe(pods, "2", now) },
+	"workspace.Phase": func(pods []*corev1.Pod, now time.Time) any {
+		return workspace.Phase(workspace.NewestFirst(append([]*corev1.Pod(nil), pods...)), now)
+	},
+	"workspace.Active": func(pods []*corev1.Pod, _ time.Time) any {
+		if a := workspace.Active(workspace.NewestFirst(append([]*corev1.Pod(nil), pods...))); a != nil {
+			return a.Name
+		}
+		return ""
+	},
+	"workspace.InMaintenance": func(pods []*corev1.Pod, _ time.Time) any {
+		msg, ok := workspace.InMaintenance(pods)
+		return fmt.Sprint(msg, ok)
+	},
+	"per pod: IsReady, Owner, ID, TemplateVersion, FailureReason, Failed, StartedAt, UpgradeLinkProblem, ChooseStrategy": func(pods []*corev1.Pod, now time.Time) any {
+		var out []string
+		for _, p := range pods {
+			r, m, term := upgrade.FailureReason(p)
+			f, failed := upgrade.Failed(p, now, upgrade.Config{Timeout: 5 * time.Minute})
+			s, why := upgrade.ChooseStrategy(p, nil)
+			out = append(out, fmt.Sprint(workspace.IsReady(p), workspace.Owner(p), workspace.ID(p), workspace.TemplateVersion(p),
+				r, m, term, f, failed, upgrade.StartedAt(p), s, why))
+			for _, q := range pods {
+				out = append(out, workspace.UpgradeLinkProblem(p, q))
+			}
+		}
+		return out
+	},
+	"upgrade.Plan": func(pods []*corev1.Pod, now time.Time) any {
+		m := upgrade.Plan(upgrade.Observed{Pods: pods}, upgrade.Target{Found: true, Name: "python", Version: "2"}, now, upgrade.Config{Timeout: 5 * time.Minute})
+		// Actions point at the pods they act on: compare those by identity and version.
+		type action struct {
+			upgrade.Action
+			Pod, EventOn, Keep string
+		}
+		id := func(p *corev1.Pod) string {
+			if p == nil {
+				return ""
+			}
+			return p.Name + "/" + string(p.UID) + "/" + p.ResourceVersion
+		}
+		var acts []action
+		for _, a := range m.Actions {
+			acts = append(acts, action{Action: a, Pod: id(a.Pod), EventOn: id(a.EventOn), Keep: id(a.Keep)})
+			acts[len(acts)-1].Action.Pod, acts[len(acts)-1].Action.EventOn, acts[len(acts)-1].Action.Keep = nil, nil, nil
+		}
+		return fmt.Sprintf("%s %v %+v", m.State, m.RequeueAfter, acts)
+	},
+}
+
+// TestTransformKeepsWhatEveryReaderReads runs every component's reader over full pods in every
+// state and over the same pods as the cache keeps them: the answers must be equal at every moment
+// checked. A field the transform drops but some reader needs makes this fail; when a component
+// starts reading a new pod field, add it to the transform and a state here that shows it.
+func TestTransformKeepsWhatEveryReaderReads(t *testing.T) {
+	moments := []time.Duration{0, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, 3 * time.Hour}
+	for _, ws := range podcachetest.Workspaces() {
+		t.Run(ws.Name, func(t *testing.T) {
+			stripped := transformed(t, ws.Pods)
+			for name, read := range readers {
+				for _, d := range moments {
+					now := podcachetest.T0.Add(d)
+					if diff := cmp.Diff(read(ws.Pods, now), read(stripped, now)); diff != "" {
+						t.Errorf("%s at T0+%s differs on the cached pods (-full +cached):\n%s", name, d, diff)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestTransformDropsWhatNobodyReads guards the other direction: the cache does not keep what
+// no component reads (the memory figure depends on it), and shares the strings pods have in common.
+func TestTransformDropsWhatNobodyReads(t *testing.T) {
+	ws := podcachetest.Workspaces()
+	a := transformed(t, ws[5].Pods)[0]
+	b := transformed(t, ws[6].Pods)[0]
+	if a.ManagedFields != nil || a.Annotations[workspace.AnnRollbackSpec] != "" || a.Annotations["kubectl.kubernetes.io/last-applied-configuration"] != "" {
+		t.Errorf("managed fields or big annotations kept: %+v", a.ObjectMeta)
+	}
+	if a.Annotations["example.com/note"] != "kept" {
+		t.Errorf("other annotations are dropped: %v", a.Annotations)
+	}
+	c := a.Spec.Containers[0]
+	if len(c.Env) != 0 || c.ReadinessProbe != nil || len(c.VolumeMounts) != 0 || len(a.Spec.InitContainers) != 0 || len(a.Spec.Tolerations) != 0 {
+		t.Errorf("spec fields nobody reads from the cache are kept: %+v", a.Spec)
+	}
+	st := a.Status.ContainerStatuses[0]
+	if a.Status.QOSClass != "" || len(a.Status.PodIPs) != 0 || len(a.Status.HostIPs) != 0 || st.Image != "" || st.ImageID != "" || st.ContainerID != "" {
+		t.Errorf("status fields nobody reads are kept: %+v", a.Status)
+	}
+	if len(a.Status.Conditions) != 2 || !a.Status.Conditions[0].LastProbeTime.IsZero() || a.Status.Conditions[1].ObservedGeneration != 0 {
+		t.Errorf("condition fields nobody reads are kept: %+v", a.Status.Conditions)
+	}
+	same := func(x, y string) bool {
+		return len(x) > 0 && len(x) == len(y) && x == y && unsafeData(x) == unsafeData(y)
+	}
+	if !same(a.Labels[workspace.LabelTemplate], b.Labels[workspace.LabelTemplate]) || !same(a.Spec.NodeName, b.Spec.NodeName) {
+		t.Errorf("shared strings are not interned")
+	}
+	for k := range a.Labels {
+		for k2 := range b.Labels {
+			if k == k2 && !same(k, k2) {
+				t.Errorf("label key %q is not interned", k)
+			}
+		}
+	}
+}
+
+func unsafeData(s string) *byte { return unsafe.StringData(s) }
