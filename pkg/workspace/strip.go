@@ -38,6 +38,8 @@ func StripPod(obj any) (any, error) {
 		Volumes:        vols,
 		Containers:     containers,
 		ReadinessGates: pod.Spec.ReadinessGates,
+		// The stop gate says a workspace is stopped (IsStoppedPod).
+		SchedulingGates: pod.Spec.SchedulingGates,
 	}
 	return pod, nil
 }
