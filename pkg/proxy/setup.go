@@ -102,6 +102,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	p.log.Info("proxy listening", "address", ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	go p.activity.run(ctx)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("proxy: serve: %w", err)
