@@ -193,7 +193,7 @@ var stoppedPage = template.Must(template.New("stopped").Parse(`<!doctype html>
 <p>{{.Message}}.</p>
 {{if .StartURL}}<p><a href="{{.StartURL}}" style="display:inline-block;padding:.5rem 1rem;border:1px solid;border-radius:.3rem;text-decoration:none">Open its page to start it</a></p>{{end}}
 <p>Or start it with <code>POST /api/v1/workspaces/{{.ID}}/start</code>, the MCP tool <code>start_workspace</code>,
-or <code>kubectl annotate pod {{.Pod}} nogoo9/stop-requested-</code>. Your files and this address stay the same; reload this page once it is Ready.</p>
+or <code>kubectl annotate pod -l nogoo9/workspace-id={{.ID}} nogoo9/stop-requested-</code>. Your files and this address stay the same; reload this page once it is Ready.</p>
 </body></html>
 `))
 
@@ -216,5 +216,5 @@ func (p *Proxy) serveStopped(w http.ResponseWriter, r *http.Request, t *target) 
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(http.StatusServiceUnavailable)
-	_ = stoppedPage.Execute(w, map[string]string{"ID": t.ws.id, "Message": strings.TrimSuffix(msg, "."), "StartURL": start, "Pod": t.podName})
+	_ = stoppedPage.Execute(w, map[string]string{"ID": t.ws.id, "Message": strings.TrimSuffix(msg, "."), "StartURL": start})
 }
