@@ -34,7 +34,8 @@ func StopIntent(pods []*corev1.Pod) (string, bool) {
 	return "", false
 }
 
-// IsStopped reports whether the workspace of pods is stopped or stopping (phase Stopped).
+// IsStopped reports whether the workspace of pods is stopped or stopping: it has the stop intent
+// (phase Stopped, or Unavailable when maintenance outranks it). Quota counts it as stopped.
 func IsStopped(pods []*corev1.Pod) bool {
 	st, ok := stoppedPhase(sortedCopy(pods))
 	return ok && st.Phase == PhaseStopped
