@@ -59,6 +59,9 @@ func (h *heldEvents) first(p *corev1.Pod) bool {
 	if h.seen[p.UID] == p.ResourceVersion {
 		return false
 	}
+	if len(h.seen) >= 10000 {
+		clear(h.seen) // bounded: at worst a waiting start says so once more
+	}
 	h.seen[p.UID] = p.ResourceVersion
 	return true
 }
