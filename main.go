@@ -64,6 +64,14 @@ type options struct {
 	auth              auth.Options
 	templatePolicy    templates.PolicyFlags
 	ui                uiOptions
+	lifecycle         lifecycleOptions
+}
+
+// lifecycleOptions are the flags of stop, start and idle culling (docs/lifecycle.md).
+type lifecycleOptions struct {
+	idleTimeout      time.Duration
+	activityInterval time.Duration
+	maxStopped       int
 }
 
 // proxyLimits are the proxy's bounds on what a workspace pod and a client may make it hold.
@@ -123,6 +131,9 @@ func main() {
 	flag.StringVar(&o.ui.oidcSecretFile, "ui-oidc-client-secret-file", "", "File holding the OIDC client secret for the UI's login (empty: a public client, PKCE only).")
 	flag.StringVar(&o.ui.oidcScopes, "ui-oidc-scopes", "profile,email", "Comma-separated scopes the UI's login requests besides openid (e.g. add groups).")
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
+	flag.DurationVar(&o.lifecycle.idleTimeout, "idle-timeout", 0, "Stop a workspace after this long without activity through the proxy, unless its template sets nogoo9/idle-timeout (0, the default: never).")
+	flag.DurationVar(&o.lifecycle.activityInterval, "activity-write-interval", proxy.DefaultActivityInterval, "Least time between two writes of nogoo9/last-activity for one workspace, across proxy replicas.")
+	flag.IntVar(&o.lifecycle.maxStopped, "max-stopped-workspaces-per-user", 0, "Stopped workspaces a non-admin user may keep; a stop beyond it is refused (0 = unlimited). Stopped workspaces do not count against --max-workspaces-per-user.")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
@@ -189,7 +200,7 @@ func run(o options) error {
 	}
 	var spawn *spawner.Spawner
 	if components["api"] {
-		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser})
+		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser, MaxStoppedPerUser: o.lifecycle.maxStopped})
 	}
 
 	// Authentication (issue 5): the api and the proxy verify the same tokens.
@@ -212,6 +223,7 @@ func run(o options) error {
 			Templates: frontend.FromRegistry(registry), Spawner: frontend.FromSpawner(spawn.Spawn),
 			PublicURL: o.publicURL, Issuer: issuer, AllowedHosts: splitList(o.mcpAllowedHosts),
 			MaxFollowsPerUser: o.maxFollows,
+			Quota:             spawn,
 			UI:                uiSetup(ctx, mgr, o, authn, registry, components["proxy"]),
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
@@ -231,6 +243,17 @@ func run(o options) error {
 			Max1xxResponses:        o.proxyLimits.max1xx,
 			MaxSetCookies:          o.proxyLimits.maxSetCookies,
 			MaxConnsPerClient:      o.proxyLimits.maxConnsPerClient,
+
+			Activity: proxy.ActivityOptions{
+				Writer: mgr.GetClient(), Interval: o.lifecycle.activityInterval,
+				TemplateAnnotations: func(name string) map[string]string {
+					if t, ok := registry.Get(name); ok && t != nil {
+						return t.Annotations
+					}
+					return nil
+				},
+			},
+			UIURL: o.publicURL,
 		}); err != nil {
 			return fmt.Errorf("set up proxy: %w", err)
 		}
@@ -254,6 +277,7 @@ func run(o options) error {
 		}
 		if err := controllers.SetupWorkspaceReconciler(mgr, registry, controllers.UpgradeOptions{
 			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, Timeout: o.upgradeTimeout, Keys: keys,
+			Lifecycle: controllers.LifecycleOptions{IdleTimeout: o.lifecycle.idleTimeout},
 		}); err != nil {
 			return fmt.Errorf("set up upgrade controller: %w", err)
 		}

@@ -28,13 +28,13 @@ const PhaseControllerName = "workspace-phase"
 // allPhases lists every phase, so the gauge exports a 0 for each from the start.
 var allPhases = []workspace.PhaseName{
 	workspace.PhaseScheduling, workspace.PhaseInitializing, workspace.PhaseReady, workspace.PhaseUpgrading,
-	workspace.PhaseUnavailable, workspace.PhaseFailed, workspace.PhaseTerminating,
+	workspace.PhaseUnavailable, workspace.PhaseFailed, workspace.PhaseTerminating, workspace.PhaseStopped,
 }
 
 // workspacesGauge is nogoo9_workspaces{phase}: workspaces per phase, as seen by the leader.
 var workspacesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "nogoo9_workspaces",
-	Help: "Workspaces per phase (Scheduling, Initializing, Ready, Upgrading, Unavailable, Failed, Terminating), as seen by the elected controller.",
+	Help: "Workspaces per phase (Scheduling, Initializing, Ready, Upgrading, Unavailable, Failed, Terminating, Stopped), as seen by the elected controller.",
 }, []string{"phase"})
 
 func init() {

@@ -103,6 +103,8 @@ type UpgradeOptions struct {
 	// them a random key is used: records written before a restart cannot be verified, so such
 	// an upgrade proceeds as side-by-side and a failure is not rolled back automatically.
 	Keys *upgrade.Keyring
+	// Lifecycle tunes stop, start and idle culling.
+	Lifecycle LifecycleOptions
 }
 
 func (o *UpgradeOptions) defaults() {
@@ -151,6 +153,7 @@ type WorkspaceReconciler struct {
 
 	gate *gate
 	wake chan event.GenericEvent
+	held heldEvents
 }
 
 // SetupWorkspaceReconciler adds the upgrade controller to mgr (leader only) with the template
@@ -258,6 +261,16 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		target.Found, target.Version = true, tmpl.Version
 	}
 	now := r.Opts.Now()
+	// Stop, start and culling first: a stopped or stopping workspace is moved by the lifecycle
+	// planner alone, in the same pass order, so the two planners never race on one workspace.
+	var lifeTmpl *templates.Template
+	if found {
+		lifeTmpl = tmpl
+	}
+	held, lres, err := r.reconcileLifecycle(ctx, req.NamespacedName, obs.Pods, lifeTmpl, now)
+	if err != nil || held {
+		return lres, err
+	}
 	move := upgrade.Plan(obs, target, now, upgrade.Config{Timeout: r.Opts.Timeout, Keys: r.Opts.Keys})
 	if len(move.Actions) > 0 {
 		log.V(1).Info("Planned move", "state", move.State, "actions", len(move.Actions))
@@ -266,6 +279,9 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	if move.RequeueAfter > 0 {
 		// A little past the deadline, so the next pass sees it passed.
 		res.RequeueAfter = move.RequeueAfter + time.Second
+	}
+	if lres.RequeueAfter > 0 && (res.RequeueAfter == 0 || lres.RequeueAfter < res.RequeueAfter) {
+		res.RequeueAfter = lres.RequeueAfter // the idle deadline
 	}
 	mv := &moveState{}
 	for _, a := range move.Actions {

@@ -45,6 +45,8 @@ var routes = []struct {
 	{"PUT /api/v1/workspaces/{id}/maintenance", (*rest).setMaintenance},
 	{"DELETE /api/v1/workspaces/{id}/maintenance", (*rest).clearMaintenance},
 	{"POST /api/v1/upgrade-all", (*rest).upgradeAll},
+	{"POST /api/v1/workspaces/{id}/stop", (*rest).stop},
+	{"POST /api/v1/workspaces/{id}/start", (*rest).start},
 }
 
 // NewREST returns the /api/v1 handler. It expects the caller in the request context (wrap it with
@@ -357,4 +359,24 @@ func boolParam(r *http.Request, name string) (bool, error) {
 		return false, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("%s=%q is not a boolean: use true or false", name, v)}
 	}
 	return b, nil
+}
+
+// stop and start answer 202 with the workspace as it is after recording the intent: the
+// controller stops or starts it in the background (follow the phase or the events).
+func (h *rest) stop(w http.ResponseWriter, r *http.Request) {
+	ws, err := h.svc.Stop(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, ws)
+}
+
+func (h *rest) start(w http.ResponseWriter, r *http.Request) {
+	ws, err := h.svc.Start(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, ws)
 }

@@ -41,6 +41,8 @@ type Options struct {
 	AllowedHosts []string
 	// MaxFollowsPerUser caps one user's concurrent event follows (frontend.DefaultMaxFollowsPerUser when 0).
 	MaxFollowsPerUser int
+	// Quota bounds stops and starts (the spawner's running and stopped limits); nil: none.
+	Quota frontend.LifecycleQuota
 	// UI, when set, builds the web UI over the front end's service; it is served at /.
 	UI func(*frontend.Service) (http.Handler, error)
 
@@ -87,6 +89,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 	svc, err := frontend.New(frontend.Config{
 		Namespace: o.Namespace, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Events: cs,
 		Templates: o.Templates, Spawner: o.Spawner, Pods: pods, MaxFollowsPerUser: o.MaxFollowsPerUser,
+		Quota: o.Quota,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)

@@ -68,6 +68,8 @@ type Config struct {
 	UpgradeAllWorkers int
 	// MaxFollowsPerUser caps one user's concurrent event follows (DefaultMaxFollowsPerUser when 0).
 	MaxFollowsPerUser int
+	// Quota bounds stops and starts (the spawner); nil: no limits.
+	Quota LifecycleQuota
 }
 
 // Service is the front end's operations. Every method takes the caller from ctx (auth.CallerFrom)

@@ -143,6 +143,30 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 	})
 
 	mcp.AddTool(s, &mcp.Tool{
+		Name: "stop_workspace",
+		Description: "Stop one of your workspaces: its pod is replaced by a stopped one that keeps its identity, files (volume claims) and paths but uses no node (phase Stopped). " +
+			"Returns at once; start_workspace brings it back. Stopped workspaces do not count against your running-workspace limit.",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in idInput) (*mcp.CallToolResult, frontend.Workspace, error) {
+		w, err := svc.Stop(ctx, in.ID)
+		if err != nil {
+			return nil, frontend.Workspace{}, err
+		}
+		return nil, *w, nil
+	})
+
+	mcp.AddTool(s, &mcp.Tool{
+		Name: "start_workspace",
+		Description: "Start one of your stopped workspaces on the same version (or the template's latest when its update policy is on-start), with the same files and paths. " +
+			"Returns at once; follow get_workspace_events (WorkspaceStarted) or the phase. A workspace in maintenance starts when the maintenance ends.",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in idInput) (*mcp.CallToolResult, frontend.Workspace, error) {
+		w, err := svc.Start(ctx, in.ID)
+		if err != nil {
+			return nil, frontend.Workspace{}, err
+		}
+		return nil, *w, nil
+	})
+
+	mcp.AddTool(s, &mcp.Tool{
 		Name:        "set_workspace_maintenance",
 		Description: "Admins only: take a workspace out of service (phase Unavailable) with a reason, or put it back with an empty reason. Returns the workspace as it is after this change; maintenance survives upgrades.",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in maintenanceInput) (*mcp.CallToolResult, frontend.Workspace, error) {

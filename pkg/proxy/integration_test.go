@@ -122,6 +122,10 @@ func runWithEnv(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "proxy setup:", err)
 		return 1
 	}
+	if err := setupActivityProxy(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, "activity proxy setup:", err)
+		return 1
+	}
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		return 1

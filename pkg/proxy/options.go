@@ -63,6 +63,12 @@ type Options struct {
 	// NoFastPath sends plain requests through httputil.ReverseProxy too, instead of writing them
 	// straight from the incoming request (forward.go): an escape hatch, and a benchmark row.
 	NoFastPath bool
+	// Activity records what people do through the proxy as nogoo9/last-activity (idle culling);
+	// without a Writer nothing is recorded.
+	Activity ActivityOptions
+	// UIURL is the web UI's base URL: the page for a stopped workspace links to its page there
+	// (the Start button). Empty: the page names the API call and kubectl command only.
+	UIURL string
 }
 
 // Defaults for the zero fields of Options.

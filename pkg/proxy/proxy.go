@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // Authenticator is what the proxy needs from pkg/auth: the front end's authenticator satisfies it.
@@ -36,7 +37,9 @@ type tokenVerifier interface {
 // Proxy is the workspace proxy: an http.Handler plus the route table fed by pod events, and a
 // manager Runnable that serves it.
 type Proxy struct {
-	opts      Options
+	opts Options
+	// activity records nogoo9/last-activity (nil when off).
+	activity  *activityRecorder
 	authn     Authenticator
 	router    *router
 	conns     *connRegistry
@@ -114,14 +117,21 @@ func New(authn Authenticator, opts Options) (*Proxy, error) {
 		p.cookieName = InsecureCookieName
 	}
 	p.router = newRouter(opts.NotReadyGrace, p.conns, p.newReverseProxy, lg)
+	p.activity = newActivityRecorder(opts.Activity, p.conns, lg)
 	return p, nil
 }
 
 // PodChanged tells the proxy about a new or changed workspace pod (from the informer).
-func (p *Proxy) PodChanged(pod *corev1.Pod) { p.router.upsert(pod) }
+func (p *Proxy) PodChanged(pod *corev1.Pod) {
+	p.router.upsert(pod)
+	p.activity.observe(pod)
+}
 
 // PodDeleted tells the proxy a workspace pod is gone; its WebSockets are closed at once.
-func (p *Proxy) PodDeleted(pod *corev1.Pod) { p.router.remove(pod) }
+func (p *Proxy) PodDeleted(pod *corev1.Pod) {
+	p.router.remove(pod)
+	p.activity.forget(pod)
+}
 
 // OpenWebSockets is the number of upgraded connections open to the pod with uid (for tests and
 // the benchmark's cutover figure).
@@ -152,6 +162,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if t.status.Phase == workspace.PhaseStopped {
+		p.serveStopped(w, r, t)
+		return
+	}
 	if msg, bad := t.unavailable(); bad {
 		w.Header().Set("Retry-After", "5")
 		http.Error(w, "503 Service Unavailable: "+msg, http.StatusServiceUnavailable)
@@ -162,6 +176,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "403 Forbidden: WebSocket origin "+r.Header.Get("Origin")+" is not allowed: add it to --proxy-allowed-origins", http.StatusForbidden)
 		return
 	}
+
+	p.activity.touch(t.podUID, r)
 
 	// The handler owns r from here: rewrite its path in place rather than cloning the request.
 	// RawPath (set only when the path has escapes such as %2F) is kept when it still spells the

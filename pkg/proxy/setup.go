@@ -119,6 +119,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 			}
 		}()
 	}
+	go p.activity.run(ctx)
 	select {
 	case err := <-errc:
 		if lean != nil {

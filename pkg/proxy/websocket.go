@@ -3,6 +3,7 @@ package proxy
 import (
 	"io"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,6 +29,8 @@ type trackedConn struct {
 	reg  *connRegistry
 	pod  types.UID
 	once sync.Once
+	// opened is when the connection was upgraded (the idle culler's WebSocket age).
+	opened time.Time
 }
 
 func (c *trackedConn) Close() error {
@@ -37,7 +40,7 @@ func (c *trackedConn) Close() error {
 
 // track registers rwc as a connection to pod and returns the wrapper ReverseProxy must use.
 func (reg *connRegistry) track(pod types.UID, rwc io.ReadWriteCloser) *trackedConn {
-	c := &trackedConn{ReadWriteCloser: rwc, reg: reg, pod: pod}
+	c := &trackedConn{ReadWriteCloser: rwc, reg: reg, pod: pod, opened: time.Now()}
 	reg.mu.Lock()
 	m := reg.byPod[pod]
 	if m == nil {
@@ -64,6 +67,19 @@ func (reg *connRegistry) has(pod types.UID) bool {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	return len(reg.byPod[pod]) > 0
+}
+
+// newestOpen is when the most recent open connection to pod was opened.
+func (reg *connRegistry) newestOpen(pod types.UID) (time.Time, bool) {
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	var newest time.Time
+	for c := range reg.byPod[pod] {
+		if c.opened.After(newest) {
+			newest = c.opened
+		}
+	}
+	return newest, !newest.IsZero()
 }
 
 // count is the number of open connections to pod.

@@ -95,9 +95,10 @@ func (s *Spawner) reserve(ctx context.Context, owner, id string) error {
 		now := s.opts.Now()
 		live := map[string]bool{}
 		present := map[string]bool{}
+		stopped := stoppedIDs(pods)
 		for i := range pods {
 			present[workspace.ID(&pods[i])] = true
-			if counts(&pods[i]) {
+			if counts(&pods[i]) && !stopped[workspace.ID(&pods[i])] {
 				live[workspace.ID(&pods[i])] = true
 			}
 		}

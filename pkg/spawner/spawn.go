@@ -21,12 +21,17 @@ import (
 type Options struct {
 	// Namespace where workspaces are created.
 	Namespace string
-	// MaxPerUser is how many Running or Pending workspaces a non-admin owner may have (0: no limit).
+	// MaxPerUser is how many Running or Pending workspaces a non-admin owner may have, stopped ones
+	// not counted (0: no limit).
 	MaxPerUser int
 	// MaxClaimsPerUser is how many PersistentVolumeClaims a non-admin owner may have, those
 	// left by deleted workspaces included (0: no limit). A spawn that would create claims beyond
 	// it is refused with QuotaExceeded.
 	MaxClaimsPerUser int
+	// MaxStoppedPerUser is how many stopped workspaces a non-admin owner may keep (0: no limit);
+	// a stop beyond it is refused with QuotaExceeded. Stopped workspaces do not count against
+	// MaxPerUser.
+	MaxStoppedPerUser int
 	// ReservationTTL is how long a quota reservation whose pod never appeared counts (default 1m).
 	ReservationTTL time.Duration
 	// SyncTimeout bounds how long a spawn waits for the template registry's first sync (default 10s).

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -130,6 +131,10 @@ func notice(r *http.Request) string {
 		return fmt.Sprintf("Workspace %s is being deleted; its volume is kept.", id)
 	case "upgrading":
 		return fmt.Sprintf("Upgrade of workspace %s requested.", id)
+	case "stopping":
+		return fmt.Sprintf("Workspace %s is stopping; its files and address are kept.", id)
+	case "starting":
+		return fmt.Sprintf("Workspace %s is starting.", id)
 	case "maintenance-on":
 		return fmt.Sprintf("Workspace %s is in maintenance.", id)
 	case "maintenance-off":
@@ -459,4 +464,28 @@ func spawnErrorField(err error) string {
 		return "id"
 	}
 	return "form"
+}
+
+// stop and start record the intent through the front end; the controller does the rest.
+func (u *UI) stop(w http.ResponseWriter, r *request) {
+	u.lifecycle(w, r, u.svc.Stop, "stopping", "Stop requested: the workspace keeps its files and address.")
+}
+
+func (u *UI) start(w http.ResponseWriter, r *request) {
+	u.lifecycle(w, r, u.svc.Start, "starting", "Start requested: reload the workspace once it is Ready.")
+}
+
+func (u *UI) lifecycle(w http.ResponseWriter, r *request, op func(context.Context, string) (*frontend.Workspace, error), done, msg string) {
+	id := r.PathValue("id")
+	if _, err := op(r.ctx, id); err != nil {
+		status, m := message(r.Request, err)
+		u.renderError(w, r.Request, r.sess, status, m)
+		return
+	}
+	if r.Header.Get("HX-Request") == "" {
+		http.Redirect(w, r.Request, back(r, id, done), http.StatusSeeOther)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	fmt.Fprintf(w, `<span role="status">%s</span>`, escape(msg))
 }

@@ -89,6 +89,8 @@ func phaseIcon(p workspace.PhaseName) string {
 		return "✖"
 	case workspace.PhaseTerminating:
 		return "⌫"
+	case workspace.PhaseStopped:
+		return "■"
 	}
 	return "?"
 }
@@ -210,12 +212,16 @@ type rowView struct {
 	frontend.Workspace
 	WorkspaceURL, PreviewURL string
 	ShowOwner, CanUpgrade    bool
-	CSRF                     string
+	// CanStart and CanStop offer the Start and Stop buttons (docs/lifecycle.md).
+	CanStart, CanStop bool
+	CSRF              string
 }
 
 func (u *UI) row(r *http.Request, csrf string, w frontend.Workspace, showOwner bool) rowView {
 	v := rowView{Workspace: w, ShowOwner: showOwner, CSRF: csrf}
 	v.CanUpgrade = upgradable(&w) && w.UpgradePod == ""
+	v.CanStart = w.Phase == workspace.PhaseStopped
+	v.CanStop = w.Phase != workspace.PhaseStopped && w.Phase != workspace.PhaseTerminating
 	if base := u.proxyBase(r); base != "" {
 		if w.WorkspacePath != "" {
 			v.WorkspaceURL = base + w.WorkspacePath
@@ -230,7 +236,7 @@ func (u *UI) row(r *http.Request, csrf string, w frontend.Workspace, showOwner b
 // phases are the filter's choices, in the order a workspace goes through them.
 var phases = []workspace.PhaseName{
 	workspace.PhaseScheduling, workspace.PhaseInitializing, workspace.PhaseReady, workspace.PhaseUpgrading,
-	workspace.PhaseUnavailable, workspace.PhaseFailed, workspace.PhaseTerminating,
+	workspace.PhaseUnavailable, workspace.PhaseFailed, workspace.PhaseTerminating, workspace.PhaseStopped,
 }
 
 // owners returns the distinct owners of ws, sorted.

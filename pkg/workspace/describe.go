@@ -36,6 +36,8 @@ type Info struct {
 	// CreatedAt is the creation time of the oldest pod the workspace has now (after an upgrade,
 	// that of the upgraded pod).
 	CreatedAt time.Time `json:"createdAt"`
+	// LastActivity is the active pod's nogoo9/last-activity (RFC 3339), as the proxy recorded it.
+	LastActivity string `json:"lastActivity,omitempty"`
 }
 
 // Describe builds the Info of one workspace from all of its pods (any order; not reordered) and
@@ -65,6 +67,7 @@ func Describe(pods []*corev1.Pod, latestVersion string, now time.Time) Info {
 		LastUpgradeError:      active.Annotations[AnnLastUpgradeError],
 		UpgradePod:            active.Annotations[AnnUpgradePod],
 		CreatedAt:             oldest.CreationTimestamp.Time,
+		LastActivity:          active.Annotations[AnnLastActivity],
 	}
 	if info.Name == "" {
 		info.Name = info.ID

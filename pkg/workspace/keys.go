@@ -134,7 +134,7 @@ const (
 // pod. Every other nogoo9/ label and annotation on pods and PVCs is nogoo9's bookkeeping: the
 // ValidatingAdmissionPolicy in config/admission lets only nogoo9's service account write it
 // (config/config_test.go checks the policy names exactly these keys).
-var PersonWritableKeys = []string{AnnUpgradeRequested, AnnMaintenance}
+var PersonWritableKeys = []string{AnnUpgradeRequested, AnnMaintenance, AnnStopRequested}
 
 // Keys added for the integrity of upgrade bookkeeping (docs/upgrades.md, "Trust").
 const (
@@ -153,4 +153,36 @@ const (
 	// holds the single-writer volume) is gone. Tried earlier, the new pod is unschedulable and
 	// waits out the scheduler's backoff after the volume is free.
 	GateVolumeRelease = Prefix + "volume-release"
+)
+
+// Keys of stop, start and idle culling (docs/lifecycle.md).
+const (
+	// AnnStopRequested is the stop intent, person-writable: while any live pod of the workspace
+	// carries it (any non-empty value; the API and the culler write the reason), the workspace
+	// is stopped; removing it starts the workspace again. The controller copies it to the
+	// stopped pod, so `kubectl annotate pod <pod> nogoo9/stop-requested-` starts it.
+	AnnStopRequested = Prefix + "stop-requested"
+	// GateStopped is the scheduling gate that holds a stopped workspace's pod: the pod keeps every
+	// label and annotation of the workspace and its claims but is never scheduled, so it uses no
+	// node. Start removes the gate (gates can be removed, never added).
+	GateStopped = Prefix + "stopped"
+	// AnnStoppedFromUID, on a stopped pod, is the UID of the running pod it replaces: after a
+	// crash the controller finishes the stop by deleting that pod.
+	AnnStoppedFromUID = Prefix + "stopped-from-uid"
+	// AnnStoppedAt (RFC 3339) is when the workspace was stopped.
+	AnnStoppedAt = Prefix + "stopped-at"
+	// AnnStartedFromUID, on a pod created by a start on the template's latest version, is the
+	// UID of the stopped pod it replaces, which the controller deletes next.
+	AnnStartedFromUID = Prefix + "started-from-uid"
+	// AnnLastActivity (RFC 3339, UTC) is when a proxy replica last saw a person use the workspace
+	// (HTTP requests through the proxy, open WebSockets); written at most once per
+	// --activity-write-interval (a minute) per workspace. The idle culler reads it.
+	AnnLastActivity = Prefix + "last-activity"
+	// AnnIdleTimeout, on a template, is how long a workspace may be idle before it is stopped
+	// (a Go duration, e.g. "2h"; "0" turns culling off for the template). Without it the
+	// --idle-timeout flag applies (off by default).
+	AnnIdleTimeout = Prefix + "idle-timeout"
+	// AnnWebSocketMaxAge, on a template, is how long an open WebSocket counts as activity after it
+	// opened (a Go duration); without it an open WebSocket counts as long as it stays open.
+	AnnWebSocketMaxAge = Prefix + "websocket-max-age"
 )

@@ -48,13 +48,15 @@ var terminalWaitingReasons = map[string]bool{
 //  1. Terminating: every pod is being deleted (or there is no pod at all: NoPods).
 //  2. Unavailable: a live pod carries nogoo9/maintenance (reason Maintenance, message = its value),
 //     or the active pod has a condition "Workspace*" that is False (reason and message from it).
-//  3. Upgrading: the active pod carries the intent nogoo9/upgrade-requested, or a live pod with
+//  3. Stopped: a live pod carries the stop intent nogoo9/stop-requested (reason Stopping while a
+//     running pod is still there); a stopped pod without it is Scheduling/Starting.
+//  4. Upgrading: the active pod carries the intent nogoo9/upgrade-requested, or a live pod with
 //     nogoo9/upgrade-from that is not Ready yet is on its way in.
-//  4. Failed: the active pod's phase is Failed or Succeeded, or one of its containers waits for a
+//  5. Failed: the active pod's phase is Failed or Succeeded, or one of its containers waits for a
 //     terminal reason (CrashLoopBackOff, InvalidImageName, CreateContainerConfigError, ...).
-//  5. Ready: the active pod is Running, has an IP and is Ready.
-//  6. Scheduling: the active pod is not bound to a node (reason from PodScheduled=False).
-//  7. Initializing: anything else: scheduled, init containers or containers not ready yet.
+//  6. Ready: the active pod is Running, has an IP and is Ready.
+//  7. Scheduling: the active pod is not bound to a node (reason from PodScheduled=False).
+//  8. Initializing: anything else: scheduled, init containers or containers not ready yet.
 func Phase(pods []*corev1.Pod, now time.Time) Status {
 	return phaseSorted(sortedCopy(pods), now)
 }
@@ -97,6 +99,9 @@ func phaseSorted(pods []*corev1.Pod, now time.Time) Status {
 	}
 
 	if st, ok := unavailable(pods, active); ok {
+		return st
+	}
+	if st, ok := stoppedPhase(pods); ok {
 		return st
 	}
 	if st, ok := upgrading(pods, active, now); ok {

@@ -11,6 +11,9 @@ const (
 	PhaseUnavailable  PhaseName = "Unavailable"
 	PhaseFailed       PhaseName = "Failed"
 	PhaseTerminating  PhaseName = "Terminating"
+	// PhaseStopped: the workspace is stopped (or stopping): its pod is held by the scheduling
+	// gate nogoo9/stopped and uses no node; start brings it back (docs/lifecycle.md).
+	PhaseStopped PhaseName = "Stopped"
 )
 
 // Status is a workspace's phase with a CamelCase reason and a human message.

@@ -38,7 +38,8 @@ func StripPod(obj any) (any, error) {
 		Volumes:        vols,
 		Containers:     containers,
 		ReadinessGates: pod.Spec.ReadinessGates,
-		// The upgrade planner removes GateVolumeRelease once a Recreate's old pod is gone.
+		// The upgrade planner removes GateVolumeRelease once a Recreate's old pod is gone;
+		// the stop gate says a workspace is stopped (IsStoppedPod).
 		SchedulingGates: pod.Spec.SchedulingGates,
 	}
 	return pod, nil

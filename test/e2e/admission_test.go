@@ -257,7 +257,7 @@ var _ = Describe("Admission from config/: Pod Security, nogoo9's bookkeeping key
 				for _, value := range []*string{ptr.To("forged"), nil} {
 					err := mergePatch(ctx, operator, target, field, map[string]*string{key: value})
 					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s %s=%v: want Forbidden, got %v", field, key, value, err)
-					Expect(err.Error()).To(And(ContainSubstring(key), ContainSubstring("only nogoo9"), ContainSubstring("nogoo9/upgrade-requested and nogoo9/maintenance")))
+					Expect(err.Error()).To(And(ContainSubstring(key), ContainSubstring("only nogoo9"), ContainSubstring("nogoo9/upgrade-requested, nogoo9/maintenance and nogoo9/stop-requested")))
 				}
 				// A key nogoo9 has not written yet cannot be added either.
 				if field == "annotations" {

@@ -241,6 +241,18 @@ var _ = Describe("API security: the access matrix", Ordered, Label(secMatrixLabe
 				expect: func(w secWho) secOutcome { return adminOnly(w, "only admin users can set maintenance") }},
 			"DELETE /api/v1/workspaces/{id}/maintenance": {path: ws("/maintenance"), expect: func(w secWho) secOutcome { return adminOnly(w, "only admin users can set maintenance") }},
 			"POST /api/v1/upgrade-all":                   {path: fixed("/api/v1/upgrade-all"), expect: func(w secWho) secOutcome { return adminOnly(w, "Only admin users can upgrade all workspaces") }},
+			// A stop replaces the pod: the owner and the admin stop one of their own, so that the
+			// main workspace keeps its pod (and its server) for the proxy's rows. A start of a
+			// running workspace changes nothing.
+			"POST /api/v1/workspaces/{id}/stop": {
+				path: func(who secWho) string {
+					if who == secOwner || who == secAdmin {
+						return "/api/v1/workspaces/" + spawnFresh() + "/stop"
+					}
+					return "/api/v1/workspaces/" + mainWS + "/stop"
+				},
+				expect: func(w secWho) secOutcome { return onMain(w, secAllowed(), secAllowed()) }},
+			"POST /api/v1/workspaces/{id}/start": {path: ws("/start"), expect: func(w secWho) secOutcome { return onMain(w, secAllowed(), secAllowed()) }},
 		}
 		var missing []string
 		for _, r := range api.Routes() {
@@ -334,6 +346,14 @@ var _ = Describe("API security: the access matrix", Ordered, Label(secMatrixLabe
 			"get_workspace_events":      {args: id, refuse: onMain},
 			"upgrade_all_workspaces":    {args: none, refuse: adminOnly("Only admin users can upgrade all workspaces")},
 			"set_workspace_maintenance": {args: id, refuse: adminOnly("only admin users can set maintenance")},
+			// As for REST: a stop on a workspace of the cell's own, a start on the running main one.
+			"stop_workspace": {args: func(who secWho) map[string]any {
+				if who == secOther {
+					return map[string]any{"id": mainWS}
+				}
+				return map[string]any{"id": fresh()}
+			}, refuse: onMain},
+			"start_workspace": {args: id, refuse: onMain},
 		}
 		tools, err := sessions[secAdmin].ListTools(ctx, nil)
 		Expect(err).NotTo(HaveOccurred())

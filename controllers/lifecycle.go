@@ -1,0 +1,288 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/nogoo9/no-crd/pkg/lifecycle"
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// lifecycleTotal is nogoo9_workspace_lifecycle_total{action}: stops, starts and culls that
+// happened (a cull is also a stop); rate(...[1h]) gives them per hour.
+var lifecycleTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "nogoo9_workspace_lifecycle_total",
+	Help: "Workspace stops, starts and idle culls carried out by the elected controller (action=stop|start|cull).",
+}, []string{"action"})
+
+func init() {
+	metrics.Registry.MustRegister(lifecycleTotal)
+	for _, a := range []string{"stop", "start", "cull"} {
+		lifecycleTotal.WithLabelValues(a).Add(0)
+	}
+}
+
+// LifecycleOptions tunes stop, start and idle culling; main.go fills it from flags.
+type LifecycleOptions struct {
+	// IdleTimeout is the default idle timeout of templates without nogoo9/idle-timeout
+	// (--idle-timeout; 0, the default, turns culling off).
+	IdleTimeout time.Duration
+}
+
+// heldEvents remembers which "start held" Events were recorded, per pod version, so a workspace
+// that waits for its maintenance to end says so once.
+type heldEvents struct {
+	mu   sync.Mutex
+	seen map[types.UID]string
+}
+
+func (h *heldEvents) first(p *corev1.Pod) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen == nil {
+		h.seen = map[types.UID]string{}
+	}
+	if h.seen[p.UID] == p.ResourceVersion {
+		return false
+	}
+	if len(h.seen) >= 10000 {
+		clear(h.seen) // bounded: at worst a waiting start says so once more
+	}
+	h.seen[p.UID] = p.ResourceVersion
+	return true
+}
+
+// reconcileLifecycle plans and applies the workspace's lifecycle move. done means the pass is
+// over (the upgrade planner does not run); res is its result.
+func (r *WorkspaceReconciler) reconcileLifecycle(ctx context.Context, key types.NamespacedName, pods []*corev1.Pod, tmpl *templates.Template, now time.Time) (done bool, res ctrl.Result, err error) {
+	t := lifecycle.Target{}
+	if tmpl != nil {
+		t = lifecycle.Target{Found: true, Version: tmpl.Version, Annotations: tmpl.Annotations}
+	}
+	move := lifecycle.Plan(pods, t, now, lifecycle.Config{IdleTimeout: r.Opts.Lifecycle.IdleTimeout})
+	if move.RequeueAfter > 0 {
+		res.RequeueAfter = move.RequeueAfter + time.Second
+	}
+	if len(move.Actions) == 0 {
+		return move.Hold, res, nil
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Planned lifecycle move", "state", move.State, "actions", len(move.Actions))
+	for _, a := range move.Actions {
+		happened, err := r.applyLifecycle(ctx, key, a, tmpl, now)
+		if err != nil {
+			return true, ctrl.Result{}, err
+		}
+		if !happened {
+			// Stale view (changed, gone, replaced): plan again from what the watch brings.
+			return true, ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+	}
+	return true, ctrl.Result{}, nil
+}
+
+// applyLifecycle performs one action; happened is false when it did not (stale view).
+func (r *WorkspaceReconciler) applyLifecycle(ctx context.Context, key types.NamespacedName, a lifecycle.Action, tmpl *templates.Template, now time.Time) (bool, error) {
+	log := ctrl.LoggerFrom(ctx)
+	switch a.Kind {
+	case lifecycle.EventOnly:
+		if r.held.first(a.Pod) {
+			r.Recorder.Event(a.Pod, a.EventType, a.Reason, a.Message)
+		}
+		return true, nil
+	case lifecycle.PatchPod:
+		done, err := r.patchAnnotationsAt(ctx, a.Pod, a.Set)
+		if err != nil || !done {
+			return done, err
+		}
+		if a.Culled {
+			lifecycleTotal.WithLabelValues("cull").Inc()
+			log.Info("Culled idle workspace", "pod", klog.KObj(a.Pod), "reason", a.Set[workspace.AnnStopRequested])
+		}
+		r.lifecycleEvent(a)
+		return true, nil
+	case lifecycle.DeletePod:
+		wait, err := r.deletePod(ctx, key, &moveState{}, upgrade.Action{Kind: upgrade.DeletePod, Pod: a.Pod, Keep: a.Keep,
+			EventType: a.EventType, Reason: a.Reason, Message: a.Message})
+		if err != nil {
+			return false, err
+		}
+		if wait == 0 {
+			switch a.Reason {
+			case lifecycle.ReasonStopped:
+				lifecycleTotal.WithLabelValues("stop").Inc()
+			case lifecycle.ReasonStarted:
+				lifecycleTotal.WithLabelValues("start").Inc()
+			}
+		}
+		return wait == 0, nil
+	case lifecycle.CreateStoppedPod:
+		return r.createStoppedPod(ctx, a)
+	case lifecycle.Ungate:
+		done, err := r.ungate(ctx, a.Pod)
+		if err != nil || !done {
+			return done, err
+		}
+		lifecycleTotal.WithLabelValues("start").Inc()
+		log.Info("Started workspace", "pod", klog.KObj(a.Pod))
+		r.lifecycleEvent(a)
+		return true, nil
+	case lifecycle.CreateStartedPod:
+		return r.createStartedPod(ctx, a, tmpl)
+	}
+	return false, fmt.Errorf("unknown lifecycle action %q", a.Kind)
+}
+
+func (r *WorkspaceReconciler) lifecycleEvent(a lifecycle.Action) {
+	if a.Reason != "" {
+		r.Recorder.Event(a.Pod, a.EventType, a.Reason, a.Message)
+	}
+}
+
+// createStoppedPod creates the stopped copy of the serving pod from its full object. The name is
+// deterministic: a create repeated after a crash finds the copy it made (AlreadyExists).
+func (r *WorkspaceReconciler) createStoppedPod(ctx context.Context, a lifecycle.Action) (bool, error) {
+	log := ctrl.LoggerFrom(ctx)
+	var full corev1.Pod
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(a.Pod), &full); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read pod %s to stop it: %w", a.Pod.Name, err)
+	}
+	if full.DeletionTimestamp != nil || full.UID != a.Pod.UID {
+		return false, nil
+	}
+	if full.Annotations[workspace.AnnStopRequested] == "" {
+		// The intent was withdrawn since the cache showed it (a start): nothing to stop.
+		return false, nil
+	}
+	pod, err := lifecycle.StoppedPod(&full, a.Name, a.Set)
+	if err != nil {
+		return false, err
+	}
+	switch err := r.Client.Create(ctx, pod); {
+	case err == nil:
+		if gone, err := r.deletedMeanwhile(ctx, &full); err != nil || gone {
+			// The owner deleted the workspace while this pass still saw it: the stopped pod
+			// must not outlive it (the delete lists again after its own writes).
+			if err == nil {
+				log.Info("Workspace deleted during its stop; removing the stopped pod", "pod", klog.KObj(pod))
+				err = r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+				if err == nil || apierrors.IsNotFound(err) {
+					return false, nil
+				}
+			}
+			return false, fmt.Errorf("check pod %s after creating stopped pod %s: %w", full.Name, pod.Name, err)
+		}
+		log.Info("Created stopped pod", "pod", klog.KObj(pod), "from", klog.KObj(&full))
+		r.lifecycleEvent(a)
+		return true, nil
+	case apierrors.IsAlreadyExists(err):
+		return true, nil // an earlier attempt made it; the next pass deletes the running pod
+	default:
+		return false, fmt.Errorf("create stopped pod %s: %w", pod.Name, err)
+	}
+}
+
+// createStartedPod starts a stopped workspace on the template's latest version: a pod built from
+// the template with the stopped pod's identity, named deterministically.
+func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.Action, tmpl *templates.Template) (bool, error) {
+	log := ctrl.LoggerFrom(ctx)
+	stopped := a.Pod
+	pod, claims, err := r.Opts.BuildPod(tmpl, stopped, a.Name)
+	if err != nil {
+		// Never leave the workspace without a way back: start it on its own version instead.
+		r.Recorder.Eventf(stopped, corev1.EventTypeWarning, lifecycle.ReasonStarting,
+			"Template %s version %s does not render for workspace %s (%v); starting it on its version %s instead.", tmpl.Name, tmpl.Version, workspace.ID(stopped), err, workspace.TemplateVersion(stopped))
+		return r.ungate(ctx, stopped)
+	}
+	pod.Name, pod.Namespace, pod.GenerateName = a.Name, stopped.Namespace, ""
+	upgrade.PreserveIdentity(pod, stopped)
+	for k, v := range a.Set {
+		pod.Annotations[k] = v
+	}
+	for _, c := range claims {
+		c.Namespace = stopped.Namespace
+		if err := r.Client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, fmt.Errorf("create claim %s for started pod %s: %w", c.Name, pod.Name, err)
+		}
+	}
+	switch err := r.Client.Create(ctx, pod); {
+	case err == nil:
+		if gone, err := r.deletedMeanwhile(ctx, stopped); err != nil || gone {
+			if err == nil {
+				log.Info("Workspace deleted during its start; removing the started pod", "pod", klog.KObj(pod))
+				err = r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+				if err == nil || apierrors.IsNotFound(err) {
+					return false, nil
+				}
+			}
+			return false, fmt.Errorf("check pod %s after creating started pod %s: %w", stopped.Name, pod.Name, err)
+		}
+		log.Info("Created started pod", "pod", klog.KObj(pod), "from", klog.KObj(stopped), "version", tmpl.Version)
+		r.lifecycleEvent(a)
+		return true, nil
+	case apierrors.IsAlreadyExists(err):
+		return true, nil
+	default:
+		return false, fmt.Errorf("create started pod %s: %w", pod.Name, err)
+	}
+}
+
+// ungate removes the stop gate (keeping any other gate) and the stop bookkeeping, on the pod
+// version the planner saw: a stop intent written meanwhile wins.
+func (r *WorkspaceReconciler) ungate(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	gates := []corev1.PodSchedulingGate{}
+	for _, g := range pod.Spec.SchedulingGates {
+		if g.Name != workspace.GateStopped {
+			gates = append(gates, g)
+		}
+	}
+	meta := map[string]any{"uid": pod.UID, "annotations": map[string]any{
+		workspace.AnnStoppedAt: nil, workspace.AnnStoppedFromUID: nil,
+	}}
+	if pod.ResourceVersion != "" {
+		meta["resourceVersion"] = pod.ResourceVersion
+	}
+	return r.rawPatch(ctx, pod, map[string]any{"metadata": meta, "spec": map[string]any{"schedulingGates": gates}})
+}
+
+// patchAnnotationsAt sets annotations on the pod version the planner saw (resourceVersion and UID
+// preconditions): a cull never overrides activity recorded since, nor a start.
+func (r *WorkspaceReconciler) patchAnnotationsAt(ctx context.Context, pod *corev1.Pod, set map[string]string) (bool, error) {
+	meta := map[string]any{"uid": pod.UID, "annotations": set}
+	if pod.ResourceVersion != "" {
+		meta["resourceVersion"] = pod.ResourceVersion
+	}
+	return r.rawPatch(ctx, pod, map[string]any{"metadata": meta})
+}
+
+func (r *WorkspaceReconciler) rawPatch(ctx context.Context, pod *corev1.Pod, patch map[string]any) (bool, error) {
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return false, err
+	}
+	target := &corev1.Pod{ObjectMeta: ctrlObjectMeta(client.ObjectKeyFromObject(pod))}
+	err = r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, body))
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("patch pod %s: %w", pod.Name, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,143 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/nogoo9/no-crd/pkg/lifecycle"
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// TestLifecycleOnAPIServer runs stop, start and culling stories on a real kube-apiserver
+// (envtest: no scheduler, no kubelet; the test plays the kubelet and moves the clock).
+func TestLifecycleOnAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver (run without -short)")
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsSeq := 0
+	newEnv := func(t *testing.T, tmpl *templates.Template, opts UpgradeOptions) *upgradeEnv {
+		nsSeq++
+		ns := fmt.Sprintf("life-%d", nsSeq)
+		if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		reg := &fakeTemplates{}
+		reg.set(tmpl)
+		return &upgradeEnv{t: t, g: gomega.NewWithT(t), cfg: cfg, c: c, ns: ns, reg: reg, clock: &testClock{now: time.Now()}, opts: opts}
+	}
+	only := func(e *upgradeEnv, g gomega.Gomega, id string) *corev1.Pod {
+		pods := e.pods(g, id)
+		g.Expect(pods).To(gomega.HaveLen(1), "one live pod")
+		for _, p := range pods {
+			return p
+		}
+		return nil
+	}
+
+	t.Run("a controller that died between creating the stopped pod and deleting the running one finishes the stop, and kubectl starts it again", func(t *testing.T) {
+		e := newEnv(t, ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod), UpgradeOptions{})
+		run := e.spawn("jane", "demo")
+		why := "for the weekend"
+		e.annotate(run.Name, workspace.AnnStopRequested, &why)
+		// The state a kill -9 after step 1 leaves: the stopped copy exists, the running pod too.
+		full := e.get(run.Name)
+		stopped, err := lifecycle.StoppedPod(full, lifecycle.StoppedPodName(full), map[string]string{workspace.AnnStoppedFromUID: string(full.UID)})
+		e.g.Expect(err).NotTo(gomega.HaveOccurred())
+		e.g.Expect(e.c.Create(context.Background(), stopped)).To(gomega.Succeed())
+
+		e.start()
+		e.g.Eventually(func(g gomega.Gomega) {
+			p := only(e, g, "demo")
+			g.Expect(p.Name).To(gomega.Equal(stopped.Name))
+			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeTrue())
+			g.Expect(p.Annotations[workspace.AnnStopRequested]).To(gomega.Equal(why))
+			e.expectIdentity(g, p, run)
+			g.Expect(p.Spec.Volumes).To(gomega.Equal(full.Spec.Volumes[:1]), "the same claim, without the token volume")
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the running pod is deleted, the stopped one stays")
+
+		e.annotate(stopped.Name, workspace.AnnStopRequested, nil) // kubectl annotate ... nogoo9/stop-requested-
+		e.g.Eventually(func(g gomega.Gomega) {
+			p := only(e, g, "demo")
+			g.Expect(p.Name).To(gomega.Equal(stopped.Name))
+			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeFalse(), "the gate is removed")
+			g.Expect(p.Annotations).NotTo(gomega.HaveKey(workspace.AnnStoppedFromUID))
+			g.Expect(workspace.TemplateVersion(p)).To(gomega.Equal("v1"))
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "started on the same pod and version")
+	})
+
+	t.Run("an idle workspace is culled after its template's timeout, with the reason in its message and an Event; activity postpones it", func(t *testing.T) {
+		tmpl := ideTemplate("v1", "ide:1", "")
+		tmpl.Annotations = map[string]string{workspace.AnnIdleTimeout: "1h"}
+		e := newEnv(t, tmpl, UpgradeOptions{})
+		e.start()
+		run := e.spawn("jane", "idle")
+
+		// 50 minutes later a proxy records activity; at 1h10m the pod is not idle for an hour yet.
+		e.clock.Add(50 * time.Minute)
+		at := e.clock.Now().UTC().Format(time.RFC3339)
+		e.annotate(run.Name, workspace.AnnLastActivity, &at)
+		e.clock.Add(20 * time.Minute)
+		e.poke(run.Name)
+		e.g.Consistently(func(g gomega.Gomega) {
+			g.Expect(only(e, g, "idle").Annotations).NotTo(gomega.HaveKey(workspace.AnnStopRequested))
+		}).WithTimeout(2*time.Second).Should(gomega.Succeed(), "activity 20 minutes ago keeps it running")
+
+		e.clock.Add(41 * time.Minute)
+		e.poke(run.Name)
+		e.g.Eventually(func(g gomega.Gomega) {
+			p := only(e, g, "idle")
+			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeTrue())
+			g.Expect(p.Annotations[workspace.AnnStopRequested]).To(gomega.ContainSubstring("without activity (idle timeout 1h0m0s)"))
+			st := workspace.Phase([]*corev1.Pod{p}, e.clock.Now())
+			g.Expect(st.Phase).To(gomega.Equal(workspace.PhaseStopped))
+			g.Expect(st.Message).To(gomega.ContainSubstring("without activity"))
+			g.Expect(strings.Join(e.events(g, run.Name), ",")).To(gomega.ContainSubstring(lifecycle.ReasonCulled))
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "culled and stopped")
+	})
+
+	t.Run("a start with the update policy on-start comes back on the template's latest version with the same identity", func(t *testing.T) {
+		e := newEnv(t, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
+		e.start()
+		run := e.spawn("jane", "fresh")
+		yes := "true"
+		e.annotate(run.Name, workspace.AnnStopRequested, &yes)
+		var stopped *corev1.Pod
+		e.g.Eventually(func(g gomega.Gomega) {
+			stopped = only(e, g, "fresh")
+			g.Expect(workspace.IsStoppedPod(stopped)).To(gomega.BeTrue())
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+
+		v2 := ideTemplate("v2", "ide:2", "")
+		v2.Annotations = map[string]string{"nogoo9/update-policy": "on-start"}
+		e.reg.set(v2)
+		e.annotate(stopped.Name, workspace.AnnStopRequested, nil)
+		e.g.Eventually(func(g gomega.Gomega) {
+			p := only(e, g, "fresh")
+			g.Expect(p.Name).To(gomega.Equal(lifecycle.StartedPodName(stopped, "v2")))
+			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeFalse())
+			g.Expect(workspace.TemplateVersion(p)).To(gomega.Equal("v2"))
+			g.Expect(p.Spec.Containers[0].Image).To(gomega.Equal("ide:2"))
+			e.expectIdentity(g, p, run)
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "started on v2, the stopped pod deleted")
+	})
+}

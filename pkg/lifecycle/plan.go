@@ -1,0 +1,279 @@
+package lifecycle
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// Event reasons, in pairs, on workspace pods.
+const (
+	ReasonStopping        = "WorkspaceStopping"
+	ReasonStopped         = "WorkspaceStopped"
+	ReasonStarting        = "WorkspaceStarting"
+	ReasonStarted         = "WorkspaceStarted"
+	ReasonCulled          = "WorkspaceCulled"
+	ReasonStartHeld       = "WorkspaceStartHeld"
+	ReasonStopWaitUpgrade = "WorkspaceStopWaitsForUpgrade"
+)
+
+// updatePolicyKey and policyOnStart are the updates area's contract (docs/labels-and-annotations.md):
+// a start honours "on-start" by starting on the template's latest version.
+const (
+	updatePolicyKey = workspace.Prefix + "update-policy"
+	policyOnStart   = "on-start"
+)
+
+// Target is what the planner needs of the workspace's template.
+type Target struct {
+	// Found is false when the template does not exist (a start then stays on its version).
+	Found bool
+	// Version is the template's current version.
+	Version string
+	// Annotations are the template's (update policy, idle timeout).
+	Annotations map[string]string
+}
+
+// Config is the planner's tuning.
+type Config struct {
+	// IdleTimeout is the default idle timeout (--idle-timeout); 0 turns culling off for
+	// templates without nogoo9/idle-timeout.
+	IdleTimeout time.Duration
+}
+
+// ActionKind says what an Action does.
+type ActionKind string
+
+const (
+	// CreateStoppedPod creates, named Name, the stopped copy of Pod (read in full from the API
+	// server): same labels, annotations and spec, held by the stop gate.
+	CreateStoppedPod ActionKind = "CreateStoppedPod"
+	// Ungate removes the stop gate from Pod (resourceVersion precondition) and the stop
+	// bookkeeping annotations.
+	Ungate ActionKind = "Ungate"
+	// CreateStartedPod builds a pod from the template's latest version for the identity of the
+	// stopped Pod, named Name; the stopped pod is deleted next.
+	CreateStartedPod ActionKind = "CreateStartedPod"
+	// DeletePod deletes Pod (UID precondition) after checking that Keep still exists.
+	DeletePod ActionKind = "DeletePod"
+	// PatchPod merge-patches Pod's annotations (Set), with Pod's resourceVersion as precondition.
+	PatchPod ActionKind = "PatchPod"
+	// EventOnly records the Event on Pod (once per pod version: the controller remembers it).
+	EventOnly ActionKind = "Event"
+)
+
+// Action is one write. The controller records the Event (EventType, Reason, Message) only when
+// the write actually happened.
+type Action struct {
+	Kind ActionKind
+	Pod  *corev1.Pod
+	Keep *corev1.Pod
+	Name string
+	Set  map[string]string
+	// Culled marks the patch that stops an idle workspace (counted in the culled metric).
+	Culled                     bool
+	EventType, Reason, Message string
+}
+
+// Move is the outcome of one pass.
+type Move struct {
+	// State names where the workspace is (logs).
+	State string
+	// Actions are applied in order; the controller stops at the first that does not happen.
+	Actions []Action
+	// Hold tells the controller not to run the upgrade planner in this pass: the workspace is
+	// stopped, stopping or starting, and only this planner moves it.
+	Hold bool
+	// RequeueAfter asks for a pass then (the idle deadline).
+	RequeueAfter time.Duration
+}
+
+// StoppedPodName is the deterministic name of the stopped pod that replaces running: a create
+// repeated after a crash or a stale read fails with AlreadyExists.
+func StoppedPodName(running *corev1.Pod) string {
+	return workspace.UpgradePodName(workspace.Owner(running), workspace.ID(running), "stop@"+string(running.UID))
+}
+
+// StartedPodName is the deterministic name of the pod a start on version creates for stopped.
+func StartedPodName(stopped *corev1.Pod, version string) string {
+	return workspace.UpgradePodName(workspace.Owner(stopped), workspace.ID(stopped), "start@"+string(stopped.UID)+"@"+version)
+}
+
+// Plan decides the next lifecycle move of one workspace from all its pods (any order).
+//
+// Rules, first match wins (docs/lifecycle.md has the reasons):
+//   - no live pod: nothing (delete in progress).
+//   - stop intent, an upgrade already started: copy the intent onto every live pod that lacks it,
+//     then let the upgrade end (the stop follows on whichever pod stays).
+//   - stop intent: create the stopped copy of the serving pod, then delete the serving pod
+//     (grace period and preStop apply); extra stopped pods go, the newest stays.
+//   - no intent, a stopped pod: under maintenance, wait; with a running pod (a stop cancelled
+//     half-way, or a start on the latest version) delete the stopped pod; else start: on the
+//     latest version when the update policy is on-start or an upgrade was requested, else
+//     remove the gate.
+//   - running and idle past its timeout: write the stop intent with the reason (culling).
+func Plan(pods []*corev1.Pod, t Target, now time.Time, cfg Config) Move {
+	pods = workspace.NewestFirst(append([]*corev1.Pod(nil), pods...))
+	var live, gated, running []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		live = append(live, p)
+		if workspace.IsStoppedPod(p) {
+			gated = append(gated, p)
+		} else {
+			running = append(running, p)
+		}
+	}
+	if len(live) == 0 {
+		return Move{State: "Deleting", Hold: len(pods) > 0 && anyGated(pods)}
+	}
+	if reason, ok := workspace.StopIntent(live); ok {
+		return planStop(pods, live, gated, running, reason, now)
+	}
+	if len(gated) > 0 {
+		return planStart(pods, gated, running, t, now)
+	}
+	return planCull(pods, running, t, now, cfg)
+}
+
+func anyGated(pods []*corev1.Pod) bool {
+	for _, p := range pods {
+		if workspace.IsStoppedPod(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// upgradeStarted is a live pod whose upgrade has not ended (the upgrade controller owns it).
+func upgradeStarted(pods []*corev1.Pod) *corev1.Pod {
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil && p.Annotations[workspace.AnnUpgradeFrom] != "" && workspace.UpgradeInFlight(p, pods) {
+			return p
+		}
+	}
+	return nil
+}
+
+func planStop(pods, live, gated, running []*corev1.Pod, reason string, now time.Time) Move {
+	if up := upgradeStarted(pods); up != nil && len(running) > 0 {
+		// The upgrade controller is between two pods and will delete one of them: the intent
+		// must be on whichever stays.
+		for _, p := range live {
+			if p.Annotations[workspace.AnnStopRequested] == "" {
+				return Move{State: "StopWaitsForUpgrade", Hold: true, Actions: []Action{{
+					Kind: PatchPod, Pod: p, Set: map[string]string{workspace.AnnStopRequested: reason},
+				}}}
+			}
+		}
+		return Move{State: "StopWaitsForUpgrade"}
+	}
+	if len(running) == 0 {
+		if len(gated) > 1 {
+			return Move{State: "Stopped", Hold: true, Actions: []Action{{Kind: DeletePod, Pod: gated[len(gated)-1], Keep: gated[0]}}}
+		}
+		return Move{State: "Stopped", Hold: true}
+	}
+	serving := workspace.Active(running)
+	for _, g := range gated {
+		if g.Annotations[workspace.AnnStoppedFromUID] == string(serving.UID) {
+			// The stopped copy exists (this pass or an earlier one, before a crash): release the
+			// node. A normal delete: the kubelet runs preStop within the grace period.
+			return Move{State: "Stopping", Hold: true, Actions: []Action{{
+				Kind: DeletePod, Pod: serving, Keep: g,
+				EventType: corev1.EventTypeNormal, Reason: ReasonStopped,
+				Message: fmt.Sprintf("Workspace %s stopped: pod %s is being deleted, pod %s keeps its identity and claims without a node.", workspace.ID(serving), serving.Name, g.Name),
+			}}}
+		}
+	}
+	return Move{State: "Stopping", Hold: true, Actions: []Action{{
+		Kind: CreateStoppedPod, Pod: serving, Name: StoppedPodName(serving),
+		Set: map[string]string{
+			workspace.AnnStoppedFromUID: string(serving.UID),
+			workspace.AnnStoppedAt:      now.UTC().Format(time.RFC3339),
+			workspace.AnnStopRequested:  reason,
+		},
+		EventType: corev1.EventTypeNormal, Reason: ReasonStopping,
+		Message: fmt.Sprintf("Stopping workspace %s: %s.", workspace.ID(serving), workspace.StopMessage(reason)),
+	}}}
+}
+
+func planStart(pods, gated, running []*corev1.Pod, t Target, now time.Time) Move {
+	stopped := gated[0]
+	if len(running) > 0 {
+		// A stop undone before its running pod went, or a start on the latest version whose new
+		// pod exists: the stopped pod has served its purpose.
+		keep := workspace.Active(running)
+		a := Action{Kind: DeletePod, Pod: gated[len(gated)-1], Keep: keep}
+		if keep.Annotations[workspace.AnnStartedFromUID] == string(a.Pod.UID) {
+			a.EventType, a.Reason = corev1.EventTypeNormal, ReasonStarted
+			a.Message = fmt.Sprintf("Workspace %s started on version %s as pod %s.", workspace.ID(keep), workspace.TemplateVersion(keep), keep.Name)
+		}
+		return Move{State: "Starting", Hold: true, Actions: []Action{a}}
+	}
+	if len(gated) > 1 {
+		return Move{State: "Starting", Hold: true, Actions: []Action{{Kind: DeletePod, Pod: gated[len(gated)-1], Keep: stopped}}}
+	}
+	if reason, ok := workspace.InMaintenance(pods); ok {
+		return Move{State: "StartHeldForMaintenance", Hold: true, Actions: []Action{{Kind: EventOnly, Pod: stopped,
+			EventType: corev1.EventTypeNormal, Reason: ReasonStartHeld,
+			Message: fmt.Sprintf("Start of workspace %s waits: it is in maintenance (%s); it starts when the maintenance is lifted.", workspace.ID(stopped), reason)}}}
+	}
+	if t.Found && t.Version != "" && t.Version != workspace.TemplateVersion(stopped) && startOnLatest(stopped, t) {
+		name := StartedPodName(stopped, t.Version)
+		return Move{State: "Starting", Hold: true, Actions: []Action{{
+			Kind: CreateStartedPod, Pod: stopped, Name: name,
+			Set:       map[string]string{workspace.AnnStartedFromUID: string(stopped.UID)},
+			EventType: corev1.EventTypeNormal, Reason: ReasonStarting,
+			Message: fmt.Sprintf("Starting workspace %s on the template's latest version %s (was %s) as pod %s.", workspace.ID(stopped), t.Version, workspace.TemplateVersion(stopped), name),
+		}}}
+	}
+	return Move{State: "Starting", Hold: true, Actions: []Action{{
+		Kind: Ungate, Pod: stopped,
+		EventType: corev1.EventTypeNormal, Reason: ReasonStarted,
+		Message: fmt.Sprintf("Workspace %s started: pod %s (version %s) is released to the scheduler.", workspace.ID(stopped), stopped.Name, workspace.TemplateVersion(stopped)),
+	}}}
+}
+
+// startOnLatest: the pod's update policy (else the template's) is on-start, or an upgrade was
+// requested before the stop (the stop pre-empted it; the start honours it).
+func startOnLatest(stopped *corev1.Pod, t Target) bool {
+	if stopped.Annotations[workspace.AnnUpgradeRequested] != "" {
+		return true
+	}
+	if v, ok := stopped.Annotations[updatePolicyKey]; ok {
+		return v == policyOnStart
+	}
+	return t.Annotations[updatePolicyKey] == policyOnStart
+}
+
+func planCull(pods, running []*corev1.Pod, t Target, now time.Time, cfg Config) Move {
+	timeout, _ := IdleTimeout(t.Annotations, cfg.IdleTimeout)
+	if timeout <= 0 {
+		return Move{State: "Running"}
+	}
+	if upgradeStarted(pods) != nil {
+		return Move{State: "Running"}
+	}
+	if _, ok := workspace.InMaintenance(pods); ok {
+		// An operator's hold: the operator decides when it runs.
+		return Move{State: "Running"}
+	}
+	p := workspace.Active(running)
+	since := IdleSince(p)
+	idle := now.Sub(since)
+	if idle < timeout {
+		return Move{State: "Running", RequeueAfter: timeout - idle}
+	}
+	reason := fmt.Sprintf("stopped after %s without activity (idle timeout %s)", idle.Truncate(time.Second), timeout)
+	return Move{State: "Idle", Hold: true, Actions: []Action{{
+		Kind: PatchPod, Pod: p, Set: map[string]string{workspace.AnnStopRequested: reason}, Culled: true,
+		EventType: corev1.EventTypeNormal, Reason: ReasonCulled,
+		Message: fmt.Sprintf("Workspace %s %s; start it to use it again.", workspace.ID(p), reason),
+	}}}
+}
