@@ -64,6 +64,15 @@ type options struct {
 	auth              auth.Options
 	templatePolicy    templates.PolicyFlags
 	ui                uiOptions
+	updates           updateOptions
+}
+
+// updateOptions are the flags of the update policies and the template history.
+type updateOptions struct {
+	interval     time.Duration
+	perInterval  int
+	idleAfter    time.Duration
+	historyLimit int
 }
 
 // proxyLimits are the proxy's bounds on what a workspace pod and a client may make it hold.
@@ -122,6 +131,10 @@ func main() {
 	flag.StringVar(&o.ui.oidcRedirectURL, "ui-oidc-redirect-url", "", "With --auth=oidc: the UI's /login/callback URL as registered with the provider; turns on single sign-on (authorization code + PKCE).")
 	flag.StringVar(&o.ui.oidcSecretFile, "ui-oidc-client-secret-file", "", "File holding the OIDC client secret for the UI's login (empty: a public client, PKCE only).")
 	flag.StringVar(&o.ui.oidcScopes, "ui-oidc-scopes", "profile,email", "Comma-separated scopes the UI's login requests besides openid (e.g. add groups).")
+	flag.DurationVar(&o.updates.interval, "update-policy-interval", time.Minute, "How often the update policies (when-idle, window) of every workspace are evaluated.")
+	flag.IntVar(&o.updates.perInterval, "auto-upgrades-per-interval", 10, "Automatic (policy) upgrades requested at most per --update-policy-interval; they also wait for --max-concurrent-upgrades.")
+	flag.DurationVar(&o.updates.idleAfter, "idle-after", 30*time.Minute, "How long a workspace must have had no activity before the when-idle policy upgrades it.")
+	flag.IntVar(&o.updates.historyLimit, "template-history-limit", templates.DefaultHistoryLimit, "Versions of each template kept (current included) for rollbacks, as ConfigMaps nogoo9-history-*.")
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -183,6 +196,7 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("set up templates: %w", err)
 	}
+	history := &templates.History{Reader: mgr.GetAPIReader(), Namespace: o.namespace, Policy: policy}
 	var spawn *spawner.Spawner
 	if components["api"] {
 		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser})
@@ -250,8 +264,18 @@ func run(o options) error {
 		}
 		if err := controllers.SetupWorkspaceReconciler(mgr, registry, controllers.UpgradeOptions{
 			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, Timeout: o.upgradeTimeout, Keys: keys,
+			History: history,
 		}); err != nil {
 			return fmt.Errorf("set up upgrade controller: %w", err)
+		}
+		// Update policies and template history (issue 15): leader only.
+		if err := controllers.SetupPolicyRunner(mgr, registry, controllers.PolicyOptions{
+			Interval: o.updates.interval, PerInterval: o.updates.perInterval, MaxInFlight: o.maxConcurrentUpgr, IdleAfter: o.updates.idleAfter,
+		}); err != nil {
+			return fmt.Errorf("set up update policies: %w", err)
+		}
+		if err := controllers.SetupHistoryRecorder(mgr, registry, o.namespace, o.updates.historyLimit); err != nil {
+			return fmt.Errorf("set up template history: %w", err)
 		}
 	}
 

@@ -59,17 +59,23 @@ func FromHistory(cm *corev1.ConfigMap, policy Policy) (*Template, error) {
 	name := cm.Labels[workspace.LabelTemplateHistory]
 	version := cm.Annotations[workspace.AnnTemplateVersion]
 	if name == "" || version == "" || cm.Name != HistoryName(name, version) {
-		return nil, fmt.Errorf("ConfigMap %s is not a template history entry nogoo9 wrote (its name does not match its %s label and version): delete it", cm.Name, workspace.LabelTemplateHistory)
+		return nil, &HistoryError{fmt.Errorf("ConfigMap %s is not a template history entry nogoo9 wrote (its name does not match its %s label and version): delete it", cm.Name, workspace.LabelTemplateHistory)}
 	}
 	t, err := Decode(name, "history:"+cm.Namespace+"/"+cm.Name, cm.Annotations, cm.Data)
 	if err != nil {
-		return nil, fmt.Errorf("kept version %s of template %s does not decode: %w", version, name, err)
+		return nil, &HistoryError{fmt.Errorf("kept version %s of template %s does not decode: %w", version, name, err)}
 	}
 	if err := policy.Check(t); err != nil {
-		return nil, fmt.Errorf("kept version %s of template %s violates the template policy: %w", version, name, err)
+		return nil, &HistoryError{fmt.Errorf("kept version %s of template %s violates the template policy: %w", version, name, err)}
 	}
 	return t, nil
 }
+
+// HistoryError is FromHistory's refusal of a kept version: permanent, nothing is built from it.
+type HistoryError struct{ Err error }
+
+func (e *HistoryError) Error() string { return e.Err.Error() }
+func (e *HistoryError) Unwrap() error { return e.Err }
 
 // VersionInfo describes one kept version of a template, as list_templates shows it.
 type VersionInfo struct {
