@@ -36,6 +36,12 @@ type Info struct {
 	// CreatedAt is the creation time of the oldest pod the workspace has now (after an upgrade,
 	// that of the upgraded pod).
 	CreatedAt time.Time `json:"createdAt"`
+	// Pinned is true when nogoo9/pinned is "true" on the active pod (updates area).
+	Pinned bool `json:"pinned,omitempty"`
+	// UpdatePolicy and UpdateWindow are the workspace's own nogoo9/update-policy and
+	// nogoo9/update-window ("" when it follows its template's).
+	UpdatePolicy string `json:"updatePolicy,omitempty"`
+	UpdateWindow string `json:"updateWindow,omitempty"`
 }
 
 // Describe builds the Info of one workspace from all of its pods (any order; not reordered) and
@@ -65,6 +71,9 @@ func Describe(pods []*corev1.Pod, latestVersion string, now time.Time) Info {
 		LastUpgradeError:      active.Annotations[AnnLastUpgradeError],
 		UpgradePod:            active.Annotations[AnnUpgradePod],
 		CreatedAt:             oldest.CreationTimestamp.Time,
+		Pinned:                active.Annotations[AnnPinned] == "true",
+		UpdatePolicy:          active.Annotations[AnnUpdatePolicy],
+		UpdateWindow:          active.Annotations[AnnUpdateWindow],
 	}
 	if info.Name == "" {
 		info.Name = info.ID
