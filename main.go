@@ -221,8 +221,8 @@ func run(o options) error {
 			Addr: o.apiAddr, Namespace: o.namespace, Version: version, Auth: authn,
 			Templates: frontend.FromRegistry(registry), Spawner: frontend.FromSpawner(spawn.Spawn),
 			PublicURL: o.publicURL, Issuer: issuer, AllowedHosts: splitList(o.mcpAllowedHosts),
-			MaxFollowsPerUser: o.maxFollows,
-			UI:                uiSetup(ctx, mgr, o, authn, registry, components["proxy"]),
+			MaxFollowsPerUser: o.maxFollows, History: history,
+			UI: uiSetup(ctx, mgr, o, authn, registry, components["proxy"]),
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
 		}

@@ -45,6 +45,12 @@ var routes = []struct {
 	{"PUT /api/v1/workspaces/{id}/maintenance", (*rest).setMaintenance},
 	{"DELETE /api/v1/workspaces/{id}/maintenance", (*rest).clearMaintenance},
 	{"POST /api/v1/upgrade-all", (*rest).upgradeAll},
+	{"PUT /api/v1/workspaces/{id}/pin", (*rest).pin},
+	{"DELETE /api/v1/workspaces/{id}/pin", (*rest).unpin},
+	{"PUT /api/v1/workspaces/{id}/update-policy", (*rest).setUpdatePolicy},
+	{"DELETE /api/v1/workspaces/{id}/update-policy", (*rest).clearUpdatePolicy},
+	{"GET /api/v1/templates/{name}/history", (*rest).templateHistory},
+	{"POST /api/v1/templates/{name}/rollback", (*rest).rollbackTemplate},
 }
 
 // NewREST returns the /api/v1 handler. It expects the caller in the request context (wrap it with
@@ -206,6 +212,9 @@ func (h *rest) delete(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *rest) upgrade(w http.ResponseWriter, r *http.Request) {
+	if h.upgradeWith(w, r) {
+		return
+	}
 	res, err := h.svc.Upgrade(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, r, err)

@@ -43,6 +43,8 @@ type Options struct {
 	MaxFollowsPerUser int
 	// UI, when set, builds the web UI over the front end's service; it is served at /.
 	UI func(*frontend.Service) (http.Handler, error)
+	// History reads kept template versions (rollback, list_templates); nil: none.
+	History frontend.HistoryReader
 
 	ui http.Handler
 }
@@ -87,6 +89,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 	svc, err := frontend.New(frontend.Config{
 		Namespace: o.Namespace, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Events: cs,
 		Templates: o.Templates, Spawner: o.Spawner, Pods: pods, MaxFollowsPerUser: o.MaxFollowsPerUser,
+		History: o.History,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/podcache"
+	"github.com/nogoo9/no-crd/pkg/updatepolicy"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -68,6 +69,8 @@ type Config struct {
 	UpgradeAllWorkers int
 	// MaxFollowsPerUser caps one user's concurrent event follows (DefaultMaxFollowsPerUser when 0).
 	MaxFollowsPerUser int
+	// History reads kept template versions (rollback, list_templates); nil: none are kept.
+	History HistoryReader
 }
 
 // Service is the front end's operations. Every method takes the caller from ctx (auth.CallerFrom)
@@ -117,6 +120,13 @@ func (s *Service) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
 	}
 	out := s.cfg.Templates.Infos()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if s.cfg.History != nil {
+		for i := range out {
+			if h, err := s.cfg.History.Versions(ctx, out[i].Name); err == nil {
+				out[i].History = h
+			}
+		}
+	}
 	return out, nil
 }
 
@@ -448,6 +458,9 @@ func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResu
 		res.Status = "upToDate"
 		return res, nil
 	}
+	if updatepolicy.IsPinned(active) {
+		return nil, errorf(CodeConflict, "workspace %q is pinned to version %s: unpin it first, then upgrade it", id, res.From)
+	}
 	podName := workspace.NextPodName(active, t.Version)
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
 		workspace.AnnUpgradeRequested: s.cfg.Now().UTC().Format(time.RFC3339),
@@ -514,6 +527,10 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 	var skipped []UpgradeResult
 	kept := todo[:0]
 	for _, g := range todo {
+		if r, ok := pinnedSkip(g, s.latestVersion(memo, g)); ok {
+			skipped = append(skipped, r)
+			continue
+		}
 		if reason, ok := workspace.InMaintenance(g); ok {
 			a := workspace.Active(g)
 			skipped = append(skipped, UpgradeResult{ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped",
