@@ -73,6 +73,7 @@ type updateOptions struct {
 	perInterval  int
 	idleAfter    time.Duration
 	historyLimit int
+	retryAfter   time.Duration
 }
 
 // proxyLimits are the proxy's bounds on what a workspace pod and a client may make it hold.
@@ -134,6 +135,7 @@ func main() {
 	flag.DurationVar(&o.updates.interval, "update-policy-interval", time.Minute, "How often the update policies (when-idle, window) of every workspace are evaluated.")
 	flag.IntVar(&o.updates.perInterval, "auto-upgrades-per-interval", 10, "Automatic (policy) upgrades requested at most per --update-policy-interval; they also wait for --max-concurrent-upgrades.")
 	flag.DurationVar(&o.updates.idleAfter, "idle-after", 30*time.Minute, "How long a workspace must have had no activity before the when-idle policy upgrades it.")
+	flag.DurationVar(&o.updates.retryAfter, "auto-upgrade-retry-after", time.Hour, "How long after a failed upgrade an update policy may try the workspace's upgrade again.")
 	flag.IntVar(&o.updates.historyLimit, "template-history-limit", templates.DefaultHistoryLimit, "Versions of each template kept (current included) for rollbacks, as ConfigMaps nogoo9-history-*.")
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -271,6 +273,7 @@ func run(o options) error {
 		// Update policies and template history (issue 15): leader only.
 		if err := controllers.SetupPolicyRunner(mgr, registry, controllers.PolicyOptions{
 			Interval: o.updates.interval, PerInterval: o.updates.perInterval, MaxInFlight: o.maxConcurrentUpgr, IdleAfter: o.updates.idleAfter,
+			RetryAfter: o.updates.retryAfter,
 		}); err != nil {
 			return fmt.Errorf("set up update policies: %w", err)
 		}

@@ -39,6 +39,9 @@ type PolicyOptions struct {
 	MaxInFlight int
 	// IdleAfter is the when-idle threshold (--idle-after).
 	IdleAfter time.Duration
+	// RetryAfter is how long after a failed upgrade an automatic one is tried again
+	// (--auto-upgrade-retry-after).
+	RetryAfter time.Duration
 	// Now is the clock (time.Now by default).
 	Now func() time.Time
 }
@@ -77,6 +80,9 @@ func (p *PolicyRunner) defaults() {
 	}
 	if p.Opts.IdleAfter <= 0 {
 		p.Opts.IdleAfter = 30 * time.Minute
+	}
+	if p.Opts.RetryAfter <= 0 {
+		p.Opts.RetryAfter = time.Hour
 	}
 	if p.Opts.Now == nil {
 		p.Opts.Now = time.Now
@@ -170,7 +176,9 @@ func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 			Busy:        inFlight || intent,
 			Maintenance: pod.Annotations[workspace.AnnMaintenance] != "",
 			Ready:       ready, ReadySince: since,
-			IdleAfter: p.Opts.IdleAfter,
+			IdleAfter:    p.Opts.IdleAfter,
+			LastFailedAt: updatepolicy.FailedAt(pod.Annotations[workspace.AnnLastUpgradeError]),
+			RetryAfter:   p.Opts.RetryAfter,
 		}
 		in.LastActivity, in.HasLastActivity = pod.Annotations[workspace.AnnLastActivity]
 		if intent && !inFlight && pod.Annotations[workspace.AnnAutoUpgrade] != "" && pod.Annotations[workspace.AnnTargetVersion] == "" {

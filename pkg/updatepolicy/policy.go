@@ -114,6 +114,11 @@ type Input struct {
 	HasLastActivity bool
 	// IdleAfter is the idle threshold of when-idle.
 	IdleAfter time.Duration
+	// LastFailedAt is when the workspace's last upgrade failed (nogoo9/last-upgrade-error), zero
+	// when none did; no automatic upgrade is tried again before RetryAfter has passed since, so a
+	// version that cannot start is not retried in a loop.
+	LastFailedAt time.Time
+	RetryAfter   time.Duration
 }
 
 // Decision is Decide's answer.
@@ -154,6 +159,10 @@ func Decide(in Input, now time.Time) Decision {
 	}
 	if in.Maintenance {
 		d.Reason = "the workspace is in maintenance; automatic upgrades wait until it is lifted"
+		return d
+	}
+	if !in.LastFailedAt.IsZero() && now.Sub(in.LastFailedAt) < in.RetryAfter {
+		d.Reason = fmt.Sprintf("its last upgrade failed at %s; automatic upgrades try again after %s", in.LastFailedAt.UTC().Format(time.RFC3339), in.RetryAfter)
 		return d
 	}
 	switch p {
@@ -219,4 +228,19 @@ func StartOnLatest(s Settings) (bool, error) {
 		return false, err
 	}
 	return p == OnStart, nil
+}
+
+// FailedAt reads the time of a nogoo9/last-upgrade-error value ("Upgrade failed at <RFC 3339>:
+// ..."); zero when there is none or it does not parse.
+func FailedAt(lastUpgradeError string) time.Time {
+	rest, ok := strings.CutPrefix(lastUpgradeError, "Upgrade failed at ")
+	if !ok {
+		return time.Time{}
+	}
+	at, _, _ := strings.Cut(rest, ": ")
+	t, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }

@@ -91,6 +91,16 @@ func TestDecide(t *testing.T) {
 		{name: "an unreadable pin counts as pinned and says so", in: with(ready(time.Hour), Settings{TemplatePolicy: "when-idle", Pinned: "yes please", HasPinned: true}), policy: WhenIdle, reason: "pinned", err: true},
 		{name: "pinned=false is not pinned", in: with(ready(time.Hour), Settings{TemplatePolicy: "when-idle", Pinned: "false", HasPinned: true}), upgrade: true, policy: WhenIdle},
 		{name: "maintenance waits", in: func() Input { i := with(ready(time.Hour), idle); i.Maintenance = true; return i }(), policy: WhenIdle, reason: "maintenance"},
+		{name: "a recent failed upgrade is not retried automatically", in: func() Input {
+			i := with(ready(time.Hour), idle)
+			i.LastFailedAt, i.RetryAfter = FailedAt("Upgrade failed at "+now.Add(-time.Minute).Format(time.RFC3339)+": ImagePullFailed: x"), time.Hour
+			return i
+		}(), policy: WhenIdle, reason: "try again after 1h0m0s"},
+		{name: "an old failed upgrade is retried", in: func() Input {
+			i := with(ready(time.Hour), idle)
+			i.LastFailedAt, i.RetryAfter = now.Add(-2*time.Hour), time.Hour
+			return i
+		}(), upgrade: true, policy: WhenIdle},
 		{name: "when-idle: no activity recorded and Ready long enough is idle", in: with(ready(10*time.Minute), idle), upgrade: true, policy: WhenIdle, reason: "no activity was recorded since"},
 		{name: "when-idle: no activity recorded but Ready only briefly waits", in: with(ready(9*time.Minute), idle), policy: WhenIdle, reason: "not been Ready for 10m0s"},
 		{name: "when-idle: not Ready waits", in: with(Input{Outdated: true, IdleAfter: time.Minute}, idle), policy: WhenIdle, reason: "not Ready"},
