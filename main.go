@@ -65,6 +65,7 @@ type options struct {
 	templatePolicy    templates.PolicyFlags
 	ui                uiOptions
 	lifecycle         lifecycleOptions
+	updates           updateOptions
 }
 
 // lifecycleOptions are the flags of stop, start and idle culling (docs/lifecycle.md).
@@ -72,6 +73,15 @@ type lifecycleOptions struct {
 	idleTimeout      time.Duration
 	activityInterval time.Duration
 	maxStopped       int
+}
+
+// updateOptions are the flags of the update policies and the template history.
+type updateOptions struct {
+	interval     time.Duration
+	perInterval  int
+	idleAfter    time.Duration
+	historyLimit int
+	retryAfter   time.Duration
 }
 
 // proxyLimits are the proxy's bounds on what a workspace pod and a client may make it hold.
@@ -130,6 +140,11 @@ func main() {
 	flag.StringVar(&o.ui.oidcRedirectURL, "ui-oidc-redirect-url", "", "With --auth=oidc: the UI's /login/callback URL as registered with the provider; turns on single sign-on (authorization code + PKCE).")
 	flag.StringVar(&o.ui.oidcSecretFile, "ui-oidc-client-secret-file", "", "File holding the OIDC client secret for the UI's login (empty: a public client, PKCE only).")
 	flag.StringVar(&o.ui.oidcScopes, "ui-oidc-scopes", "profile,email", "Comma-separated scopes the UI's login requests besides openid (e.g. add groups).")
+	flag.DurationVar(&o.updates.interval, "update-policy-interval", time.Minute, "How often the update policies (when-idle, window) of every workspace are evaluated.")
+	flag.IntVar(&o.updates.perInterval, "auto-upgrades-per-interval", 10, "Automatic (policy) upgrades requested at most per --update-policy-interval; they also wait for --max-concurrent-upgrades.")
+	flag.DurationVar(&o.updates.idleAfter, "idle-after", 30*time.Minute, "How long a workspace must have had no activity before the when-idle policy upgrades it.")
+	flag.DurationVar(&o.updates.retryAfter, "auto-upgrade-retry-after", time.Hour, "How long after a failed upgrade an update policy may try the workspace's upgrade again.")
+	flag.IntVar(&o.updates.historyLimit, "template-history-limit", templates.DefaultHistoryLimit, "Versions of each template kept (current included) for rollbacks, as ConfigMaps nogoo9-history-*.")
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	flag.DurationVar(&o.lifecycle.idleTimeout, "idle-timeout", 0, "Stop a workspace after this long without activity through the proxy, unless its template sets nogoo9/idle-timeout (0, the default: never).")
 	flag.DurationVar(&o.lifecycle.activityInterval, "activity-write-interval", proxy.DefaultActivityInterval, "Least time between two writes of nogoo9/last-activity for one workspace, across proxy replicas.")
@@ -198,6 +213,7 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("set up templates: %w", err)
 	}
+	history := &templates.History{Reader: mgr.GetAPIReader(), Namespace: o.namespace, Policy: policy}
 	var spawn *spawner.Spawner
 	if components["api"] {
 		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser, MaxStoppedPerUser: o.lifecycle.maxStopped})
@@ -224,6 +240,7 @@ func run(o options) error {
 			PublicURL: o.publicURL, Issuer: issuer, AllowedHosts: splitList(o.mcpAllowedHosts),
 			MaxFollowsPerUser: o.maxFollows,
 			Quota:             spawn,
+			History:           history,
 			UI:                uiSetup(ctx, mgr, o, authn, registry, components["proxy"]),
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
@@ -278,8 +295,19 @@ func run(o options) error {
 		if err := controllers.SetupWorkspaceReconciler(mgr, registry, controllers.UpgradeOptions{
 			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, Timeout: o.upgradeTimeout, Keys: keys,
 			Lifecycle: controllers.LifecycleOptions{IdleTimeout: o.lifecycle.idleTimeout},
+			History:   history,
 		}); err != nil {
 			return fmt.Errorf("set up upgrade controller: %w", err)
+		}
+		// Update policies and template history (issue 15): leader only.
+		if err := controllers.SetupPolicyRunner(mgr, registry, controllers.PolicyOptions{
+			Interval: o.updates.interval, PerInterval: o.updates.perInterval, MaxInFlight: o.maxConcurrentUpgr, IdleAfter: o.updates.idleAfter,
+			RetryAfter: o.updates.retryAfter,
+		}); err != nil {
+			return fmt.Errorf("set up update policies: %w", err)
+		}
+		if err := controllers.SetupHistoryRecorder(mgr, registry, o.namespace, o.updates.historyLimit); err != nil {
+			return fmt.Errorf("set up template history: %w", err)
 		}
 	}
 

@@ -42,7 +42,7 @@ const (
 // changing this table on purpose.
 var allowedRole = map[string][]string{
 	"/pods":                      {"create", "delete", "get", "list", "patch", "watch"},
-	"/configmaps":                {"create", "get", "list", "update", "watch"},
+	"/configmaps":                {"create", "delete", "get", "list", "update", "watch"},
 	"/persistentvolumeclaims":    {"create", "delete", "get", "list", "watch"},
 	"/events":                    {"create", "list", "patch", "watch"},
 	"events.k8s.io/events":       {"create", "patch"},

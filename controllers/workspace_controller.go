@@ -105,6 +105,9 @@ type UpgradeOptions struct {
 	Keys *upgrade.Keyring
 	// Lifecycle tunes stop, start and idle culling.
 	Lifecycle LifecycleOptions
+	// History reads kept earlier template versions for a rollback to one (nogoo9/target-version);
+	// nil: such a request fails with TemplateVersionNotKept.
+	History HistorySource
 }
 
 func (o *UpgradeOptions) defaults() {
@@ -251,7 +254,10 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		return reconcile.Result{}, nil
 	}
 	target := upgrade.Target{Name: tmplName}
-	tmpl, found := r.Templates.Get(tmplName)
+	tmpl, found, done, err := r.resolveTemplate(ctx, req.NamespacedName, obs, tmplName, r.Opts.Now())
+	if err != nil || done {
+		return reconcile.Result{}, err
+	}
 	if !found && !templatesSynced(r.Templates) {
 		// Until the registry has loaded every template, "not found" means "not loaded yet": a plan
 		// made now would fail a pending upgrade with TemplateNotFound. Come back once it has.

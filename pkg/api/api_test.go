@@ -325,6 +325,17 @@ func TestMCPToolsAsOwnerAndAdmin(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(p.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested))
 	})
+	t.Run("upgrade_workspace with dryRun says an upgrade to a version that does not render would fail, and writes nothing", func(t *testing.T) {
+		// The test's template has no spec: rendering it fails, as a broken version would. (The
+		// e2e spec "Updates: pin, dry run, ..." previews a real version with its changes.)
+		g := NewWithT(t)
+		g.Expect(call(t, alice, "upgrade_workspace", map[string]any{"id": "my-project", "dryRun": true}, nil)).To(
+			And(ContainSubstring("does not render"), ContainSubstring("so an upgrade would fail")))
+		old, err := getPod(t, spawned.ActivePod)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(old.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested), "a dry run writes nothing")
+		g.Expect(call(t, alice, "upgrade_workspace", map[string]any{"id": "my-project", "version": "0.1"}, nil)).To(ContainSubstring("only admin users"))
+	})
 	t.Run("upgrade_workspace returns at once with the pod the controller will create, which does not exist yet", func(t *testing.T) {
 		g := NewWithT(t)
 		var r frontend.UpgradeResult

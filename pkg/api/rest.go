@@ -47,6 +47,12 @@ var routes = []struct {
 	{"POST /api/v1/upgrade-all", (*rest).upgradeAll},
 	{"POST /api/v1/workspaces/{id}/stop", (*rest).stop},
 	{"POST /api/v1/workspaces/{id}/start", (*rest).start},
+	{"PUT /api/v1/workspaces/{id}/pin", (*rest).pin},
+	{"DELETE /api/v1/workspaces/{id}/pin", (*rest).unpin},
+	{"PUT /api/v1/workspaces/{id}/update-policy", (*rest).setUpdatePolicy},
+	{"DELETE /api/v1/workspaces/{id}/update-policy", (*rest).clearUpdatePolicy},
+	{"GET /api/v1/templates/{name}/history", (*rest).templateHistory},
+	{"POST /api/v1/templates/{name}/rollback", (*rest).rollbackTemplate},
 }
 
 // NewREST returns the /api/v1 handler. It expects the caller in the request context (wrap it with
@@ -208,6 +214,9 @@ func (h *rest) delete(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *rest) upgrade(w http.ResponseWriter, r *http.Request) {
+	if h.upgradeWith(w, r) {
+		return
+	}
 	res, err := h.svc.Upgrade(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, r, err)

@@ -45,6 +45,8 @@ type Options struct {
 	Quota frontend.LifecycleQuota
 	// UI, when set, builds the web UI over the front end's service; it is served at /.
 	UI func(*frontend.Service) (http.Handler, error)
+	// History reads kept template versions (rollback, list_templates); nil: none.
+	History frontend.HistoryReader
 
 	ui http.Handler
 }
@@ -89,7 +91,8 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 	svc, err := frontend.New(frontend.Config{
 		Namespace: o.Namespace, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Events: cs,
 		Templates: o.Templates, Spawner: o.Spawner, Pods: pods, MaxFollowsPerUser: o.MaxFollowsPerUser,
-		Quota: o.Quota,
+		Quota:   o.Quota,
+		History: o.History,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)

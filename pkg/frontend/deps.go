@@ -16,6 +16,9 @@ type TemplateInfo struct {
 	Source      string `json:"source,omitempty"`
 	Valid       bool   `json:"valid"`
 	Error       string `json:"error,omitempty"`
+	// History is the kept versions, newest first (the current one included): what an admin can
+	// roll a workspace back to.
+	History []templates.VersionInfo `json:"history,omitempty"`
 }
 
 // Templates is what the front end needs of the template registry (templates.Registry); an

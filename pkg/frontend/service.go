@@ -17,6 +17,7 @@ import (
 
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/podcache"
+	"github.com/nogoo9/no-crd/pkg/updatepolicy"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -70,6 +71,8 @@ type Config struct {
 	MaxFollowsPerUser int
 	// Quota bounds stops and starts (the spawner); nil: no limits.
 	Quota LifecycleQuota
+	// History reads kept template versions (rollback, list_templates); nil: none are kept.
+	History HistoryReader
 }
 
 // Service is the front end's operations. Every method takes the caller from ctx (auth.CallerFrom)
@@ -119,6 +122,13 @@ func (s *Service) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
 	}
 	out := s.cfg.Templates.Infos()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if s.cfg.History != nil {
+		for i := range out {
+			if h, err := s.cfg.History.Versions(ctx, out[i].Name); err == nil {
+				out[i].History = h
+			}
+		}
+	}
 	return out, nil
 }
 
@@ -281,8 +291,7 @@ func (s *Service) GetWorkspace(ctx context.Context, id string) (*Workspace, erro
 	if err != nil {
 		return nil, err
 	}
-	w := describe(pods, s.latestVersion(map[string]string{}, pods), s.cfg.Now())
-	return &w, nil
+	return s.describeNow(pods), nil
 }
 
 // SpawnInput is what a caller gives to create a workspace.
@@ -450,6 +459,9 @@ func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResu
 		res.Status = "upToDate"
 		return res, nil
 	}
+	if updatepolicy.IsPinned(active) {
+		return nil, errorf(CodeConflict, "workspace %q is pinned to version %s: unpin it first, then upgrade it", id, res.From)
+	}
 	podName := workspace.NextPodName(active, t.Version)
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
 		workspace.AnnUpgradeRequested: s.cfg.Now().UTC().Format(time.RFC3339),
@@ -516,6 +528,10 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 	var skipped []UpgradeResult
 	kept := todo[:0]
 	for _, g := range todo {
+		if r, ok := pinnedSkip(g, s.latestVersion(memo, g)); ok {
+			skipped = append(skipped, r)
+			continue
+		}
 		if reason, ok := workspace.InMaintenance(g); ok {
 			a := workspace.Active(g)
 			skipped = append(skipped, UpgradeResult{ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped",
@@ -599,6 +615,5 @@ func (s *Service) SetMaintenance(ctx context.Context, id, reason string) (*Works
 		}
 		after[i] = q
 	}
-	w := describe(after, s.latestVersion(map[string]string{}, after), s.cfg.Now())
-	return &w, nil
+	return s.describeNow(after), nil
 }

@@ -31,6 +31,25 @@ type (
 		TimeoutSeconds int      `json:"timeoutSeconds,omitempty" jsonschema:"how long to follow, 1 to 300 seconds (default 60)"`
 		Until          []string `json:"until,omitempty" jsonschema:"stop following as soon as a new event with one of these reasons arrives, e.g. [UpgradeSucceeded, UpgradeFailed]"`
 	}
+	upgradeInput struct {
+		ID      string `json:"id" jsonschema:"the workspace id (see list_workspaces)"`
+		DryRun  bool   `json:"dryRun,omitempty" jsonschema:"write nothing: answer the strategy, whether the workspace is interrupted, and the changes between its pod and the new version's pod"`
+		Version string `json:"version,omitempty" jsonschema:"admins only: a kept earlier template version (list_templates shows the history) to roll the workspace back to; it is then pinned"`
+	}
+	upgradeOutput struct {
+		frontend.UpgradeResult
+		Preview *frontend.UpgradePreview `json:"preview,omitempty" jsonschema:"the dry run's answer (dryRun only)"`
+	}
+	upgradeAllInput struct {
+		Template string `json:"template,omitempty" jsonschema:"with version: only the workspaces of this template"`
+		Version  string `json:"version,omitempty" jsonschema:"with template: roll every workspace of the template to this kept version instead of upgrading to the latest"`
+	}
+	updateSettingsInput struct {
+		ID     string  `json:"id" jsonschema:"the workspace id"`
+		Pinned *bool   `json:"pinned,omitempty" jsonschema:"true pins the workspace to its version (no automatic upgrade, skipped by upgrade-all); false unpins it"`
+		Policy *string `json:"policy,omitempty" jsonschema:"the workspace's own update policy: manual, on-start, when-idle or window; empty: follow the template's"`
+		Window *string `json:"window,omitempty" jsonschema:"with policy window: the maintenance window, e.g. 'Sat 02:00-04:00 UTC'"`
+	}
 	maintenanceInput struct {
 		ID     string `json:"id" jsonschema:"the workspace id"`
 		Reason string `json:"reason,omitempty" jsonschema:"why the workspace is out of service; empty puts it back into service"`
@@ -122,20 +141,28 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		Name: "upgrade_workspace",
 		Description: "Upgrade one of your workspaces to its template's latest version. Returns at once with status \"upgrading\" and the name of the pod the controller " +
 			"creates; the workspace keeps serving until the new pod is Ready. Follow get_workspace_events (UpgradeSucceeded or UpgradeFailed). " +
-			"Status \"upToDate\" means there was nothing to do. A workspace in maintenance can be upgraded by an admin only (an error says so otherwise); the maintenance stays.",
-	}, func(ctx context.Context, _ *mcp.CallToolRequest, in idInput) (*mcp.CallToolResult, frontend.UpgradeResult, error) {
-		r, err := svc.Upgrade(ctx, in.ID)
-		if err != nil {
-			return nil, frontend.UpgradeResult{}, err
-		}
-		return nil, *r, nil
+			"Status \"upToDate\" means there was nothing to do. A workspace in maintenance can be upgraded by an admin only (an error says so otherwise); the maintenance stays. " +
+			"A pinned workspace is refused until it is unpinned. With dryRun nothing is written: the answer's preview says the strategy (SideBySide or Recreate, and why), " +
+			"whether the workspace is interrupted, and each change (images, env, ports, resources, volumes). Admins may give version to roll back to a kept earlier version.",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in upgradeInput) (*mcp.CallToolResult, upgradeOutput, error) {
+		return upgradeWorkspace(ctx, svc, in)
 	})
 
 	mcp.AddTool(s, &mcp.Tool{
-		Name:        "upgrade_all_workspaces",
-		Description: "Admins only: request an upgrade of every outdated workspace of every user. Returns at once, one entry per outdated workspace; the controller upgrades them at a bounded rate. Workspaces in maintenance are skipped (status \"skipped\" with the reason).",
-	}, func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, upgradesOutput, error) {
-		r, err := svc.UpgradeAll(ctx)
+		Name: "upgrade_all_workspaces",
+		Description: "Admins only: request an upgrade of every outdated workspace of every user. Returns at once, one entry per outdated workspace; the controller upgrades them at a bounded rate. Workspaces in maintenance and pinned workspaces are skipped (status \"skipped\" with the reason). " +
+			"With template and version, rolls every workspace of that template to that kept version instead (list_templates shows the history).",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in upgradeAllInput) (*mcp.CallToolResult, upgradesOutput, error) {
+		var r []frontend.UpgradeResult
+		var err error
+		switch {
+		case in.Version != "" && in.Template != "":
+			r, err = svc.RollbackTemplate(ctx, in.Template, in.Version)
+		case in.Version != "" || in.Template != "":
+			err = &frontend.Error{Code: frontend.CodeInvalid, Message: "give template and version together to roll a template's workspaces back, or neither to upgrade every outdated workspace"}
+		default:
+			r, err = svc.UpgradeAll(ctx)
+		}
 		if r == nil {
 			r = []frontend.UpgradeResult{}
 		}
@@ -175,6 +202,14 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 			return nil, frontend.Workspace{}, err
 		}
 		return nil, *w, nil
+	})
+
+	mcp.AddTool(s, &mcp.Tool{
+		Name: "set_workspace_update",
+		Description: "Your workspace's (or, for admins, any workspace's) update settings: pinned (never upgraded automatically, skipped by upgrade-all) and its own update policy " +
+			"(manual, on-start, when-idle, window with a window such as 'Sat 02:00-04:00 UTC'; empty follows the template). Fields you leave out stay as they are. Returns the workspace after the change.",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in updateSettingsInput) (*mcp.CallToolResult, frontend.Workspace, error) {
+		return updateSettings(ctx, svc, in)
 	})
 
 	mcp.AddTool(s, &mcp.Tool{
@@ -293,4 +328,53 @@ func mustSchema[T any]() *jsonschema.Schema {
 		panic(fmt.Sprintf("schema of %T: %v", *new(T), err))
 	}
 	return s
+}
+
+func upgradeWorkspace(ctx context.Context, svc *frontend.Service, in upgradeInput) (*mcp.CallToolResult, upgradeOutput, error) {
+	if in.DryRun {
+		p, err := svc.PreviewUpgrade(ctx, in.ID, in.Version)
+		if err != nil {
+			return nil, upgradeOutput{}, err
+		}
+		return nil, upgradeOutput{UpgradeResult: frontend.UpgradeResult{ID: p.ID, Owner: p.Owner, Status: p.Status, From: p.From, To: p.To}, Preview: p}, nil
+	}
+	var r *frontend.UpgradeResult
+	var err error
+	if in.Version != "" {
+		r, err = svc.Rollback(ctx, in.ID, in.Version)
+	} else {
+		r, err = svc.Upgrade(ctx, in.ID)
+	}
+	if err != nil {
+		return nil, upgradeOutput{}, err
+	}
+	return nil, upgradeOutput{UpgradeResult: *r}, nil
+}
+
+func updateSettings(ctx context.Context, svc *frontend.Service, in updateSettingsInput) (*mcp.CallToolResult, frontend.Workspace, error) {
+	var w *frontend.Workspace
+	var err error
+	if in.Policy != nil || in.Window != nil {
+		p := frontend.UpdatePolicyInput{}
+		if in.Policy != nil {
+			p.Policy = *in.Policy
+		}
+		if in.Window != nil {
+			p.Window = *in.Window
+		}
+		if w, err = svc.SetUpdatePolicy(ctx, in.ID, p); err != nil {
+			return nil, frontend.Workspace{}, err
+		}
+	}
+	if in.Pinned != nil {
+		if w, err = svc.SetPinned(ctx, in.ID, *in.Pinned); err != nil {
+			return nil, frontend.Workspace{}, err
+		}
+	}
+	if w == nil {
+		if w, err = svc.GetWorkspace(ctx, in.ID); err != nil {
+			return nil, frontend.Workspace{}, err
+		}
+	}
+	return nil, *w, nil
 }

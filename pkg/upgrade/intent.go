@@ -2,6 +2,8 @@ package upgrade
 
 import (
 	"strings"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
 	"time"
 )
 
@@ -33,4 +35,12 @@ func ParseIntent(v string) Intent {
 		return Intent{Valid: true, At: t}
 	}
 	return Intent{Problem: "it is neither \"true\" nor an RFC 3339 time; set nogoo9/upgrade-requested=true to request an upgrade"}
+}
+
+// IntentKeys are the annotations of an upgrade request, removed together when it ends or is
+// refused: the intent, the recorded pod name and start, the target version of a rollback to an
+// earlier version, and the mark of an automatic (policy) request.
+func IntentKeys() []string {
+	return []string{workspace.AnnUpgradeRequested, workspace.AnnUpgradePod, workspace.AnnUpgradeStartedAt,
+		workspace.AnnTargetVersion, workspace.AnnAutoUpgrade}
 }

@@ -280,7 +280,7 @@ func planIdle(cur *corev1.Pod, obs Observed, target Target, now time.Time) Move 
 	if !ok {
 		return Move{State: StateIdle}
 	}
-	clearIntent := []string{workspace.AnnUpgradeRequested, workspace.AnnUpgradePod, workspace.AnnUpgradeStartedAt}
+	clearIntent := IntentKeys()
 	intent := ParseIntent(raw)
 	if !intent.Valid {
 		return Move{State: StateIdle, Actions: []Action{
@@ -363,7 +363,7 @@ func failStart(cur *corev1.Pod, reason, message string, now time.Time) Move {
 	return Move{State: StateIdle, Actions: []Action{
 		{Kind: PatchPod, Pod: cur,
 			Annotations: map[string]string{workspace.AnnLastUpgradeError: text},
-			Remove:      []string{workspace.AnnUpgradeRequested, workspace.AnnUpgradePod, workspace.AnnUpgradeStartedAt},
+			Remove:      IntentKeys(),
 			Result:      ResultFailed},
 		{Kind: Event, Pod: cur, EventType: corev1.EventTypeWarning, Reason: ReasonUpgradeFailed,
 			Message: fmt.Sprintf("Upgrade of pod %s failed: %s: %s.", cur.Name, reason, message)},

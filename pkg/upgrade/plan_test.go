@@ -65,7 +65,7 @@ func TestPlanStates(t *testing.T) {
 		return with(upgraded(old(claim("data")), sbsName, "uid-new", "v2", Recreate, t0), opts...)
 	}
 	rollbackName := workspace.UpgradePodName(testOwner, testID, "rollback@uid-new")
-	removeIntent := "remove=[nogoo9/upgrade-requested nogoo9/upgrade-pod nogoo9/upgrade-started-at]"
+	removeIntent := "remove=[nogoo9/upgrade-requested nogoo9/upgrade-pod nogoo9/upgrade-started-at nogoo9/target-version nogoo9/auto-upgrade]"
 	recordName := "PatchPod ws-old set=[nogoo9/upgrade-pod] remove=[]"
 	firstName := workspace.PodName(testOwner, testID)
 	afterDeadline := t0.Add(11 * time.Minute)

@@ -148,7 +148,7 @@ func planRollback(head *corev1.Pod, live []*corev1.Pod) Move {
 // the record of that pod's own upgrade and intent.
 var rollbackDropped = []string{
 	workspace.AnnUpgradeRequested, workspace.AnnUpgradePod, workspace.AnnUpgradeStartedAt,
-	workspace.AnnUpgradeFrom, workspace.AnnUpgradeFromUID, workspace.AnnUpgradeFromVersion,
+	workspace.AnnTargetVersion, workspace.AnnAutoUpgrade, workspace.AnnUpgradeFrom, workspace.AnnUpgradeFromUID, workspace.AnnUpgradeFromVersion,
 	workspace.AnnUpgradeStrategy, workspace.AnnRollbackSpec, workspace.AnnLastUpgradeError,
 	workspace.AnnUpgradeHMAC, "kubectl.kubernetes.io/last-applied-configuration",
 }
@@ -238,8 +238,10 @@ var (
 	identityLabels = []string{workspace.LabelType, workspace.LabelWorkspaceID, workspace.LabelUserSub}
 	// The ports are not identity: they follow the template version the pod is built from (a new
 	// version may move its server to another port); the paths, which users see, stay.
+	// The workspace's update choices (pin, policy, window) are its owner's or admin's, not the
+	// template's: they stay too.
 	identityAnnotations = []string{workspace.AnnOwner, workspace.AnnWorkspaceName, workspace.AnnWorkspacePath,
-		workspace.AnnPreviewPath}
+		workspace.AnnPreviewPath, workspace.AnnPinned, workspace.AnnUpdatePolicy, workspace.AnnUpdateWindow}
 )
 
 // PreserveIdentity copies owner, workspace id, name and routing paths from old onto p, so that no

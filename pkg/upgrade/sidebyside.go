@@ -59,7 +59,7 @@ func failSideBySide(head, old *corev1.Pod, f Failure, now, started time.Time) Mo
 	if old != nil {
 		m.Actions = append(m.Actions, Action{Kind: PatchPod, Pod: old,
 			Annotations: map[string]string{workspace.AnnLastUpgradeError: text},
-			Remove:      []string{workspace.AnnUpgradeRequested, workspace.AnnUpgradePod, workspace.AnnUpgradeStartedAt}})
+			Remove:      IntentKeys()})
 	}
 	target := head
 	if old != nil {

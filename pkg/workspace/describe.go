@@ -38,6 +38,12 @@ type Info struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// LastActivity is the active pod's nogoo9/last-activity (RFC 3339), as the proxy recorded it.
 	LastActivity string `json:"lastActivity,omitempty"`
+	// Pinned is true when nogoo9/pinned is "true" on the active pod (updates area).
+	Pinned bool `json:"pinned,omitempty"`
+	// UpdatePolicy and UpdateWindow are the workspace's own nogoo9/update-policy and
+	// nogoo9/update-window ("" when it follows its template's).
+	UpdatePolicy string `json:"updatePolicy,omitempty"`
+	UpdateWindow string `json:"updateWindow,omitempty"`
 }
 
 // Describe builds the Info of one workspace from all of its pods (any order; not reordered) and
@@ -68,6 +74,9 @@ func Describe(pods []*corev1.Pod, latestVersion string, now time.Time) Info {
 		UpgradePod:            active.Annotations[AnnUpgradePod],
 		CreatedAt:             oldest.CreationTimestamp.Time,
 		LastActivity:          active.Annotations[AnnLastActivity],
+		Pinned:                active.Annotations[AnnPinned] == "true",
+		UpdatePolicy:          active.Annotations[AnnUpdatePolicy],
+		UpdateWindow:          active.Annotations[AnnUpdateWindow],
 	}
 	if info.Name == "" {
 		info.Name = info.ID

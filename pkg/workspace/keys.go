@@ -134,7 +134,7 @@ const (
 // pod. Every other nogoo9/ label and annotation on pods and PVCs is nogoo9's bookkeeping: the
 // ValidatingAdmissionPolicy in config/admission lets only nogoo9's service account write it
 // (config/config_test.go checks the policy names exactly these keys).
-var PersonWritableKeys = []string{AnnUpgradeRequested, AnnMaintenance, AnnStopRequested}
+var PersonWritableKeys = []string{AnnUpgradeRequested, AnnMaintenance, AnnStopRequested, AnnPinned, AnnUpdatePolicy, AnnUpdateWindow}
 
 // Keys added for the integrity of upgrade bookkeeping (docs/upgrades.md, "Trust").
 const (

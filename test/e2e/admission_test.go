@@ -257,7 +257,7 @@ var _ = Describe("Admission from config/: Pod Security, nogoo9's bookkeeping key
 				for _, value := range []*string{ptr.To("forged"), nil} {
 					err := mergePatch(ctx, operator, target, field, map[string]*string{key: value})
 					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s %s=%v: want Forbidden, got %v", field, key, value, err)
-					Expect(err.Error()).To(And(ContainSubstring(key), ContainSubstring("only nogoo9"), ContainSubstring("nogoo9/upgrade-requested, nogoo9/maintenance and nogoo9/stop-requested")))
+					Expect(err.Error()).To(And(ContainSubstring(key), ContainSubstring("only nogoo9"), ContainSubstring("nogoo9/upgrade-requested, nogoo9/maintenance, nogoo9/stop-requested, nogoo9/pinned")))
 				}
 				// A key nogoo9 has not written yet cannot be added either.
 				if field == "annotations" {
@@ -334,6 +334,17 @@ var _ = Describe("Admission from config/: Pod Security, nogoo9's bookkeeping key
 		err = mergePatch(ctx, operator, ledger, "annotations", map[string]*string{"x": ptr.To("y")})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "an operator changing a ledger: %v", err)
 		Expect(operator.Delete(ctx, ledger)).To(Succeed(), "deleting a ledger resets it and stays allowed")
+
+		// A kept template version (the updates area's history) is nogoo9's to write, like a ledger.
+		kept := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: templates.HistoryName("node", "1"),
+			Labels: map[string]string{workspace.LabelTemplateHistory: "node"}, Annotations: map[string]string{workspace.AnnTemplateVersion: "1"}}}
+		err = operator.Create(ctx, kept.DeepCopy())
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "an operator forging a kept template version: %v", err)
+		Expect(err.Error()).To(ContainSubstring("kept template version"))
+		Expect(apierrors.IsForbidden(operator.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "innocent",
+			Labels: map[string]string{workspace.LabelTemplateHistory: "node"}}}))).To(BeTrue(), "a ConfigMap labelled as history")
+		Expect(manager.Create(ctx, kept)).To(Succeed())
+		Expect(operator.Delete(ctx, kept)).To(Succeed(), "deleting a kept version only forgets it")
 
 		tmpl := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "node",
 			Labels: map[string]string{workspace.LabelPodTemplate: "true"}, Annotations: map[string]string{workspace.AnnTemplateVersion: "1"}}}

@@ -253,6 +253,17 @@ var _ = Describe("API security: the access matrix", Ordered, Label(secMatrixLabe
 				},
 				expect: func(w secWho) secOutcome { return onMain(w, secAllowed(), secAllowed()) }},
 			"POST /api/v1/workspaces/{id}/start": {path: ws("/start"), expect: func(w secWho) secOutcome { return onMain(w, secAllowed(), secAllowed()) }},
+			// Updates area: pin, own policy, history, a template's rollback.
+			"PUT /api/v1/workspaces/{id}/pin":    {path: ws("/pin"), expect: func(w secWho) secOutcome { return onMain(w, secAllowed(), secAllowed()) }},
+			"DELETE /api/v1/workspaces/{id}/pin": {path: ws("/pin"), expect: func(w secWho) secOutcome { return onMain(w, secAllowed(), secAllowed()) }},
+			"PUT /api/v1/workspaces/{id}/update-policy": {path: ws("/update-policy"), body: func(secWho) string { return `{"policy":"manual"}` },
+				expect: func(w secWho) secOutcome { return onMain(w, secAllowed(), secAllowed()) }},
+			"DELETE /api/v1/workspaces/{id}/update-policy": {path: ws("/update-policy"), expect: func(w secWho) secOutcome { return onMain(w, secAllowed(), secAllowed()) }},
+			"GET /api/v1/templates/{name}/history":         {path: fixed("/api/v1/templates/mx/history"), expect: everyone},
+			"POST /api/v1/templates/{name}/rollback": {path: fixed("/api/v1/templates/mx/rollback"), body: func(secWho) string { return `{"version":"1.0"}` },
+				expect: func(w secWho) secOutcome {
+					return adminOnly(w, "only admin users can roll a template's workspaces back")
+				}},
 		}
 		var missing []string
 		for _, r := range api.Routes() {
@@ -353,7 +364,8 @@ var _ = Describe("API security: the access matrix", Ordered, Label(secMatrixLabe
 				}
 				return map[string]any{"id": fresh()}
 			}, refuse: onMain},
-			"start_workspace": {args: id, refuse: onMain},
+			"start_workspace":      {args: id, refuse: onMain},
+			"set_workspace_update": {args: id, refuse: onMain},
 		}
 		tools, err := sessions[secAdmin].ListTools(ctx, nil)
 		Expect(err).NotTo(HaveOccurred())

@@ -1,0 +1,103 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// The update-policy runner against a real API server, tick by tick with a fixed clock: automatic
+// requests are rated (per tick and by the concurrency cap) so that a backlog, as after an outage,
+// never starts all at once; a pin holds; a request the policy no longer wants is withdrawn.
+func TestPolicyRunnerRatesRequestsAndHonoursPinAndPolicyChanges(t *testing.T) {
+	_, c := startAPIServer(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC) // a Saturday
+	names := make([]string, 6)
+	for i := range names {
+		names[i] = fmt.Sprintf("ws-p%d", i)
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: "default",
+				Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: fmt.Sprintf("p%d", i),
+					workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "1"},
+				Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
+		}
+		if i == 5 {
+			pod.Annotations[workspace.AnnPinned] = "true"
+		}
+		if err := c.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}
+		if err := c.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := &fakeTemplates{}
+	tmpl := ideTemplate("2", "example.com/ide:2", "")
+	tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "when-idle"}
+	reg.set(tmpl)
+	r := &PolicyRunner{Client: c, Reader: c, Templates: reg, Recorder: record.NewFakeRecorder(1000),
+		Opts: PolicyOptions{PerInterval: 2, MaxInFlight: 3, IdleAfter: time.Minute, Now: func() time.Time { return now }}}
+
+	requested := func() (out []string) {
+		t.Helper()
+		var list corev1.PodList
+		if err := c.List(ctx, &list, client.InNamespace("default"), client.MatchingLabels{workspace.LabelTemplate: "ide"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range list.Items {
+			if p.Annotations[workspace.AnnUpgradeRequested] != "" {
+				if p.Annotations[workspace.AnnAutoUpgrade] != "when-idle" || p.Annotations[workspace.AnnUpgradePod] != workspace.NextPodName(&p, "2") {
+					t.Errorf("pod %s: request without the policy mark or the pod name: %v", p.Name, p.Annotations)
+				}
+				out = append(out, p.Name)
+			}
+		}
+		return out
+	}
+	tick := func(want int, wantTotal int) {
+		t.Helper()
+		n, err := r.Tick(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := requested(); n != want || len(got) != wantTotal {
+			t.Fatalf("tick requested %d (want %d); requested now %v (want %d)", n, want, got, wantTotal)
+		}
+	}
+	tick(2, 2) // five due: only --auto-upgrades-per-interval start
+	tick(1, 3) // the cap (3) leaves room for one
+	tick(0, 3) // the cap is full: nothing more, nothing lost
+
+	// Two upgrades end (the controller clears the intent): room for two again, the pinned
+	// workspace is never among them.
+	for _, name := range requested()[:2] {
+		patch := []byte(`{"metadata":{"annotations":{"` + workspace.AnnUpgradeRequested + `":null,"` + workspace.AnnUpgradePod + `":null,"` + workspace.AnnAutoUpgrade + `":null,"` + workspace.AnnTemplateVersion + `":"2"}}}`)
+		if err := c.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick(2, 3)
+	for _, name := range requested() {
+		if name == names[5] {
+			t.Errorf("the pinned workspace %s was requested", name)
+		}
+	}
+
+	// The template switches to a window that is closed now: the runner's own requests that
+	// have not started are withdrawn; nothing new is requested.
+	tmpl = ideTemplate("2", "example.com/ide:2", "")
+	tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "window", workspace.AnnUpdateWindow: "Sun 02:00-04:00 UTC"}
+	reg.set(tmpl)
+	tick(0, 0)
+}

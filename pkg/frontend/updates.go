@@ -1,0 +1,369 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nogoo9/no-crd/pkg/spawner"
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/updatepolicy"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// HistoryReader reads the kept versions of templates (*templates.History).
+type HistoryReader interface {
+	Versions(ctx context.Context, name string) ([]templates.VersionInfo, error)
+	Version(ctx context.Context, name, version string) (*templates.Template, error)
+}
+
+// patchLive merge-patches annotations ann (nil values remove) on every live pod of a workspace
+// (every one, so that an upgrade in flight, which keeps one of two pods, cannot drop the write)
+// and returns the pods as they are after the write, for the answer.
+func (s *Service) patchLive(ctx context.Context, pods []*corev1.Pod, ann map[string]any) ([]*corev1.Pod, error) {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	after := make([]*corev1.Pod, len(pods))
+	for i, p := range pods {
+		q := p.DeepCopy()
+		after[i] = q
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		target := &corev1.Pod{}
+		target.Name, target.Namespace = p.Name, p.Namespace
+		if err := s.cfg.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("writing pod %s failed; try again", p.Name), Err: err}
+		}
+		if q.Annotations == nil {
+			q.Annotations = map[string]string{}
+		}
+		for k, v := range ann {
+			if v == nil {
+				delete(q.Annotations, k)
+			} else {
+				q.Annotations[k] = fmt.Sprint(v)
+			}
+		}
+	}
+	return after, nil
+}
+
+// describeNow describes a workspace from pods as they are after a write (not as the cache had
+// them before it).
+func (s *Service) describeNow(pods []*corev1.Pod) *Workspace {
+	return s.describeNow(pods)
+}
+
+// SetPinned pins the workspace to its version (never upgraded automatically, skipped by
+// upgrade-all) or unpins it. Its owner or an admin.
+func (s *Service) SetPinned(ctx context.Context, id string, pinned bool) (*Workspace, error) {
+	_, pods, err := s.workspacePods(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var v any
+	if pinned {
+		v = "true"
+	}
+	after, err := s.patchLive(ctx, pods, map[string]any{workspace.AnnPinned: v})
+	if err != nil {
+		return nil, err
+	}
+	return s.describeNow(after), nil
+}
+
+// UpdatePolicyInput sets a workspace's own update policy.
+type UpdatePolicyInput struct {
+	Policy string `json:"policy" jsonschema:"manual, on-start, when-idle or window; empty: follow the template's policy"`
+	Window string `json:"window,omitempty" jsonschema:"for policy window: the maintenance window, e.g. 'Sat 02:00-04:00 UTC'; empty: the template's"`
+}
+
+// SetUpdatePolicy sets (or, with an empty policy, removes) the workspace's own update policy and
+// window, which override its template's. Its owner or an admin.
+func (s *Service) SetUpdatePolicy(ctx context.Context, id string, in UpdatePolicyInput) (*Workspace, error) {
+	if _, err := updatepolicy.ParsePolicy(in.Policy); err != nil {
+		return nil, errorf(CodeInvalid, "%s", err.Error())
+	}
+	if in.Window != "" {
+		if _, err := updatepolicy.ParseWindow(in.Window); err != nil {
+			return nil, errorf(CodeInvalid, "%s", err.Error())
+		}
+	}
+	_, pods, err := s.workspacePods(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ann := map[string]any{workspace.AnnUpdatePolicy: nil, workspace.AnnUpdateWindow: nil}
+	if in.Policy != "" {
+		ann[workspace.AnnUpdatePolicy] = in.Policy
+	}
+	if in.Window != "" {
+		ann[workspace.AnnUpdateWindow] = in.Window
+	}
+	if in.Policy == string(updatepolicy.InWindow) && in.Window == "" {
+		t, ok := s.cfg.Templates.Get(workspace.Active(pods).Labels[workspace.LabelTemplate])
+		if !ok || t.Annotations[workspace.AnnUpdateWindow] == "" {
+			return nil, errorf(CodeInvalid, "policy window needs a window and the template has none: give window, e.g. \"Sat 02:00-04:00 UTC\"")
+		}
+	}
+	after, err := s.patchLive(ctx, pods, ann)
+	if err != nil {
+		return nil, err
+	}
+	return s.describeNow(after), nil
+}
+
+// UpgradePreview is the answer of a dry-run upgrade: nothing was written.
+type UpgradePreview struct {
+	ID    string `json:"id"`
+	Owner string `json:"owner"`
+	// Status: "wouldUpgrade", "upToDate", or "upgrading" (an upgrade is already in flight).
+	Status string `json:"status"`
+	From   string `json:"fromVersion,omitempty"`
+	To     string `json:"toVersion,omitempty"`
+	// Strategy is SideBySide or Recreate; StrategyReason says why.
+	Strategy       string `json:"strategy,omitempty"`
+	StrategyReason string `json:"strategyReason,omitempty"`
+	// Interrupts says whether the workspace is out of service during the upgrade (Recreate: the
+	// old pod goes before the new one is Ready).
+	Interrupts bool   `json:"interrupts"`
+	Note       string `json:"note,omitempty"`
+	Pinned     bool   `json:"pinned,omitempty"`
+	// Changes is what differs between the workspace's pod and the pod the upgrade would create,
+	// rendered by the same code the upgrade uses.
+	Changes []upgrade.Change `json:"changes"`
+}
+
+// PreviewUpgrade answers what an upgrade of workspace id (to version, or to the template's
+// latest when version is "") would do, writing nothing. Its owner or an admin; a version other
+// than the latest is an admin's rollback.
+func (s *Service) PreviewUpgrade(ctx context.Context, id, version string) (*UpgradePreview, error) {
+	c, pods, err := s.workspacePods(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	active := workspace.Active(pods)
+	res := &UpgradePreview{ID: id, Owner: workspace.Owner(active), From: workspace.TemplateVersion(active), Pinned: updatepolicy.IsPinned(active), Changes: []upgrade.Change{}}
+	if up := upgradeInFlight(pods); up != nil {
+		res.Status, res.To = "upgrading", workspace.TemplateVersion(up)
+		res.Note = "an upgrade is in flight; preview again when it has ended"
+		return res, nil
+	}
+	t, err := s.targetTemplate(ctx, c.IsAdmin, active, version)
+	if err != nil {
+		return nil, err
+	}
+	res.To = t.Version
+	if t.Version == res.From {
+		res.Status = "upToDate"
+		return res, nil
+	}
+	full := &corev1.Pod{}
+	reader := s.cfg.APIReader
+	if reader == nil {
+		reader = s.cfg.Cache
+	}
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(active), full); err != nil {
+		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("reading pod %s failed; try again", active.Name), Err: err}
+	}
+	identity, err := spawner.IdentityFromPod(full)
+	if err != nil {
+		return nil, errorf(CodeConflict, "workspace %q cannot be rendered again: %v", id, err)
+	}
+	name := workspace.NextPodName(full, t.Version)
+	next, _, err := spawner.BuildPod(t, identity, name)
+	if err != nil {
+		return nil, errorf(CodeConflict, "template %s version %s does not render for workspace %q, so an upgrade would fail: %v", t.Name, t.Version, id, err)
+	}
+	upgrade.PreserveIdentity(next, full)
+	claims := map[string]*corev1.PersistentVolumeClaim{}
+	for _, v := range full.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		var pvc corev1.PersistentVolumeClaim
+		if err := s.cfg.Cache.Get(ctx, client.ObjectKey{Namespace: full.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, &pvc); err == nil {
+			claims[pvc.Name] = &pvc
+		}
+	}
+	strategy, why := upgrade.ChooseStrategy(full, claims)
+	res.Status, res.Strategy, res.StrategyReason = "wouldUpgrade", string(strategy), why
+	res.Interrupts = strategy == upgrade.Recreate
+	if res.Interrupts {
+		res.Note = "the workspace is unavailable from the old pod's deletion until the new pod is Ready; open connections end"
+	} else {
+		res.Note = "the old pod serves until the new one is Ready; WebSockets still open on the old pod end when it is deleted"
+	}
+	res.Changes = upgrade.Diff(full, next)
+	return res, nil
+}
+
+// targetTemplate is the latest version of active's template, or (admins only) the kept version.
+func (s *Service) targetTemplate(ctx context.Context, isAdmin bool, active *corev1.Pod, version string) (*templates.Template, error) {
+	name := active.Labels[workspace.LabelTemplate]
+	latest, ok := s.cfg.Templates.Get(name)
+	if version == "" || (ok && latest.Version == version) {
+		if !ok || latest == nil {
+			return nil, errorf(CodeConflict, "template %q of workspace %q is gone or not valid; fix the template before upgrading", name, workspace.ID(active))
+		}
+		return latest, nil
+	}
+	if !isAdmin {
+		return nil, errorf(CodeForbidden, "Forbidden: only admin users can move a workspace to an earlier template version; omit version to use the latest")
+	}
+	if s.cfg.History == nil {
+		return nil, errorf(CodeNotFound, "no template history is kept here, so version %q of template %s is not available", version, name)
+	}
+	t, err := s.cfg.History.Version(ctx, name, version)
+	var notKept *templates.ErrVersionNotKept
+	var refused *templates.HistoryError
+	switch {
+	case errors.As(err, &notKept):
+		return nil, errorf(CodeNotFound, "%s", err.Error())
+	case errors.As(err, &refused):
+		return nil, errorf(CodeConflict, "%s", err.Error())
+	case err != nil:
+		return nil, &Error{Code: CodeInternal, Message: "reading the template history failed; try again", Err: err}
+	}
+	return t, nil
+}
+
+// Rollback moves workspace id to kept version of its template (admins only): the same upgrade
+// intent, with nogoo9/target-version naming the version, and the workspace pinned so that no
+// update policy moves it forward again on its own (unpin it to let them).
+func (s *Service) Rollback(ctx context.Context, id, version string) (*UpgradeResult, error) {
+	c, pods, err := s.workspacePods(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !c.IsAdmin {
+		return nil, errorf(CodeForbidden, "Forbidden: only admin users can roll a workspace back to an earlier template version")
+	}
+	return s.rollback(ctx, pods, version)
+}
+
+func (s *Service) rollback(ctx context.Context, pods []*corev1.Pod, version string) (*UpgradeResult, error) {
+	if version == "" {
+		return nil, errorf(CodeInvalid, "version is empty: name the kept template version to roll back to (list_templates shows them)")
+	}
+	active := workspace.Active(pods)
+	id := workspace.ID(active)
+	res := &UpgradeResult{ID: id, Owner: workspace.Owner(active), From: workspace.TemplateVersion(active), To: version}
+	if active.DeletionTimestamp != nil {
+		return nil, errorf(CodeConflict, "workspace %q is being deleted; it cannot be rolled back", id)
+	}
+	if up := upgradeInFlight(pods); up != nil || active.Annotations[workspace.AnnUpgradeRequested] != "" {
+		return nil, errorf(CodeConflict, "workspace %q has an upgrade in flight; roll it back once that has ended", id)
+	}
+	if _, err := s.targetTemplate(ctx, true, active, version); err != nil {
+		return nil, err
+	}
+	if res.From == version {
+		res.Status = "upToDate"
+		return res, nil
+	}
+	podName := workspace.NextPodName(active, version)
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		workspace.AnnUpgradeRequested: s.cfg.Now().UTC().Format(time.RFC3339),
+		workspace.AnnUpgradePod:       podName,
+		workspace.AnnTargetVersion:    version,
+		workspace.AnnPinned:           "true",
+	}}})
+	target := &corev1.Pod{}
+	target.Name, target.Namespace = active.Name, active.Namespace
+	if err := s.cfg.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errorf(CodeConflict, "pod %s of workspace %q is gone; list the workspace again and retry", active.Name, id)
+		}
+		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("recording the rollback of workspace %q failed; try again", id), Err: err}
+	}
+	ctrl.LoggerFrom(ctx).Info("rollback requested", "workspace", id, "pod", active.Name, "upgradePod", podName, "to", version)
+	res.Status, res.PodName = "upgrading", podName
+	return res, nil
+}
+
+// RollbackTemplate rolls every workspace of template name that does not run version back to it
+// (admins only). Workspaces in maintenance or with an upgrade in flight are skipped, saying so.
+func (s *Service) RollbackTemplate(ctx context.Context, name, version string) ([]UpgradeResult, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !c.IsAdmin {
+		return nil, errorf(CodeForbidden, "Forbidden: only admin users can roll a template's workspaces back")
+	}
+	if version == "" {
+		return nil, errorf(CodeInvalid, "version is empty: name the kept template version to roll back to (list_templates shows them)")
+	}
+	latest, known := s.cfg.Templates.Get(name)
+	if !known && s.cfg.History == nil {
+		return nil, errorf(CodeNotFound, "template %q is not known: list_templates shows the templates", name)
+	}
+	if !known || latest.Version != version {
+		if s.cfg.History == nil {
+			return nil, errorf(CodeNotFound, "no template history is kept here, so version %q of template %s is not available", version, name)
+		}
+		if _, err := s.cfg.History.Version(ctx, name, version); err != nil {
+			return nil, errorf(CodeNotFound, "%s", err.Error())
+		}
+	}
+	pods, err := s.listPods(ctx, client.MatchingLabels{workspace.LabelTemplate: name})
+	if err != nil {
+		return nil, err
+	}
+	out := []UpgradeResult{}
+	for _, g := range workspace.GroupByID(pods) {
+		a := workspace.Active(g)
+		if workspace.TemplateVersion(a) == version || a.DeletionTimestamp != nil {
+			continue
+		}
+		if reason, ok := workspace.InMaintenance(g); ok {
+			out = append(out, UpgradeResult{ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: version,
+				Error: fmt.Sprintf("workspace %q is in maintenance (%q) and was not rolled back: lift the maintenance first, or roll it back on its own", workspace.ID(a), reason)})
+			continue
+		}
+		r, err := s.rollback(ctx, g, version)
+		if err != nil {
+			r = &UpgradeResult{ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: version, Error: err.Error()}
+		}
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// TemplateHistory lists the kept versions of template name, newest first (the current one
+// included).
+func (s *Service) TemplateHistory(ctx context.Context, name string) ([]templates.VersionInfo, error) {
+	if _, err := caller(ctx); err != nil {
+		return nil, err
+	}
+	if s.cfg.History == nil {
+		return []templates.VersionInfo{}, nil
+	}
+	v, err := s.cfg.History.Versions(ctx, name)
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Message: "reading the template history failed; try again", Err: err}
+	}
+	return v, nil
+}
+
+// pinnedSkip is upgrade-all's entry for a pinned workspace.
+func pinnedSkip(g []*corev1.Pod, to string) (UpgradeResult, bool) {
+	a := workspace.Active(g)
+	if !updatepolicy.IsPinned(a) {
+		return UpgradeResult{}, false
+	}
+	return UpgradeResult{ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: to,
+		Error: fmt.Sprintf("workspace %q is pinned to version %s and was not upgraded: unpin it first, or leave it", workspace.ID(a), workspace.TemplateVersion(a))}, true
+}

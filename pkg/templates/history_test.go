@@ -1,0 +1,102 @@
+package templates
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+func TestHistoryConfigMapRoundTrip(t *testing.T) {
+	tmpl := restrictedTemplate(t, workspace.AnnTemplateVersion, "7", workspace.AnnUpdatePolicy, "when-idle")
+	cm, err := HistoryConfigMap("ns", tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Labels[workspace.LabelPodTemplate] != "" || cm.Labels[workspace.LabelTemplateHistory] != "node" || cm.Name != HistoryName("node", "7") {
+		t.Fatalf("history ConfigMap %s has labels %v: want only %s=node, never a template label", cm.Name, cm.Labels, workspace.LabelTemplateHistory)
+	}
+	got, err := FromHistory(cm, DefaultPolicy())
+	if err != nil {
+		t.Fatalf("FromHistory: %v", err)
+	}
+	if got.Version != "7" || got.Spec.Containers[0].Image != "ide:1" || got.Annotations[workspace.AnnUpdatePolicy] != "when-idle" {
+		t.Errorf("FromHistory gave version %q image %q annotations %v, want what was recorded", got.Version, got.Spec.Containers[0].Image, got.Annotations)
+	}
+}
+
+func TestFromHistoryRefusesWhatNogoo9DidNotWrite(t *testing.T) {
+	good := func(t *testing.T) *corev1.ConfigMap {
+		cm, err := HistoryConfigMap("ns", restrictedTemplate(t, workspace.AnnTemplateVersion, "3"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(cm *corev1.ConfigMap)
+		want   string
+	}{
+		{name: "a version relabelled to another template is refused by name", mutate: func(cm *corev1.ConfigMap) { cm.Labels[workspace.LabelTemplateHistory] = "python" }, want: "is not a template history entry"},
+		{name: "a version re-annotated to another version is refused by name", mutate: func(cm *corev1.ConfigMap) { cm.Annotations[workspace.AnnTemplateVersion] = "4" }, want: "is not a template history entry"},
+		{name: "a forged version that asks for a privileged container meets the template policy", mutate: func(cm *corev1.ConfigMap) {
+			tmpl := restrictedTemplate(t, workspace.AnnTemplateVersion, "3")
+			tmpl.Spec.Containers[0].SecurityContext.Privileged = ptr.To(true)
+			bad, _ := HistoryConfigMap("ns", tmpl)
+			cm.Data = bad.Data
+		}, want: "violates the template policy"},
+		{name: "a version with an unknown data key does not decode", mutate: func(cm *corev1.ConfigMap) { cm.Data["script"] = "x" }, want: "does not decode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cm := good(t)
+			tc.mutate(cm)
+			if _, err := FromHistory(cm, DefaultPolicy()); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("FromHistory error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPrune(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cms := func(versions ...string) []corev1.ConfigMap {
+		var out []corev1.ConfigMap
+		for i, v := range versions {
+			cm := corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: HistoryName("node", v), CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(i) * time.Minute)),
+				Annotations: map[string]string{workspace.AnnTemplateVersion: v}}}
+			out = append(out, cm)
+		}
+		return out
+	}
+	versions := func(list []*corev1.ConfigMap) string {
+		var s []string
+		for _, cm := range list {
+			s = append(s, cm.Annotations[workspace.AnnTemplateVersion])
+		}
+		return strings.Join(s, ",")
+	}
+	for _, tc := range []struct {
+		name     string
+		have     []corev1.ConfigMap
+		keep     int
+		current  string
+		wantGone string
+	}{
+		{name: "under the limit nothing goes", have: cms("1", "2", "3"), keep: 3, current: "3"},
+		{name: "over the limit the oldest go", have: cms("1", "2", "3", "4", "5"), keep: 3, current: "5", wantGone: "2,1"},
+		{name: "the current version stays even when it is the oldest (a template set back)", have: cms("1", "2", "3", "4"), keep: 2, current: "1", wantGone: "3,2"},
+		{name: "keep 1 keeps only the current version", have: cms("1", "2"), keep: 1, current: "2", wantGone: "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := versions(Prune(tc.have, tc.keep, tc.current)); got != tc.wantGone {
+				t.Errorf("Prune deletes %q, want %q", got, tc.wantGone)
+			}
+		})
+	}
+}
