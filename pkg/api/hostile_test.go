@@ -135,7 +135,7 @@ func TestHostileHeadersAreRefusedBeforeAnyHandler(t *testing.T) {
 	}
 	tok := userToken(fmt.Sprintf("hdr-%d", time.Now().UnixNano()))
 	for name, req := range map[string]string{
-		"a bare CR inside the Authorization value": post("Authorization: Bearer " + tok + "\rX-Evil: 1\r\n"),
+		"a bare CR inside the Authorization value":  post("Authorization: Bearer " + tok + "\rX-Evil: 1\r\n"),
 		"a NUL byte inside the Authorization value": post("Authorization: Bearer " + tok + "\x00x\r\n"),
 		"a 2 MiB Authorization header":              post("Authorization: Bearer " + strings.Repeat("A", 2<<20) + "\r\n"),
 		"a header name with a space":                post("Bad Header: x\r\nAuthorization: Bearer " + tok + "\r\n"),
