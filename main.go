@@ -25,6 +25,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/api"
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/health"
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/proxy"
 	"github.com/nogoo9/no-crd/pkg/spawner"
@@ -259,6 +260,15 @@ func run(o options) error {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	// Not ready while the API server cannot be reached (docs/reliability.md): callers go to a
+	// replica that can spawn and upgrade; the proxy keeps serving the workspaces it knows.
+	apiCheck, err := health.APIServer(cfg, health.DefaultAPIServerTimeout)
+	if err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("apiserver", apiCheck); err != nil {
 		return err
 	}
 	log.Info("starting nogoo9", "version", version, "namespace", o.namespace, "components", o.components)

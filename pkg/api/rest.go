@@ -86,6 +86,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := frontend.CodeOf(err)
+	if code == frontend.CodeInternal && apiServerUnavailable(err) {
+		ctrl.LoggerFrom(r.Context()).Info("request failed: the API server is unavailable", "method", r.Method, "path", r.URL.Path, "error", err.Error())
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: msgUnavailable, Code: CodeUnavailable})
+		return
+	}
 	msg := err.Error()
 	if code == frontend.CodeInternal {
 		ctrl.LoggerFrom(r.Context()).Error(err, "request failed", "method", r.Method, "path", r.URL.Path)
