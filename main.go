@@ -43,6 +43,8 @@ type options struct {
 	pprofAddr         string
 	leaderElect       bool
 	leaderElectionID  string
+	leaseDuration     time.Duration
+	renewDeadline     time.Duration
 	qps               float64
 	burst             int
 	components        string
@@ -91,6 +93,8 @@ func main() {
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address of the Go pprof endpoints (/debug/pprof); empty disables them.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica runs the controllers; the API and proxy run on every replica.")
 	flag.StringVar(&o.leaderElectionID, "leader-election-id", "nogoo9-controller", "Name of the leader-election Lease.")
+	flag.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a standby waits before taking over a lease its leader stopped renewing (e.g. after kill -9).")
+	flag.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew its lease (e.g. while the API server is down) before it stops: nogoo9 then exits so that it never acts without the lease. Must be shorter than the lease duration; raise both to ride out longer API server outages (docs/reliability.md).")
 	flag.Float64Var(&o.qps, "kube-api-qps", 500, "Client-side rate limit on API requests per second; bulk upgrades are bounded by it.")
 	flag.IntVar(&o.burst, "kube-api-burst", 1000, "Client-side burst of API requests.")
 	flag.StringVar(&o.components, "components", "controller,api,proxy", "Comma-separated components to run: controller, api, proxy.")
@@ -164,6 +168,8 @@ func run(o options) error {
 		PprofBindAddress:        o.pprofAddr,
 		LeaderElection:          o.leaderElect && components["controller"],
 		LeaderElectionID:        o.leaderElectionID,
+		LeaseDuration:           &o.leaseDuration,
+		RenewDeadline:           &o.renewDeadline,
 		LeaderElectionNamespace: o.namespace,
 		// Leaving the lease on shutdown lets a standby take over at once instead of after the
 		// lease duration.
