@@ -97,7 +97,9 @@ func (l *latencies) report() string {
 	for _, k := range kinds {
 		ds := l.d[k]
 		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-		q := func(f float64) time.Duration { return ds[min(len(ds)-1, int(f*float64(len(ds))))].Round(100 * time.Microsecond) }
+		q := func(f float64) time.Duration {
+			return ds[min(len(ds)-1, int(f*float64(len(ds))))].Round(100 * time.Microsecond)
+		}
 		fmt.Fprintf(&b, "%-8s n=%-6d p50=%-8s p99=%-8s max=%s\n", k, len(ds), q(0.5), q(0.99), ds[len(ds)-1].Round(time.Millisecond))
 	}
 	return b.String()
@@ -122,7 +124,15 @@ var _ = Describe("Resilience: load", Label("resilience", "load"), func() {
 		By("one ready workspace per user to proxy to")
 		paths := make([]string, users)
 		for i, t := range tokens {
-			paths[i] = pxSpawn(proc, t, "py", "base").WorkspacePath
+			Eventually(func(g Gomega) {
+				// A retried spawn whose first answer was lost finds the workspace there: 409, then get it.
+				code, body, err := resCall(proc, t, "POST", "/api/v1/workspaces", map[string]any{"template": "py", "id": "base"})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(code).To(BeElementOf(http.StatusCreated, http.StatusConflict), string(body))
+				w := pxWorkspace(g, proc, t, "base")
+				g.Expect(w.WorkspacePath).To(HavePrefix("/ws/"))
+				paths[i] = w.WorkspacePath
+			}).Should(Succeed())
 		}
 		for i, t := range tokens {
 			pxExpectPhase(proc, t, "base", workspace.PhaseReady, "", "")

@@ -222,5 +222,67 @@ var _ = Describe("Resilience: faults of the control plane", Label("resilience"),
 		}).Should(Succeed())
 		Expect(proc.Exited()).To(BeFalse())
 	})
-})
 
+	It("hand edits during an upgrade (intent removed, version label changed, garbage intent) converge to one safe pod per workspace, with Events", func(ctx SpecContext) {
+		const timeout = 20 * time.Second
+		ns := NewNamespace()
+		hist := watchWorkspacePods(ns)
+		Expect(K8s.Create(ctx, upgradeTemplate(ns, "plain", "1.0", "example.com/ide:1.0", ""))).To(Succeed())
+		p := StartNogoo9("--namespace="+ns, "--upgrade-timeout="+timeout.String())
+		carol := userClient(ctx, p, ns, "carol")
+		ids := []string{"edit-intent", "edit-label", "edit-garbage"}
+		old := map[string]*corev1.Pod{}
+		before := map[string]map[string]string{}
+		for _, id := range ids {
+			ws := carol.spawn(ctx, "plain", id)
+			old[id] = WaitPodReady(ns, ws.ActivePod)
+			before[id] = identityOf(old[id])
+		}
+
+		By("raising the version to an image that never pulls, so the upgrades stay in flight")
+		bumpTemplate(ctx, upgradeTemplate(ns, "plain", "2.0", FailingImage("ide"), ""))
+		for _, id := range ids {
+			carol.waitOutdated(ctx, id, "2.0")
+		}
+		annotate := func(args ...string) {
+			GinkgoHelper()
+			out, err := kubectl(Cluster.Kubeconfig, append([]string{"-n", ns}, args...)...)
+			Expect(err).NotTo(HaveOccurred(), "kubectl %v:\n%s", args, out)
+		}
+		annotate("annotate", "pod", old["edit-intent"].Name, workspace.AnnUpgradeRequested+"=true")
+		annotate("annotate", "pod", old["edit-label"].Name, workspace.AnnUpgradeRequested+"=true")
+		annotate("annotate", "pod", old["edit-garbage"].Name, workspace.AnnUpgradeRequested+"=maybe later", "nogoo9/bogus={\"json\":\n${x}")
+		newPod := map[string]*corev1.Pod{}
+		for _, id := range []string{"edit-intent", "edit-label"} {
+			Eventually(func(g Gomega) {
+				pods := workspacePods(g, ns, id)
+				g.Expect(pods).To(HaveLen(2))
+				for _, pod := range pods {
+					if pod.UID != old[id].UID {
+						newPod[id] = pod
+					}
+				}
+			}).Should(Succeed(), "the upgrade of %s starts", id)
+		}
+
+		By("a person removes the intent from one old pod and rewrites the version label of another new pod")
+		annotate("annotate", "pod", old["edit-intent"].Name, workspace.AnnUpgradeRequested+"-")
+		annotate("label", "--overwrite", "pod", newPod["edit-label"].Name, workspace.LabelTemplateVersion+"=garbage")
+
+		By("each workspace converges to its old pod, identity unchanged, no intent left, and Events say what happened")
+		waitPodEvent(ns, old["edit-garbage"].Name, "InvalidUpgradeRequest")
+		for _, id := range ids {
+			cur := waitSinglePod(ns, id, func(g Gomega, pod *corev1.Pod) {
+				g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested))
+				g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradePod))
+			})
+			Expect(cur.UID).To(Equal(old[id].UID), "%s: the old pod keeps serving", id)
+			Expect(identityOf(cur)).To(Equal(before[id]), id)
+			Expect(podReadyNow(cur)).To(BeTrue(), id)
+		}
+		for _, id := range []string{"edit-intent", "edit-label"} {
+			waitPodEvent(ns, old[id].Name, "UpgradeFailed")
+		}
+		Expect(hist.Violations()).To(BeEmpty())
+	})
+})
