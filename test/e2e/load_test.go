@@ -73,6 +73,9 @@ func (p *Nogoo9Process) pid() int {
 	return p.cmd.Process.Pid
 }
 
+// baseID is user i's workspace that the load proxies to.
+func baseID(i int) string { return fmt.Sprintf("base-u%d", i) }
+
 // latencies collects request durations by kind.
 type latencies struct {
 	mu sync.Mutex
@@ -125,17 +128,18 @@ var _ = Describe("Resilience: load", Label("resilience", "load"), func() {
 		paths := make([]string, users)
 		for i, t := range tokens {
 			Eventually(func(g Gomega) {
-				// A retried spawn whose first answer was lost finds the workspace there: 409, then get it.
-				code, body, err := resCall(proc, t, "POST", "/api/v1/workspaces", map[string]any{"template": "py", "id": "base"})
+				// Ids are unique per namespace. A retried spawn whose first answer was lost finds the
+				// workspace there: 409, then get it.
+				code, body, err := resCall(proc, t, "POST", "/api/v1/workspaces", map[string]any{"template": "py", "id": baseID(i)})
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(code).To(BeElementOf(http.StatusCreated, http.StatusConflict), string(body))
-				w := pxWorkspace(g, proc, t, "base")
+				w := pxWorkspace(g, proc, t, baseID(i))
 				g.Expect(w.WorkspacePath).To(HavePrefix("/ws/"))
 				paths[i] = w.WorkspacePath
 			}).Should(Succeed())
 		}
 		for i, t := range tokens {
-			pxExpectPhase(proc, t, "base", workspace.PhaseReady, "", "")
+			pxExpectPhase(proc, t, baseID(i), workspace.PhaseReady, "", "")
 			Eventually(func(g Gomega) {
 				code, _, body, err := pxDo(proc.ProxyURL+paths[i], t)
 				g.Expect(err).NotTo(HaveOccurred())
@@ -218,11 +222,11 @@ var _ = Describe("Resilience: load", Label("resilience", "load"), func() {
 					case 1:
 						do("list", tok, "GET", proc.APIURL+"/api/v1/workspaces", "")
 					case 2:
-						do("get", tok, "GET", proc.APIURL+"/api/v1/workspaces/base", "")
+						do("get", tok, "GET", proc.APIURL+"/api/v1/workspaces/"+baseID(u), "")
 					case 3:
-						do("upgrade", tok, "POST", proc.APIURL+"/api/v1/workspaces/base/upgrade", "")
+						do("upgrade", tok, "POST", proc.APIURL+"/api/v1/workspaces/"+baseID(u)+"/upgrade", "")
 					case 4:
-						do("events", tok, "GET", proc.APIURL+"/api/v1/workspaces/base/events?follow=true&timeout=1s", "")
+						do("events", tok, "GET", proc.APIURL+"/api/v1/workspaces/"+baseID(u)+"/events?follow=true&timeout=1s", "")
 					case 5:
 						do("mcp", tok, "POST", proc.APIURL+"/mcp", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"load","version":"1"}}}`)
 					case 6:
