@@ -289,11 +289,6 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if follow {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
 	past, stream, err := h.svc.Events(ctx, r.PathValue("id"), follow)
 	if err != nil {
 		writeError(w, r, err)
@@ -307,6 +302,10 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer stream.Stop()
+	// The timeout bounds the follow, from when the past events are read: reading them under load
+	// may take longer than a short timeout, which must not turn the answer into an error.
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
