@@ -164,8 +164,11 @@ var _ = Describe("Resilience: load", Label("resilience", "load"), func() {
 			mu.Unlock()
 		}
 		hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: clients}}
-		do := func(kind, token, method, url, body string) (int, []byte) {
+		do := func(kind, token, method, url, body string, hdr ...string) (int, []byte, http.Header) {
 			req, _ := http.NewRequest(method, url, strings.NewReader(body))
+			for i := 0; i+1 < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
 			req.Header.Set("Authorization", "Bearer "+token)
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Accept", "application/json, text/event-stream")
@@ -174,7 +177,7 @@ var _ = Describe("Resilience: load", Label("resilience", "load"), func() {
 			if err != nil {
 				transportErrs.Add(1)
 				fail(kind + ": " + err.Error())
-				return 0, nil
+				return 0, nil, nil
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -183,7 +186,7 @@ var _ = Describe("Resilience: load", Label("resilience", "load"), func() {
 				fivexx.Add(1)
 				fail(fmt.Sprintf("%s %s: %d %.200s", kind, url, resp.StatusCode, b))
 			}
-			return resp.StatusCode, b
+			return resp.StatusCode, b, resp.Header
 		}
 		end := time.Now().Add(loadDuration())
 		var wg sync.WaitGroup
@@ -211,7 +214,7 @@ var _ = Describe("Resilience: load", Label("resilience", "load"), func() {
 					switch (c + i) % 7 {
 					case 0:
 						id := fmt.Sprintf("l%d-%d", c, i)
-						code, _ := do("spawn", tok, "POST", proc.APIURL+"/api/v1/workspaces", `{"template":"py","id":"`+id+`"}`)
+						code, _, _ := do("spawn", tok, "POST", proc.APIURL+"/api/v1/workspaces", `{"template":"py","id":"`+id+`"}`)
 						if code == http.StatusCreated {
 							mu.Lock()
 							accepted[fmt.Sprintf("u%d/%s", u, id)] = true
@@ -228,7 +231,12 @@ var _ = Describe("Resilience: load", Label("resilience", "load"), func() {
 					case 4:
 						do("events", tok, "GET", proc.APIURL+"/api/v1/workspaces/"+baseID(u)+"/events?follow=true&timeout=1s", "")
 					case 5:
-						do("mcp", tok, "POST", proc.APIURL+"/mcp", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"load","version":"1"}}}`)
+						// A well-behaved agent: initialize, then end its session with DELETE. (Sessions
+						// left without DELETE live until the 30-minute idle timeout: docs/reliability.md.)
+						_, _, h := do("mcp", tok, "POST", proc.APIURL+"/mcp", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"load","version":"1"}}}`)
+						if sid := h.Get("Mcp-Session-Id"); sid != "" {
+							do("mcp-end", tok, "DELETE", proc.APIURL+"/mcp", "", "Mcp-Session-Id", sid)
+						}
 					case 6:
 						if term != nil {
 							start := time.Now()
