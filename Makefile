@@ -106,3 +106,17 @@ demo: tools build ## Build, start a local cluster, apply samples, run nogoo9 and
 .PHONY: bench
 bench: tools build ## Measure (ratios against baselines in the same run); writes bench/results.md.
 	hack/bench.sh
+
+##@ Fuzzing (see docs/reliability.md)
+
+# Each package:target pair; the seed corpora (f.Add and testdata/fuzz/) already run in every go test.
+FUZZ_TARGETS ?= pkg/templates:FuzzDecode pkg/spawner:FuzzBuildPodContext pkg/spawner:FuzzPodName \
+	pkg/upgrade:FuzzParseIntent pkg/upgrade:FuzzPlanAnnotations pkg/workspace:FuzzAnnotations \
+	pkg/proxy:FuzzCleanPath pkg/proxy:FuzzRouteLookup pkg/proxy:FuzzSafeNext pkg/proxy:FuzzLoginOrigin \
+	pkg/ui:FuzzSafeNext pkg/auth:FuzzTokenFromRequest pkg/api:FuzzDecodeBody
+FUZZTIME ?= 60s
+
+.PHONY: fuzz
+fuzz: tools ## Run every fuzz target for FUZZTIME (default 60s) each; new findings land in the package's testdata/fuzz.
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$pkg $$fn ($(FUZZTIME))"; \
+		KUBEBUILDER_ASSETS=$(BIN) $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; done

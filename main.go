@@ -25,6 +25,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/api"
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/health"
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/proxy"
 	"github.com/nogoo9/no-crd/pkg/spawner"
@@ -42,6 +43,8 @@ type options struct {
 	pprofAddr         string
 	leaderElect       bool
 	leaderElectionID  string
+	leaseDuration     time.Duration
+	renewDeadline     time.Duration
 	qps               float64
 	burst             int
 	components        string
@@ -108,6 +111,8 @@ func main() {
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address of the Go pprof endpoints (/debug/pprof); empty disables them.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica runs the controllers; the API and proxy run on every replica.")
 	flag.StringVar(&o.leaderElectionID, "leader-election-id", "nogoo9-controller", "Name of the leader-election Lease.")
+	flag.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a standby waits before taking over a lease its leader stopped renewing (e.g. after kill -9).")
+	flag.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew its lease (e.g. while the API server is down) before it stops: nogoo9 then exits so that it never acts without the lease. Must be shorter than the lease duration; raise both to ride out longer API server outages (docs/reliability.md).")
 	flag.Float64Var(&o.qps, "kube-api-qps", 500, "Client-side rate limit on API requests per second; bulk upgrades are bounded by it.")
 	flag.IntVar(&o.burst, "kube-api-burst", 1000, "Client-side burst of API requests.")
 	flag.StringVar(&o.components, "components", "controller,api,proxy", "Comma-separated components to run: controller, api, proxy.")
@@ -193,6 +198,8 @@ func run(o options) error {
 		PprofBindAddress:        o.pprofAddr,
 		LeaderElection:          o.leaderElect && components["controller"],
 		LeaderElectionID:        o.leaderElectionID,
+		LeaseDuration:           &o.leaseDuration,
+		RenewDeadline:           &o.renewDeadline,
 		LeaderElectionNamespace: o.namespace,
 		// Leaving the lease on shutdown lets a standby take over at once instead of after the
 		// lease duration.
@@ -319,6 +326,15 @@ func run(o options) error {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	// Not ready while the API server cannot be reached (docs/reliability.md): callers go to a
+	// replica that can spawn and upgrade; the proxy keeps serving the workspaces it knows.
+	apiCheck, err := health.APIServer(cfg, health.DefaultAPIServerTimeout)
+	if err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("apiserver", apiCheck); err != nil {
 		return err
 	}
 	log.Info("starting nogoo9", "version", version, "namespace", o.namespace, "components", o.components)

@@ -1,12 +1,18 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"syscall"
 	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/nogoo9/no-crd/pkg/frontend"
 )
@@ -28,6 +34,13 @@ func TestWriteErrorStatus(t *testing.T) {
 		{"an internal front-end error is 500 with its message for the caller", &frontend.Error{Code: frontend.CodeInternal, Message: "reading workspaces failed; try again", Err: errors.New("etcd")}, 500, frontend.CodeInternal, "reading workspaces failed; try again"},
 		{"any other error is 500 and its text is not shown", errors.New("dial tcp 10.0.0.1:6443: secret detail"), 500, frontend.CodeInternal, "internal error; try again"},
 		{"an unknown code is 500", &frontend.Error{Code: "Weird", Message: "x"}, 500, "Weird", "x"},
+		{"a refused connection to the API server is 503", fmt.Errorf("create pod: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), 503, CodeUnavailable, msgUnavailable},
+		{"an internal front-end error caused by an unreachable API server is 503", &frontend.Error{Code: frontend.CodeInternal, Message: "setting maintenance failed; try again", Err: &url.Error{Op: "Patch", URL: "https://127.0.0.1:6443", Err: syscall.ECONNREFUSED}}, 503, CodeUnavailable, msgUnavailable},
+		{"the API server's 503 is 503", apierrors.NewServiceUnavailable("etcd is down"), 503, CodeUnavailable, msgUnavailable},
+		{"the API server's timeout is 503", apierrors.NewTimeoutError("etcd request timed out", 1), 503, CodeUnavailable, msgUnavailable},
+		{"the API server's internal error (etcd gone) is 503", apierrors.NewInternalError(errors.New("etcdserver: request timed out")), 503, CodeUnavailable, msgUnavailable},
+		{"a request that ran out of time is 503", fmt.Errorf("list: %w", context.DeadlineExceeded), 503, CodeUnavailable, msgUnavailable},
+		{"a conflict from the API server stays what the front end said", &frontend.Error{Code: frontend.CodeConflict, Message: "taken", Err: apierrors.NewServiceUnavailable("x")}, 409, frontend.CodeConflict, "taken"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

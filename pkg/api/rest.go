@@ -94,6 +94,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := frontend.CodeOf(err)
+	if code == frontend.CodeInternal && apiServerUnavailable(err) {
+		ctrl.LoggerFrom(r.Context()).Info("request failed: the API server is unavailable", "method", r.Method, "path", r.URL.Path, "error", err.Error())
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: msgUnavailable, Code: CodeUnavailable})
+		return
+	}
 	msg := err.Error()
 	if code == frontend.CodeInternal {
 		ctrl.LoggerFrom(r.Context()).Error(err, "request failed", "method", r.Method, "path", r.URL.Path)
@@ -294,11 +300,6 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if follow {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
 	past, stream, err := h.svc.Events(ctx, r.PathValue("id"), follow)
 	if err != nil {
 		writeError(w, r, err)
@@ -312,6 +313,10 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer stream.Stop()
+	// The timeout bounds the follow, from when the past events are read: reading them under load
+	// may take longer than a short timeout, which must not turn the answer into an error.
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")

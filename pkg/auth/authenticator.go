@@ -128,7 +128,8 @@ func Middleware(a Authenticator, metadata MetadataURL, next http.Handler) http.H
 
 // Unauthorized logs why r was refused and answers 401 with {"error": reason} and
 // WWW-Authenticate: Bearer resource_metadata="metadataURL" (RFC 9728; omitted when empty). A
-// failure with RetryAfter answers 429 with Retry-After instead.
+// failure with RetryAfter answers 429 with Retry-After instead, and a Transient one (the verifier
+// could not be reached) 503 with Retry-After.
 func Unauthorized(w http.ResponseWriter, r *http.Request, err error, metadataURL string) {
 	reason := "invalid token"
 	var ae *Error
@@ -141,6 +142,11 @@ func Unauthorized(w http.ResponseWriter, r *http.Request, err error, metadataURL
 	if ae != nil && ae.RetryAfter > 0 {
 		status = http.StatusTooManyRequests
 		w.Header().Set("Retry-After", strconv.Itoa(int(ae.RetryAfter.Round(time.Second)/time.Second)+1))
+	} else if ae != nil && ae.Transient {
+		// The verifier (e.g. the Kubernetes API server) could not be reached: nothing is known
+		// about the token, so the answer is "try again" (503), not "your token is bad" (401).
+		status = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "5")
 	}
 	params := []string{`realm="nogoo9"`}
 	if metadataURL != "" {
@@ -153,8 +159,11 @@ func Unauthorized(w http.ResponseWriter, r *http.Request, err error, metadataURL
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	prefix := "Unauthorized: "
-	if status == http.StatusTooManyRequests {
+	switch status {
+	case http.StatusTooManyRequests:
 		prefix = "Too many requests: "
+	case http.StatusServiceUnavailable:
+		prefix = "Service unavailable: "
 	}
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": prefix + reason})
 }

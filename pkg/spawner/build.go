@@ -87,6 +87,11 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
 	}
 	if exp.Init != nil {
+		in := *exp.Init
+		if in.Image, err = expandNoCaller(in.Image, "annotation "+workspace.AnnInitImage, v); err != nil {
+			return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
+		}
+		exp.Init = &in
 		vol := exp.Init.Volume
 		if cv, ok := claimVolume[vol]; ok && !hasVolume(spec, vol) {
 			vol = cv
@@ -94,6 +99,13 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 		if err := injectInitContainer(spec, exp.Init, vol); err != nil {
 			return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
 		}
+	}
+	if exp.PreStop != nil {
+		p := *exp.PreStop
+		if p.Script, err = expandShell(p.Script, "annotation "+workspace.AnnPreStop, v); err != nil {
+			return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
+		}
+		exp.PreStop = &p
 	}
 	if err := injectPreStopHook(spec, exp.PreStop); err != nil {
 		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)

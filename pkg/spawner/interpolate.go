@@ -57,6 +57,53 @@ func (v vars) known() string {
 
 // expandString replaces ${name} placeholders in s. where names the field, for errors.
 func expandString(s, where string, v vars) (string, error) {
+	return expandChecked(s, where, v, nil)
+}
+
+// shellSafe reports whether a value can stand in a shell script as it is, quoted or not: no
+// quotes, blanks, $, `, \, ;, &, |, <, >, (, ), {, }, *, ?, [, ~, #, ! or control characters.
+func shellSafe(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-/:@=,+%", r)) {
+			return false
+		}
+	}
+	return true
+}
+
+// expandShell expands a script nogoo9 runs with /bin/sh -c (the nogoo9/pre-stop hook): a
+// placeholder may only stand for a value no shell reads as code. The result is escaped again
+// ("${" as "$${"), because the pod spec it goes into is expanded once more as a whole.
+func expandShell(s, where string, v vars) (string, error) {
+	out, err := expandChecked(s, where, v, func(name, val string) error {
+		if shellSafe(val) {
+			return nil
+		}
+		return fmt.Errorf("%s: the value of ${%s} (%q) has characters a shell would interpret, and this script runs with /bin/sh -c: use letters, digits and ._-/:@=,+%% only, or read the value from an environment variable the spec sets", where, name, val)
+	})
+	if err != nil {
+		return "", err
+	}
+	return strings.ReplaceAll(out, "${", "$${"), nil
+}
+
+// expandNoCaller expands a field a caller must not choose (the init container's image): the
+// caller's own values (${context.KEY}, ${name}, ${owner}) are refused there.
+func expandNoCaller(s, where string, v vars) (string, error) {
+	out, err := expandChecked(s, where, v, func(name, _ string) error {
+		if strings.HasPrefix(name, contextPrefix) || name == "name" || name == "owner" {
+			return fmt.Errorf("%s: placeholder ${%s} would let the caller choose this value: write it in the template", where, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return strings.ReplaceAll(out, "${", "$${"), nil
+}
+
+// expandChecked is expandString with check, when not nil, approving each placeholder's value.
+func expandChecked(s, where string, v vars, check func(name, val string) error) (string, error) {
 	if !strings.Contains(s, "${") {
 		return s, nil
 	}
@@ -86,6 +133,11 @@ func expandString(s, where string, v vars) (string, error) {
 				return "", fmt.Errorf("%s: placeholder ${%s} needs context value %q, which the spawn did not give: pass it in the context", where, name, k)
 			}
 			return "", fmt.Errorf("%s: unknown placeholder ${%s}: known are %s; write $${ for a literal ${", where, name, v.known())
+		}
+		if check != nil {
+			if err := check(name, val); err != nil {
+				return "", err
+			}
 		}
 		b.WriteString(val)
 		s = s[i+2+end+1:]

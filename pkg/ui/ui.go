@@ -215,12 +215,29 @@ func (u *UI) proxyBase(r *http.Request) string {
 }
 
 // safeNext keeps a post-login redirect on this site: a path, never a scheme or another host.
+// Browsers drop TAB, CR and LF in a URL and read "\" as "/"; a path that spells "//" only once
+// decoded ("/%2F%2Fevil.example") is refused too, in case something decodes it again on the way
+// (found by FuzzSafeNext; the proxy's login applies the same rules).
 func safeNext(next string) string {
-	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+	if next == "" || len(next) > 2048 || !strings.HasPrefix(next, "/") {
 		return "/"
 	}
-	if u, err := url.Parse(next); err != nil || u.Host != "" || u.Scheme != "" {
+	if u, err := url.Parse(next); err != nil || u.Host != "" || u.Scheme != "" || u.User != nil || u.Opaque != "" {
 		return "/"
+	}
+	dec, err := url.PathUnescape(next)
+	if err != nil {
+		return "/"
+	}
+	for _, s := range []string{next, dec} {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c == 0x7f || c == '\\' {
+				return "/"
+			}
+		}
+		if strings.HasPrefix(s, "//") {
+			return "/"
+		}
 	}
 	return next
 }

@@ -128,7 +128,8 @@ func ValidateID(id string) error {
 		return fmt.Errorf("workspace id is empty: give an id such as \"my-project\" or a name to derive it from")
 	}
 	if len(id) > MaxIDLength {
-		return fmt.Errorf("workspace id %q is %d characters long: use at most %d", id, len(id), MaxIDLength)
+		// Only the start is quoted: an error never echoes an oversized input back whole.
+		return fmt.Errorf("workspace id %q... is %d characters long: use at most %d", id[:MaxIDLength], len(id), MaxIDLength)
 	}
 	if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
 		return fmt.Errorf("workspace id %q is not valid: %s", id, strings.Join(errs, "; "))

@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"net/url"
+	"path"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// FuzzCleanPath: the path routes are matched on is absolute, has no empty, "." or ".." segment,
+// is what path.Clean says (keeping a trailing slash), and cleaning it again changes nothing.
+func FuzzCleanPath(f *testing.F) {
+	for _, s := range []string{"", "/", "/ws/jane/demo/", "/ws/jane/demo/../../other/", "//ws//x", "/ws/./a/.", "..", "/%2e%2e/", "/ws/jane/demo/..", "a/b/../../../c/", "/\x00/..", "/" + strings.Repeat("../", 100)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		c := cleanPath(p)
+		if !strings.HasPrefix(c, "/") {
+			t.Fatalf("cleanPath(%q) = %q is not absolute", p, c)
+		}
+		if !isClean(c) {
+			t.Fatalf("cleanPath(%q) = %q is not clean", p, c)
+		}
+		if again := cleanPath(c); again != c {
+			t.Fatalf("cleanPath is not idempotent: %q -> %q -> %q", p, c, again)
+		}
+		want := path.Clean("/" + p)
+		if strings.HasSuffix(p, "/") && want != "/" {
+			want += "/"
+		}
+		if c != want && c != path.Clean(p) && !(strings.HasSuffix(p, "/") && c == path.Clean(p)+"/") {
+			t.Fatalf("cleanPath(%q) = %q, path.Clean says %q", p, c, want)
+		}
+	})
+}
+
+// FuzzRouteLookup: a workspace's path annotation becomes a prefix only when it is clean and outside
+// the proxy's reserved prefix, and a cleaned request path matches a route only under its prefix, so
+// no request path (with "..", "//" or %2F spelled any way) reaches another workspace.
+func FuzzRouteLookup(f *testing.F) {
+	f.Add("/ws/jane/demo/", "/ws/jane/demo/index.html")
+	f.Add("/ws/jane/demo/", "/ws/jane/demo/../other/")
+	f.Add("/ws/jane/demo", "/ws/jane/demox/")
+	f.Add("/ws//jane/./demo/../demo/", "/ws/jane/demo")
+	f.Add("/nogoo9/login/", "/nogoo9/login/")
+	f.Add("/ws/a b/", "/ws/a%20b/")
+	f.Add("relative/", "/relative/")
+	f.Add("/ws/\x00/", "/ws/\x00/x")
+	f.Fuzz(func(t *testing.T, annPath, reqPath string) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", CreationTimestamp: metav1.NewTime(time.Unix(1, 0)),
+				Labels:      map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: "demo"},
+				Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnWorkspacePath: annPath, workspace.AnnWorkspacePort: "8080"}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.1.0.9",
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		}
+		targets, errs := routesFor(wsKey{namespace: "ns", id: "demo"}, []*corev1.Pod{pod}, time.Unix(100, 0))
+		if len(targets)+len(errs) > 1 {
+			t.Fatalf("one path annotation gave %d routes and %d errors", len(targets), len(errs))
+		}
+		if len(errs) == 1 && errs[0].Error() == "" {
+			t.Fatal("an empty error")
+		}
+		if len(targets) == 0 {
+			return
+		}
+		prefix := targets[0].prefix
+		if !strings.HasPrefix(prefix, "/") || !strings.HasSuffix(prefix, "/") || prefix == "/" || !isClean(prefix) {
+			t.Fatalf("annotation %q gave prefix %q", annPath, prefix)
+		}
+		if strings.HasPrefix(prefix, ReservedPrefix) || strings.ContainsAny(prefix, "?#%\\ ") {
+			t.Fatalf("annotation %q gave prefix %q", annPath, prefix)
+		}
+		tb := &table{routes: map[string]*target{prefix: targets[0]}, maxDepth: depthOf(prefix)}
+		p := reqPath
+		if u, err := url.Parse(reqPath); err == nil {
+			p = u.Path
+		}
+		c := cleanPath(p)
+		if got := tb.lookup(c); got != nil && !strings.HasPrefix(c, prefix) {
+			t.Fatalf("request %q (clean %q) matched prefix %q", reqPath, c, prefix)
+		} else if got == nil && strings.HasPrefix(c, prefix) {
+			t.Fatalf("request %q (clean %q) missed prefix %q", reqPath, c, prefix)
+		}
+	})
+}
+
+// browserView is how a browser reads a Location path: TAB, CR and LF removed, "\" as "/".
+func browserView(s string) string {
+	s = strings.Map(func(r rune) rune {
+		switch r {
+		case '\t', '\r', '\n':
+			return -1
+		case '\\':
+			return '/'
+		}
+		return r
+	}, s)
+	return s
+}
+
+// checkSafeNext is the property every post-login redirect keeps: "/" or the input unchanged, a
+// local path as the browser reads it, also after one more decoding.
+func checkSafeNext(t *testing.T, fn func(string) string, next string) {
+	t.Helper()
+	got := fn(next)
+	if got != "/" && got != next {
+		t.Fatalf("safeNext(%q) = %q: want the input or /", next, got)
+	}
+	for _, v := range []string{got, func() string { d, _ := url.PathUnescape(got); return d }()} {
+		b := browserView(v)
+		if !strings.HasPrefix(b, "/") || strings.HasPrefix(b, "//") {
+			t.Fatalf("safeNext(%q) = %q, which a browser reads as %q: it leaves the site", next, got, b)
+		}
+		if u, err := url.Parse(b); err == nil && (u.Host != "" || u.Scheme != "") {
+			t.Fatalf("safeNext(%q) = %q names host %q", next, got, u.Host)
+		}
+	}
+}
+
+var nextSeeds = []string{"/", "/ws/jane/demo/", "//evil.example", "/\\evil.example", "/\t/evil.example", "/%2F%2Fevil.example", "https://evil.example/", "/a?next=//x", "/%5Cevil", "", "javascript:alert(1)", "/\r\n/evil", "/ws/%E2%80%AE"}
+
+func FuzzSafeNext(f *testing.F) {
+	for _, s := range nextSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, next string) { checkSafeNext(t, safeNext, next) })
+}
+
+// FuzzLoginOrigin: the login and logout forms are refused whenever the browser says the post is
+// cross-site, or its Origin names another host; a refused post never sets the login cookie.
+func FuzzLoginOrigin(f *testing.F) {
+	f.Add("cross-site", "http://evil.example", "good")
+	f.Add("", "http://evil.example", "good")
+	f.Add("same-origin", "http://proxy.example", "good")
+	f.Add("", "null", "good")
+	f.Add("same-site", "http://sub.proxy.example", "good")
+	f.Add("", "http://proxy.example\r\nX: y", "good")
+	f.Fuzz(func(t *testing.T, fetchSite, origin, token string) {
+		if strings.ContainsAny(fetchSite+origin, "\r\n\x00") {
+			return // net/http never delivers such header values
+		}
+		p := newLoginProxy(t, true)
+		hdr := map[string]string{}
+		if fetchSite != "" {
+			hdr["Sec-Fetch-Site"] = fetchSite
+		}
+		if origin != "" {
+			hdr["Origin"] = origin
+		}
+		w := send(p, "POST", ReservedPrefix+"login", url.Values{"token": {token}, "next": {"/"}}, hdr)
+		crossSite := fetchSite != "" && fetchSite != "same-origin" && fetchSite != "none"
+		otherHost := fetchSite == "" && origin != "" && func() bool {
+			u, err := url.Parse(origin)
+			return err != nil || u.Host != "proxy.example"
+		}()
+		if (crossSite || otherHost) && (w.Code != 403 || len(w.Result().Cookies()) != 0) {
+			t.Fatalf("cross-origin login (Sec-Fetch-Site %q, Origin %q) answered %d with cookies %v", fetchSite, origin, w.Code, w.Result().Cookies())
+		}
+		if w.Code >= 500 {
+			t.Fatalf("login answered %d", w.Code)
+		}
+	})
+}
