@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	// CA roots compiled in: the image is built from scratch and has no /etc/ssl (hack/image).
+	_ "golang.org/x/crypto/x509roots/fallback"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
