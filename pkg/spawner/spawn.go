@@ -171,7 +171,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 		return nil, s.notFound(req.Template)
 	}
 	podName := workspace.PodName(owner, id)
-	pod, pvcs, err := BuildPod(t, Identity{Owner: owner, ID: id, Name: req.Name, Context: req.Context}, podName)
+	pod, pvcs, err := BuildPod(t, Identity{Owner: owner, ID: id, Name: req.Name, Context: req.Context, Namespace: s.opts.Namespace}, podName)
 	if err != nil {
 		return nil, errorf(Invalid, err, "%v", err)
 	}
