@@ -18,7 +18,9 @@ import (
 	_ "golang.org/x/crypto/x509roots/fallback"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -27,6 +29,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/api"
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/namespaces"
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/proxy"
 	"github.com/nogoo9/no-crd/pkg/spawner"
@@ -66,6 +69,7 @@ type options struct {
 	auth              auth.Options
 	templatePolicy    templates.PolicyFlags
 	ui                uiOptions
+	namespaces        string
 }
 
 // proxyLimits are the proxy's bounds on what a workspace pod and a client may make it hold.
@@ -124,6 +128,7 @@ func main() {
 	flag.StringVar(&o.ui.oidcRedirectURL, "ui-oidc-redirect-url", "", "With --auth=oidc: the UI's /login/callback URL as registered with the provider; turns on single sign-on (authorization code + PKCE).")
 	flag.StringVar(&o.ui.oidcSecretFile, "ui-oidc-client-secret-file", "", "File holding the OIDC client secret for the UI's login (empty: a public client, PKCE only).")
 	flag.StringVar(&o.ui.oidcScopes, "ui-oidc-scopes", "profile,email", "Comma-separated scopes the UI's login requests besides openid (e.g. add groups).")
+	flag.StringVar(&o.namespaces, "namespaces", "", "More namespaces whose workspaces the proxy routes and the controllers manage, besides --namespace: names separated by commas, or a label selector such as nogoo9/enabled=true (resolved at start). Empty: --namespace only.")
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -158,6 +163,13 @@ func run(o options) error {
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "nogoo9/" + version
 
+	// --namespaces: the namespaces whose workspaces the cache, the proxy and the controllers see;
+	// always including --namespace (templates, quota ledgers, the Lease, and the API's spawns).
+	watched, err := watchedNamespaces(cfg, scheme, o)
+	if err != nil {
+		return err
+	}
+
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
@@ -171,7 +183,7 @@ func run(o options) error {
 		LeaderElectionReleaseOnCancel: true,
 		// Only workspace pods and template ConfigMaps are cached, stripped of what nogoo9 never
 		// reads: a cluster's other pods cost nothing.
-		Cache: podcache.Options(o.namespace),
+		Cache: podcache.OptionsFor(watched),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -263,7 +275,7 @@ func run(o options) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	log.Info("starting nogoo9", "version", version, "namespace", o.namespace, "components", o.components)
+	log.Info("starting nogoo9", "version", version, "namespace", o.namespace, "watchedNamespaces", watched, "components", o.components)
 	return mgr.Start(ctx)
 }
 
@@ -350,4 +362,21 @@ func envInt(key string, def int) int {
 		os.Exit(2)
 	}
 	return n
+}
+
+// watchedNamespaces resolves --namespaces (pkg/namespaces); a selector lists namespaces once, now.
+func watchedNamespaces(cfg *rest.Config, scheme *runtime.Scheme, o options) ([]string, error) {
+	spec, err := namespaces.Parse(o.namespaces)
+	if err != nil {
+		return nil, err
+	}
+	var reader client.Reader
+	if spec.IsSelector() {
+		if reader, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+			return nil, fmt.Errorf("create a client to resolve --namespaces: %w", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return namespaces.Resolve(ctx, spec, o.namespace, reader)
 }
