@@ -199,7 +199,7 @@ func run(o options) error {
 	}
 	var spawn *spawner.Spawner
 	if components["api"] {
-		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser})
+		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, Namespaces: watched, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser})
 	}
 
 	// Authentication (issue 5): the api and the proxy verify the same tokens.

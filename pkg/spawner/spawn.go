@@ -21,6 +21,9 @@ import (
 type Options struct {
 	// Namespace where workspaces are created.
 	Namespace string
+	// Namespaces are all the namespaces nogoo9 watches (--namespaces): an owner's workspaces and
+	// claims in any of them count toward MaxPerUser and MaxClaimsPerUser. Empty: Namespace only.
+	Namespaces []string
 	// MaxPerUser is how many Running or Pending workspaces a non-admin owner may have (0: no limit).
 	MaxPerUser int
 	// MaxClaimsPerUser is how many PersistentVolumeClaims a non-admin owner may have, those
