@@ -99,14 +99,14 @@ func TestBuildPodSetsTheContract(t *testing.T) {
 	if tmpl.Spec.Containers[0].Args[1] != "${user}" {
 		t.Errorf("BuildPod changed the template")
 	}
-	// An upgrade reads the identity back (the spawner set the namespace) and renders the same pod
-	// under another name.
+	// An upgrade reads the identity back, with the stamped paths instead of the namespace, and
+	// renders the same pod under another name.
 	pod.Namespace = id.Namespace
 	back, err := IdentityFromPod(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id.WorkspacePath, id.PreviewPath = "/ws/team-a/demo/", "/preview/team-a/demo/"
+	id.Namespace, id.WorkspacePath, id.PreviewPath = "", "/ws/team-a/demo/", "/preview/team-a/demo/"
 	if !reflect.DeepEqual(back, id) {
 		t.Errorf("IdentityFromPod = %+v, want %+v", back, id)
 	}
@@ -115,7 +115,7 @@ func TestBuildPodSetsTheContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pod2.Name != up || pvcs2[0].Name != pvc.Name || !reflect.DeepEqual(pod2.Labels, pod.Labels) {
+	if pod2.Name != up || pvcs2[0].Name != pvc.Name || !reflect.DeepEqual(pod2.Labels, pod.Labels) || !reflect.DeepEqual(pod2.Annotations, pod.Annotations) {
 		t.Errorf("upgrade build differs: %s %s", pod2.Name, pvcs2[0].Name)
 	}
 }
