@@ -29,9 +29,10 @@ tools: $(TOOLS) ## Build etcd, kube-apiserver, kube-scheduler, kube-controller-m
 $(TOOLS) &: hack/tools/go.mod hack/tools/go.sum hack/tools/etcd/main.go
 	@hack/build-tools.sh $(BIN)
 
-.PHONY: docker-build
-docker-build: ## Build the container image (needs a Docker engine; none runs on the dev machine).
-	docker build --build-arg VERSION=$(VERSION) -t $(IMG) .
+.PHONY: image
+image: build ## Build the container image without a container engine: OCI layout bin/image/oci and tarball bin/image/nogoo9.tar (hack/image).
+	$(GO) run ./hack/image --binary $(BIN)/nogoo9 --version $(VERSION) --out $(BIN)/image \
+		--created $$(git log -1 --format=%ct 2>/dev/null || echo 0)
 
 ##@ Quality
 

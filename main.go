@@ -14,9 +14,13 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	// CA roots compiled in: the image is built from scratch and has no /etc/ssl (hack/image).
+	_ "golang.org/x/crypto/x509roots/fallback"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -26,6 +30,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/frontend"
 	"github.com/nogoo9/no-crd/pkg/health"
+	"github.com/nogoo9/no-crd/pkg/namespaces"
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/proxy"
 	"github.com/nogoo9/no-crd/pkg/spawner"
@@ -68,6 +73,7 @@ type options struct {
 	templatePolicy    templates.PolicyFlags
 	ui                uiOptions
 	lifecycle         lifecycleOptions
+	namespaces        string
 	updates           updateOptions
 }
 
@@ -150,6 +156,7 @@ func main() {
 	flag.DurationVar(&o.updates.idleAfter, "idle-after", 30*time.Minute, "How long a workspace must have had no activity before the when-idle policy upgrades it.")
 	flag.DurationVar(&o.updates.retryAfter, "auto-upgrade-retry-after", time.Hour, "How long after a failed upgrade an update policy may try the workspace's upgrade again.")
 	flag.IntVar(&o.updates.historyLimit, "template-history-limit", templates.DefaultHistoryLimit, "Versions of each template kept (current included) for rollbacks, as ConfigMaps nogoo9-history-*.")
+	flag.StringVar(&o.namespaces, "namespaces", "", "More namespaces whose workspaces the proxy routes and the controllers manage, besides --namespace: names separated by commas, or a label selector such as nogoo9/enabled=true (resolved at start). Empty: --namespace only.")
 	zapOpts := zap.Options{Development: false, TimeEncoder: zapcore.ISO8601TimeEncoder}
 	flag.DurationVar(&o.lifecycle.idleTimeout, "idle-timeout", 0, "Stop a workspace after this long without activity through the proxy, unless its template sets nogoo9/idle-timeout (0, the default: never).")
 	flag.DurationVar(&o.lifecycle.activityInterval, "activity-write-interval", proxy.DefaultActivityInterval, "Least time between two writes of nogoo9/last-activity for one workspace, across proxy replicas.")
@@ -190,6 +197,14 @@ func run(o options) error {
 	// Events: a per-object, per-reason budget (controllers.NewEventBroadcaster); flushed on exit.
 	events := controllers.NewEventBroadcaster()
 	defer events.Shutdown()
+
+	// --namespaces: the namespaces whose workspaces the cache, the proxy and the controllers see;
+	// always including --namespace (templates, quota ledgers, the Lease, and the API's spawns).
+	watched, err := watchedNamespaces(cfg, scheme, o)
+	if err != nil {
+		return err
+	}
+
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		EventBroadcaster:        events, //nolint:staticcheck // the only way to set the correlator; it lives as long as the process
 		Scheme:                  scheme,
@@ -206,7 +221,7 @@ func run(o options) error {
 		LeaderElectionReleaseOnCancel: true,
 		// Only workspace pods and template ConfigMaps are cached, stripped of what nogoo9 never
 		// reads: a cluster's other pods cost nothing.
-		Cache: podcache.Options(o.namespace),
+		Cache: podcache.OptionsFor(watched),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -223,7 +238,7 @@ func run(o options) error {
 	history := &templates.History{Reader: mgr.GetAPIReader(), Namespace: o.namespace, Policy: policy}
 	var spawn *spawner.Spawner
 	if components["api"] {
-		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser, MaxStoppedPerUser: o.lifecycle.maxStopped})
+		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, Namespaces: watched, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser, MaxStoppedPerUser: o.lifecycle.maxStopped})
 	}
 
 	// Authentication (issue 5): the api and the proxy verify the same tokens.
@@ -337,7 +352,7 @@ func run(o options) error {
 	if err := mgr.AddReadyzCheck("apiserver", apiCheck); err != nil {
 		return err
 	}
-	log.Info("starting nogoo9", "version", version, "namespace", o.namespace, "components", o.components)
+	log.Info("starting nogoo9", "version", version, "namespace", o.namespace, "watchedNamespaces", watched, "components", o.components)
 	return mgr.Start(ctx)
 }
 
@@ -424,4 +439,21 @@ func envInt(key string, def int) int {
 		os.Exit(2)
 	}
 	return n
+}
+
+// watchedNamespaces resolves --namespaces (pkg/namespaces); a selector lists namespaces once, now.
+func watchedNamespaces(cfg *rest.Config, scheme *runtime.Scheme, o options) ([]string, error) {
+	spec, err := namespaces.Parse(o.namespaces)
+	if err != nil {
+		return nil, err
+	}
+	var reader client.Reader
+	if spec.IsSelector() {
+		if reader, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+			return nil, fmt.Errorf("create a client to resolve --namespaces: %w", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return namespaces.Resolve(ctx, spec, o.namespace, reader)
 }

@@ -129,7 +129,7 @@ nogoo9 is running against the local cluster; the demo stand-in plays each worksp
 
   MCP endpoint   $api/mcp            (Streamable HTTP, bearer token)
   REST API       $api/api/v1
-  Proxy          $proxy/ws/<user>/<id>/
+  Proxy          $proxy/ws/<namespace>/<id>/   (this workspace: $proxy$ws_path)
   Web UI         $api/                (open it in a browser; "Development login": paste the
                                       user or admin token below, the admin sees "All workspaces")
   Kubeconfig     $kc

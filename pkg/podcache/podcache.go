@@ -136,3 +136,13 @@ func (r ReleaseAfterSync) Start(ctx context.Context) error {
 	debug.FreeOSMemory()
 	return nil
 }
+
+// OptionsFor is Options over several namespaces (--namespaces): the same objects, stripped the
+// same way, in each. OptionsFor([]string{ns}) equals Options(ns).
+func OptionsFor(namespaces []string) cache.Options {
+	o := Options(namespaces[0])
+	for _, ns := range namespaces[1:] {
+		o.DefaultNamespaces[ns] = cache.Config{}
+	}
+	return o
+}

@@ -22,12 +22,35 @@ type Identity struct {
 	Name string
 	// Context holds the caller-supplied values for ${context.KEY} placeholders.
 	Context map[string]string
+	// Namespace is the workspace's namespace; a new workspace's paths are derived from it
+	// (workspace.WorkspacePath).
+	Namespace string
+	// WorkspacePath and PreviewPath are the paths stamped on an existing workspace's pod; they win
+	// over derived ones, so a workspace keeps its URLs whatever the current path shape is.
+	WorkspacePath, PreviewPath string
+}
+
+// paths returns the workspace and preview paths to stamp: the stamped ones of an existing
+// workspace, else those derived from the namespace, else none (a pure render with no namespace).
+func (id Identity) paths() (ws, preview string) {
+	ws, preview = id.WorkspacePath, id.PreviewPath
+	if id.Namespace != "" {
+		if ws == "" {
+			ws = workspace.WorkspacePath(id.Namespace, id.ID)
+		}
+		if preview == "" {
+			preview = workspace.PreviewPath(id.Namespace, id.ID)
+		}
+	}
+	return ws, preview
 }
 
 // IdentityFromPod reads the identity back from a workspace pod, so an upgrade renders the
-// template with the values of the original spawn.
+// template with the values of the original spawn. It carries the paths stamped on the pod and no
+// namespace, so a render never derives new paths for an existing workspace.
 func IdentityFromPod(pod *corev1.Pod) (Identity, error) {
-	id := Identity{Owner: workspace.Owner(pod), ID: workspace.ID(pod), Name: pod.Annotations[workspace.AnnWorkspaceName]}
+	id := Identity{Owner: workspace.Owner(pod), ID: workspace.ID(pod), Name: pod.Annotations[workspace.AnnWorkspaceName],
+		WorkspacePath: pod.Annotations[workspace.AnnWorkspacePath], PreviewPath: pod.Annotations[workspace.AnnPreviewPath]}
 	if id.Owner == "" || id.ID == "" {
 		return id, fmt.Errorf("pod %s/%s is not a workspace pod nogoo9 can adopt: it lacks label %s, or both annotation %s and a %s label that is a raw subject; annotate it with its owner (kubectl annotate pod %s %s=<subject>)",
 			pod.Namespace, pod.Name, workspace.LabelWorkspaceID, workspace.AnnOwner, workspace.LabelUserSub, pod.Name, workspace.AnnOwner)
@@ -38,14 +61,6 @@ func IdentityFromPod(pod *corev1.Pod) (Identity, error) {
 		}
 	}
 	return id, nil
-}
-
-// WorkspacePath and PreviewPath are the proxy routes of a workspace.
-func WorkspacePath(owner, id string) string {
-	return "/ws/" + workspace.UserLabel(owner) + "/" + id + "/"
-}
-func PreviewPath(owner, id string) string {
-	return "/preview/" + workspace.UserLabel(owner) + "/" + id + "/"
 }
 
 // BuildPod renders template t for a workspace: the Pod named podName and the PVCs it mounts (one
@@ -135,11 +150,16 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 		workspace.AnnOwner:           id.Owner,
 		workspace.AnnTemplateVersion: t.Version,
 		workspace.AnnWorkspaceName:   name,
-		workspace.AnnWorkspacePath:   WorkspacePath(id.Owner, id.ID),
 		workspace.AnnWorkspacePort:   strconv.Itoa(int(exp.WorkspacePort)),
-		workspace.AnnPreviewPath:     PreviewPath(id.Owner, id.ID),
 		workspace.AnnPreviewPort:     strconv.Itoa(int(exp.PreviewPort)),
 		workspace.AnnContext:         ctxJSON,
+	}
+	ws, preview := id.paths()
+	if ws != "" {
+		ann[workspace.AnnWorkspacePath] = ws
+	}
+	if preview != "" {
+		ann[workspace.AnnPreviewPath] = preview
 	}
 	if exp.StripPrefix != nil {
 		ann[workspace.AnnStripPrefix] = *exp.StripPrefix

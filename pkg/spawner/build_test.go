@@ -43,7 +43,7 @@ func TestBuildPodSetsTheContract(t *testing.T) {
 		workspace.AnnStripPrefix:   "false",
 		workspace.AnnPublicPreview: "true",
 	}, nodeSpec, claims)
-	id := Identity{Owner: "auth0|Jane", ID: "demo", Name: "My Demo", Context: map[string]string{"repo": "git@x:y.git", "class": "fast"}}
+	id := Identity{Owner: "auth0|Jane", ID: "demo", Name: "My Demo", Context: map[string]string{"repo": "git@x:y.git", "class": "fast"}, Namespace: "team-a"}
 	podName := workspace.PodName(id.Owner, id.ID)
 	pod, pvcs, err := BuildPod(tmpl, id, podName)
 	if err != nil {
@@ -59,8 +59,8 @@ func TestBuildPodSetsTheContract(t *testing.T) {
 	}
 	wantAnn := map[string]string{
 		workspace.AnnOwner: "auth0|Jane", workspace.AnnTemplateVersion: "v1.2", workspace.AnnWorkspaceName: "My Demo",
-		workspace.AnnWorkspacePath: "/ws/" + user + "/demo/", workspace.AnnWorkspacePort: "8080",
-		workspace.AnnPreviewPath: "/preview/" + user + "/demo/", workspace.AnnPreviewPort: "3000",
+		workspace.AnnWorkspacePath: "/ws/team-a/demo/", workspace.AnnWorkspacePort: "8080",
+		workspace.AnnPreviewPath: "/preview/team-a/demo/", workspace.AnnPreviewPort: "3000",
 		workspace.AnnContext:     `{"class":"fast","repo":"git@x:y.git"}`,
 		workspace.AnnStripPrefix: "false", workspace.AnnPublicPreview: "true",
 	}
@@ -99,11 +99,14 @@ func TestBuildPodSetsTheContract(t *testing.T) {
 	if tmpl.Spec.Containers[0].Args[1] != "${user}" {
 		t.Errorf("BuildPod changed the template")
 	}
-	// An upgrade reads the identity back and renders the same pod under another name.
+	// An upgrade reads the identity back, with the stamped paths instead of the namespace, and
+	// renders the same pod under another name.
+	pod.Namespace = id.Namespace
 	back, err := IdentityFromPod(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
+	id.Namespace, id.WorkspacePath, id.PreviewPath = "", "/ws/team-a/demo/", "/preview/team-a/demo/"
 	if !reflect.DeepEqual(back, id) {
 		t.Errorf("IdentityFromPod = %+v, want %+v", back, id)
 	}
@@ -112,7 +115,7 @@ func TestBuildPodSetsTheContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pod2.Name != up || pvcs2[0].Name != pvc.Name || !reflect.DeepEqual(pod2.Labels, pod.Labels) {
+	if pod2.Name != up || pvcs2[0].Name != pvc.Name || !reflect.DeepEqual(pod2.Labels, pod.Labels) || !reflect.DeepEqual(pod2.Annotations, pod.Annotations) {
 		t.Errorf("upgrade build differs: %s %s", pod2.Name, pvcs2[0].Name)
 	}
 }
@@ -329,5 +332,44 @@ func TestErrorsMatchSentinels(t *testing.T) {
 	err := error(errorf(Conflict, nil, "workspace %q already exists", "w"))
 	if !errors.Is(err, ErrConflict) || errors.Is(err, ErrQuotaExceeded) || CodeOf(err) != Conflict {
 		t.Errorf("sentinel matching broken for %v", err)
+	}
+}
+
+// A workspace created before paths named the namespace keeps the paths stamped on its pod through
+// every later render (an upgrade), while a new workspace of the same owner and id in the same
+// namespace would get /ws/<namespace>/<id>/.
+func TestBuildPodKeepsTheStampedPathsOfAnExistingWorkspace(t *testing.T) {
+	tmpl := mustTemplate(t, map[string]string{workspace.AnnPreviewPort: "3000"}, nodeSpec, strings.Replace(claims, "${context.class}", "std", 1))
+	owner := "system:serviceaccount:default:demo-user"
+	oldWS := "/ws/" + workspace.UserLabel(owner) + "/demo/"
+	oldPreview := "/preview/" + workspace.UserLabel(owner) + "/demo/"
+	old := &corev1.Pod{}
+	old.Namespace = "default"
+	old.Labels = map[string]string{workspace.LabelWorkspaceID: "demo", workspace.LabelUserSub: workspace.UserLabel(owner)}
+	old.Annotations = map[string]string{workspace.AnnOwner: owner, workspace.AnnWorkspacePath: oldWS, workspace.AnnPreviewPath: oldPreview,
+		workspace.AnnContext: `{"repo":"r.git"}`}
+	id, err := IdentityFromPod(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, _, err := BuildPod(tmpl, id, "up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := up.Annotations[workspace.AnnWorkspacePath]; got != oldWS {
+		t.Errorf("upgraded workspace path %q, want the stamped %q", got, oldWS)
+	}
+	if got := up.Annotations[workspace.AnnPreviewPath]; got != oldPreview {
+		t.Errorf("upgraded preview path %q, want the stamped %q", got, oldPreview)
+	}
+	fresh, _, err := BuildPod(tmpl, Identity{Owner: owner, ID: "demo", Namespace: "default", Context: id.Context}, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fresh.Annotations[workspace.AnnWorkspacePath]; got != "/ws/default/demo/" {
+		t.Errorf("new workspace path %q, want /ws/default/demo/", got)
+	}
+	if got := fresh.Annotations[workspace.AnnPreviewPath]; got != "/preview/default/demo/" {
+		t.Errorf("new preview path %q, want /preview/default/demo/", got)
 	}
 }

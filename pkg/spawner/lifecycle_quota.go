@@ -10,17 +10,18 @@ import (
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
-// stoppedIDs are the ids among pods (one owner's) of workspaces that are stopped or stopping:
-// they use no node and do not count against MaxPerUser.
-func stoppedIDs(pods []corev1.Pod) map[string]bool {
-	ptrs := make([]*corev1.Pod, len(pods))
+// stoppedKeys are the claimKeys (the id, or namespace/id elsewhere) among pods (one owner's) of
+// workspaces that are stopped or stopping: they do not count as running.
+func (s *Spawner) stoppedKeys(pods []corev1.Pod) map[string]bool {
+	groups := map[string][]*corev1.Pod{}
 	for i := range pods {
-		ptrs[i] = &pods[i]
+		k := s.claimKey(pods[i].Namespace, workspace.ID(&pods[i]))
+		groups[k] = append(groups[k], &pods[i])
 	}
 	out := map[string]bool{}
-	for id, group := range workspace.GroupByID(ptrs) {
+	for k, group := range groups {
 		if workspace.IsStopped(group) {
-			out[id] = true
+			out[k] = true
 		}
 	}
 	return out
@@ -32,10 +33,10 @@ func (s *Spawner) tally(ctx context.Context, owner, id string) (running, stopped
 	if err != nil {
 		return nil, nil, err
 	}
-	st := stoppedIDs(pods)
+	st := s.stoppedKeys(pods)
 	seen := map[string]bool{}
 	for i := range pods {
-		wid := workspace.ID(&pods[i])
+		wid := s.claimKey(pods[i].Namespace, workspace.ID(&pods[i]))
 		if wid == id || seen[wid] || !counts(&pods[i]) {
 			continue
 		}

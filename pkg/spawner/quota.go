@@ -56,19 +56,29 @@ func counts(pod *corev1.Pod) bool {
 
 // ownerPods lists owner's workspace pods from the API server (not the cache, which may lag).
 func (s *Spawner) ownerPods(ctx context.Context, owner string) ([]corev1.Pod, error) {
-	var list corev1.PodList
-	if err := s.apiReader.List(ctx, &list, client.InNamespace(s.opts.Namespace), client.MatchingLabels{
-		workspace.LabelType: workspace.TypeWorkspace, workspace.LabelUserSub: workspace.UserLabel(owner),
-	}); err != nil {
-		return nil, fmt.Errorf("list workspace pods of %s: %w", owner, err)
-	}
-	out := list.Items[:0]
-	for _, p := range list.Items {
-		if workspace.Owner(&p) == owner {
-			out = append(out, p)
+	var out []corev1.Pod
+	for _, ns := range s.quotaNamespaces() {
+		var list corev1.PodList
+		if err := s.apiReader.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{
+			workspace.LabelType: workspace.TypeWorkspace, workspace.LabelUserSub: workspace.UserLabel(owner),
+		}); err != nil {
+			return nil, fmt.Errorf("list workspace pods of %s in namespace %s: %w", owner, ns, err)
+		}
+		for _, p := range list.Items {
+			if workspace.Owner(&p) == owner {
+				out = append(out, p)
+			}
 		}
 	}
 	return out, nil
+}
+
+// quotaNamespaces are the namespaces whose workspaces and claims count toward an owner's quota.
+func (s *Spawner) quotaNamespaces() []string {
+	if len(s.opts.Namespaces) == 0 {
+		return []string{s.opts.Namespace}
+	}
+	return s.opts.Namespaces
 }
 
 // reserve records a reservation of id for owner in the ledger, or refuses with QuotaExceeded.
@@ -95,11 +105,12 @@ func (s *Spawner) reserve(ctx context.Context, owner, id string) error {
 		now := s.opts.Now()
 		live := map[string]bool{}
 		present := map[string]bool{}
-		stopped := stoppedIDs(pods)
+		stopped := s.stoppedKeys(pods)
 		for i := range pods {
-			present[workspace.ID(&pods[i])] = true
-			if counts(&pods[i]) && !stopped[workspace.ID(&pods[i])] {
-				live[workspace.ID(&pods[i])] = true
+			k := s.claimKey(pods[i].Namespace, workspace.ID(&pods[i])) // the id, or namespace/id elsewhere
+			present[k] = true
+			if counts(&pods[i]) && !stopped[k] {
+				live[k] = true
 			}
 		}
 		for rid, at := range res {
@@ -224,20 +235,22 @@ func sleepJitter(ctx context.Context, attempt int) error {
 // data until someone deletes them) plus the ones this spawn creates (a claim it reuses is not
 // new).
 func (s *Spawner) checkClaims(ctx context.Context, owner string, pvcs []*corev1.PersistentVolumeClaim) error {
-	var list corev1.PersistentVolumeClaimList
-	if err := s.apiReader.List(ctx, &list, client.InNamespace(s.opts.Namespace),
-		client.MatchingLabels{workspace.LabelUserSub: workspace.UserLabel(owner)}); err != nil {
-		return fmt.Errorf("list volume claims of %s: %w", owner, err)
-	}
-	have := map[string]bool{}
-	for i := range list.Items {
-		if c := &list.Items[i]; c.Annotations[workspace.AnnOwner] == owner && c.DeletionTimestamp == nil {
-			have[c.Name] = true
+	have := map[string]bool{} // claimKey
+	for _, ns := range s.quotaNamespaces() {
+		var list corev1.PersistentVolumeClaimList
+		if err := s.apiReader.List(ctx, &list, client.InNamespace(ns),
+			client.MatchingLabels{workspace.LabelUserSub: workspace.UserLabel(owner)}); err != nil {
+			return fmt.Errorf("list volume claims of %s in namespace %s: %w", owner, ns, err)
+		}
+		for i := range list.Items {
+			if c := &list.Items[i]; c.Annotations[workspace.AnnOwner] == owner && c.DeletionTimestamp == nil {
+				have[s.claimKey(ns, c.Name)] = true
+			}
 		}
 	}
 	added := 0
 	for _, p := range pvcs {
-		if !have[p.Name] {
+		if !have[s.claimKey(s.opts.Namespace, p.Name)] {
 			added++
 		}
 	}
@@ -251,4 +264,13 @@ func (s *Spawner) checkClaims(ctx context.Context, owner string, pvcs []*corev1.
 	sort.Strings(names)
 	return errorf(QuotaExceeded, nil, "%s has %d volume %s (%s), this workspace needs %d more, and the limit is %d per user: ask an admin to delete the volumes of workspaces you no longer need (kubectl delete pvc <name>), or reuse the id of a deleted workspace to get its volumes back",
 		owner, len(have), plural(len(have), "claim", "claims"), strings.Join(names, ", "), added, s.opts.MaxClaimsPerUser)
+}
+
+// claimKey names a claim (or a workspace id) in quota counts and messages: the name in the
+// spawner's namespace, namespace/name in another watched namespace.
+func (s *Spawner) claimKey(ns, name string) string {
+	if ns == s.opts.Namespace {
+		return name
+	}
+	return ns + "/" + name
 }

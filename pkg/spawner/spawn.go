@@ -21,6 +21,9 @@ import (
 type Options struct {
 	// Namespace where workspaces are created.
 	Namespace string
+	// Namespaces are all the namespaces nogoo9 watches (--namespaces): an owner's workspaces and
+	// claims in any of them count toward MaxPerUser and MaxClaimsPerUser. Empty: Namespace only.
+	Namespaces []string
 	// MaxPerUser is how many Running or Pending workspaces a non-admin owner may have, stopped ones
 	// not counted (0: no limit).
 	MaxPerUser int
@@ -177,7 +180,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 		return nil, s.notFound(req.Template)
 	}
 	podName := workspace.PodName(owner, id)
-	pod, pvcs, err := BuildPod(t, Identity{Owner: owner, ID: id, Name: req.Name, Context: req.Context}, podName)
+	pod, pvcs, err := BuildPod(t, Identity{Owner: owner, ID: id, Name: req.Name, Context: req.Context, Namespace: s.opts.Namespace}, podName)
 	if err != nil {
 		return nil, errorf(Invalid, err, "%v", err)
 	}

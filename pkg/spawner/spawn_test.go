@@ -104,8 +104,9 @@ func TestSpawnCreatesExactlyThePodAndClaims(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 
 	tmpl, _ := reg.Get("persistent")
-	want, wantPVCs, err := BuildPod(tmpl, Identity{Owner: "auth0|jane", ID: "my-project", Name: "My Project!", Context: map[string]string{"repo": "r.git"}}, workspace.PodName("auth0|jane", "my-project"))
+	want, wantPVCs, err := BuildPod(tmpl, Identity{Owner: "auth0|jane", ID: "my-project", Name: "My Project!", Context: map[string]string{"repo": "r.git"}, Namespace: ns}, workspace.PodName("auth0|jane", "my-project"))
 	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(want.Annotations).To(HaveKeyWithValue(workspace.AnnWorkspacePath, "/ws/"+ns+"/my-project/"))
 	pods := podsWithLabels(ctx, g, c, ns, nil)
 	g.Expect(pods).To(HaveLen(1))
 	got := pods[0]

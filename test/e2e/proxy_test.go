@@ -255,8 +255,8 @@ var _ = Describe("Proxy: routing, cutover, authorization and phases", Label("pro
 		Expect(body).NotTo(ContainSubstring(podA.Name))
 
 		By("path tricks from bob's prefix resolve to alice's workspace and are refused (alice's own use of them shows where they lead)")
-		rel := strings.TrimPrefix(wa.WorkspacePath, "/ws/") // "<alice-label>/alice-box/"
-		bobLabel := strings.Split(strings.TrimPrefix(wb.WorkspacePath, "/ws/"), "/")[0]
+		rel := strings.TrimPrefix(wa.WorkspacePath, "/ws/")                             // "<namespace>/alice-box/"
+		bobLabel := strings.Split(strings.TrimPrefix(wb.WorkspacePath, "/ws/"), "/")[0] // bob's first segment
 		for _, trick := range []string{
 			wb.WorkspacePath + "../../" + rel,
 			wb.WorkspacePath + "..%2F..%2F" + strings.ReplaceAll(rel, "/", "%2F"),

@@ -1,0 +1,108 @@
+package namespaces
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		name, in  string
+		wantNames []string
+		selector  string
+		wantErr   string
+	}{
+		{name: "empty keeps the single-namespace default", in: ""},
+		{name: "a list of names, spaces and duplicates ignored", in: "team-a, team-b,,team-a", wantNames: []string{"team-a", "team-b"}},
+		{name: "an equality selector", in: "nogoo9/enabled=true", selector: "nogoo9/enabled=true"},
+		{name: "a set selector", in: "team in (a,b)", selector: "team in (a,b)"},
+		{name: "a name that is no DNS label is refused with the field", in: "team-a,Team_B", wantErr: `--namespaces: "Team_B" is not a namespace name`},
+		{name: "a broken selector is refused", in: "team in (a", wantErr: "is not a valid label selector"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Parse(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Parse(%q) error %v, want one containing %q", tc.in, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(s.Names, tc.wantNames) {
+				t.Errorf("names %v, want %v", s.Names, tc.wantNames)
+			}
+			if got := ""; s.Selector != nil {
+				got = s.Selector.String()
+				if got != tc.selector {
+					t.Errorf("selector %q, want %q", got, tc.selector)
+				}
+			} else if tc.selector != "" {
+				t.Errorf("no selector, want %q", tc.selector)
+			}
+		})
+	}
+}
+
+// Resolve against a real API server: the selector is evaluated by kube-apiserver's label matching.
+// Names are unique per run, so -count=3 passes.
+func TestResolveAlwaysIncludesHomeAndPicksLabelledNamespaces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver (run without -short)")
+	}
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("envtest did not start (KUBEBUILDER_ASSETS=%s): %v", os.Getenv("KUBEBUILDER_ASSETS"), err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run := fmt.Sprintf("r%d", time.Now().UnixNano()%1000000)
+	label := "nogoo9-test/" + run
+	home, a, b, c3 := run+"-home", run+"-team-a", run+"-team-b", run+"-team-c"
+	for name, l := range map[string]map[string]string{
+		home: nil, a: {label: "true"}, b: {label: "true"}, c3: {label: "false"},
+	} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"", []string{home}},
+		{b + "," + a, []string{home, a, b}},
+		{home + "," + a, []string{home, a}},
+		{label + "=true", []string{home, a, b}},
+		{label + "=nowhere", []string{home}},
+	} {
+		s, err := Parse(tc.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Resolve(ctx, s, home, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("Resolve(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,41 @@
+package spawner
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// With --namespaces, an owner's workspaces in every watched namespace count toward the quota; a
+// workspace of the same id in two namespaces counts twice. Without it (Namespaces empty) only the
+// spawner's namespace counts, as before.
+func TestQuotaCountsAcrossWatchedNamespaces(t *testing.T) {
+	ctx, c, home := setup(t)
+	_, _, team := setup(t)
+	g := NewWithT(t)
+	owner := fmt.Sprintf("jane-%s", home)
+	// A live workspace of the owner in the team namespace, id "a" like the one spawned below.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: workspace.PodName(owner, "a"),
+			Labels:      map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: "a", workspace.LabelUserSub: workspace.UserLabel(owner)},
+			Annotations: map[string]string{workspace.AnnOwner: owner}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "node:22"}}},
+	}
+	g.Expect(c.Create(ctx, pod)).To(Succeed())
+	caller := Caller{Subject: owner}
+
+	single := New(c, c, testTemplates(t), Options{Namespace: home, MaxPerUser: 1})
+	_, err := single.Spawn(ctx, Request{Template: "plain", ID: "a", Caller: caller})
+	g.Expect(err).NotTo(HaveOccurred(), "without --namespaces the team namespace does not count")
+
+	multi := New(c, c, testTemplates(t), Options{Namespace: home, Namespaces: []string{home, team}, MaxPerUser: 2})
+	_, err = multi.Spawn(ctx, Request{Template: "plain", ID: "b", Caller: caller})
+	g.Expect(errors.Is(err, ErrQuotaExceeded)).To(BeTrue(), "%v", err)
+	g.Expect(err.Error()).To(And(ContainSubstring("limit is 2"), ContainSubstring("a, "+team+"/a")))
+}

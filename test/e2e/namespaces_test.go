@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nogoo9/no-crd/pkg/spawner"
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// Several namespaces (--namespaces) and clean URLs, end to end: one nogoo9 whose own namespace is
+// A also watches namespace B. A workspace in B (created there as another nogoo9 or an operator
+// would, from the same template) is routed by the proxy, upgraded by the controller with the
+// template of nogoo9's namespace, and counted in its owner's quota; a workspace id used in both
+// namespaces stays two workspaces with two paths; a pod stamped with the old path shape still
+// routes.
+var _ = Describe("Several namespaces and clean URLs", Label("namespaces"), func() {
+	It("routes, upgrades and counts quota for workspaces in two namespaces, and keeps old-style paths", func(ctx SpecContext) {
+		nsA, nsB := NewNamespace(), NewNamespace()
+		port := pxFreePort()
+		tmplCM := pxTemplate(nsA, "ide", "1.0", "example.com/ide:1.0", port)
+		Expect(K8s.Create(ctx, tmplCM)).To(Succeed())
+		alice, bob := pxUserToken(ctx, nsA, "alice"), pxUserToken(ctx, nsA, "bob")
+		aliceSub := "system:serviceaccount:" + nsA + ":alice"
+		p := StartNogoo9("--namespace="+nsA, "--namespaces="+nsA+","+nsB, "--max-workspaces-per-user=3")
+
+		By("spawning workspace box in nogoo9's namespace: its path names the namespace")
+		wA := pxSpawn(p, alice, "ide", "box")
+		Expect(wA.WorkspacePath).To(Equal("/ws/" + nsA + "/box/"))
+		Expect(wA.PreviewPath).To(Equal("/preview/" + nsA + "/box/"))
+		podA := WaitPodReady(nsA, wA.ActivePod)
+
+		By("creating workspace box of the same owner in namespace B, and a workspace with an old-style path in A")
+		tmpl, err := templates.FromConfigMap(tmplCM, "test")
+		Expect(err).NotTo(HaveOccurred())
+		create := func(id spawner.Identity) *corev1.Pod {
+			GinkgoHelper()
+			pod, _, err := spawner.BuildPod(tmpl, id, workspace.PodName(id.Owner, id.ID))
+			Expect(err).NotTo(HaveOccurred())
+			pod.Namespace = id.Namespace
+			Expect(K8s.Create(ctx, pod)).To(Succeed())
+			return WaitPodReady(pod.Namespace, pod.Name)
+		}
+		podB := create(spawner.Identity{Owner: aliceSub, ID: "box", Namespace: nsB})
+		Expect(podB.Annotations[workspace.AnnWorkspacePath]).To(Equal("/ws/" + nsB + "/box/"))
+		oldPath := "/ws/" + workspace.UserLabel(aliceSub) + "/legacy/"
+		podOld := create(spawner.Identity{Owner: aliceSub, ID: "legacy", Namespace: nsA,
+			WorkspacePath: oldPath, PreviewPath: "/preview/" + workspace.UserLabel(aliceSub) + "/legacy/"})
+		for _, pod := range []*corev1.Pod{podA, podB, podOld} {
+			pxStartBackend(pod.Status.PodIP, port, pod.Name)
+		}
+
+		By("the proxy routes each path to its own namespace's pod, and only for the owner")
+		for path, pod := range map[string]string{
+			"/ws/" + nsA + "/box/": podA.Name, "/ws/" + nsB + "/box/": podB.Name, oldPath: podOld.Name,
+		} {
+			Eventually(func(g Gomega) {
+				code, rep, body := pxGet(p.ProxyURL+path+"index.html", alice)
+				g.Expect(code).To(Equal(http.StatusOK), "%s", body)
+				g.Expect(rep.Pod).To(Equal(pod))
+			}).Should(Succeed(), "%s is served by pod %s", path, pod)
+		}
+		code, _, body := pxGet(p.ProxyURL+"/ws/"+nsB+"/box/", bob)
+		Expect(code).To(Equal(http.StatusForbidden), "%s", body)
+
+		By("the quota counts alice's workspaces in both namespaces")
+		code, raw := pxAPI(p, alice, http.MethodPost, "/api/v1/workspaces", map[string]any{"template": "ide", "id": "fourth"})
+		Expect(code).To(Equal(http.StatusTooManyRequests), "%s", raw)
+		Expect(string(raw)).To(ContainSubstring(nsB + "/box"))
+
+		By("the controller upgrades the workspace in B with the template of nogoo9's namespace, and its path stays")
+		tmplCM.Annotations[workspace.AnnTemplateVersion] = "2.0"
+		tmplCM.Data[workspace.DataSpec] = pxTemplateSpec("example.com/ide:2.0", port)
+		Expect(K8s.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: "ide"}}, client.RawPatch(types.MergePatchType,
+			mustJSON(map[string]any{"metadata": map[string]any{"annotations": map[string]string{workspace.AnnTemplateVersion: "2.0"}},
+				"data": map[string]string{workspace.DataSpec: tmplCM.Data[workspace.DataSpec]}})))).To(Succeed())
+		// Requested again until the controller has seen version 2.0 (it clears a request it cannot act on).
+		var upgraded *corev1.Pod
+		Eventually(func(g Gomega) {
+			var list corev1.PodList
+			g.Expect(K8s.List(ctx, &list, client.InNamespace(nsB), client.MatchingLabels{workspace.LabelWorkspaceID: "box"})).To(Succeed())
+			for i := range list.Items {
+				if pod := &list.Items[i]; pod.Labels[workspace.LabelTemplateVersion] == "2.0" && pod.DeletionTimestamp == nil {
+					upgraded = pod
+					return
+				}
+			}
+			cur := &corev1.Pod{}
+			g.Expect(K8s.Get(ctx, client.ObjectKeyFromObject(podB), cur)).To(Succeed())
+			if cur.Annotations[workspace.AnnUpgradeRequested] == "" {
+				g.Expect(K8s.Patch(ctx, cur, client.RawPatch(types.MergePatchType,
+					mustJSON(map[string]any{"metadata": map[string]any{"annotations": map[string]string{workspace.AnnUpgradeRequested: "true"}}})))).To(Succeed())
+			}
+			g.Expect(upgraded).NotTo(BeNil(), "no pod of version 2.0 in %s yet", nsB)
+		}).Should(Succeed(), "the controller creates the 2.0 pod of %s/box", nsB)
+		Expect(upgraded.Annotations[workspace.AnnWorkspacePath]).To(Equal("/ws/" + nsB + "/box/"))
+		upgraded = WaitPodReady(nsB, upgraded.Name)
+		pxStartBackend(upgraded.Status.PodIP, port, upgraded.Name)
+		Eventually(func(g Gomega) {
+			code, rep, body := pxGet(p.ProxyURL+"/ws/"+nsB+"/box/", alice)
+			g.Expect(code).To(Equal(http.StatusOK), "%s", body)
+			g.Expect(rep.Pod).To(Equal(upgraded.Name))
+		}).Should(Succeed(), "the proxy moves /ws/%s/box/ to the upgraded pod", nsB)
+		Expect(strings.HasPrefix(upgraded.Name, podB.Name)).To(BeTrue(), "upgraded pod %s is named after %s", upgraded.Name, podB.Name)
+	})
+})
+
+func mustJSON(v any) []byte {
+	GinkgoHelper()
+	b, err := json.Marshal(v)
+	Expect(err).NotTo(HaveOccurred())
+	return b
+}
