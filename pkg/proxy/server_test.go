@@ -120,7 +120,9 @@ func TestLeanServerAnswersAsNetHTTPDoes(t *testing.T) {
 	backend := httptest.NewServer(pod)
 	defer backend.Close()
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
-	lean, leanAddr := startProxy(t, Options{}, host, port)
+	// A watch for the client going away starts almost at once, so that most requests are
+	// served with it running.
+	lean, leanAddr := startProxy(t, Options{}, host, port, func(p *Proxy) { p.watchAfter = 2 * time.Millisecond })
 	_, stdAddr := startProxy(t, Options{StandardServer: true}, host, port)
 
 	const auth = "Authorization: Bearer bench\r\n"
