@@ -99,6 +99,7 @@ func (u *UI) routes() {
 	u.mux.HandleFunc("GET /workspaces/{id}/delete", u.withSession(u.deletePage))
 	u.mux.HandleFunc("POST /workspaces/{id}/delete", u.withSession(u.delete))
 	u.mux.HandleFunc("POST /workspaces/{id}/maintenance", u.withSession(u.maintenance))
+	u.mux.HandleFunc("POST /workspaces/{id}/pin", u.withSession(u.pin))
 	u.mux.HandleFunc("GET /upgrade-all", u.withSession(u.upgradeAllPage))
 	u.mux.HandleFunc("POST /upgrade-all", u.withSession(u.upgradeAll))
 	u.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
