@@ -123,10 +123,13 @@ func (s *Service) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
 	out := s.cfg.Templates.Infos()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	if s.cfg.History != nil {
-		for i := range out {
-			if h, err := s.cfg.History.Versions(ctx, out[i].Name); err == nil {
-				out[i].History = h
+		// One request for every template's history; without it the list still answers.
+		if all, err := s.cfg.History.AllVersions(ctx); err == nil {
+			for i := range out {
+				out[i].History = all[out[i].Name]
 			}
+		} else {
+			ctrl.LoggerFrom(ctx).Error(err, "Read template history for list_templates")
 		}
 	}
 	return out, nil

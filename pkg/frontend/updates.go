@@ -25,6 +25,7 @@ import (
 type HistoryReader interface {
 	Versions(ctx context.Context, name string) ([]templates.VersionInfo, error)
 	Version(ctx context.Context, name, version string) (*templates.Template, error)
+	AllVersions(ctx context.Context) (map[string][]templates.VersionInfo, error)
 }
 
 // patchLive merge-patches annotations ann (nil values remove) on every live pod of a workspace

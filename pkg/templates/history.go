@@ -146,16 +146,36 @@ func (h *History) Versions(ctx context.Context, name string) ([]VersionInfo, err
 	}
 	out := make([]VersionInfo, 0, len(cms))
 	for i := range cms {
-		cm := &cms[i]
-		v := VersionInfo{Version: cm.Annotations[workspace.AnnTemplateVersion], Description: cm.Annotations[workspace.AnnDescription], RecordedAt: cm.CreationTimestamp.UTC()}
-		if _, err := FromHistory(cm, h.Policy); err != nil {
-			v.Error = err.Error()
-		} else {
-			v.Valid = true
-		}
-		out = append(out, v)
+		out = append(out, h.info(&cms[i]))
 	}
 	return out, nil
+}
+
+// AllVersions lists the kept versions of every template with one request, newest first per
+// template (list_templates).
+func (h *History) AllVersions(ctx context.Context) (map[string][]VersionInfo, error) {
+	var list corev1.ConfigMapList
+	if err := h.Reader.List(ctx, &list, client.InNamespace(h.Namespace), client.HasLabels{workspace.LabelTemplateHistory}); err != nil {
+		return nil, fmt.Errorf("list kept template versions: %w", err)
+	}
+	newestFirst(list.Items)
+	out := map[string][]VersionInfo{}
+	for i := range list.Items {
+		cm := &list.Items[i]
+		name := cm.Labels[workspace.LabelTemplateHistory]
+		out[name] = append(out[name], h.info(cm))
+	}
+	return out, nil
+}
+
+func (h *History) info(cm *corev1.ConfigMap) VersionInfo {
+	v := VersionInfo{Version: cm.Annotations[workspace.AnnTemplateVersion], Description: cm.Annotations[workspace.AnnDescription], RecordedAt: cm.CreationTimestamp.UTC()}
+	if _, err := FromHistory(cm, h.Policy); err != nil {
+		v.Error = err.Error()
+	} else {
+		v.Valid = true
+	}
+	return v
 }
 
 // ErrVersionNotKept is returned by Version for a version that is not (or no longer) kept.

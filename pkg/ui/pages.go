@@ -139,6 +139,10 @@ func notice(r *http.Request) string {
 		return fmt.Sprintf("Workspace %s is in maintenance.", id)
 	case "maintenance-off":
 		return fmt.Sprintf("Workspace %s is back in service.", id)
+	case "pinned":
+		return fmt.Sprintf("Workspace %s is pinned to its version.", id)
+	case "unpinned":
+		return fmt.Sprintf("Workspace %s is no longer pinned.", id)
 	}
 	return ""
 }
@@ -279,6 +283,22 @@ func (u *UI) maintenance(w http.ResponseWriter, r *request) {
 	done := "maintenance-off"
 	if on {
 		done = "maintenance-on"
+	}
+	http.Redirect(w, r.Request, "/workspaces/"+url.PathEscape(id)+"?done="+done+"&id="+url.QueryEscape(id), http.StatusSeeOther)
+}
+
+// pin pins or unpins a workspace (its owner or an admin; the service decides).
+func (u *UI) pin(w http.ResponseWriter, r *request) {
+	id := r.PathValue("id")
+	on := r.PostFormValue("action") == "on"
+	if _, err := u.svc.SetPinned(r.ctx, id, on); err != nil {
+		status, msg := message(r.Request, err)
+		u.renderError(w, r.Request, r.sess, status, msg)
+		return
+	}
+	done := "unpinned"
+	if on {
+		done = "pinned"
 	}
 	http.Redirect(w, r.Request, "/workspaces/"+url.PathEscape(id)+"?done="+done+"&id="+url.QueryEscape(id), http.StatusSeeOther)
 }

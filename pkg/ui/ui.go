@@ -101,6 +101,7 @@ func (u *UI) routes() {
 	u.mux.HandleFunc("POST /workspaces/{id}/maintenance", u.withSession(u.maintenance))
 	u.mux.HandleFunc("POST /workspaces/{id}/stop", u.withSession(u.stop))
 	u.mux.HandleFunc("POST /workspaces/{id}/start", u.withSession(u.start))
+	u.mux.HandleFunc("POST /workspaces/{id}/pin", u.withSession(u.pin))
 	u.mux.HandleFunc("GET /upgrade-all", u.withSession(u.upgradeAllPage))
 	u.mux.HandleFunc("POST /upgrade-all", u.withSession(u.upgradeAll))
 	u.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -513,3 +513,30 @@ func TestVendoredChecksums(t *testing.T) {
 		}
 	}
 }
+
+func TestPinToggleOnTheWorkspacePage(t *testing.T) {
+	f := newFixture(t, Options{InsecureCookie: true}, wsPod("alice", "a1", "1.0", true), wsPod("bob", "b1", "1.0", true))
+	b := f.browser(t)
+	csrf := b.login("alice-token")
+	pinned := func(name string) string {
+		var p corev1.Pod
+		if err := f.k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Annotations[workspace.AnnPinned]
+	}
+	if resp, _ := b.do("POST", "/workspaces/a1/pin", url.Values{"action": {"on"}}); resp.StatusCode != http.StatusForbidden || pinned("ws-a1") != "" {
+		t.Fatalf("a pin without the CSRF token: %s, pinned %q; want 403 and nothing written", resp.Status, pinned("ws-a1"))
+	}
+	if resp, _ := b.do("POST", "/workspaces/b1/pin", url.Values{"csrf": {csrf}, "action": {"on"}}); resp.StatusCode != http.StatusForbidden || pinned("ws-b1") != "" {
+		t.Fatalf("pinning another user's workspace: %s; want 403 and nothing written", resp.Status)
+	}
+	resp, _ := b.do("POST", "/workspaces/a1/pin", url.Values{"csrf": {csrf}, "action": {"on"}})
+	if resp.StatusCode != http.StatusSeeOther || pinned("ws-a1") != "true" {
+		t.Fatalf("pin: %s, pinned %q", resp.Status, pinned("ws-a1"))
+	}
+	resp, _ = b.do("POST", "/workspaces/a1/pin", url.Values{"csrf": {csrf}, "action": {"off"}})
+	if resp.StatusCode != http.StatusSeeOther || pinned("ws-a1") != "" {
+		t.Fatalf("unpin: %s, pinned %q", resp.Status, pinned("ws-a1"))
+	}
+}

@@ -169,6 +169,10 @@ var _ = Describe("Updates", Label("updates"), func() {
 			}
 			return vs
 		}).Should(Equal([]string{"2.0", "1.0"}))
+		var listed struct{ Templates []frontend.TemplateInfo }
+		_, err = alice.call(ctx, http.MethodGet, "/api/v1/templates", nil, &listed)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(listed.Templates).To(ContainElement(And(HaveField("Name", "tpl"), HaveField("History", HaveLen(2)))), "list_templates shows the history")
 
 		By("only an admin rolls a workspace back to a kept version; it is pinned there")
 		status, err = alice.call(ctx, http.MethodPost, "/api/v1/workspaces/idle/upgrade?version=1.0", nil, nil)
