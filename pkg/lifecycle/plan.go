@@ -11,13 +11,12 @@ import (
 
 // Event reasons, in pairs, on workspace pods.
 const (
-	ReasonStopping        = "WorkspaceStopping"
-	ReasonStopped         = "WorkspaceStopped"
-	ReasonStarting        = "WorkspaceStarting"
-	ReasonStarted         = "WorkspaceStarted"
-	ReasonCulled          = "WorkspaceCulled"
-	ReasonStartHeld       = "WorkspaceStartHeld"
-	ReasonStopWaitUpgrade = "WorkspaceStopWaitsForUpgrade"
+	ReasonStopping  = "WorkspaceStopping"
+	ReasonStopped   = "WorkspaceStopped"
+	ReasonStarting  = "WorkspaceStarting"
+	ReasonStarted   = "WorkspaceStarted"
+	ReasonCulled    = "WorkspaceCulled"
+	ReasonStartHeld = "WorkspaceStartHeld"
 )
 
 // updatePolicyKey and policyOnStart are the updates area's contract (docs/labels-and-annotations.md):
