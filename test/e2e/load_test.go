@@ -283,7 +283,7 @@ var _ = Describe("Resilience: load", Label("resilience", "load"), func() {
 		}
 		GinkgoWriter.Printf("accepted spawns: %d\n", len(accepted))
 
-		By("afterwards: goroutines and file descriptors back to the baseline, memory within 64 MiB of it")
+		By("afterwards: goroutines and file descriptors back to the baseline (idle keep-alives to pods swept), memory within 64 MiB of it")
 		hc.CloseIdleConnections()
 		var g1, fd1, rss1 int
 		Eventually(func(g Gomega) {
@@ -293,7 +293,7 @@ var _ = Describe("Resilience: load", Label("resilience", "load"), func() {
 			fd1, rss1 = procStats(proc.pid())
 			g.Expect(g1).To(BeNumerically("<=", g0+10), "goroutines %d, baseline %d", g1, g0)
 			g.Expect(fd1).To(BeNumerically("<=", fd0+10), "fds %d, baseline %d", fd1, fd0)
-		}, 2*time.Minute).Should(Succeed())
+		}, 200*time.Second).Should(Succeed(), "the proxy closes keep-alive connections to pods idle for 90 s, on a sweep that may come up to 90 s later")
 		Expect(rss1).To(BeNumerically("<=", rss0+64*1024), "RSS %d KiB, baseline %d KiB", rss1, rss0)
 		figures := fmt.Sprintf("goroutines %d -> %d, fds %d -> %d, RSS %d -> %d KiB", g0, g1, fd0, fd1, rss0, rss1)
 		GinkgoWriter.Println(figures)
