@@ -86,7 +86,7 @@ func LoadKeys(path string) (*upgrade.Keyring, error) {
 
 // UpgradeOptions tunes the upgrade controller; main.go fills it from flags.
 type UpgradeOptions struct {
-	// Workers is the number of workspaces reconciled at once (--upgrade-workers, default 32).
+	// Workers is the number of workspaces reconciled at once (--upgrade-workers, default 128).
 	Workers int
 	// MaxConcurrentUpgrades caps the workspaces with an upgrade in flight
 	// (--max-concurrent-upgrades, default 200 there); zero or negative: no cap.
@@ -112,7 +112,7 @@ type UpgradeOptions struct {
 
 func (o *UpgradeOptions) defaults() {
 	if o.Workers <= 0 {
-		o.Workers = 32
+		o.Workers = 128
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = upgrade.DefaultTimeout
