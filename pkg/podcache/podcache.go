@@ -87,8 +87,8 @@ func AddWorkspaceIDIndex(ctx context.Context, idx client.FieldIndexer) error {
 // its default. After the cache has synced it samples the bytes allocated each Poll; when
 // QuietPolls Polls in a row each allocated less than Quiet (the start-up is over: the controllers
 // begin their first pass only after the sync, so one quiet Poll is not enough), or after Max, it
-// collects and releases once
-// (one forced GC, tens of milliseconds at 10,000 workspaces) and ends.
+// collects and releases once (one forced GC, tens of milliseconds at 10,000 workspaces), restores
+// the collector's target and ends.
 type ReleaseAfterSync struct {
 	Cache interface{ WaitForCacheSync(context.Context) bool }
 	// StartupGCPercent is the GC target during the start-up (0: leave the collector alone).
