@@ -84,17 +84,21 @@ func AddWorkspaceIDIndex(ctx context.Context, idx client.FieldIndexer) error {
 //
 // Until then it runs the garbage collector at StartupGCPercent (unless GOGC is set), so the
 // start-up's peak stays near the live heap instead of twice it; the collector then goes back to
-// its default. After the cache has synced it samples the bytes allocated each Poll; when a Poll
-// allocated less than Quiet (the start-up is over), or after Max, it collects and releases once
-// (one forced GC, tens of milliseconds at 10,000 workspaces) and ends.
+// its default. After the cache has synced it samples the bytes allocated each Poll; when
+// QuietPolls Polls in a row each allocated less than Quiet (the start-up is over: the controllers
+// begin their first pass only after the sync, so one quiet Poll is not enough), or after Max, it
+// collects and releases once (one forced GC, tens of milliseconds at 10,000 workspaces), restores
+// the collector's target and ends.
 type ReleaseAfterSync struct {
 	Cache interface{ WaitForCacheSync(context.Context) bool }
 	// StartupGCPercent is the GC target during the start-up (0: leave the collector alone).
 	StartupGCPercent int
-	// Poll is the sampling period, Quiet the allocation per Poll below which the start-up counts
-	// as over, Max the longest wait after the sync (defaults: 500ms, 4 MiB, 60s).
-	Poll, Max time.Duration
-	Quiet     uint64
+	// Poll is the sampling period, Quiet the allocation per Poll below which a Poll counts as
+	// quiet, QuietPolls how many quiet Polls in a row end the start-up, Max the longest wait
+	// after the sync (defaults: 500ms, 4 MiB, 4, 60s).
+	Poll, Max  time.Duration
+	Quiet      uint64
+	QuietPolls int
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every replica caches.
@@ -111,6 +115,9 @@ func (r ReleaseAfterSync) Start(ctx context.Context) error {
 	if r.Quiet == 0 {
 		r.Quiet = 4 << 20
 	}
+	if r.QuietPolls <= 0 {
+		r.QuietPolls = 4
+	}
 	if r.StartupGCPercent > 0 && os.Getenv("GOGC") == "" {
 		defer debug.SetGCPercent(debug.SetGCPercent(r.StartupGCPercent))
 	}
@@ -120,8 +127,8 @@ func (r ReleaseAfterSync) Start(ctx context.Context) error {
 	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	allocated := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
 	deadline := time.Now().Add(r.Max)
-	last := allocated()
-	for time.Now().Before(deadline) {
+	last, quiet := allocated(), 0
+	for quiet < r.QuietPolls && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return nil
@@ -129,7 +136,9 @@ func (r ReleaseAfterSync) Start(ctx context.Context) error {
 		}
 		now := allocated()
 		if now-last < r.Quiet {
-			break
+			quiet++
+		} else {
+			quiet = 0
 		}
 		last = now
 	}
