@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nogoo9/no-crd/pkg/updatepolicy"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -17,13 +18,6 @@ const (
 	ReasonStarted   = "WorkspaceStarted"
 	ReasonCulled    = "WorkspaceCulled"
 	ReasonStartHeld = "WorkspaceStartHeld"
-)
-
-// updatePolicyKey and policyOnStart are the updates area's contract (docs/labels-and-annotations.md):
-// a start honours "on-start" by starting on the template's latest version.
-const (
-	updatePolicyKey = workspace.Prefix + "update-policy"
-	policyOnStart   = "on-start"
 )
 
 // Target is what the planner needs of the workspace's template.
@@ -239,16 +233,15 @@ func planStart(pods, gated, running []*corev1.Pod, t Target, now time.Time) Move
 	}}}
 }
 
-// startOnLatest: the pod's update policy (else the template's) is on-start, or an upgrade was
-// requested before the stop (the stop pre-empted it; the start honours it).
+// startOnLatest: an upgrade was requested before the stop (the stop pre-empted it; the start
+// honours it), or the update policies say so (updatepolicy.StartOnLatest: the pod's policy, else
+// the template's, is on-start and the pod is not pinned; an unreadable setting starts it as it was).
 func startOnLatest(stopped *corev1.Pod, t Target) bool {
 	if stopped.Annotations[workspace.AnnUpgradeRequested] != "" {
 		return true
 	}
-	if v, ok := stopped.Annotations[updatePolicyKey]; ok {
-		return v == policyOnStart
-	}
-	return t.Annotations[updatePolicyKey] == policyOnStart
+	latest, err := updatepolicy.StartOnLatest(updatepolicy.SettingsOf(stopped, t.Annotations))
+	return err == nil && latest
 }
 
 func planCull(pods, running []*corev1.Pod, t Target, now time.Time, cfg Config) Move {

@@ -127,7 +127,7 @@ func TestStopStartSimulation(t *testing.T) {
 		w.create(first)
 		target := Target{Found: true, Version: "v1"}
 		if rng.IntN(3) == 0 {
-			target = Target{Found: true, Version: "v2", Annotations: map[string]string{updatePolicyKey: policyOnStart}}
+			target = Target{Found: true, Version: "v2", Annotations: map[string]string{workspace.AnnUpdatePolicy: "on-start"}}
 		}
 		var stale []*corev1.Pod
 		check := func(step int, what string) {
