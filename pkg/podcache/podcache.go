@@ -82,9 +82,10 @@ func AddWorkspaceIDIndex(ctx context.Context, idx client.FieldIndexer) error {
 // seconds). Without it the process keeps that peak as RSS until the Go runtime's background
 // scavenger gets to it, minutes later, and the heap in use holds garbage no GC has swept yet.
 //
-// Until then it runs the garbage collector at StartupGCPercent (unless GOGC is set), so the
-// start-up's peak stays near the live heap instead of twice it; the collector then goes back to
-// its default. After the cache has synced it samples the bytes allocated each Poll; when
+// When the cache has synced it releases the initial list's garbage, then runs the garbage
+// collector at StartupGCPercent (unless GOGC is set) while the controllers make their first pass,
+// so that peak stays near the live heap instead of twice it; the collector then goes back to its
+// default. After the cache has synced it samples the bytes allocated each Poll; when
 // QuietPolls Polls in a row each allocated less than Quiet (the start-up is over: the controllers
 // begin their first pass only after the sync, so one quiet Poll is not enough), or after Max, it
 // collects and releases once (one forced GC, tens of milliseconds at 10,000 workspaces), restores
@@ -118,11 +119,14 @@ func (r ReleaseAfterSync) Start(ctx context.Context) error {
 	if r.QuietPolls <= 0 {
 		r.QuietPolls = 4
 	}
-	if r.StartupGCPercent > 0 && os.Getenv("GOGC") == "" {
-		defer debug.SetGCPercent(debug.SetGCPercent(r.StartupGCPercent))
-	}
 	if !r.Cache.WaitForCacheSync(ctx) {
 		return nil
+	}
+	// The initial list is on the cold start's path: it runs at the default target, and its
+	// garbage goes at once; the controllers' first pass, after the sync, runs at the lower one.
+	debug.FreeOSMemory()
+	if r.StartupGCPercent > 0 && os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(r.StartupGCPercent))
 	}
 	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	allocated := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
