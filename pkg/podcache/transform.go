@@ -18,7 +18,7 @@ import (
 // Kept: metadata (name, namespace, UID, resourceVersion, creation and deletion time and grace,
 // labels, annotations except the rollback spec and kubectl's last-applied copy, finalizers,
 // owner references); spec: node name, containers' name, image and ports, PVC volumes, readiness
-// gates; status: phase, reason, message, pod IP, conditions other than the kubelet's Initialized,
+// gates, scheduling gates (a Recreate's volume-release gate, a stopped workspace's gate); status: phase, reason, message, pod IP, conditions other than the kubelet's Initialized,
 // ContainersReady and PodReadyToStartContainers (type, status,
 // reason, message, transition time) and container and init-container statuses (name, ready,
 // started, restart count, state, last termination state).
