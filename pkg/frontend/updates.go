@@ -62,7 +62,8 @@ func (s *Service) patchLive(ctx context.Context, pods []*corev1.Pod, ann map[str
 // describeNow describes a workspace from pods as they are after a write (not as the cache had
 // them before it).
 func (s *Service) describeNow(pods []*corev1.Pod) *Workspace {
-	return s.describeNow(pods)
+	w := describe(pods, s.latestVersion(map[string]string{}, pods), s.cfg.Now())
+	return &w
 }
 
 // SetPinned pins the workspace to its version (never upgraded automatically, skipped by
