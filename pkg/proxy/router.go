@@ -151,14 +151,6 @@ func (r *router) rebuild(key wsKey) {
 			t.rp = r.newRP(t)
 		}
 	}
-	if len(targets) > 0 && targets[0].status.Phase == workspace.PhaseUnavailable {
-		// An operator took the workspace out of service (maintenance, a False Workspace*
-		// condition): its terminals must end too, not only new requests.
-		why := "workspace is unavailable: " + targets[0].status.Reason
-		for _, p := range r.pods[key] {
-			r.conns.closePod(p.UID, why)
-		}
-	}
 	old := r.byWS[key]
 	if len(targets) == 0 {
 		delete(r.byWS, key)
@@ -181,7 +173,6 @@ func (r *router) rebuild(key wsKey) {
 		touched = append(touched, t.prefix)
 	}
 	r.tmu.Lock()
-	defer r.tmu.Unlock()
 	for _, prefix := range touched {
 		var best *target
 		for _, t := range r.claims[prefix] {
@@ -199,6 +190,18 @@ func (r *router) rebuild(key wsKey) {
 		r.tbl.routes[prefix] = best
 		if d := depthOf(prefix); d > r.tbl.maxDepth {
 			r.tbl.maxDepth = d
+		}
+	}
+	r.tmu.Unlock()
+
+	if len(targets) > 0 && targets[0].status.Phase == workspace.PhaseUnavailable {
+		// An operator took the workspace out of service (maintenance, a False Workspace*
+		// condition): its terminals must end too, not only new requests. They are closed after
+		// the table changed, so a client that reconnects at once finds the workspace unavailable
+		// (closed before, a fast reconnect still reached the old route).
+		why := "workspace is unavailable: " + targets[0].status.Reason
+		for _, p := range r.pods[key] {
+			r.conns.closePod(p.UID, why)
 		}
 	}
 }
