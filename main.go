@@ -30,6 +30,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/frontend"
 	"github.com/nogoo9/no-crd/pkg/health"
+	"github.com/nogoo9/no-crd/pkg/mcp"
 	"github.com/nogoo9/no-crd/pkg/namespaces"
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/proxy"
@@ -69,6 +70,7 @@ type options struct {
 	publicURL         string
 	mcpAllowedHosts   string
 	maxFollows        int
+	maxMCPSessions    int
 	auth              auth.Options
 	templatePolicy    templates.PolicyFlags
 	ui                uiOptions
@@ -141,6 +143,7 @@ func main() {
 	flag.IntVar(&o.proxyLimits.maxConnsPerClient, "proxy-max-conns-per-client", proxy.DefaultMaxConnsPerClient, "Connections one client IP may hold open to the proxy; more get a 429 (negative: no cap, e.g. behind an ingress that limits clients itself).")
 	flag.StringVar(&o.publicURL, "public-url", "", "Externally visible base URL of the API (e.g. https://nogoo9.example.com); names the resources in /.well-known/oauth-protected-resource (default: derived from each request's Host) and is an allowed Host of /mcp.")
 	flag.StringVar(&o.mcpAllowedHosts, "mcp-allowed-hosts", "", "Comma-separated extra Host names (host, or host:port; * allows any) that /mcp accepts in Host and Origin; loopback names, *.svc, *.svc.cluster.local and the --public-url host always are.")
+	flag.IntVar(&o.maxMCPSessions, "mcp-max-sessions-per-user", mcp.DefaultMaxSessionsPerUser, "MCP sessions one user may hold open; opening one more closes that user's least recently used session.")
 	flag.IntVar(&o.maxFollows, "max-event-follows-per-user", frontend.DefaultMaxFollowsPerUser, "Event streams (events?follow=true, get_workspace_events with follow) one user may have open at once; more are answered 429.")
 	o.auth.BindFlags(flag.CommandLine)
 	o.templatePolicy.BindFlags(flag.CommandLine)
@@ -260,10 +263,10 @@ func run(o options) error {
 			Addr: o.apiAddr, Namespace: o.namespace, Version: version, Auth: authn,
 			Templates: frontend.FromRegistry(registry), Spawner: frontend.FromSpawner(spawn.Spawn),
 			PublicURL: o.publicURL, Issuer: issuer, AllowedHosts: splitList(o.mcpAllowedHosts),
-			MaxFollowsPerUser: o.maxFollows,
-			Quota:             spawn,
-			History:           history,
-			UI:                uiSetup(ctx, mgr, o, authn, registry, components["proxy"]),
+			MaxFollowsPerUser: o.maxFollows, MaxMCPSessionsPerUser: o.maxMCPSessions,
+			Quota:   spawn,
+			History: history,
+			UI:      uiSetup(ctx, mgr, o, authn, registry, components["proxy"]),
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
 		}

@@ -41,6 +41,8 @@ type Options struct {
 	AllowedHosts []string
 	// MaxFollowsPerUser caps one user's concurrent event follows (frontend.DefaultMaxFollowsPerUser when 0).
 	MaxFollowsPerUser int
+	// MaxMCPSessionsPerUser caps one user's open MCP sessions (mcp.DefaultMaxSessionsPerUser when 0).
+	MaxMCPSessionsPerUser int
 	// Quota bounds stops and starts (the spawner's running and stopped limits); nil: none.
 	Quota frontend.LifecycleQuota
 	// UI, when set, builds the web UI over the front end's service; it is served at /.
@@ -62,7 +64,7 @@ func NewHandler(svc *frontend.Service, authn auth.Authenticator, o Options) http
 	mux := http.NewServeMux()
 	mux.Handle("/api/", crossOrigin(auth.Middleware(authn, md.url(""), NewREST(svc))))
 	mux.Handle("/mcp", hosts.protect(crossOrigin(auth.Middleware(authn, md.url("/mcp"),
-		mcp.NewHandler(svc, mcp.Options{Version: o.Version, ResourceMetadataURL: md.url("/mcp")})))))
+		mcp.NewHandler(svc, mcp.Options{Version: o.Version, ResourceMetadataURL: md.url("/mcp"), MaxSessionsPerUser: o.MaxMCPSessionsPerUser})))))
 	mux.Handle("/.well-known/oauth-protected-resource", md.handler(""))
 	mux.Handle("/.well-known/oauth-protected-resource/mcp", md.handler("/mcp"))
 	if o.ui != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -27,6 +26,9 @@ type Options struct {
 	// ResourceMetadataURL, when set, names the RFC 9728 protected-resource metadata of a request
 	// in WWW-Authenticate when the SDK refuses a token (an expiry reached mid-request).
 	ResourceMetadataURL func(*http.Request) string
+	// MaxSessionsPerUser bounds one subject's open sessions; opening one more closes the
+	// subject's least recently used session (DefaultMaxSessionsPerUser when 0).
+	MaxSessionsPerUser int
 }
 
 // NewServer returns the MCP server with every nogoo9 tool registered.
@@ -63,7 +65,7 @@ func NewHandler(svc *frontend.Service, o Options) http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		MaxRequestBodyBytes: MaxBodyBytes,
 		// Idle sessions (agents that went away without DELETE) are dropped.
-		SessionTimeout: 30 * time.Minute,
+		SessionTimeout: sessionIdle,
 		// The front end checks Host and Origin itself, against its own allowed hosts
 		// (api.NewHandler): the SDK's check only knows localhost.
 		DisableLocalhostProtection: true,
@@ -75,13 +77,13 @@ func NewHandler(svc *frontend.Service, o Options) http.Handler {
 		}
 		return &sdkauth.TokenInfo{UserID: c.Subject, Expiration: c.Expiry, Extra: map[string]any{callerExtra: c}}, nil
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return limitSessions(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		opts := &sdkauth.RequireBearerTokenOptions{AllowMissingExpiration: true} // TokenReview does not say when a token expires.
 		if o.ResourceMetadataURL != nil {
 			opts.ResourceMetadataURL = o.ResourceMetadataURL(r)
 		}
 		sdkauth.RequireBearerToken(verify, opts)(h).ServeHTTP(w, r)
-	})
+	}), o.MaxSessionsPerUser, sessionIdle)
 }
 
 func mustJSON(v any) string {

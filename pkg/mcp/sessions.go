@@ -1,0 +1,148 @@
+package mcp
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nogoo9/no-crd/pkg/auth"
+)
+
+// DefaultMaxSessionsPerUser bounds the MCP sessions one subject holds at once (Options).
+const DefaultMaxSessionsPerUser = 16
+
+// sessionIdle is how long a session without requests lives: the SDK closes it then
+// (StreamableHTTPOptions.SessionTimeout), and the limiter forgets it.
+const sessionIdle = 30 * time.Minute
+
+// sessionHeader is the Streamable HTTP transport's session id header.
+const sessionHeader = "Mcp-Session-Id"
+
+// sessionLimiter bounds the MCP sessions of each authenticated subject. Each session holds
+// goroutines and buffers in the SDK until it is deleted or idles out, and an agent that opens a
+// session per call and never sends DELETE would otherwise grow the process for half an hour per
+// session. When a subject opens a session beyond max, its least recently used session is closed
+// first (a DELETE to the SDK on the subject's behalf), so a well-behaved client is never refused.
+//
+// Only session ids the SDK handed out are recorded (taken from its response), never an id a
+// client sends, so a client cannot grow the table.
+type sessionLimiter struct {
+	next http.Handler
+	max  int
+	idle time.Duration
+	now  func() time.Time
+
+	mu        sync.Mutex
+	bySubject map[string]map[string]time.Time // session id -> last request
+}
+
+func limitSessions(next http.Handler, max int, idle time.Duration) *sessionLimiter {
+	if max <= 0 {
+		max = DefaultMaxSessionsPerUser
+	}
+	return &sessionLimiter{next: next, max: max, idle: idle, now: time.Now, bySubject: map[string]map[string]time.Time{}}
+}
+
+func (l *sessionLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, ok := auth.CallerFrom(r.Context())
+	if !ok {
+		l.next.ServeHTTP(w, r)
+		return
+	}
+	if id := r.Header.Get(sessionHeader); id != "" {
+		if r.Method == http.MethodDelete {
+			l.forget(c.Subject, id)
+		} else {
+			l.touch(c.Subject, id)
+		}
+		l.next.ServeHTTP(w, r)
+		return
+	}
+	if r.Method != http.MethodPost {
+		l.next.ServeHTTP(w, r)
+		return
+	}
+	// A POST without a session id may open a session (initialize): make room first.
+	for _, old := range l.evictFor(c.Subject) {
+		del := r.Clone(r.Context())
+		del.Method, del.Body, del.ContentLength = http.MethodDelete, http.NoBody, 0
+		del.Header.Set(sessionHeader, old)
+		l.next.ServeHTTP(discard{h: http.Header{}}, del)
+	}
+	l.next.ServeHTTP(w, r)
+	if id := w.Header().Get(sessionHeader); id != "" {
+		l.add(c.Subject, id)
+	}
+}
+
+// evictFor drops the subject's sessions that idled out and returns the least recently used ones
+// that must close so that one more fits.
+func (l *sessionLimiter) evictFor(subject string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.bySubject[subject]
+	now := l.now()
+	for id, at := range m {
+		if now.Sub(at) > l.idle {
+			delete(m, id)
+		}
+	}
+	var out []string
+	for len(m) >= l.max {
+		oldest, at := "", time.Time{}
+		for id, t := range m {
+			if oldest == "" || t.Before(at) {
+				oldest, at = id, t
+			}
+		}
+		delete(m, oldest)
+		out = append(out, oldest)
+	}
+	return out
+}
+
+func (l *sessionLimiter) add(subject, id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.bySubject[subject]
+	if m == nil {
+		m = map[string]time.Time{}
+		l.bySubject[subject] = m
+	}
+	m[id] = l.now()
+}
+
+func (l *sessionLimiter) touch(subject, id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if m := l.bySubject[subject]; m != nil {
+		if _, ok := m[id]; ok {
+			m[id] = l.now()
+		}
+	}
+}
+
+func (l *sessionLimiter) forget(subject, id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if m := l.bySubject[subject]; m != nil {
+		delete(m, id)
+		if len(m) == 0 {
+			delete(l.bySubject, subject)
+		}
+	}
+}
+
+// sessions is how many sessions subject holds (tests).
+func (l *sessionLimiter) sessions(subject string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.bySubject[subject])
+}
+
+// discard is the ResponseWriter of the limiter's own DELETEs.
+type discard struct{ h http.Header }
+
+func (d discard) Header() http.Header         { return d.h }
+func (d discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d discard) WriteHeader(int)             {}
