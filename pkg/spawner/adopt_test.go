@@ -20,6 +20,11 @@ func TestIdentityFromAnOriginalFormatPod(t *testing.T) {
 	if err != nil || id.Owner != "jane" || id.ID != "demo" {
 		t.Errorf("IdentityFromPod = %+v, %v; want owner jane from the user-sub label", id, err)
 	}
+	// A pod without stamped paths gets them from its namespace, so its upgrade stays routable
+	// (a render with no namespace and no stamped paths would stamp none).
+	if ws, preview := id.paths(); ws != workspace.WorkspacePath("ns", "demo") || preview != workspace.PreviewPath("ns", "demo") {
+		t.Errorf("paths of a pod without stamped paths = %q, %q; want the namespace's", ws, preview)
+	}
 	_, err = IdentityFromPod(legacy(workspace.UserLabel("auth0|jane")))
 	if err == nil || !strings.Contains(err.Error(), "kubectl annotate pod legacy nogoo9/owner=") {
 		t.Errorf("a hashed user-sub names no owner; the error must say how to annotate it: %v", err)

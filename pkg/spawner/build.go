@@ -46,11 +46,16 @@ func (id Identity) paths() (ws, preview string) {
 }
 
 // IdentityFromPod reads the identity back from a workspace pod, so an upgrade renders the
-// template with the values of the original spawn. It carries the paths stamped on the pod and no
-// namespace, so a render never derives new paths for an existing workspace.
+// template with the values of the original spawn. It carries the paths stamped on the pod, so a
+// render never derives new paths for an existing workspace; only a pod that lacks one (made by
+// hand, or by an earlier version of the product) gets the missing one from its namespace, so that
+// an upgrade never leaves a workspace without a URL.
 func IdentityFromPod(pod *corev1.Pod) (Identity, error) {
 	id := Identity{Owner: workspace.Owner(pod), ID: workspace.ID(pod), Name: pod.Annotations[workspace.AnnWorkspaceName],
 		WorkspacePath: pod.Annotations[workspace.AnnWorkspacePath], PreviewPath: pod.Annotations[workspace.AnnPreviewPath]}
+	if id.WorkspacePath == "" || id.PreviewPath == "" {
+		id.Namespace = pod.Namespace
+	}
 	if id.Owner == "" || id.ID == "" {
 		return id, fmt.Errorf("pod %s/%s is not a workspace pod nogoo9 can adopt: it lacks label %s, or both annotation %s and a %s label that is a raw subject; annotate it with its owner (kubectl annotate pod %s %s=<subject>)",
 			pod.Namespace, pod.Name, workspace.LabelWorkspaceID, workspace.AnnOwner, workspace.LabelUserSub, pod.Name, workspace.AnnOwner)

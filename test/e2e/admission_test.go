@@ -105,7 +105,7 @@ func renderSample(file, ns, id string) (*corev1.Pod, []*corev1.PersistentVolumeC
 			continue
 		}
 		Expect(l.Err).NotTo(HaveOccurred())
-		ident := spawner.Identity{Owner: "jane@example.com", ID: id, Context: map[string]string{"repo": "https://example.com/r.git"}}
+		ident := spawner.Identity{Owner: "jane@example.com", ID: id, Namespace: ns, Context: map[string]string{"repo": "https://example.com/r.git"}}
 		pod, pvcs, err := spawner.BuildPod(l.Template, ident, workspace.PodName(ident.Owner, ident.ID))
 		Expect(err).NotTo(HaveOccurred())
 		pod.Namespace = ns
