@@ -271,6 +271,8 @@ func (r *WorkspaceReconciler) patchAnnotationsAt(ctx context.Context, pod *corev
 	return r.rawPatch(ctx, pod, map[string]any{"metadata": meta})
 }
 
+// rawPatch merge-patches pod. done is false, with no error, when a precondition in the patch
+// (metadata.uid, metadata.resourceVersion) says the pod is gone, was replaced or changed since.
 func (r *WorkspaceReconciler) rawPatch(ctx context.Context, pod *corev1.Pod, patch map[string]any) (bool, error) {
 	body, err := json.Marshal(patch)
 	if err != nil {

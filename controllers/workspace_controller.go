@@ -701,19 +701,7 @@ func (r *WorkspaceReconciler) patchPod(ctx context.Context, pod *corev1.Pod, set
 		// text) must survive it. The conflict stops the move; the watch brings a fresh pass.
 		meta["resourceVersion"] = pod.ResourceVersion
 	}
-	body, err := json.Marshal(map[string]any{"metadata": meta})
-	if err != nil {
-		return false, err
-	}
-	target := &corev1.Pod{ObjectMeta: ctrlObjectMeta(client.ObjectKeyFromObject(pod))}
-	err = r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, body))
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("patch annotations of pod %s: %w", pod.Name, err)
-	}
-	return true, nil
+	return r.rawPatch(ctx, pod, map[string]any{"metadata": meta})
 }
 
 // removeGate removes scheduling gate name from pod with a JSON patch that first tests the pod's UID

@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,30 +42,7 @@ func StoppedPod(running *corev1.Pod, name string, set map[string]string) (*corev
 	for k, v := range set {
 		p.Annotations[k] = v
 	}
-	p.Spec = *running.Spec.DeepCopy()
-	p.Spec.NodeName = ""
-	p.Spec.EphemeralContainers = nil
-	dropped := map[string]bool{}
-	var vols []corev1.Volume
-	for _, v := range p.Spec.Volumes {
-		if strings.HasPrefix(v.Name, "kube-api-access-") {
-			dropped[v.Name] = true
-			continue
-		}
-		vols = append(vols, v)
-	}
-	p.Spec.Volumes = vols
-	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for i := range cs {
-			var mounts []corev1.VolumeMount
-			for _, m := range cs[i].VolumeMounts {
-				if !dropped[m.Name] {
-					mounts = append(mounts, m)
-				}
-			}
-			cs[i].VolumeMounts = mounts
-		}
-	}
+	p.Spec = workspace.RecreatableSpec(&running.Spec)
 	if !workspace.IsStoppedPod(p) {
 		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: workspace.GateStopped})
 	}

@@ -3,7 +3,6 @@ package upgrade
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -160,38 +159,13 @@ func RollbackSpec(old *corev1.Pod) (string, error) {
 	keep := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Labels: old.Labels, Annotations: map[string]string{}},
-		Spec:       *old.Spec.DeepCopy(),
+		Spec:       workspace.RecreatableSpec(&old.Spec),
 	}
 	for k, v := range old.Annotations {
 		keep.Annotations[k] = v
 	}
 	for _, k := range rollbackDropped {
 		delete(keep.Annotations, k)
-	}
-	keep.Spec.NodeName = ""
-	// Debug containers (kubectl debug) exist only on a running pod: a create that names them is
-	// refused, and they are not part of the workspace.
-	keep.Spec.EphemeralContainers = nil
-	var vols []corev1.Volume
-	dropped := map[string]bool{}
-	for _, v := range keep.Spec.Volumes {
-		if strings.HasPrefix(v.Name, "kube-api-access-") {
-			dropped[v.Name] = true
-			continue
-		}
-		vols = append(vols, v)
-	}
-	keep.Spec.Volumes = vols
-	for _, cs := range [][]corev1.Container{keep.Spec.InitContainers, keep.Spec.Containers} {
-		for i := range cs {
-			var mounts []corev1.VolumeMount
-			for _, m := range cs[i].VolumeMounts {
-				if !dropped[m.Name] {
-					mounts = append(mounts, m)
-				}
-			}
-			cs[i].VolumeMounts = mounts
-		}
 	}
 	b, err := json.Marshal(keep)
 	if err != nil {
