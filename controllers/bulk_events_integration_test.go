@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -32,20 +31,8 @@ import (
 // people need, its upgrade's start and end, and no Phase Event for the Upgrading phase the upgrade
 // passes through: two Event writes per workspace, not four.
 func TestBulkUpgradeWritesTwoEventsPerWorkspace(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: needs kube-apiserver (run without -short)")
-	}
 	const n = 12
-	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := startAPIServer(t)
 	ns := fmt.Sprintf("bulk-%d", time.Now().UnixNano())
 	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)

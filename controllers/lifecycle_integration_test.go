@@ -10,8 +10,6 @@ import (
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/nogoo9/no-crd/pkg/lifecycle"
 	"github.com/nogoo9/no-crd/pkg/templates"
@@ -21,19 +19,7 @@ import (
 // TestLifecycleOnAPIServer runs stop, start and culling stories on a real kube-apiserver
 // (envtest: no scheduler, no kubelet; the test plays the kubelet and moves the clock).
 func TestLifecycleOnAPIServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: needs kube-apiserver (run without -short)")
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := startAPIServer(t)
 	nsSeq := 0
 	newEnv := func(t *testing.T, tmpl *templates.Template, opts UpgradeOptions) *upgradeEnv {
 		nsSeq++

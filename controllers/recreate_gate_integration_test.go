@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/nogoo9/no-crd/pkg/upgrade"
 	"github.com/nogoo9/no-crd/pkg/workspace"
@@ -24,19 +23,7 @@ import (
 // ReadWriteOncePod volume; the gate stays while the old pod is still terminating, and goes as soon
 // as the old pod is gone from the API server.
 func TestRecreateGateIsLiftedOnlyOnceTheOldPodIsGone(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: needs kube-apiserver (run without -short)")
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := startAPIServer(t)
 	ns := fmt.Sprintf("gate-%d", time.Now().UnixNano())
 	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
