@@ -169,7 +169,7 @@ func (e *upgradeEnv) start() {
 func (e *upgradeEnv) spawn(owner, id string) *corev1.Pod {
 	e.t.Helper()
 	tmpl, _ := e.reg.Get("ide")
-	pod, claims, err := spawner.BuildPod(tmpl, spawner.Identity{Owner: owner, ID: id}, workspace.PodName(owner, id))
+	pod, claims, err := spawner.BuildPod(tmpl, spawner.Identity{Owner: owner, ID: id, Namespace: e.ns}, workspace.PodName(owner, id))
 	if err != nil {
 		e.t.Fatal(err)
 	}
