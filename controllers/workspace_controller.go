@@ -157,6 +157,7 @@ type WorkspaceReconciler struct {
 	Opts      UpgradeOptions
 
 	gate *gate
+	lag  templateLag
 	wake chan event.GenericEvent
 	held heldEvents
 }
@@ -295,6 +296,16 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		return lres, err
 	}
 	move := upgrade.Plan(obs, target, now, upgrade.Config{Timeout: r.Opts.Timeout, Keys: r.Opts.Keys})
+	if found {
+		switch behind, err := r.templateBehind(ctx, req.NamespacedName, move, tmpl, now); {
+		case err != nil:
+			return reconcile.Result{}, err
+		case behind:
+			// The template cache has not seen the version the API server has: wait for it
+			// (its change wakes every workspace of the template) rather than drop the intent.
+			return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+		}
+	}
 	if len(move.Actions) > 0 {
 		log.V(1).Info("Planned move", "state", move.State, "actions", len(move.Actions))
 	}
