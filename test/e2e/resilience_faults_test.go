@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/hack/localcluster"
@@ -161,5 +165,125 @@ var _ = Describe("Resilience: more faults of the control plane", Label("resilien
 			}
 		}
 		GinkgoWriter.Printf("spawns answered 503 during the outage: %v; of them exist afterwards (whole and Running): %v\n", attempted, exist)
+	})
+
+	It("a kwok node deleted under running workspaces: the cluster removes their pods, nogoo9 deletes nothing, the claims stay and a re-spawn gets them back", func(ctx SpecContext) {
+		ns := NewNamespace()
+		nodeName := "res-" + ns
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name:        nodeName,
+			Labels:      map[string]string{"nogoo9-e2e/node": nodeName},
+			Annotations: map[string]string{localcluster.KwokNodeAnnotation: localcluster.KwokNodeValue, "node.alpha.kubernetes.io/ttl": "0"},
+		}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "nogoo9-e2e/node", Value: nodeName, Effect: corev1.TaintEffectNoSchedule}}}}
+		capacity := corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10"), corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("16Gi")}
+		createNode := func() {
+			n := node.DeepCopy()
+			n.Status = corev1.NodeStatus{Capacity: capacity, Allocatable: capacity}
+			Expect(K8s.Create(ctx, n)).To(Succeed())
+			Eventually(func(g Gomega) {
+				var cur corev1.Node
+				g.Expect(K8s.Get(ctx, client.ObjectKey{Name: nodeName}, &cur)).To(Succeed())
+				ready := false
+				for _, c := range cur.Status.Conditions {
+					ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+				}
+				g.Expect(ready).To(BeTrue(), "node %s Ready", nodeName)
+			}, time.Minute).Should(Succeed())
+		}
+		createNode()
+		DeferCleanup(func(ctx SpecContext) {
+			_ = K8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
+		})
+
+		class := rwopVolumes(ctx, ns, 2)
+		tmpl := upgradeTemplate(ns, "py", "1", "example.com/ide:1", class)
+		tmpl.Data[workspace.DataSpec] = fmt.Sprintf(`{"containers": [{"name": "ide", "image": "example.com/ide:1",
+			"ports": [{"name": "ide", "containerPort": 8080}], "volumeMounts": [{"name": "home", "mountPath": "/home/user"}]}],
+			"nodeSelector": {"nogoo9-e2e/node": %q}, "tolerations": [{"key": "nogoo9-e2e/node", "operator": "Exists", "effect": "NoSchedule"}]}`, nodeName)
+		Expect(K8s.Create(ctx, tmpl)).To(Succeed())
+		t, err := Cluster.ServiceAccountToken(ctx, ns, "alice", "nogoo9", 0)
+		Expect(err).NotTo(HaveOccurred())
+		alice := t
+		proc := StartNogoo9("--namespace="+ns, "--auth=oidc",
+			"--oidc-issuer-url="+Cluster.IssuerURL, "--oidc-client-id=nogoo9", "--oidc-ca-file="+Cluster.CAFile)
+
+		By("spawning two workspaces with a claim each on the node")
+		ids := []string{"node-a", "node-b"}
+		claims := map[string]types.UID{}
+		for _, id := range ids {
+			pxSpawn(proc, alice, "py", id)
+		}
+		for _, id := range ids {
+			pxExpectPhase(proc, alice, id, workspace.PhaseReady, "", "")
+			p := waitSinglePod(ns, id, func(g Gomega, p *corev1.Pod) { g.Expect(p.Spec.NodeName).To(Equal(nodeName)) })
+			for _, name := range claimNames(p) {
+				var pvc corev1.PersistentVolumeClaim
+				Expect(K8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pvc)).To(Succeed())
+				Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound))
+				claims[name] = pvc.UID
+			}
+		}
+		Expect(claims).To(HaveLen(len(ids)))
+
+		By("deleting the node: record what nogoo9 reports until the cluster's pod GC has removed the pods")
+		Expect(K8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})).To(Succeed())
+		deleted := time.Now()
+		seen := map[string][]string{} // id -> distinct "phase/reason" answers of GET, in order
+		podSeen := map[string][]string{}
+		Eventually(func(g Gomega) {
+			for _, id := range ids {
+				code, body := pxAPI(proc, alice, "GET", "/api/v1/workspaces/"+id, nil)
+				state := strconv.Itoa(code)
+				if code == http.StatusOK {
+					var w workspace.Info
+					g.Expect(json.Unmarshal(body, &w)).To(Succeed())
+					state = string(w.Phase) + "/" + w.Reason
+				}
+				if l := seen[id]; len(l) == 0 || l[len(l)-1] != state {
+					seen[id] = append(seen[id], state)
+				}
+				for _, p := range workspacePodsNow(ns, id) {
+					ps := string(p.Status.Phase)
+					for _, c := range p.Status.Conditions {
+						if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+							ps += "/" + c.Reason
+						}
+					}
+					if l := podSeen[id]; len(l) == 0 || l[len(l)-1] != ps {
+						podSeen[id] = append(podSeen[id], ps)
+					}
+				}
+			}
+			for _, id := range ids {
+				g.Expect(workspacePodsNow(ns, id)).To(BeEmpty(), "the pod GC has not removed the pods of %s yet", id)
+				g.Expect(seen[id][len(seen[id])-1]).To(Equal("404"), "%s once its pod is gone", id)
+			}
+		}, 3*time.Minute, time.Second).Should(Succeed())
+		GinkgoWriter.Printf("after the node was deleted, GET answered %v; the pods went through %v; gone after %s\n", seen, podSeen, time.Since(deleted).Round(time.Second))
+		AddReportEntry("node deleted: workspace answers", fmt.Sprint(seen, " pods: ", podSeen))
+
+		By("every claim is still there, bound, with the same UID")
+		for name, uid := range claims {
+			var pvc corev1.PersistentVolumeClaim
+			Expect(K8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pvc)).To(Succeed())
+			Expect(pvc.UID).To(Equal(uid), name)
+			Expect(pvc.DeletionTimestamp).To(BeNil(), name)
+			Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound), name)
+		}
+
+		By("the node is back: a spawn of the same id gets the same claims back")
+		createNode()
+		for _, id := range ids {
+			pxSpawn(proc, alice, "py", id)
+			pxExpectPhase(proc, alice, id, workspace.PhaseReady, "", "")
+			p := waitSinglePod(ns, id, func(g Gomega, p *corev1.Pod) {})
+			for _, name := range claimNames(p) {
+				Expect(claims).To(HaveKey(name), "%s mounts a claim it did not have: %s", id, name)
+				var pvc corev1.PersistentVolumeClaim
+				Expect(K8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pvc)).To(Succeed())
+				Expect(pvc.UID).To(Equal(claims[name]), name)
+			}
+		}
+		Expect(proc.Exited()).To(BeFalse())
 	})
 })
