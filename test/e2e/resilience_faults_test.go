@@ -286,4 +286,113 @@ var _ = Describe("Resilience: more faults of the control plane", Label("resilien
 		}
 		Expect(proc.Exited()).To(BeFalse())
 	})
+
+	It("watches broken by a kube-apiserver restart while workspaces change: the model misses no change and nothing acts twice", func(ctx SpecContext) {
+		ns := NewNamespace()
+		port := 8080
+		tmpl := pxTemplate(ns, "py", "1", "example.com/ide:1", port)
+		Expect(K8s.Create(ctx, tmpl)).To(Succeed())
+		t, err := Cluster.ServiceAccountToken(ctx, ns, "alice", "nogoo9", 0)
+		Expect(err).NotTo(HaveOccurred())
+		alice := t
+		// The leader keeps its lease through the restart (renew deadline above the restart time).
+		proc := StartNogoo9("--namespace="+ns, "--leader-elect=true", "--leader-election-renew-deadline=40s",
+			"--leader-election-lease-duration=60s", "--auth=oidc",
+			"--oidc-issuer-url="+Cluster.IssuerURL, "--oidc-client-id=nogoo9", "--oidc-ca-file="+Cluster.CAFile)
+		Eventually(func() string { return proc.LogTail(2000) }).Should(ContainSubstring("Successfully acquired lease"))
+		StartStandin(ns)
+		ids := []string{"watch-maint", "watch-gone", "watch-up"}
+		info := map[string]workspace.Info{}
+		for _, id := range ids {
+			info[id] = pxSpawn(proc, alice, "py", id)
+		}
+		for _, id := range ids {
+			pxExpectPhase(proc, alice, id, workspace.PhaseReady, "", "")
+		}
+		podOf := map[string]*corev1.Pod{}
+		for _, id := range ids {
+			podOf[id] = waitSinglePod(ns, id, func(Gomega, *corev1.Pod) {})
+		}
+
+		// The template is raised before the restart, so that nogoo9's registry knows version 2 when
+		// the intent arrives (two informers deliver in no common order; see docs/reliability.md).
+		tmpl.Annotations[workspace.AnnTemplateVersion] = "2"
+		tmpl.Data[workspace.DataSpec] = pxTemplateSpec("example.com/ide:2", port)
+		bumpTemplate(ctx, tmpl)
+		Eventually(func(g Gomega) {
+			g.Expect(pxWorkspace(g, proc, alice, "watch-up").IsOutdated).To(BeTrue())
+		}).Should(Succeed())
+
+		By("restarting kube-apiserver, then changing workspaces before nogoo9's watches are back")
+		Expect(Cluster.StopProcess(localcluster.KubeAPIServer)).To(Succeed())
+		restarted := false
+		DeferCleanup(func(ctx SpecContext) {
+			if !restarted {
+				Expect(Cluster.StartProcess(ctx, localcluster.KubeAPIServer)).To(Succeed())
+			}
+		}, NodeTimeout(2*time.Minute))
+		Expect(Cluster.StartProcess(ctx, localcluster.KubeAPIServer)).To(Succeed())
+		restarted = true
+		// A person puts one workspace in maintenance by hand, deletes another's pod and asks for
+		// the upgrade of the third by hand.
+		m := podOf["watch-maint"]
+		Expect(K8s.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: m.Name}},
+			client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+workspace.AnnMaintenance+`":"relist test"}}}`)))).To(Succeed())
+		Expect(K8s.Delete(ctx, podOf["watch-gone"])).To(Succeed())
+		u := podOf["watch-up"]
+		Expect(K8s.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.Name}},
+			client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+workspace.AnnUpgradeRequested+`":"`+time.Now().UTC().Format(time.RFC3339)+`"}}}`)))).To(Succeed())
+
+		By("the views, the routes and the controller all see every change")
+		upPods := map[string]bool{} // every pod of watch-up seen at any poll
+		Eventually(func(g Gomega) {
+			for _, p := range workspacePodsNow(ns, "watch-up") {
+				upPods[p.Name] = true
+			}
+			g.Expect(pxWorkspace(g, proc, alice, "watch-maint").Status).To(Equal(workspace.Status{Phase: workspace.PhaseUnavailable,
+				Reason: workspace.ReasonMaintenance, Message: "relist test"}))
+			code, _ := pxAPI(proc, alice, "GET", "/api/v1/workspaces/watch-gone", nil)
+			g.Expect(code).To(Equal(http.StatusNotFound), "watch-gone after its pod was deleted")
+			code, _, _, err := pxDo(proc.ProxyURL+info["watch-gone"].WorkspacePath, alice)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(code).NotTo(Equal(http.StatusOK), "the proxy still routes to the deleted workspace")
+			code, _, _, err = pxDo(proc.ProxyURL+info["watch-maint"].WorkspacePath, alice)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(code).NotTo(Equal(http.StatusOK), "the proxy still serves a workspace in maintenance")
+			w := pxWorkspace(g, proc, alice, "watch-up")
+			g.Expect(w.Phase).To(Equal(workspace.PhaseReady))
+			g.Expect(w.TemplateVersion).To(Equal("2"))
+			ps := workspacePodsNow(ns, "watch-up")
+			g.Expect(ps).To(HaveLen(1))
+			g.Expect(ps[0].Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested))
+		}, 2*time.Minute, 500*time.Millisecond).Should(Succeed(), func() string {
+			var events corev1.EventList
+			_ = K8s.List(ctx, &events, client.InNamespace(ns))
+			var out []string
+			for _, e := range events.Items {
+				out = append(out, e.InvolvedObject.Name+" "+e.Reason+": "+e.Message)
+			}
+			return strings.Join(out, "\n")
+		})
+		code, _, body, err := pxDo(proc.ProxyURL+info["watch-up"].WorkspacePath, alice)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(code).To(Equal(http.StatusOK), body)
+
+		By("nothing acted twice: one new pod and one UpgradeStarted for the upgraded workspace, nothing for the others")
+		Expect(upPods).To(HaveLen(2), "pods seen for watch-up: %v", upPods)
+		var events corev1.EventList
+		Expect(K8s.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+		started := map[string]int32{}
+		for _, e := range events.Items {
+			if e.Reason == "UpgradeStarted" {
+				started[e.InvolvedObject.Name] += max(e.Count, 1)
+			}
+		}
+		Expect(started).To(Equal(map[string]int32{u.Name: 1}), "UpgradeStarted Events by pod")
+		Expect(workspacePodsNow(ns, "watch-gone")).To(BeEmpty(), "nogoo9 re-created a workspace whose pod a person deleted")
+		Expect(workspacePodsNow(ns, "watch-maint")).To(HaveLen(1))
+		Expect(workspacePodsNow(ns, "watch-maint")[0].UID).To(Equal(m.UID))
+		GinkgoWriter.Printf("relist: nogoo9 logged a too-old resource version: %v\n", strings.Contains(proc.LogTail(5000), "too old resource version"))
+		Expect(proc.Exited()).To(BeFalse())
+	})
 })
