@@ -2,6 +2,11 @@ package spawner
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,4 +114,19 @@ func TestASpawnWhoseCreateNeverHappenedLeavesNothing(t *testing.T) {
 	_, err = New(c, c, testTemplates(t), Options{Namespace: ns, MaxPerUser: 1}).Spawn(ctx, Request{Template: "persistent", ID: "next",
 		Context: map[string]string{"repo": "r.git"}, Caller: Caller{Subject: "jane"}})
 	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// TestMayHaveHappened: only an answer that may hide a write counts; a refused connection never
+// reached the API server (a spawn during an API-server outage starts no background settling).
+func TestMayHaveHappened(t *testing.T) {
+	g := NewWithT(t)
+	refused := &url.Error{Op: "Post", URL: "https://127.0.0.1:6443", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+	reset := &url.Error{Op: "Post", URL: "https://127.0.0.1:6443", Err: &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}}
+	g.Expect(mayHaveHappened(refused)).To(BeFalse())
+	g.Expect(mayHaveHappened(fmt.Errorf("create pod x: %w", refused))).To(BeFalse())
+	g.Expect(mayHaveHappened(reset)).To(BeTrue())
+	g.Expect(mayHaveHappened(context.DeadlineExceeded)).To(BeTrue())
+	g.Expect(mayHaveHappened(apierrors.NewTimeoutError("etcd", 1))).To(BeTrue())
+	g.Expect(mayHaveHappened(apierrors.NewAlreadyExists(corev1.Resource("pods"), "x"))).To(BeFalse())
+	g.Expect(mayHaveHappened(errorf(Conflict, nil, "taken"))).To(BeFalse())
 }

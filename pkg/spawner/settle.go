@@ -3,6 +3,8 @@ package spawner
 import (
 	"context"
 	"errors"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -32,14 +34,21 @@ import (
 const settleInterval = 2 * time.Second
 
 // mayHaveHappened reports whether a failed write may still have taken effect: the API server
-// gave no answer (a transport error, the caller's deadline) or said it did not finish in time.
-// A refusal (4xx, or a spawner *Error) did not happen.
+// gave no answer (a transport error after the request was sent, the caller's deadline) or said
+// it did not finish in time. A refusal (4xx, or a spawner *Error) did not happen, nor did a
+// request whose connection was never made.
 func mayHaveHappened(err error) bool {
 	if err == nil {
 		return false
 	}
 	var se *Error
 	if errors.As(err, &se) {
+		return false
+	}
+	// A request that never reached the API server (the connection was refused, the dial
+	// failed) did not happen; settling it would only poll an API server that is down.
+	var oe *net.OpError
+	if errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &oe) && oe.Op == "dial") {
 		return false
 	}
 	var st apierrors.APIStatus
