@@ -9,10 +9,12 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -190,8 +192,23 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(WorkspaceRequest)).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimRequest)).
 		WatchesRawSource(source.Channel(r.wake, handler.EnqueueRequestsFromMapFunc(keyRequest))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Opts.Workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Opts.Workers, RateLimiter: retryLimiter()}).
 		Complete(r)
+}
+
+// maxRetryDelay caps the back-off of a workspace whose reconcile keeps failing. controller-runtime's
+// default doubles up to 1000 s, so after an API-server outage of 20 s (a failure every few
+// milliseconds, then seconds) a workspace could wait minutes for its next try although nothing
+// else changes to wake it (docs/reliability.md).
+const maxRetryDelay = 15 * time.Second
+
+// retryLimiter is controller-runtime's default rate limiter with the per-item back-off capped at
+// maxRetryDelay.
+func retryLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 // claimRequest maps a workspace PVC (labelled with its workspace id by the spawner) to its
