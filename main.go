@@ -71,6 +71,7 @@ type options struct {
 	mcpAllowedHosts   string
 	maxFollows        int
 	maxMCPSessions    int
+	apiWriteTimeout   time.Duration
 	auth              auth.Options
 	templatePolicy    templates.PolicyFlags
 	ui                uiOptions
@@ -145,6 +146,7 @@ func main() {
 	flag.StringVar(&o.mcpAllowedHosts, "mcp-allowed-hosts", "", "Comma-separated extra Host names (host, or host:port; * allows any) that /mcp accepts in Host and Origin; loopback names, *.svc, *.svc.cluster.local and the --public-url host always are.")
 	flag.IntVar(&o.maxMCPSessions, "mcp-max-sessions-per-user", mcp.DefaultMaxSessionsPerUser, "MCP sessions one user may hold open; opening one more closes that user's least recently used session.")
 	flag.IntVar(&o.maxFollows, "max-event-follows-per-user", frontend.DefaultMaxFollowsPerUser, "Event streams (events?follow=true, get_workspace_events with follow) one user may have open at once; more are answered 429.")
+	flag.DurationVar(&o.apiWriteTimeout, "api-write-timeout", frontend.DefaultWriteTimeout, "How long a spawn or an upgrade request waits for the API server to record it; after that it is answered 503 Unavailable (GET shows whether it took effect).")
 	o.auth.BindFlags(flag.CommandLine)
 	o.templatePolicy.BindFlags(flag.CommandLine)
 	flag.BoolVar(&o.ui.enabled, "ui", true, "Serve the web UI at / on the API listener.")
@@ -264,9 +266,10 @@ func run(o options) error {
 			Templates: frontend.FromRegistry(registry), Spawner: frontend.FromSpawner(spawn.Spawn),
 			PublicURL: o.publicURL, Issuer: issuer, AllowedHosts: splitList(o.mcpAllowedHosts),
 			MaxFollowsPerUser: o.maxFollows, MaxMCPSessionsPerUser: o.maxMCPSessions,
-			Quota:   spawn,
-			History: history,
-			UI:      uiSetup(ctx, mgr, o, authn, registry, components["proxy"]),
+			WriteTimeout: o.apiWriteTimeout,
+			Quota:        spawn,
+			History:      history,
+			UI:           uiSetup(ctx, mgr, o, authn, registry, components["proxy"]),
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
 		}

@@ -43,6 +43,8 @@ type Options struct {
 	MaxFollowsPerUser int
 	// MaxMCPSessionsPerUser caps one user's open MCP sessions (mcp.DefaultMaxSessionsPerUser when 0).
 	MaxMCPSessionsPerUser int
+	// WriteTimeout bounds a spawn's and an upgrade intent's writes (frontend.DefaultWriteTimeout when 0).
+	WriteTimeout time.Duration
 	// Quota bounds stops and starts (the spawner's running and stopped limits); nil: none.
 	Quota frontend.LifecycleQuota
 	// UI, when set, builds the web UI over the front end's service; it is served at /.
@@ -94,7 +96,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 		Namespace: o.Namespace, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Events: cs,
 		Templates: o.Templates, Spawner: o.Spawner, Pods: pods, MaxFollowsPerUser: o.MaxFollowsPerUser,
 		Quota:   o.Quota,
-		History: o.History,
+		History: o.History, WriteTimeout: o.WriteTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)

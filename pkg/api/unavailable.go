@@ -15,7 +15,7 @@ import (
 const CodeUnavailable = "Unavailable"
 
 // msgUnavailable is what the caller reads: what happened and what to do.
-const msgUnavailable = "the Kubernetes API server cannot be reached right now, so nogoo9 could not complete this request; try again in a few seconds (GET /api/v1/workspaces/<id> shows whether it took effect)"
+const msgUnavailable = "the Kubernetes API server cannot be reached or did not answer in time, so nogoo9 could not complete this request; try again in a few seconds (GET /api/v1/workspaces/<id> shows whether it took effect)"
 
 // retryAfterSeconds is the Retry-After of a 503.
 const retryAfterSeconds = "5"

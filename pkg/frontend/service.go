@@ -73,7 +73,14 @@ type Config struct {
 	Quota LifecycleQuota
 	// History reads kept template versions (rollback, list_templates); nil: none are kept.
 	History HistoryReader
+	// WriteTimeout bounds a spawn's and an upgrade intent's writes to the API server
+	// (DefaultWriteTimeout when 0), so a caller gets an answer (503 Unavailable) even when the
+	// API server holds the write, e.g. while its etcd is down.
+	WriteTimeout time.Duration
 }
+
+// DefaultWriteTimeout is Config.WriteTimeout's default.
+const DefaultWriteTimeout = 10 * time.Second
 
 // Service is the front end's operations. Every method takes the caller from ctx (auth.CallerFrom)
 // and refuses a call without one.
@@ -91,6 +98,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.UpgradeAllWorkers <= 0 {
 		cfg.UpgradeAllWorkers = 64
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
 	}
 	s := &Service{cfg: cfg, follows: newFollowSlots(cfg.MaxFollowsPerUser)}
 	if cfg.Pods != nil {
@@ -332,7 +342,9 @@ func (s *Service) Spawn(ctx context.Context, in SpawnInput) (*Workspace, error) 
 	if name == "" {
 		name = id
 	}
-	pod, err := s.cfg.Spawner.Spawn(ctx, SpawnRequest{Owner: c.Subject, ID: id, Name: name, Template: in.Template, Context: in.Context})
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	pod, err := s.cfg.Spawner.Spawn(wctx, SpawnRequest{Owner: c.Subject, ID: id, Name: name, Template: in.Template, Context: in.Context})
 	if err != nil {
 		return nil, err
 	}
@@ -472,7 +484,9 @@ func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResu
 	}}})
 	target := &corev1.Pod{}
 	target.Name, target.Namespace = active.Name, active.Namespace
-	if err := s.cfg.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	if err := s.cfg.Client.Patch(wctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, errorf(CodeConflict, "pod %s of workspace %q is gone; list the workspace again and retry", active.Name, id)
 		}

@@ -39,6 +39,12 @@ type Options struct {
 	ReservationTTL time.Duration
 	// SyncTimeout bounds how long a spawn waits for the template registry's first sync (default 10s).
 	SyncTimeout time.Duration
+	// SettleTimeout bounds how long a spawn whose write's answer was lost is settled in the
+	// background (settle.go; default 3m).
+	SettleTimeout time.Duration
+	// LostWriteWindow is how long after a create whose answer was lost its pod may still appear
+	// (the API server's request timeout, 60 s by default, plus a margin; default 70s).
+	LostWriteWindow time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -140,6 +146,12 @@ func New(c client.Client, apiReader client.Reader, reg *templates.Registry, opts
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.SettleTimeout <= 0 {
+		opts.SettleTimeout = 3 * time.Minute
+	}
+	if opts.LostWriteWindow <= 0 {
+		opts.LostWriteWindow = 70 * time.Second
+	}
 	return &Spawner{client: c, apiReader: apiReader, reg: reg, opts: opts}
 }
 
@@ -189,6 +201,11 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 		p.Namespace = s.opts.Namespace
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("workspace", id, "owner", owner, "template", t.Name, "version", t.Version)
+	// settling is set when a write's answer was lost after the pod may have been created: the
+	// spawn is then finished or undone in the background (settle), which also releases the quota
+	// reservation.
+	settling := false
+	quota := s.opts.MaxPerUser > 0 && !req.Caller.IsAdmin
 
 	if err := s.checkFree(ctx, id); err != nil {
 		return nil, err
@@ -202,7 +219,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 			return nil, err
 		}
 	}
-	if s.opts.MaxPerUser > 0 && !req.Caller.IsAdmin {
+	if quota {
 		var err error
 		if s.opts.MaxClaimsPerUser > 0 && len(pvcs) > 0 {
 			err = s.reserve(ctx, owner, id) // the owner's lock is already held
@@ -212,9 +229,22 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 			unlock()
 		}
 		if err != nil {
+			if mayHaveHappened(err) {
+				// The ledger write's answer may be lost: the reservation may be there.
+				go s.releaseLater(ctx, owner, id, log)
+			}
 			return nil, err
 		}
 		defer func() {
+			if settling {
+				return // settle releases it once it knows whether the pod exists
+			}
+			if ctx.Err() != nil {
+				// The caller's deadline passed (the API server is slow or its etcd down): answer
+				// now and release in the background.
+				go s.releaseLater(ctx, owner, id, log)
+				return
+			}
 			cctx, cancel := cleanupContext(ctx)
 			defer cancel()
 			if err := s.release(cctx, owner, id); err != nil {
@@ -236,6 +266,10 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 		case apierrors.IsForbidden(err):
 			return nil, errorf(Forbidden, err, "the API server refused the pod of workspace %q: %v", id, err)
 		}
+		if mayHaveHappened(err) {
+			settling = true
+			go s.settle(ctx, pod, pvcs, nil, owner, id, quota, s.opts.Now(), log)
+		}
 		return nil, fmt.Errorf("create pod %s: %w", podName, err)
 	}
 	var created []*corev1.PersistentVolumeClaim
@@ -256,6 +290,13 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 		names = append(names, p.Name)
 		reused, err := s.createClaim(ctx, p, owner, id)
 		if err != nil {
+			if mayHaveHappened(err) {
+				// The API server did not answer (in time): the pod exists, so finish the
+				// workspace in the background rather than leave half of it.
+				settling = true
+				go s.settle(ctx, pod, pvcs, created, owner, id, quota, s.opts.Now(), log)
+				return nil, err
+			}
 			undo()
 			return nil, err
 		}
@@ -266,6 +307,11 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	// Two owners racing for one id create two differently named pods; each spawn looks again
 	// after its create and yields if another pod has the id (both may yield: never two pods).
 	if other, err := s.otherPodWithID(ctx, id, podName); err != nil || other != "" {
+		if err != nil && mayHaveHappened(err) {
+			settling = true
+			go s.settle(ctx, pod, pvcs, created, owner, id, quota, s.opts.Now(), log)
+			return nil, err
+		}
 		if err == nil {
 			err = errorf(Conflict, nil, "workspace %q was created at the same time by another request (pod %s): choose another id", id, other)
 		}

@@ -1,0 +1,167 @@
+package spawner
+
+import (
+	"context"
+	"errors"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// A write whose answer was lost. When the API server does not answer a create in time (its etcd
+// is down, the caller's deadline passed), the create may still take effect: the API server keeps
+// the write until its own request timeout (60 s by default). The caller is answered at once
+// (503: GET shows whether it took effect) and the spawn is settled in the background:
+//
+//   - no pod of the workspace's name appears within LostWriteWindow: nothing was created (claims
+//     this spawn created are kept, like every claim; a spawn of the same id reuses them);
+//   - the pod exists and another pod has the id (two owners raced): it yields, as a spawn does;
+//   - the pod exists: its claims are created (or reused), so the workspace is whole.
+//
+// Either way the quota reservation is released afterwards; a pod, once there, counts itself.
+// Settling never deletes a claim it did not create and never a pod it did not find by its
+// deterministic name with the same owner, id and template.
+
+// settleInterval is the pause between two looks of a settling spawn.
+const settleInterval = 2 * time.Second
+
+// mayHaveHappened reports whether a failed write may still have taken effect: the API server
+// gave no answer (a transport error after the request was sent, the caller's deadline) or said
+// it did not finish in time. A refusal (4xx, or a spawner *Error) did not happen, nor did a
+// request whose connection was never made.
+func mayHaveHappened(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se *Error
+	if errors.As(err, &se) {
+		return false
+	}
+	// A request that never reached the API server (the connection was refused, the dial
+	// failed) did not happen; settling it would only poll an API server that is down.
+	var oe *net.OpError
+	if errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &oe) && oe.Op == "dial") {
+		return false
+	}
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		switch st.Status().Reason {
+		case metav1.StatusReasonTimeout, metav1.StatusReasonServerTimeout, metav1.StatusReasonInternalError,
+			metav1.StatusReasonServiceUnavailable, metav1.StatusReasonUnknown:
+			return true
+		}
+		return false
+	}
+	return true
+}
+
+// settle finishes or undoes, in the background, a spawn whose write's answer was lost (see
+// above). pod is the pod as built (its name is the workspace's); pvcs its claims; created the
+// claims this spawn is known to have created; since when the lost write was sent.
+func (s *Spawner) settle(parent context.Context, pod *corev1.Pod, pvcs, created []*corev1.PersistentVolumeClaim,
+	owner, id string, quota bool, since time.Time, log logr.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.opts.SettleTimeout)
+	defer cancel()
+	if quota {
+		defer s.releaseLater(parent, owner, id, log)
+	}
+	key := client.ObjectKeyFromObject(pod)
+	template := pod.Labels[workspace.LabelTemplate]
+	for {
+		done, err := s.settleOnce(ctx, key, template, pvcs, created, owner, id, since, log)
+		if done {
+			return
+		}
+		t := time.NewTimer(settleInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			log.Error(err, "gave up settling a spawn whose answer was lost; GET the workspace to see whether it exists", "pod", key.Name, "after", s.opts.SettleTimeout)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Spawner) settleOnce(ctx context.Context, key client.ObjectKey, template string, pvcs, created []*corev1.PersistentVolumeClaim,
+	owner, id string, since time.Time, log logr.Logger) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var cur corev1.Pod
+	err := s.apiReader.Get(cctx, key, &cur)
+	switch {
+	case apierrors.IsNotFound(err):
+		if s.opts.Now().Sub(since) < s.opts.LostWriteWindow {
+			return false, nil // the create may still land
+		}
+		log.Info("a spawn whose answer was lost did not create its pod", "pod", key.Name)
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	if cur.DeletionTimestamp != nil || workspace.ID(&cur) != id || workspace.Owner(&cur) != owner || cur.Labels[workspace.LabelTemplate] != template {
+		return true, nil // being deleted, or another spawn's workspace: not ours to finish
+	}
+	other, err := s.otherPodWithID(cctx, id, key.Name)
+	if err != nil {
+		return false, err
+	}
+	if other != "" {
+		uid := cur.UID
+		if err := s.client.Delete(cctx, &cur, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		for _, p := range created {
+			if err := s.client.Delete(cctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) {
+				return false, err
+			}
+		}
+		log.Info("a spawn whose answer was lost yielded: another pod has the id", "pod", key.Name, "other", other)
+		return true, nil
+	}
+	for _, p := range pvcs {
+		q := p.DeepCopy() // p may hold a reused claim read back from the API server
+		q.ResourceVersion, q.UID, q.ManagedFields, q.CreationTimestamp = "", "", nil, metav1.Time{}
+		if _, err := s.createClaim(cctx, q, owner, id); err != nil {
+			if CodeOf(err) != "" {
+				log.Error(err, "cannot finish a spawn whose answer was lost: a claim was refused; the pod waits for it", "pod", key.Name)
+				return true, nil
+			}
+			return false, err
+		}
+	}
+	log.Info("finished a spawn whose answer was lost", "pod", key.Name)
+	return true, nil
+}
+
+// releaseLater releases owner's reservation of id in the background, retrying while the API
+// server cannot be reached (bounded by SettleTimeout; the reservation expires by itself after
+// ReservationTTL anyway).
+func (s *Spawner) releaseLater(parent context.Context, owner, id string, log logr.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.opts.SettleTimeout)
+	defer cancel()
+	for {
+		cctx, c := context.WithTimeout(ctx, 10*time.Second)
+		err := s.release(cctx, owner, id)
+		c()
+		if err == nil {
+			return
+		}
+		t := time.NewTimer(settleInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			log.Error(err, "cannot release quota reservation; it expires by itself", "ttl", s.opts.ReservationTTL)
+			return
+		case <-t.C:
+		}
+	}
+}
