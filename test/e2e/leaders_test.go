@@ -94,7 +94,7 @@ var _ = Describe("Leader election with three replicas", Label("leaders"), func()
 			Eventually(func() *Nogoo9Process { l = leader(); return l }).WithTimeout(2*time.Minute).ShouldNot(BeNil(), "a leader among the replicas alive")
 			before := hist.UpgradedPods()
 			// Kill it once it has done some of the work (or when nothing is left to do).
-			Eventually(hist.UpgradedPods).WithTimeout(2*time.Minute).WithPolling(20*time.Millisecond).
+			Eventually(hist.UpgradedPods).WithTimeout(2 * time.Minute).WithPolling(20 * time.Millisecond).
 				Should(Or(BeNumerically(">=", before+2), BeNumerically(">=", n)))
 			if hist.UpgradedPods() >= n {
 				GinkgoWriter.Printf("every upgraded pod was created before kill %d\n", kill)
