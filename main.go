@@ -28,6 +28,7 @@ import (
 	"github.com/nogoo9/no-crd/controllers"
 	"github.com/nogoo9/no-crd/pkg/api"
 	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/authz"
 	"github.com/nogoo9/no-crd/pkg/frontend"
 	"github.com/nogoo9/no-crd/pkg/health"
 	"github.com/nogoo9/no-crd/pkg/mcp"
@@ -263,6 +264,7 @@ func run(o options) error {
 		}
 		if _, err := api.Setup(ctx, mgr, api.Options{
 			Addr: o.apiAddr, Namespace: o.namespace, Version: version, Auth: authn,
+			Namespaces: watched, Access: &authz.SpawnAccess{Client: mgr.GetClient()},
 			Templates: frontend.FromRegistry(registry), Spawner: frontend.FromSpawner(spawn.Spawn),
 			PublicURL: o.publicURL, Issuer: issuer, AllowedHosts: splitList(o.mcpAllowedHosts),
 			MaxFollowsPerUser: o.maxFollows, MaxMCPSessionsPerUser: o.maxMCPSessions,

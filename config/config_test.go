@@ -50,7 +50,8 @@ var allowedRole = map[string][]string{
 }
 
 var allowedClusterRole = map[string][]string{
-	"authentication.k8s.io/tokenreviews": {"create"},
+	"authentication.k8s.io/tokenreviews":        {"create"},
+	"authorization.k8s.io/subjectaccessreviews": {"create"},
 }
 
 // manifests is the parsed output of `kubectl kustomize dir`.

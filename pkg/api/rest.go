@@ -23,17 +23,41 @@ const MaxBodyBytes = 1 << 20
 // Routes are the REST API's routes, as net/http patterns ("METHOD /path/{var}"). Tests build
 // their tables from this list, so a new route without a test row fails them.
 func Routes() []string {
-	out := make([]string, 0, len(routes))
-	for _, r := range routes {
+	out := make([]string, 0, 2*len(routes))
+	for _, r := range allRoutes() {
 		out = append(out, r.pattern)
 	}
 	return out
 }
 
-var routes = []struct {
+// namespacedPrefix is where the routes that address a namespace live: every workspace route and
+// upgrade-all again under /api/v1/namespaces/{ns}/; the routes without it address nogoo9's own
+// namespace (upgrade-all: every watched namespace), as they did before namespaces existed.
+const namespacedPrefix = "/api/v1/namespaces/{ns}/"
+
+// allRoutes is routes plus, for each workspace route and upgrade-all, its namespaced twin.
+func allRoutes() []route {
+	out := append([]route(nil), routes...)
+	for _, r := range routes {
+		method, path, _ := strings.Cut(r.pattern, " ")
+		tail, ok := strings.CutPrefix(path, "/api/v1/")
+		if !ok || !(strings.HasPrefix(tail, "workspaces") || tail == "upgrade-all") {
+			continue
+		}
+		h := r.handler
+		out = append(out, route{method + " " + namespacedPrefix + tail, func(x *rest, w http.ResponseWriter, req *http.Request) {
+			h(x, w, req.WithContext(frontend.WithNamespace(req.Context(), req.PathValue("ns"))))
+		}})
+	}
+	return out
+}
+
+type route struct {
 	pattern string
 	handler func(*rest, http.ResponseWriter, *http.Request)
-}{
+}
+
+var routes = []route{
 	{"GET /api/v1/whoami", (*rest).whoami},
 	{"GET /api/v1/templates", (*rest).listTemplates},
 	{"GET /api/v1/workspaces", (*rest).listWorkspaces},
@@ -60,7 +84,7 @@ var routes = []struct {
 func NewREST(svc *frontend.Service) http.Handler {
 	h := &rest{svc: svc}
 	mux := http.NewServeMux()
-	for _, r := range routes {
+	for _, r := range allRoutes() {
 		mux.HandleFunc(r.pattern, func(w http.ResponseWriter, req *http.Request) { r.handler(h, w, req) })
 	}
 	mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
@@ -138,7 +162,8 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 
 func (h *rest) whoami(w http.ResponseWriter, r *http.Request) {
 	c, _ := auth.CallerFrom(r.Context())
-	writeJSON(w, http.StatusOK, map[string]any{"subject": c.Subject, "groups": c.Groups, "isAdmin": c.IsAdmin})
+	writeJSON(w, http.StatusOK, map[string]any{"subject": c.Subject, "groups": c.Groups, "isAdmin": c.IsAdmin,
+		"namespace": h.svc.HomeNamespace(), "namespaces": h.svc.Namespaces()})
 }
 
 func (h *rest) listTemplates(w http.ResponseWriter, r *http.Request) {
@@ -197,7 +222,11 @@ func (h *rest) spawn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	w.Header().Set("Location", "/api/v1/workspaces/"+ws.ID)
+	loc := "/api/v1/workspaces/" + ws.ID
+	if ws.Namespace != "" && ws.Namespace != h.svc.HomeNamespace() {
+		loc = "/api/v1/namespaces/" + ws.Namespace + "/workspaces/" + ws.ID
+	}
+	w.Header().Set("Location", loc)
 	writeJSON(w, http.StatusCreated, ws)
 }
 

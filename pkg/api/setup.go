@@ -24,7 +24,11 @@ type Options struct {
 	// Addr is the listen address (--api-bind-address).
 	Addr      string
 	Namespace string
-	Version   string
+	// Namespaces are the watched namespaces (--namespaces); requests may address any of them.
+	Namespaces []string
+	// Access decides who may spawn outside Namespace (pkg/authz); nil: admins only.
+	Access  frontend.SpawnAccess
+	Version string
 	// Auth verifies bearer tokens.
 	Auth      auth.Authenticator
 	Templates frontend.Templates
@@ -93,7 +97,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 		return nil, fmt.Errorf("api: pod informer: %w", err)
 	}
 	svc, err := frontend.New(frontend.Config{
-		Namespace: o.Namespace, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Events: cs,
+		Namespace: o.Namespace, Namespaces: o.Namespaces, Access: o.Access, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Events: cs,
 		Templates: o.Templates, Spawner: o.Spawner, Pods: pods, MaxFollowsPerUser: o.MaxFollowsPerUser,
 		Quota:   o.Quota,
 		History: o.History, WriteTimeout: o.WriteTimeout,

@@ -52,7 +52,7 @@ var spawnerCodes = map[spawner.Code]Code{
 
 func (f spawnerAdapter) Spawn(ctx context.Context, r SpawnRequest) (*corev1.Pod, error) {
 	c, _ := auth.CallerFrom(ctx)
-	req := spawner.Request{Template: r.Template, Owner: r.Owner, ID: r.ID, Name: r.Name, Context: r.Context}
+	req := spawner.Request{Template: r.Template, Owner: r.Owner, ID: r.ID, Name: r.Name, Context: r.Context, Namespace: r.Namespace}
 	if c != nil {
 		req.Caller = spawner.Caller{Subject: c.Subject, IsAdmin: c.IsAdmin}
 	}

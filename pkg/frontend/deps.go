@@ -35,6 +35,8 @@ type SpawnRequest struct {
 	Name     string
 	Template string
 	Context  map[string]string
+	// Namespace is where the workspace is created (never empty: the front end resolves it).
+	Namespace string
 }
 
 // Spawner creates a workspace's pod (and claims). Its errors should be *Error (the adapter maps

@@ -44,7 +44,15 @@ func indexOwner(o client.Object) []string {
 
 // Config builds a Service.
 type Config struct {
+	// Namespace is nogoo9's own namespace: the one requests address unless they name another
+	// (WithNamespace).
 	Namespace string
+	// Namespaces are the watched namespaces (--namespaces, with Namespace); requests may address
+	// any of them. Empty: Namespace only.
+	Namespaces []string
+	// Access decides who may spawn in a watched namespace other than Namespace (pkg/authz); nil:
+	// only admins may.
+	Access SpawnAccess
 	// Cache reads workspace pods (the manager's cache, with AddIndexes registered).
 	Cache client.Reader
 	// Client writes (patches, deletes).
@@ -148,8 +156,12 @@ func (s *Service) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
 // listPods reads workspace pods from the cache without copying them: the result must not be
 // modified.
 func (s *Service) listPods(ctx context.Context, opts ...client.ListOption) ([]*corev1.Pod, error) {
+	ns, err := s.namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var list corev1.PodList
-	opts = append(opts, client.InNamespace(s.cfg.Namespace), client.UnsafeDisableDeepCopy)
+	opts = append(opts, client.InNamespace(ns), client.UnsafeDisableDeepCopy)
 	if err := s.cfg.Cache.List(ctx, &list, opts...); err != nil {
 		return nil, &Error{Code: CodeInternal, Message: "reading workspaces failed; try again", Err: err}
 	}
@@ -199,9 +211,13 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*WorkspaceList, erro
 			return nil, errorf(CodeInvalid, "continue %q is not a workspace id: pass the continue value of the previous page", o.Continue)
 		}
 	}
+	ns, err := s.namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var entries []*entry
 	var more bool
-	if s.views != nil && s.views.synced() {
+	if s.views != nil && s.views.synced() && ns == s.cfg.Namespace {
 		entries, more = s.views.snapshot(c.Subject, o.AllUsers, o.Continue, o.Limit)
 	} else {
 		var pods []*corev1.Pod
@@ -313,6 +329,8 @@ type SpawnInput struct {
 	Name     string            `json:"name,omitempty" jsonschema:"display name; the id is derived from it when id is empty"`
 	ID       string            `json:"id,omitempty" jsonschema:"workspace id: lower-case letters, digits and '-', at most 40 characters"`
 	Context  map[string]string `json:"context,omitempty" jsonschema:"values the template's placeholders need (e.g. repository URL)"`
+	// Namespace is where to create it (MCP; the REST API takes it from the path).
+	Namespace string `json:"namespace,omitempty" jsonschema:"watched namespace to create it in (whoami lists them); empty: nogoo9's own namespace"`
 }
 
 // Spawn creates a workspace owned by the caller and returns at once (the pod is Pending).
@@ -323,6 +341,19 @@ func (s *Service) Spawn(ctx context.Context, in SpawnInput) (*Workspace, error) 
 	}
 	if in.Template == "" {
 		return nil, errorf(CodeInvalid, "template is empty: name one of the templates list_templates shows")
+	}
+	if in.Namespace != "" {
+		if ns, _ := ctx.Value(namespaceKey{}).(string); ns != "" && ns != in.Namespace {
+			return nil, errorf(CodeInvalid, "namespace %q in the body differs from namespace %q in the path: give one of them", in.Namespace, ns)
+		}
+		ctx = WithNamespace(ctx, in.Namespace)
+	}
+	ns, err := s.namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.maySpawnIn(ctx, c, ns); err != nil {
+		return nil, err
 	}
 	t, ok := s.cfg.Templates.Get(in.Template)
 	if !ok || t == nil {
@@ -344,7 +375,7 @@ func (s *Service) Spawn(ctx context.Context, in SpawnInput) (*Workspace, error) 
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
-	pod, err := s.cfg.Spawner.Spawn(wctx, SpawnRequest{Owner: c.Subject, ID: id, Name: name, Template: in.Template, Context: in.Context})
+	pod, err := s.cfg.Spawner.Spawn(wctx, SpawnRequest{Owner: c.Subject, ID: id, Name: name, Template: in.Template, Context: in.Context, Namespace: ns})
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +435,7 @@ func (s *Service) livePods(ctx context.Context, id, owner string) ([]*corev1.Pod
 		reader = s.cfg.Cache
 	}
 	var list corev1.PodList
-	if err := reader.List(ctx, &list, client.InNamespace(s.cfg.Namespace),
+	if err := reader.List(ctx, &list, client.InNamespace(s.nsOf(ctx)),
 		client.MatchingLabels{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id}); err != nil {
 		return nil, err
 	}
@@ -419,13 +450,15 @@ func (s *Service) livePods(ctx context.Context, id, owner string) ([]*corev1.Pod
 
 // UpgradeResult is the answer to an upgrade request.
 type UpgradeResult struct {
-	ID      string `json:"id"`
-	Owner   string `json:"owner,omitempty"`
-	Status  string `json:"status" jsonschema:"\"upgrading\" (intent recorded or already in progress), \"upToDate\" (nothing to do), \"skipped\" (upgrade-all: in maintenance) or \"failed\""`
-	PodName string `json:"podName,omitempty" jsonschema:"the pod the controller creates for the new version"`
-	From    string `json:"fromVersion,omitempty"`
-	To      string `json:"toVersion,omitempty"`
-	Error   string `json:"error,omitempty"`
+	// Namespace is the workspace's namespace.
+	Namespace string `json:"namespace,omitempty"`
+	ID        string `json:"id"`
+	Owner     string `json:"owner,omitempty"`
+	Status    string `json:"status" jsonschema:"\"upgrading\" (intent recorded or already in progress), \"upToDate\" (nothing to do), \"skipped\" (upgrade-all: in maintenance) or \"failed\""`
+	PodName   string `json:"podName,omitempty" jsonschema:"the pod the controller creates for the new version"`
+	From      string `json:"fromVersion,omitempty"`
+	To        string `json:"toVersion,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // Upgrade records the upgrade intent on the workspace's active pod and returns at once. A
@@ -450,7 +483,7 @@ func inMaintenance(id, reason string) *Error {
 func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResult, error) {
 	active := workspace.Active(pods)
 	id, owner := workspace.ID(active), workspace.Owner(active)
-	res := &UpgradeResult{ID: id, Owner: owner, From: workspace.TemplateVersion(active)}
+	res := &UpgradeResult{Namespace: active.Namespace, ID: id, Owner: owner, From: workspace.TemplateVersion(active)}
 	if active.DeletionTimestamp != nil {
 		return nil, errorf(CodeConflict, "workspace %q is being deleted; it cannot be upgraded", id)
 	}
@@ -507,9 +540,10 @@ func upgradeInFlight(pods []*corev1.Pod) *corev1.Pod {
 	return nil
 }
 
-// UpgradeAll requests an upgrade of every outdated workspace of every user (admins only). It
-// returns one entry per outdated workspace; those in maintenance are skipped (status "skipped",
-// with the reason): an admin upgrades them one by one if needed.
+// UpgradeAll requests an upgrade of every outdated workspace of every user in every watched
+// namespace (admins only; one namespace when ctx names one). It returns one entry per outdated
+// workspace; those in maintenance are skipped (status "skipped", with the reason): an admin
+// upgrades them one by one if needed.
 func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 	c, err := caller(ctx)
 	if err != nil {
@@ -518,14 +552,25 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 	if !c.IsAdmin {
 		return nil, errorf(CodeForbidden, "%s", MsgUpgradeAllForAdmin)
 	}
-	var groups [][]*corev1.Pod
-	if s.views != nil && s.views.synced() {
-		entries, _ := s.views.snapshot("", true, "", 0)
-		for _, e := range entries {
-			groups = append(groups, e.pods)
+	only, _ := ctx.Value(namespaceKey{}).(string)
+	if only != "" {
+		if only, err = s.namespace(ctx); err != nil {
+			return nil, err
 		}
-	} else {
-		pods, err := s.listPods(ctx)
+	}
+	var groups [][]*corev1.Pod
+	for _, ns := range s.Namespaces() {
+		if only != "" && ns != only {
+			continue
+		}
+		if ns == s.cfg.Namespace && s.views != nil && s.views.synced() {
+			entries, _ := s.views.snapshot("", true, "", 0)
+			for _, e := range entries {
+				groups = append(groups, e.pods)
+			}
+			continue
+		}
+		pods, err := s.listPods(WithNamespace(ctx, ns))
 		if err != nil {
 			return nil, err
 		}
@@ -551,7 +596,7 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 		}
 		if reason, ok := workspace.InMaintenance(g); ok {
 			a := workspace.Active(g)
-			skipped = append(skipped, UpgradeResult{ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped",
+			skipped = append(skipped, UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped",
 				From: workspace.TemplateVersion(a), To: s.latestVersion(memo, g),
 				Error: fmt.Sprintf("workspace %q is in maintenance (%q) and was not upgraded: lift the maintenance first, or upgrade it on its own", workspace.ID(a), reason)})
 			continue
@@ -570,7 +615,7 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 				r, err := s.upgrade(ctx, todo[i])
 				if err != nil {
 					a := workspace.Active(todo[i])
-					r = &UpgradeResult{ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "failed", Error: err.Error()}
+					r = &UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "failed", Error: err.Error()}
 				}
 				out[i] = *r
 			}
@@ -582,7 +627,12 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 	close(work)
 	wg.Wait()
 	out = append(out, skipped...)
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].ID < out[j].ID
+	})
 	return out, nil
 }
 

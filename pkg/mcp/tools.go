@@ -18,41 +18,48 @@ type (
 	noInput struct{}
 
 	idInput struct {
-		ID string `json:"id" jsonschema:"the workspace id (see list_workspaces)"`
+		ID        string `json:"id" jsonschema:"the workspace id (see list_workspaces)"`
+		Namespace string `json:"namespace,omitempty" jsonschema:"the workspace's namespace (whoami or list answers show it); empty: nogoo9's own namespace"`
 	}
 	listInput struct {
-		AllUsers bool   `json:"allUsers,omitempty" jsonschema:"admins only: list every user's workspaces instead of your own"`
-		Limit    int    `json:"limit,omitempty" jsonschema:"at most this many workspaces (0 or absent: all of them)"`
-		Continue string `json:"continue,omitempty" jsonschema:"the continue value of the previous answer: the list goes on after it"`
+		AllUsers  bool   `json:"allUsers,omitempty" jsonschema:"admins only: list every user's workspaces instead of your own"`
+		Limit     int    `json:"limit,omitempty" jsonschema:"at most this many workspaces (0 or absent: all of them)"`
+		Continue  string `json:"continue,omitempty" jsonschema:"the continue value of the previous answer: the list goes on after it"`
+		Namespace string `json:"namespace,omitempty" jsonschema:"the workspace's namespace (whoami or list answers show it); empty: nogoo9's own namespace"`
 	}
 	eventsInput struct {
 		ID             string   `json:"id" jsonschema:"the workspace id"`
 		Follow         bool     `json:"follow,omitempty" jsonschema:"keep the call open and stream new events as progress and log notifications until timeoutSeconds"`
 		TimeoutSeconds int      `json:"timeoutSeconds,omitempty" jsonschema:"how long to follow, 1 to 300 seconds (default 60)"`
 		Until          []string `json:"until,omitempty" jsonschema:"stop following as soon as a new event with one of these reasons arrives, e.g. [UpgradeSucceeded, UpgradeFailed]"`
+		Namespace      string   `json:"namespace,omitempty" jsonschema:"the workspace's namespace (whoami or list answers show it); empty: nogoo9's own namespace"`
 	}
 	upgradeInput struct {
-		ID      string `json:"id" jsonschema:"the workspace id (see list_workspaces)"`
-		DryRun  bool   `json:"dryRun,omitempty" jsonschema:"write nothing: answer the strategy, whether the workspace is interrupted, and the changes between its pod and the new version's pod"`
-		Version string `json:"version,omitempty" jsonschema:"admins only: a kept earlier template version (list_templates shows the history) to roll the workspace back to; it is then pinned"`
+		ID        string `json:"id" jsonschema:"the workspace id (see list_workspaces)"`
+		DryRun    bool   `json:"dryRun,omitempty" jsonschema:"write nothing: answer the strategy, whether the workspace is interrupted, and the changes between its pod and the new version's pod"`
+		Version   string `json:"version,omitempty" jsonschema:"admins only: a kept earlier template version (list_templates shows the history) to roll the workspace back to; it is then pinned"`
+		Namespace string `json:"namespace,omitempty" jsonschema:"the workspace's namespace (whoami or list answers show it); empty: nogoo9's own namespace"`
 	}
 	upgradeOutput struct {
 		frontend.UpgradeResult
 		Preview *frontend.UpgradePreview `json:"preview,omitempty" jsonschema:"the dry run's answer (dryRun only)"`
 	}
 	upgradeAllInput struct {
-		Template string `json:"template,omitempty" jsonschema:"with version: only the workspaces of this template"`
-		Version  string `json:"version,omitempty" jsonschema:"with template: roll every workspace of the template to this kept version instead of upgrading to the latest"`
+		Namespace string `json:"namespace,omitempty" jsonschema:"only the workspaces of this watched namespace; empty: every watched namespace"`
+		Template  string `json:"template,omitempty" jsonschema:"with version: only the workspaces of this template"`
+		Version   string `json:"version,omitempty" jsonschema:"with template: roll every workspace of the template to this kept version instead of upgrading to the latest"`
 	}
 	updateSettingsInput struct {
-		ID     string  `json:"id" jsonschema:"the workspace id"`
-		Pinned *bool   `json:"pinned,omitempty" jsonschema:"true pins the workspace to its version (no automatic upgrade, skipped by upgrade-all); false unpins it"`
-		Policy *string `json:"policy,omitempty" jsonschema:"the workspace's own update policy: manual, on-start, when-idle or window; empty: follow the template's"`
-		Window *string `json:"window,omitempty" jsonschema:"with policy window: the maintenance window, e.g. 'Sat 02:00-04:00 UTC'"`
+		ID        string  `json:"id" jsonschema:"the workspace id"`
+		Pinned    *bool   `json:"pinned,omitempty" jsonschema:"true pins the workspace to its version (no automatic upgrade, skipped by upgrade-all); false unpins it"`
+		Policy    *string `json:"policy,omitempty" jsonschema:"the workspace's own update policy: manual, on-start, when-idle or window; empty: follow the template's"`
+		Window    *string `json:"window,omitempty" jsonschema:"with policy window: the maintenance window, e.g. 'Sat 02:00-04:00 UTC'"`
+		Namespace string  `json:"namespace,omitempty" jsonschema:"the workspace's namespace (whoami or list answers show it); empty: nogoo9's own namespace"`
 	}
 	maintenanceInput struct {
-		ID     string `json:"id" jsonschema:"the workspace id"`
-		Reason string `json:"reason,omitempty" jsonschema:"why the workspace is out of service; empty puts it back into service"`
+		ID        string `json:"id" jsonschema:"the workspace id"`
+		Reason    string `json:"reason,omitempty" jsonschema:"why the workspace is out of service; empty puts it back into service"`
+		Namespace string `json:"namespace,omitempty" jsonschema:"the workspace's namespace (whoami or list answers show it); empty: nogoo9's own namespace"`
 	}
 
 	templatesOutput struct {
@@ -117,6 +124,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		Description: "Show one of your workspaces: phase and reason, template version and whether it is outdated, pods, proxy paths, last upgrade error.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in idInput) (*mcp.CallToolResult, frontend.Workspace, error) {
+		ctx = frontend.WithNamespace(ctx, in.Namespace)
 		w, err := svc.GetWorkspace(ctx, in.ID)
 		if err != nil {
 			return nil, frontend.Workspace{}, err
@@ -130,6 +138,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		Description: "Delete one of your workspaces: its pods are deleted in the background. Its persistent volume claims (your files) are kept; an administrator can remove them.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &destructive},
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in idInput) (*mcp.CallToolResult, frontend.DeleteResult, error) {
+		ctx = frontend.WithNamespace(ctx, in.Namespace)
 		r, err := svc.Delete(ctx, in.ID)
 		if err != nil {
 			return nil, frontend.DeleteResult{}, err
@@ -145,6 +154,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 			"A pinned workspace is refused until it is unpinned. With dryRun nothing is written: the answer's preview says the strategy (SideBySide or Recreate, and why), " +
 			"whether the workspace is interrupted, and each change (images, env, ports, resources, volumes). Admins may give version to roll back to a kept earlier version.",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in upgradeInput) (*mcp.CallToolResult, upgradeOutput, error) {
+		ctx = frontend.WithNamespace(ctx, in.Namespace)
 		return upgradeWorkspace(ctx, svc, in)
 	})
 
@@ -153,6 +163,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		Description: "Admins only: request an upgrade of every outdated workspace of every user. Returns at once, one entry per outdated workspace; the controller upgrades them at a bounded rate. Workspaces in maintenance and pinned workspaces are skipped (status \"skipped\" with the reason). " +
 			"With template and version, rolls every workspace of that template to that kept version instead (list_templates shows the history).",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in upgradeAllInput) (*mcp.CallToolResult, upgradesOutput, error) {
+		ctx = frontend.WithNamespace(ctx, in.Namespace)
 		var r []frontend.UpgradeResult
 		var err error
 		switch {
@@ -174,6 +185,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		Description: "Stop one of your workspaces: its pod is replaced by a stopped one that keeps its identity, files (volume claims) and paths but uses no node (phase Stopped). " +
 			"Returns at once; start_workspace brings it back. Stopped workspaces do not count against your running-workspace limit.",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in idInput) (*mcp.CallToolResult, frontend.Workspace, error) {
+		ctx = frontend.WithNamespace(ctx, in.Namespace)
 		w, err := svc.Stop(ctx, in.ID)
 		if err != nil {
 			return nil, frontend.Workspace{}, err
@@ -186,6 +198,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		Description: "Start one of your stopped workspaces on the same version (or the template's latest when its update policy is on-start), with the same files and paths. " +
 			"Returns at once; follow get_workspace_events (WorkspaceStarted) or the phase. A workspace in maintenance starts when the maintenance ends.",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in idInput) (*mcp.CallToolResult, frontend.Workspace, error) {
+		ctx = frontend.WithNamespace(ctx, in.Namespace)
 		w, err := svc.Start(ctx, in.ID)
 		if err != nil {
 			return nil, frontend.Workspace{}, err
@@ -197,6 +210,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		Name:        "set_workspace_maintenance",
 		Description: "Admins only: take a workspace out of service (phase Unavailable) with a reason, or put it back with an empty reason. Returns the workspace as it is after this change; maintenance survives upgrades.",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in maintenanceInput) (*mcp.CallToolResult, frontend.Workspace, error) {
+		ctx = frontend.WithNamespace(ctx, in.Namespace)
 		w, err := svc.SetMaintenance(ctx, in.ID, in.Reason)
 		if err != nil {
 			return nil, frontend.Workspace{}, err
@@ -209,6 +223,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		Description: "Your workspace's (or, for admins, any workspace's) update settings: pinned (never upgraded automatically, skipped by upgrade-all) and its own update policy " +
 			"(manual, on-start, when-idle, window with a window such as 'Sat 02:00-04:00 UTC'; empty follows the template). Fields you leave out stay as they are. Returns the workspace after the change.",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in updateSettingsInput) (*mcp.CallToolResult, frontend.Workspace, error) {
+		ctx = frontend.WithNamespace(ctx, in.Namespace)
 		return updateSettings(ctx, svc, in)
 	})
 
@@ -219,6 +234,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 			"Pass until (e.g. [\"UpgradeSucceeded\",\"UpgradeFailed\"]) to get the answer the moment the upgrade ends.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in eventsInput) (*mcp.CallToolResult, eventsOutput, error) {
+		ctx = frontend.WithNamespace(ctx, in.Namespace)
 		return events(ctx, svc, req, in)
 	})
 }
@@ -290,9 +306,10 @@ func listWorkspaces(ctx context.Context, svc *frontend.Service, req *mcp.CallToo
 		dec := json.NewDecoder(bytes.NewReader(req.Params.Arguments))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil {
-			return toolError(fmt.Errorf("validating \"arguments\": %v; list_workspaces takes allUsers (boolean), limit (integer) and continue (string)", err)), nil
+			return toolError(fmt.Errorf("validating \"arguments\": %v; list_workspaces takes allUsers (boolean), limit (integer), continue (string) and namespace (string)", err)), nil
 		}
 	}
+	ctx = frontend.WithNamespace(ctx, in.Namespace)
 	list, err := svc.List(ctx, frontend.ListOptions{AllUsers: in.AllUsers, Limit: in.Limit, Continue: in.Continue})
 	if err != nil {
 		return toolError(err), nil

@@ -250,7 +250,7 @@ func (s *Spawner) checkClaims(ctx context.Context, owner string, pvcs []*corev1.
 	}
 	added := 0
 	for _, p := range pvcs {
-		if !have[s.claimKey(s.opts.Namespace, p.Name)] {
+		if !have[s.claimKey(p.Namespace, p.Name)] {
 			added++
 		}
 	}

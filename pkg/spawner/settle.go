@@ -71,7 +71,7 @@ func (s *Spawner) settle(parent context.Context, pod *corev1.Pod, pvcs, created 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.opts.SettleTimeout)
 	defer cancel()
 	if quota {
-		defer s.releaseLater(parent, owner, id, log)
+		defer s.releaseLater(parent, owner, s.claimKey(pod.Namespace, id), log)
 	}
 	key := client.ObjectKeyFromObject(pod)
 	template := pod.Labels[workspace.LabelTemplate]
@@ -110,7 +110,7 @@ func (s *Spawner) settleOnce(ctx context.Context, key client.ObjectKey, template
 	if cur.DeletionTimestamp != nil || workspace.ID(&cur) != id || workspace.Owner(&cur) != owner || cur.Labels[workspace.LabelTemplate] != template {
 		return true, nil // being deleted, or another spawn's workspace: not ours to finish
 	}
-	other, err := s.otherPodWithID(cctx, id, key.Name)
+	other, err := s.otherPodWithID(cctx, key.Namespace, id, key.Name)
 	if err != nil {
 		return false, err
 	}

@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -67,7 +68,11 @@ type Request struct {
 	Name string
 	// Context fills ${context.KEY} placeholders and the template's required context.
 	Context map[string]string
-	Caller  Caller
+	// Namespace is where the workspace is created: one of Options.Namespaces; empty means
+	// Options.Namespace. Whether the caller may spawn there is the front end's decision
+	// (pkg/authz); the spawner only refuses a namespace nogoo9 does not watch.
+	Namespace string
+	Caller    Caller
 }
 
 // Result is a created workspace.
@@ -181,6 +186,13 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	if req.Template == "" {
 		return nil, errorf(Invalid, nil, "no template given: name one of the templates list_templates shows")
 	}
+	ns := req.Namespace
+	if ns == "" {
+		ns = s.opts.Namespace
+	}
+	if !slices.Contains(s.quotaNamespaces(), ns) {
+		return nil, errorf(NotFound, nil, "namespace %q is not watched by nogoo9: spawn in one of [%s], or ask the platform team to add it to --namespaces", ns, strings.Join(s.quotaNamespaces(), ", "))
+	}
 	syncCtx, cancel := context.WithTimeout(ctx, s.opts.SyncTimeout)
 	synced := s.reg.WaitForSync(syncCtx)
 	cancel()
@@ -192,22 +204,25 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 		return nil, s.notFound(req.Template)
 	}
 	podName := workspace.PodName(owner, id)
-	pod, pvcs, err := BuildPod(t, Identity{Owner: owner, ID: id, Name: req.Name, Context: req.Context, Namespace: s.opts.Namespace}, podName)
+	pod, pvcs, err := BuildPod(t, Identity{Owner: owner, ID: id, Name: req.Name, Context: req.Context, Namespace: ns}, podName)
 	if err != nil {
 		return nil, errorf(Invalid, err, "%v", err)
 	}
-	pod.Namespace = s.opts.Namespace
+	pod.Namespace = ns
 	for _, p := range pvcs {
-		p.Namespace = s.opts.Namespace
+		p.Namespace = ns
 	}
-	log := ctrl.LoggerFrom(ctx).WithValues("workspace", id, "owner", owner, "template", t.Name, "version", t.Version)
+	// rid names the workspace in the owner's quota ledger: the id, or namespace/id outside
+	// nogoo9's namespace (ids are unique per namespace).
+	rid := s.claimKey(ns, id)
+	log := ctrl.LoggerFrom(ctx).WithValues("namespace", ns, "workspace", id, "owner", owner, "template", t.Name, "version", t.Version)
 	// settling is set when a write's answer was lost after the pod may have been created: the
 	// spawn is then finished or undone in the background (settle), which also releases the quota
 	// reservation.
 	settling := false
 	quota := s.opts.MaxPerUser > 0 && !req.Caller.IsAdmin
 
-	if err := s.checkFree(ctx, id); err != nil {
+	if err := s.checkFree(ctx, ns, id); err != nil {
 		return nil, err
 	}
 	if s.opts.MaxClaimsPerUser > 0 && !req.Caller.IsAdmin && len(pvcs) > 0 {
@@ -222,16 +237,16 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	if quota {
 		var err error
 		if s.opts.MaxClaimsPerUser > 0 && len(pvcs) > 0 {
-			err = s.reserve(ctx, owner, id) // the owner's lock is already held
+			err = s.reserve(ctx, owner, rid) // the owner's lock is already held
 		} else {
 			unlock := s.locks.lock(owner)
-			err = s.reserve(ctx, owner, id)
+			err = s.reserve(ctx, owner, rid)
 			unlock()
 		}
 		if err != nil {
 			if mayHaveHappened(err) {
 				// The ledger write's answer may be lost: the reservation may be there.
-				go s.releaseLater(ctx, owner, id, log)
+				go s.releaseLater(ctx, owner, rid, log)
 			}
 			return nil, err
 		}
@@ -242,12 +257,12 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 			if ctx.Err() != nil {
 				// The caller's deadline passed (the API server is slow or its etcd down): answer
 				// now and release in the background.
-				go s.releaseLater(ctx, owner, id, log)
+				go s.releaseLater(ctx, owner, rid, log)
 				return
 			}
 			cctx, cancel := cleanupContext(ctx)
 			defer cancel()
-			if err := s.release(cctx, owner, id); err != nil {
+			if err := s.release(cctx, owner, rid); err != nil {
 				log.Error(err, "cannot release quota reservation; it expires by itself", "ttl", s.opts.ReservationTTL)
 			}
 		}()
@@ -306,7 +321,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	}
 	// Two owners racing for one id create two differently named pods; each spawn looks again
 	// after its create and yields if another pod has the id (both may yield: never two pods).
-	if other, err := s.otherPodWithID(ctx, id, podName); err != nil || other != "" {
+	if other, err := s.otherPodWithID(ctx, ns, id, podName); err != nil || other != "" {
 		if err != nil && mayHaveHappened(err) {
 			settling = true
 			go s.settle(ctx, pod, pvcs, created, owner, id, quota, s.opts.Now(), log)
@@ -341,9 +356,9 @@ func (s *Spawner) notFound(name string) error {
 // (s.client), not the API server: it only spares the common conflict (an id taken a while ago) a
 // create and its undo, and costs no round trip. The guard that holds under races and cache lag
 // is the API-server read after the create (otherPodWithID) and the pod's deterministic name.
-func (s *Spawner) checkFree(ctx context.Context, id string) error {
+func (s *Spawner) checkFree(ctx context.Context, ns, id string) error {
 	var list corev1.PodList
-	if err := s.client.List(ctx, &list, client.InNamespace(s.opts.Namespace), client.MatchingLabels{workspace.LabelWorkspaceID: id}); err != nil {
+	if err := s.client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{workspace.LabelWorkspaceID: id}); err != nil {
 		return fmt.Errorf("check workspace id %q: %w", id, err)
 	}
 	for _, p := range list.Items {
@@ -355,9 +370,9 @@ func (s *Spawner) checkFree(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s *Spawner) otherPodWithID(ctx context.Context, id, podName string) (string, error) {
+func (s *Spawner) otherPodWithID(ctx context.Context, ns, id, podName string) (string, error) {
 	var list corev1.PodList
-	if err := s.apiReader.List(ctx, &list, client.InNamespace(s.opts.Namespace), client.MatchingLabels{workspace.LabelWorkspaceID: id}); err != nil {
+	if err := s.apiReader.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{workspace.LabelWorkspaceID: id}); err != nil {
 		return "", fmt.Errorf("check workspace id %q: %w", id, err)
 	}
 	for _, p := range list.Items {

@@ -9,6 +9,8 @@ import (
 // Info is the view of one workspace that the REST API and the MCP tools return from list and get.
 // Status is embedded, so its phase, reason and message are top-level JSON fields.
 type Info struct {
+	// Namespace is the workspace's namespace (ids are unique per namespace).
+	Namespace string `json:"namespace"`
 	ID        string `json:"id"`
 	Name      string `json:"name"`
 	Owner     string `json:"owner"`
@@ -59,6 +61,7 @@ func Describe(pods []*corev1.Pod, latestVersion string, now time.Time) Info {
 	oldest := pods[len(pods)-1]
 
 	info := Info{
+		Namespace:             active.Namespace,
 		ID:                    ID(active),
 		Name:                  active.Annotations[AnnWorkspaceName],
 		Owner:                 Owner(active),
