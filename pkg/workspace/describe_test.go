@@ -19,7 +19,7 @@ func TestDescribe(t *testing.T) {
 		{
 			name: "ready workspace on the latest version", pods: []*corev1.Pod{running("ws-jane-demo", t0)}, latest: "1.0.0",
 			check: func(t *testing.T, got Info) {
-				want := Info{ID: "demo", Name: "Demo", Owner: "jane", UserLabel: "jane", Template: "node", TemplateVersion: "1.0.0",
+				want := Info{Namespace: "default", ID: "demo", Name: "Demo", Owner: "jane", UserLabel: "jane", Template: "node", TemplateVersion: "1.0.0",
 					LatestTemplateVersion: "1.0.0", Status: Status{Phase: PhaseReady, Reason: ReasonRunning, Message: "pod ws-jane-demo is ready"},
 					ActivePod: "ws-jane-demo", WorkspacePath: "/ws/jane/demo/", PreviewPath: "/preview/jane/demo/", CreatedAt: t0}
 				if got != want {

@@ -1,0 +1,111 @@
+package authz
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/nogoo9/no-crd/pkg/auth"
+)
+
+// countingClient counts the SubjectAccessReviews sent, to prove the cache answers repeats.
+type countingClient struct {
+	client.Client
+	creates int
+}
+
+func (c *countingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.creates++
+	return c.Client.Create(ctx, obj, opts...)
+}
+
+// Against a real API server (RBAC authorizer): a RoleBinding granting create on
+// workspaces.nogoo9.io in a namespace allows the bound user and the members of a bound group
+// there, and nobody else, and nowhere else; a repeat question within the TTL is answered from the
+// cache, a later one asks again and sees a binding removed meanwhile.
+func TestMaySpawnAsksTheAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver (run without -short)")
+	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = "../../bin"
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("envtest did not start (KUBEBUILDER_ASSETS=%s): %v", assets, err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, ns := range []string{"team-a", "team-b"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "spawn"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{Group}, Resources: []string{Resource}, Verbs: []string{Verb}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "spawn"},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "spawn"},
+		Subjects: []rbacv1.Subject{
+			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"},
+			{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "team-a-devs"},
+		}}
+	for _, o := range []client.Object{role, binding} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Unix(1000, 0)
+	cc := &countingClient{Client: c}
+	a := &SpawnAccess{Client: cc, TTL: time.Minute, Now: func() time.Time { return now }}
+
+	for _, tc := range []struct {
+		name   string
+		caller auth.Caller
+		ns     string
+		want   bool
+	}{
+		{"the bound user in the namespace", auth.Caller{Subject: "alice"}, "team-a", true},
+		{"a member of the bound group", auth.Caller{Subject: "carol", Groups: []string{"team-a-devs"}}, "team-a", true},
+		{"another user", auth.Caller{Subject: "bob", Groups: []string{"other"}}, "team-a", false},
+		{"the bound user in another namespace", auth.Caller{Subject: "alice"}, "team-b", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, reason, err := a.MaySpawn(ctx, &tc.caller, tc.ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("MaySpawn(%s, %s) = %v (reason %q), want %v", tc.caller.Subject, tc.ns, got, reason, tc.want)
+			}
+		})
+	}
+	if cc.creates != 4 {
+		t.Fatalf("%d SubjectAccessReviews for 4 distinct questions, want 4", cc.creates)
+	}
+
+	// Cached: the binding goes, the answer within the TTL stays; after it, the API server's.
+	if err := c.Delete(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, _ := a.MaySpawn(ctx, &auth.Caller{Subject: "alice"}, "team-a"); !ok || cc.creates != 4 {
+		t.Errorf("within the TTL: allowed=%v after %d reviews, want the cached yes and no new review", ok, cc.creates)
+	}
+	now = now.Add(2 * time.Minute)
+	if ok, _, _ := a.MaySpawn(ctx, &auth.Caller{Subject: "alice"}, "team-a"); ok || cc.creates != 5 {
+		t.Errorf("after the TTL: allowed=%v after %d reviews, want a new review answering no", ok, cc.creates)
+	}
+}
