@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -173,6 +174,11 @@ func main() {
 	log := ctrl.Log.WithName("setup")
 
 	if err := run(o); err != nil {
+		if errors.Is(err, namespaces.ErrChanged) {
+			// Not a failure: the Deployment starts nogoo9 again over the new set of namespaces.
+			log.Info("nogoo9 stopped to watch a new set of namespaces", "reason", err.Error())
+			os.Exit(3)
+		}
 		log.Error(err, "nogoo9 stopped")
 		os.Exit(1)
 	}
@@ -231,6 +237,11 @@ func run(o options) error {
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+
+	// A selector's namespaces labelled after start: exit, so that the restart watches them.
+	if err := addNamespaceWatcher(mgr, cfg, scheme, o, watched); err != nil {
+		return err
 	}
 
 	// Component wiring: each package exposes a Setup that adds its runnables to the manager.
@@ -447,6 +458,20 @@ func envInt(key string, def int) int {
 		os.Exit(2)
 	}
 	return n
+}
+
+// addNamespaceWatcher adds, in selector mode, the namespaces.Watcher that stops the process when
+// the selected namespaces change.
+func addNamespaceWatcher(mgr ctrl.Manager, cfg *rest.Config, scheme *runtime.Scheme, o options, watched []string) error {
+	spec, err := namespaces.Parse(o.namespaces)
+	if err != nil || !spec.IsSelector() {
+		return err
+	}
+	reader, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("create a client to watch --namespaces: %w", err)
+	}
+	return mgr.Add(&namespaces.Watcher{Spec: spec, Home: o.namespace, Watched: watched, Reader: reader, Log: ctrl.Log.WithName("namespaces")})
 }
 
 // watchedNamespaces resolves --namespaces (pkg/namespaces); a selector lists namespaces once, now.

@@ -4,10 +4,13 @@ package namespaces
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -61,7 +64,7 @@ func Parse(v string) (Spec, error) {
 // Resolve returns the namespaces to watch, sorted, always including home (nogoo9's namespace:
 // its templates, quota ledgers and leader-election Lease live there). A selector is evaluated once,
 // now, with reader (an uncached client: listing namespaces needs `list namespaces` on the cluster);
-// a namespace labelled later is watched after a restart.
+// a namespace labelled later is noticed by Watcher, which makes the process restart.
 func Resolve(ctx context.Context, s Spec, home string, reader client.Reader) ([]string, error) {
 	out := []string{home}
 	names := s.Names
@@ -83,4 +86,59 @@ func Resolve(ctx context.Context, s Spec, home string, reader client.Reader) ([]
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// ErrChanged is returned by Watcher.Start when the namespaces a selector picks are no longer the
+// ones resolved at start: the process should exit so that it starts again with the new set (the
+// Deployment restarts it; leader election hands the controller over safely meanwhile).
+var ErrChanged = errors.New("the namespaces --namespaces selects changed")
+
+// Watcher notices namespaces labelled (or unlabelled, or deleted) after start in selector mode.
+// It lists the selected namespaces every Interval and stops with ErrChanged once the resolved set
+// differs from Watched. It runs on every replica (the cache, proxy and API of each need the set).
+type Watcher struct {
+	Spec    Spec
+	Home    string
+	Watched []string
+	// Reader lists namespaces (an uncached client: `list namespaces`, as Resolve).
+	Reader client.Reader
+	// Interval between two looks (default 30s).
+	Interval time.Duration
+	// Log receives the change (and failed looks, which are retried).
+	Log logr.Logger
+}
+
+// NeedLeaderElection is false: every replica watches its own set.
+func (w *Watcher) NeedLeaderElection() bool { return false }
+
+// Start looks until ctx ends (nil) or the set changes (ErrChanged, wrapped with both sets).
+func (w *Watcher) Start(ctx context.Context) error {
+	if !w.Spec.IsSelector() {
+		return nil // a list of names does not change by itself
+	}
+	interval := w.Interval
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		now, err := Resolve(ctx, w.Spec, w.Home, w.Reader)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.Log.Error(err, "Cannot list the namespaces --namespaces selects; looking again later")
+			continue
+		}
+		if !slices.Equal(now, w.Watched) {
+			w.Log.Info("The namespaces --namespaces selects changed: exiting so that the restart watches the new set", "watched", w.Watched, "selected", now)
+			return fmt.Errorf("%w: watching [%s], the selector now picks [%s]", ErrChanged, strings.Join(w.Watched, ", "), strings.Join(now, ", "))
+		}
+	}
 }

@@ -2,6 +2,7 @@ package namespaces
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -104,5 +105,39 @@ func TestResolveAlwaysIncludesHomeAndPicksLabelledNamespaces(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("Resolve(%q) = %v, want %v", tc.in, got, tc.want)
 		}
+	}
+	// A namespace labelled after start: the Watcher stops with ErrChanged naming both sets; while
+	// nothing changes it keeps running (it is still running after several looks).
+	sel, _ := Parse(label + "=true")
+	w := &Watcher{Spec: sel, Home: home, Watched: []string{home, a, b}, Reader: c, Interval: 50 * time.Millisecond}
+	done := make(chan error, 1)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	go func() { done <- w.Start(wctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("the Watcher stopped although nothing changed: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: c3}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels[label] = "true"
+	if err := c.Update(ctx, &ns); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), c3) {
+			t.Errorf("Watcher.Start() = %v, want ErrChanged naming %s", err, c3)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Watcher did not notice a namespace labelled after start within 30s")
+	}
+	// A list of names never changes: the Watcher returns nil at once.
+	names, _ := Parse(a)
+	if err := (&Watcher{Spec: names, Home: home, Watched: []string{home, a}, Reader: c}).Start(ctx); err != nil {
+		t.Errorf("Watcher over a list of names: %v", err)
 	}
 }
