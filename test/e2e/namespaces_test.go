@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"net/http"
 	"strings"
 
@@ -111,6 +113,45 @@ var _ = Describe("Several namespaces and clean URLs", Label("namespaces"), func(
 			g.Expect(rep.Pod).To(Equal(upgraded.Name))
 		}).Should(Succeed(), "the proxy moves /ws/%s/box/ to the upgraded pod", nsB)
 		Expect(strings.HasPrefix(upgraded.Name, podB.Name)).To(BeTrue(), "upgraded pod %s is named after %s", upgraded.Name, podB.Name)
+	})
+
+	It("spawns in a team namespace through REST and MCP only for a caller its RoleBinding allows", func(ctx SpecContext) {
+		home, team := NewNamespace(), NewNamespace()
+		port := pxFreePort()
+		Expect(K8s.Create(ctx, pxTemplate(home, "ide", "1.0", "example.com/ide:1.0", port))).To(Succeed())
+		alice, bob := pxUserToken(ctx, home, "alice"), pxUserToken(ctx, home, "bob")
+		aliceSub := "system:serviceaccount:" + home + ":alice"
+		Expect(K8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "nogoo9-spawn"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"nogoo9.io"}, Resources: []string{"workspaces"}, Verbs: []string{"create"}}}})).To(Succeed())
+		Expect(K8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "nogoo9-spawn"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "nogoo9-spawn"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: aliceSub}}})).To(Succeed())
+		p := StartNogoo9("--namespace="+home, "--namespaces="+home+","+team)
+
+		By("alice, bound in the team namespace, spawns there through REST: the path says the namespace")
+		code, raw := pxAPI(p, alice, http.MethodPost, "/api/v1/namespaces/"+team+"/workspaces", map[string]any{"template": "ide", "id": "box"})
+		Expect(code).To(Equal(http.StatusCreated), "%s", raw)
+		var w struct{ Namespace, WorkspacePath string }
+		Expect(json.Unmarshal(raw, &w)).To(Succeed())
+		Expect(w.Namespace).To(Equal(team))
+		Expect(w.WorkspacePath).To(Equal("/ws/" + team + "/box/"))
+
+		By("alice spawns there through MCP with the namespace argument")
+		session := mcpClient(p, alice)
+		res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "spawn_workspace", Arguments: map[string]any{"template": "ide", "id": "agent", "namespace": team}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.IsError).To(BeFalse(), "%v", res.Content)
+
+		By("bob, not bound, is refused with the namespace and what to ask for, and nothing is created")
+		code, raw = pxAPI(p, bob, http.MethodPost, "/api/v1/namespaces/"+team+"/workspaces", map[string]any{"template": "ide", "id": "intruder"})
+		Expect(code).To(Equal(http.StatusForbidden), "%s", raw)
+		Expect(string(raw)).To(And(ContainSubstring("may not create workspaces in namespace "+team), ContainSubstring("RoleBinding")))
+		var list corev1.PodList
+		Expect(K8s.List(ctx, &list, client.InNamespace(team), client.MatchingLabels{workspace.LabelWorkspaceID: "intruder"})).To(Succeed())
+		Expect(list.Items).To(BeEmpty())
+		code, raw = pxAPI(p, bob, http.MethodPost, "/api/v1/namespaces/not-watched-"+team+"/workspaces", map[string]any{"template": "ide", "id": "x"})
+		Expect(code).To(Equal(http.StatusNotFound), "%s", raw)
+		Expect(string(raw)).To(ContainSubstring("is not watched by nogoo9"))
 	})
 })
 
