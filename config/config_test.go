@@ -52,6 +52,7 @@ var allowedRole = map[string][]string{
 var allowedClusterRole = map[string][]string{
 	"authentication.k8s.io/tokenreviews":        {"create"},
 	"authorization.k8s.io/subjectaccessreviews": {"create"},
+	"/nodes": {"get", "list", "watch"},
 }
 
 // manifests is the parsed output of `kubectl kustomize dir`.

@@ -73,6 +73,11 @@ func (r *WorkspaceReconciler) reconcileLifecycle(ctx context.Context, key types.
 	if tmpl != nil {
 		t = lifecycle.Target{Found: true, Version: tmpl.Version, Annotations: tmpl.Annotations}
 	}
+	gone, err := r.goneNodes(ctx, pods)
+	if err != nil {
+		return true, ctrl.Result{}, err
+	}
+	t.GoneNodes = gone
 	move := lifecycle.Plan(pods, t, now, lifecycle.Config{IdleTimeout: r.Opts.Lifecycle.IdleTimeout})
 	if move.RequeueAfter > 0 {
 		res.RequeueAfter = move.RequeueAfter + time.Second
@@ -115,6 +120,9 @@ func (r *WorkspaceReconciler) applyLifecycle(ctx context.Context, key types.Name
 		r.lifecycleEvent(a)
 		return true, nil
 	case lifecycle.DeletePod:
+		if a.NodeLost {
+			return r.deleteLostPod(ctx, a)
+		}
 		wait, err := r.deletePod(ctx, key, &moveState{}, upgrade.Action{Kind: upgrade.DeletePod, Pod: a.Pod, Keep: a.Keep,
 			EventType: a.EventType, Reason: a.Reason, Message: a.Message})
 		if err != nil {
@@ -166,7 +174,7 @@ func (r *WorkspaceReconciler) createStoppedPod(ctx context.Context, a lifecycle.
 	if full.DeletionTimestamp != nil || full.UID != a.Pod.UID {
 		return false, nil
 	}
-	if full.Annotations[workspace.AnnStopRequested] == "" {
+	if full.Annotations[workspace.AnnStopRequested] == "" && !a.NodeLost {
 		// The intent was withdrawn since the cache showed it (a start): nothing to stop.
 		return false, nil
 	}

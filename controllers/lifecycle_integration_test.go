@@ -9,7 +9,10 @@ import (
 
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/lifecycle"
 	"github.com/nogoo9/no-crd/pkg/templates"
@@ -125,5 +128,66 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 			g.Expect(p.Spec.Containers[0].Image).To(gomega.Equal("ide:2"))
 			e.expectIdentity(g, p, run)
 		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "started on v2, the stopped pod deleted")
+	})
+
+	t.Run("a workspace whose node is deleted reports NodeLost and comes back with the same identity and claims, never two pods serving", func(t *testing.T) {
+		e := newEnv(t, ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod), UpgradeOptions{})
+		ctx := context.Background()
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.ns + "-node"}}
+		e.g.Expect(e.c.Create(ctx, node)).To(gomega.Succeed())
+		run := e.spawn("jane", "lost")
+		// The scheduler's binding, as kube-scheduler writes it.
+		e.g.Expect(e.c.SubResource("binding").Create(ctx, run, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: e.ns},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: node.Name},
+		})).To(gomega.Succeed())
+		run = e.get(run.Name)
+		e.g.Expect(run.Spec.NodeName).To(gomega.Equal(node.Name))
+		e.start()
+		e.g.Consistently(func(g gomega.Gomega) {
+			p := only(e, g, "lost")
+			g.Expect(p.UID).To(gomega.Equal(run.UID))
+			g.Expect(p.Annotations).NotTo(gomega.HaveKey(workspace.AnnNodeLost))
+		}).WithTimeout(2*time.Second).Should(gomega.Succeed(), "a pod on an existing node is left alone")
+
+		e.g.Expect(e.c.Delete(ctx, node)).To(gomega.Succeed())
+		var back *corev1.Pod
+		e.g.Eventually(func(g gomega.Gomega) {
+			pods := e.pods(g, "lost")
+			g.Expect(pods).To(gomega.HaveLen(1), "one live pod")
+			for _, p := range pods {
+				back = p
+			}
+			g.Expect(back.UID).NotTo(gomega.Equal(run.UID), "the lost pod is deleted")
+			g.Expect(workspace.IsStoppedPod(back)).To(gomega.BeFalse(), "the copy is released to the scheduler")
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the lost pod replaced")
+		e.expectIdentity(e.g, back, run)
+		e.g.Expect(back.Name).To(gomega.Equal(lifecycle.StoppedPodName(run)))
+		e.g.Expect(workspace.TemplateVersion(back)).To(gomega.Equal(workspace.TemplateVersion(run)))
+		e.g.Expect(back.Spec.NodeName).To(gomega.BeEmpty())
+		e.g.Expect(back.Annotations).NotTo(gomega.HaveKey(workspace.AnnNodeLost))
+		claims := func(p *corev1.Pod) []string {
+			var out []string
+			for _, v := range p.Spec.Volumes {
+				if v.PersistentVolumeClaim != nil {
+					out = append(out, v.PersistentVolumeClaim.ClaimName)
+				}
+			}
+			return out
+		}
+		e.g.Expect(claims(back)).To(gomega.Equal(claims(run)))
+		e.g.Expect(claims(back)).NotTo(gomega.BeEmpty())
+		var gonePod corev1.Pod
+		e.g.Expect(apierrors.IsNotFound(e.c.Get(ctx, client.ObjectKeyFromObject(run), &gonePod))).To(gomega.BeTrue(), "the lost pod is gone, not waiting for a kubelet")
+		e.g.Eventually(func(g gomega.Gomega) {
+			reasons := strings.Join(e.events(g, run.Name), ",")
+			g.Expect(reasons).To(gomega.ContainSubstring(lifecycle.ReasonNodeLost))
+			g.Expect(reasons).To(gomega.ContainSubstring(lifecycle.ReasonNodeLostReplaced))
+		}).WithTimeout(10*time.Second).Should(gomega.Succeed(), "Events say what happened")
+		for _, name := range claims(run) {
+			var pvc corev1.PersistentVolumeClaim
+			e.g.Expect(e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: name}, &pvc)).To(gomega.Succeed(), "claim %s kept", name)
+			e.g.Expect(pvc.DeletionTimestamp).To(gomega.BeNil())
+		}
 	})
 }

@@ -17,10 +17,12 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -184,6 +186,9 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := podcache.AddWorkspaceIDIndex(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexNodeName, podNodeName); err != nil {
+		return fmt.Errorf("index pods by node: %w", err)
+	}
 	r.wake = make(chan event.GenericEvent, 1024)
 	r.gate = newGate(r.Opts.MaxConcurrentUpgrades, r.Reader, r.wake)
 	registerCollector(r)
@@ -192,6 +197,13 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(r.Opts.Name).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(WorkspaceRequest)).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimRequest)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeRequests), builder.OnlyMetadata,
+			// Only a deletion matters: heartbeats would wake every workspace every few seconds.
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc:  func(event.CreateEvent) bool { return false },
+				UpdateFunc:  func(event.UpdateEvent) bool { return false },
+				GenericFunc: func(event.GenericEvent) bool { return false },
+			})).
 		WatchesRawSource(source.Channel(r.wake, handler.EnqueueRequestsFromMapFunc(keyRequest))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Opts.Workers, RateLimiter: retryLimiter()}).
 		Complete(r)

@@ -15,7 +15,7 @@ import (
 var stoppedDropped = []string{
 	workspace.AnnUpgradePod, workspace.AnnUpgradeStartedAt, workspace.AnnUpgradeFrom,
 	workspace.AnnUpgradeFromUID, workspace.AnnUpgradeFromVersion, workspace.AnnUpgradeStrategy,
-	workspace.AnnRollbackSpec, workspace.AnnUpgradeHMAC, "kubectl.kubernetes.io/last-applied-configuration",
+	workspace.AnnRollbackSpec, workspace.AnnUpgradeHMAC, workspace.AnnNodeLost, "kubectl.kubernetes.io/last-applied-configuration",
 }
 
 // StoppedPod is the stopped copy of running (the full pod as the API server has it; a cached pod

@@ -18,6 +18,10 @@ const (
 	ReasonStarted   = "WorkspaceStarted"
 	ReasonCulled    = "WorkspaceCulled"
 	ReasonStartHeld = "WorkspaceStartHeld"
+	// ReasonNodeLost (Warning): the node of the workspace's pod is gone; the pod is replaced.
+	ReasonNodeLost = "NodeLost"
+	// ReasonNodeLostReplaced: the lost pod was removed; its copy starts on another node.
+	ReasonNodeLostReplaced = "NodeLostReplaced"
 )
 
 // Target is what the planner needs of the workspace's template.
@@ -28,6 +32,9 @@ type Target struct {
 	Version string
 	// Annotations are the template's (update policy, idle timeout).
 	Annotations map[string]string
+	// GoneNodes are the nodes, among those the workspace's pods are bound to, that no longer
+	// exist (the controller confirms each with the API server): a pod bound to one is lost.
+	GoneNodes map[string]bool
 }
 
 // Config is the planner's tuning.
@@ -67,7 +74,11 @@ type Action struct {
 	Name string
 	Set  map[string]string
 	// Culled marks the patch that stops an idle workspace (counted in the culled metric).
-	Culled                     bool
+	Culled bool
+	// NodeLost marks the actions that replace a pod whose node is gone: CreateStoppedPod copies
+	// it without a stop intent, DeletePod deletes it at once (grace period 0: no kubelet is left
+	// to run its preStop or confirm the delete).
+	NodeLost                   bool
 	EventType, Reason, Message string
 }
 
@@ -99,6 +110,9 @@ func StartedPodName(stopped *corev1.Pod, version string) string {
 //
 // Rules, first match wins (docs/lifecycle.md has the reasons):
 //   - no live pod: nothing (delete in progress).
+//   - a running pod bound to a node that is gone: mark it (phase Unavailable, NodeLost), copy it
+//     as a gated pod, delete it with grace period 0; the copy then starts like a stopped pod
+//     (planNodeLost; docs/reliability.md).
 //   - stop intent, an upgrade already started: copy the intent onto every live pod that lacks it,
 //     then let the upgrade end (the stop follows on whichever pod stays).
 //   - stop intent: create the stopped copy of the serving pod, then delete the serving pod
@@ -124,6 +138,9 @@ func Plan(pods []*corev1.Pod, t Target, now time.Time, cfg Config) Move {
 	}
 	if len(live) == 0 {
 		return Move{State: "Deleting", Hold: len(pods) > 0 && anyGated(pods)}
+	}
+	if m, ok := planNodeLost(pods, gated, running, t.GoneNodes, now); ok {
+		return m
 	}
 	if reason, ok := workspace.StopIntent(live); ok {
 		return planStop(pods, live, gated, running, reason, now)
@@ -268,4 +285,55 @@ func planCull(pods, running []*corev1.Pod, t Target, now time.Time, cfg Config) 
 		EventType: corev1.EventTypeNormal, Reason: ReasonCulled,
 		Message: fmt.Sprintf("Workspace %s %s; start it to use it again.", workspace.ID(p), reason),
 	}}}
+}
+
+// planNodeLost replaces a running pod whose node is gone (GoneNodes), in three passes: mark it
+// with nogoo9/node-lost (the phase says NodeLost, the proxy stops routing), create its gated copy
+// (same labels, annotations, spec: same id, owner, version, paths, claims; the stop intent only
+// if it had one), then delete it with grace period 0 once the copy exists. The copy, with no stop
+// intent, is then started by planStart (gate removed, scheduled on another node).
+//
+// It replaces only a workspace whose one running pod is lost and that no upgrade is moving: with
+// two running pods (an upgrade or a start in flight) it only marks the lost ones, and the
+// planner that owns those pods (the upgrade's deadline, planStart) decides.
+func planNodeLost(pods, gated, running []*corev1.Pod, gone map[string]bool, now time.Time) (Move, bool) {
+	if len(gone) == 0 {
+		return Move{}, false
+	}
+	var lost []*corev1.Pod
+	for _, p := range running {
+		if p.Spec.NodeName != "" && gone[p.Spec.NodeName] {
+			lost = append(lost, p)
+		}
+	}
+	if len(lost) == 0 {
+		return Move{}, false
+	}
+	for _, p := range lost {
+		if p.Annotations[workspace.AnnNodeLost] == "" {
+			msg := fmt.Sprintf("node %s of pod %s no longer exists (seen %s); the workspace is being moved to another node with its claims", p.Spec.NodeName, p.Name, now.UTC().Format(time.RFC3339))
+			return Move{State: "NodeLost", Hold: true, Actions: []Action{{
+				Kind: PatchPod, Pod: p, Set: map[string]string{workspace.AnnNodeLost: msg},
+				EventType: corev1.EventTypeWarning, Reason: ReasonNodeLost,
+				Message: fmt.Sprintf("Workspace %s: %s.", workspace.ID(p), msg),
+			}}}, true
+		}
+	}
+	if len(running) > 1 || upgradeStarted(pods) != nil {
+		return Move{}, false
+	}
+	p := lost[0]
+	for _, g := range gated {
+		if g.Annotations[workspace.AnnStoppedFromUID] == string(p.UID) {
+			return Move{State: "NodeLost", Hold: true, Actions: []Action{{
+				Kind: DeletePod, Pod: p, Keep: g, NodeLost: true,
+				EventType: corev1.EventTypeNormal, Reason: ReasonNodeLostReplaced,
+				Message: fmt.Sprintf("Workspace %s: pod %s on lost node %s was deleted; pod %s keeps its identity and claims and starts on another node.", workspace.ID(p), p.Name, p.Spec.NodeName, g.Name),
+			}}}, true
+		}
+	}
+	return Move{State: "NodeLost", Hold: true, Actions: []Action{{
+		Kind: CreateStoppedPod, Pod: p, Name: StoppedPodName(p), NodeLost: true,
+		Set: map[string]string{workspace.AnnStoppedFromUID: string(p.UID)},
+	}}}, true
 }

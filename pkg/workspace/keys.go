@@ -169,6 +169,11 @@ const (
 	// AnnStoppedFromUID, on a stopped pod, is the UID of the running pod it replaces: after a
 	// crash the controller finishes the stop by deleting that pod.
 	AnnStoppedFromUID = Prefix + "stopped-from-uid"
+	// AnnNodeLost, on a running pod, says that the Node it is bound to no longer exists (the
+	// value is the sentence the phase reports): the workspace is Unavailable (reason NodeLost)
+	// until the controller has replaced the pod (docs/reliability.md, "A node that disappears").
+	// Bookkeeping: only nogoo9 writes it, and it acts on the Node's absence, never on this key.
+	AnnNodeLost = Prefix + "node-lost"
 	// AnnStoppedAt (RFC 3339) is when the workspace was stopped.
 	AnnStoppedAt = Prefix + "stopped-at"
 	// AnnStartedFromUID, on a pod created by a start on the template's latest version, is the

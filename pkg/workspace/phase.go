@@ -22,6 +22,8 @@ const (
 	ReasonPending           = "Pending"
 	ReasonContainersNotRdy  = "ContainersNotReady"
 	ReasonReadinessGates    = "ReadinessGatesPending"
+	// ReasonNodeLost: the active pod is bound to a Node that no longer exists (AnnNodeLost).
+	ReasonNodeLost = "NodeLost"
 )
 
 // terminalWaitingReasons are container waiting reasons that do not heal by themselves: the pod
@@ -47,7 +49,7 @@ var terminalWaitingReasons = map[string]bool{
 //
 //  1. Terminating: every pod is being deleted (or there is no pod at all: NoPods).
 //  2. Unavailable: a live pod carries nogoo9/maintenance (reason Maintenance, message = its value),
-//     or the active pod has a condition "Workspace*" that is False (reason and message from it).
+//     the active pod carries nogoo9/node-lost (reason NodeLost: its node is gone), or the active pod has a condition "Workspace*" that is False (reason and message from it).
 //  3. Stopped: a live pod carries the stop intent nogoo9/stop-requested (reason Stopping while a
 //     running pod is still there); a stopped pod without it is Scheduling/Starting.
 //  4. Upgrading: the active pod carries the intent nogoo9/upgrade-requested, or a live pod with
@@ -119,6 +121,9 @@ func unavailable(pods []*corev1.Pod, active *corev1.Pod) (Status, bool) {
 			v = "the workspace is in maintenance"
 		}
 		return Status{Phase: PhaseUnavailable, Reason: ReasonMaintenance, Message: v}, true
+	}
+	if v := active.Annotations[AnnNodeLost]; v != "" && !IsStoppedPod(active) {
+		return Status{Phase: PhaseUnavailable, Reason: ReasonNodeLost, Message: v}, true
 	}
 	for i := range active.Status.Conditions {
 		c := &active.Status.Conditions[i]
