@@ -126,7 +126,9 @@ func (r *PhaseReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 
 	var list corev1.PodList
 	// The workspace-id index: a label selector would scan every pod in the namespace per pass.
-	if err := r.Reader.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{podcache.IndexWorkspaceID: req.Name}); err != nil {
+	// No deep copy: this reconciler only reads the pods (TestPhaseReconcilerNeverMutatesTheCache),
+	// and its first pass visits every workspace at start (docs/performance.md, "Start-up garbage").
+	if err := r.Reader.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{podcache.IndexWorkspaceID: req.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list pods of workspace %s: %w", req, err)
 	}
 	if len(list.Items) == 0 {

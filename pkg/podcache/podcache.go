@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -47,10 +48,12 @@ func Options(namespace string) cache.Options {
 }
 
 // IndexWorkspaceID is the pod field index holding the workspace id, so one workspace's pods are
-// listed without scanning every cached pod.
+// listed without scanning every cached pod. Every List by it names its namespace
+// (client.InNamespace): the index holds only namespaced keys (see AddWorkspaceIDIndex).
 const IndexWorkspaceID = "nogoo9.workspaceID"
 
-// WorkspaceID is the IndexWorkspaceID index function.
+// WorkspaceID is the IndexWorkspaceID index function (client.IndexerFunc, for IndexField and
+// fake clients).
 func WorkspaceID(o client.Object) []string {
 	if p, ok := o.(*corev1.Pod); ok && workspace.IsWorkspacePod(p) {
 		return []string{workspace.ID(p)}
@@ -62,17 +65,48 @@ func WorkspaceID(o client.Object) []string {
 // it on one manager, and registering a name twice is an error.
 var indexed sync.Map
 
+// informers is the part of controller-runtime's cache that hands out informers.
+type informers interface {
+	GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error)
+}
+
 // AddWorkspaceIDIndex registers IndexWorkspaceID on idx once; later calls for the same idx do
 // nothing. Call it before the cache starts.
+//
+// On controller-runtime's cache it adds the index to the pod informer itself, under the name and
+// key controller-runtime's List looks up ("field:" + name, "<namespace>/<id>"), with one key per
+// pod. IndexField would file every pod under a second key too ("__all_namespaces/<id>", for
+// lists across namespaces, which nogoo9 never makes): a set per pod that cost about 0.5 KB per
+// workspace (docs/performance.md, "Memory per workspace"). TestWorkspaceIDIndexOneKeyPerPod
+// checks both the lookups and the single key on a real API server. Other indexers (fake clients)
+// get IndexField.
 func AddWorkspaceIDIndex(ctx context.Context, idx client.FieldIndexer) error {
 	if _, done := indexed.LoadOrStore(idx, true); done {
 		return nil
 	}
-	if err := idx.IndexField(ctx, &corev1.Pod{}, IndexWorkspaceID, WorkspaceID); err != nil {
+	var err error
+	if inf, ok := idx.(informers); ok {
+		var i cache.Informer
+		if i, err = inf.GetInformer(ctx, &corev1.Pod{}); err == nil {
+			err = i.AddIndexers(toolscache.Indexers{"field:" + IndexWorkspaceID: namespacedWorkspaceID})
+		}
+	} else {
+		err = idx.IndexField(ctx, &corev1.Pod{}, IndexWorkspaceID, WorkspaceID)
+	}
+	if err != nil {
 		indexed.Delete(idx)
 		return fmt.Errorf("index pods by workspace id: %w", err)
 	}
 	return nil
+}
+
+// namespacedWorkspaceID is the informer index function: "<namespace>/<workspace id>".
+func namespacedWorkspaceID(obj any) ([]string, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok || !workspace.IsWorkspacePod(p) {
+		return nil, nil
+	}
+	return []string{p.Namespace + "/" + workspace.ID(p)}, nil
 }
 
 // ReleaseAfterSync is a runnable (on every replica, leader or not) that returns the garbage of

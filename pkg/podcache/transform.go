@@ -35,6 +35,10 @@ func Transform(obj any) (any, error) {
 		return nil, err
 	}
 	pod.GenerateName = ""
+	pod.Namespace = intern(pod.Namespace)
+	for i, f := range pod.Finalizers {
+		pod.Finalizers[i] = intern(f)
+	}
 	pod.Labels = internMap(pod.Labels, internedLabelValues)
 	pod.Annotations = internMap(pod.Annotations, internedAnnotationValues)
 	pod.Spec.NodeName = intern(pod.Spec.NodeName)

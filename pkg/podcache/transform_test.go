@@ -129,7 +129,7 @@ func TestTransformDropsWhatNobodyReads(t *testing.T) {
 	same := func(x, y string) bool {
 		return len(x) > 0 && len(x) == len(y) && x == y && unsafeData(x) == unsafeData(y)
 	}
-	if !same(a.Labels[workspace.LabelTemplate], b.Labels[workspace.LabelTemplate]) || !same(a.Spec.NodeName, b.Spec.NodeName) {
+	if !same(a.Labels[workspace.LabelTemplate], b.Labels[workspace.LabelTemplate]) || !same(a.Spec.NodeName, b.Spec.NodeName) || !same(a.Namespace, b.Namespace) {
 		t.Errorf("shared strings are not interned")
 	}
 	for k := range a.Labels {

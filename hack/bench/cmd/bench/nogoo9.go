@@ -51,7 +51,21 @@ func ensureNS(ctx context.Context, cs kubernetes.Interface, ns string) error {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", ns, err)
 	}
-	return nil
+	// Pods are refused until the controller-manager has made the namespace's default
+	// ServiceAccount (seconds on a loaded machine): wait for it, bounded.
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Get(wctx, "default", metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("namespace %s: no default ServiceAccount after 2m (is kube-controller-manager running?): %w", ns, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // startNogoo9 starts the binary on free loopback ports and returns once /readyz answers.

@@ -1,0 +1,188 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/nogoo9/no-crd/pkg/podcache"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// snapshotReader is the manager's real cache with a witness: every pod it lists is remembered
+// with a deep copy of how it looked when listed. A reader that lists with
+// client.UnsafeDisableDeepCopy gets pods whose maps, slices and pointers are the cache's own, so
+// any write through them (a label set, a condition changed, a slice sorted in place) shows as
+// a difference between the pod and its copy.
+type snapshotReader struct {
+	client.Reader
+	mu   sync.Mutex
+	seen []listed
+}
+
+type listed struct {
+	pod  *corev1.Pod
+	copy *corev1.Pod
+}
+
+func (s *snapshotReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := s.Reader.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	if pl, ok := list.(*corev1.PodList); ok {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for i := range pl.Items {
+			s.seen = append(s.seen, listed{pod: &pl.Items[i], copy: pl.Items[i].DeepCopy()})
+		}
+	}
+	return nil
+}
+
+// changed returns the differences between every listed pod and its copy.
+func (s *snapshotReader) changed() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, l := range s.seen {
+		if d := cmp.Diff(l.copy, l.pod); d != "" {
+			out = append(out, l.pod.Name+": "+d)
+		}
+	}
+	return out
+}
+
+// TestPhaseReconcilerNeverMutatesTheCache proves what lets the phase controller list without
+// deep copies (client.UnsafeDisableDeepCopy): its reconcile, Events included, only reads the
+// cached pods. It runs the reconciler over workspaces in several phases on a real kube-apiserver
+// and cache, then checks every pod it was handed against a copy taken when it was listed. The
+// last step mutates a listed pod on purpose and expects the check to see it, so the check can fail.
+func TestPhaseReconcilerNeverMutatesTheCache(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 clientgoscheme.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  podcache.Options("default"),
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := podcache.AddWorkspaceIDIndex(ctx, mgr.GetFieldIndexer()); err != nil {
+		t.Fatal(err)
+	}
+	reader := &snapshotReader{Reader: mgr.GetCache()}
+	r := &PhaseReconciler{
+		Reader:   reader,
+		Recorder: mgr.GetEventRecorderFor("phase-readonly-test"), //nolint:staticcheck // as SetupPhaseReconciler
+		Gauge:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "test_readonly_workspaces"}, []string{"phase"}),
+	}
+	r.init() // started before the pods: every first sighting is announced with an Event
+	mctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	type ws struct {
+		id, pod     string
+		ready       bool
+		maintenance string
+	}
+	workspaces := []ws{
+		{id: "pending", pod: "ws-a-pending"},
+		{id: "ready", pod: "ws-a-ready", ready: true},
+		{id: "maint", pod: "ws-a-maint", ready: true, maintenance: "disk check"},
+		{id: "two", pod: "ws-a-two-old", ready: true},
+		{id: "two", pod: "ws-a-two-new"},
+	}
+	for _, w := range workspaces {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: w.pod, Namespace: "default",
+				Labels:      map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: w.id},
+				Annotations: map[string]string{workspace.AnnOwner: "a"}},
+			Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "ide", Image: "img"}},
+				ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "WorkspaceStorageMounted"}}},
+		}
+		if w.maintenance != "" {
+			p.Annotations[workspace.AnnMaintenance] = w.maintenance
+		}
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Phase = corev1.PodPending
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+		if w.ready {
+			p.Status.Phase, p.Status.PodIP = corev1.PodRunning, "10.0.0.1"
+			p.Status.Conditions = append(p.Status.Conditions,
+				corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+				corev1.PodCondition{Type: "WorkspaceStorageMounted", Status: corev1.ConditionTrue})
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "ide", Ready: true, Started: ptr.To(true),
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+		}
+		if err := c.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait (bounded) until the cache shows every pod with its status.
+	for _, w := range workspaces {
+		for {
+			var p corev1.Pod
+			err := mgr.GetCache().Get(ctx, types.NamespacedName{Namespace: "default", Name: w.pod}, &p)
+			if err == nil && p.Status.Phase != "" {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the cache never showed pod %s with its status: %v", w.pod, err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+
+	// Two passes: the first sighting (an Event each) and a repeat (no change).
+	for pass := 0; pass < 2; pass++ {
+		for _, w := range workspaces {
+			if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: w.id}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(reader.seen) < 2*len(workspaces) {
+		t.Fatalf("the reconciler listed %d pods through the cache, want at least %d", len(reader.seen), 2*len(workspaces))
+	}
+	for _, d := range reader.changed() {
+		t.Errorf("the phase reconciler changed a cached pod (-listed +after):\n%s", d)
+	}
+
+	// The check sees a write through a listed pod's shared map.
+	var list corev1.PodList
+	if err := reader.List(ctx, &list, client.InNamespace("default"), client.UnsafeDisableDeepCopy); err != nil || len(list.Items) == 0 {
+		t.Fatalf("list: %v (%d pods)", err, len(list.Items))
+	}
+	list.Items[0].Labels["example.com/written"] = "by the test"
+	if len(reader.changed()) == 0 {
+		t.Error("a label written into a listed pod went unnoticed: the check cannot fail")
+	}
+}

@@ -1,0 +1,150 @@
+package podcache_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/nogoo9/no-crd/pkg/podcache"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// TestWorkspaceIDIndexOneKeyPerPod runs the workspace-id index on controller-runtime's cache over
+// a real kube-apiserver, with one workspace id used in two namespaces (--namespaces): a List by
+// the index in a namespace returns exactly that workspace's pods there, and the index files each
+// pod under one key only (controller-runtime's IndexField files it under two, which is what this
+// index saves).
+func TestWorkspaceIDIndexOneKeyPerPod(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver (run without -short)")
+	}
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		_, file, _, _ := runtime.Caller(0)
+		dir = filepath.Join(filepath.Dir(file), "..", "..", "bin")
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: dir}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest (KUBEBUILDER_ASSETS or bin/ must hold kube-apiserver and etcd): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop envtest: %v", err)
+		}
+	})
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	namespaces := []string{"team-a", "team-b"}
+	for _, ns := range namespaces {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := podcache.OptionsFor(namespaces)
+	opts.Scheme = clientgoscheme.Scheme
+	ca, err := cache.New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := podcache.AddWorkspaceIDIndex(ctx, ca); err != nil {
+		t.Fatal(err)
+	}
+	if err := podcache.AddWorkspaceIDIndex(ctx, ca); err != nil {
+		t.Fatalf("a second registration must be a no-op: %v", err)
+	}
+	go func() { _ = ca.Start(ctx) }()
+
+	pods := []struct{ ns, name, id string }{
+		{"team-a", "ws-a-demo-1", "demo"}, {"team-a", "ws-a-demo-2", "demo"}, {"team-a", "ws-a-other", "other"},
+		{"team-b", "ws-b-demo", "demo"},
+	}
+	for _, p := range pods {
+		err := c.Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: p.ns,
+				Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: p.id}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "img"}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(ns, id string) []string {
+		var l corev1.PodList
+		if err := ca.List(ctx, &l, client.InNamespace(ns), client.MatchingFields{podcache.IndexWorkspaceID: id}); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range l.Items {
+			names = append(names, p.Name)
+		}
+		sort.Strings(names)
+		return names
+	}
+	// The cache is eventually consistent: wait (bounded) for the last pod.
+	for !slices.Equal(list("team-b", "demo"), []string{"ws-b-demo"}) || len(list("team-a", "demo")) < 2 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the cache never showed the pods: team-a/demo %v, team-b/demo %v", list("team-a", "demo"), list("team-b", "demo"))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	for _, tc := range []struct {
+		ns, id string
+		want   []string
+	}{
+		{"team-a", "demo", []string{"ws-a-demo-1", "ws-a-demo-2"}},
+		{"team-a", "other", []string{"ws-a-other"}},
+		{"team-b", "demo", []string{"ws-b-demo"}},
+		{"team-b", "other", nil},
+	} {
+		if got := list(tc.ns, tc.id); !slices.Equal(got, tc.want) {
+			t.Errorf("pods of workspace %s/%s: got %v, want %v", tc.ns, tc.id, got, tc.want)
+		}
+	}
+
+	// One key per pod: the informer's index holds "<namespace>/<id>" and nothing else. (Read on
+	// a cluster-wide cache, whose pod informer is client-go's own; a namespaced one wraps one
+	// such informer per namespace.)
+	ca1, err := cache.New(cfg, cache.Options{Scheme: clientgoscheme.Scheme, ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: podcache.Pods()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := podcache.AddWorkspaceIDIndex(ctx, ca1); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = ca1.Start(ctx) }()
+	if !ca1.WaitForCacheSync(ctx) {
+		t.Fatal("the cluster-wide cache never synced")
+	}
+	inf, err := ca1.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, ok := any(inf).(toolscache.SharedIndexInformer)
+	if !ok {
+		t.Fatalf("pod informer is a %T, not a client-go SharedIndexInformer", inf)
+	}
+	keys := si.GetIndexer().ListIndexFuncValues("field:" + podcache.IndexWorkspaceID)
+	sort.Strings(keys)
+	if want := []string{"team-a/demo", "team-a/other", "team-b/demo"}; !slices.Equal(keys, want) {
+		t.Errorf("index keys: got %v, want %v (one namespaced key per workspace)", keys, want)
+	}
+}
