@@ -289,11 +289,11 @@ func TestMCPToolsAsOwnerAndAdmin(t *testing.T) {
 		g.Expect(call(t, admin, "list_workspaces", map[string]any{"allUsers": true, "limit": 1}, &page)).To(BeEmpty())
 		g.Expect(page.Workspaces).To(HaveLen(1))
 		g.Expect(page.Continue).NotTo(BeEmpty())
-		first := page.Continue
+		first, firstID := page.Continue, page.Workspaces[0].ID
 		page.Continue = ""
 		g.Expect(call(t, admin, "list_workspaces", map[string]any{"allUsers": true, "limit": 1, "continue": first}, &page)).To(BeEmpty())
 		g.Expect(page.Workspaces).To(HaveLen(1))
-		g.Expect(page.Workspaces[0].ID > first).To(BeTrue(), "the second page %q starts after %q", page.Workspaces[0].ID, first)
+		g.Expect(page.Workspaces[0].ID > firstID).To(BeTrue(), "the second page %q starts after %q", page.Workspaces[0].ID, firstID)
 		g.Expect(call(t, alice, "list_workspaces", map[string]any{"colour": "red"}, nil)).To(ContainSubstring("colour"))
 		g.Expect(call(t, alice, "list_workspaces", map[string]any{"limit": "ten"}, nil)).To(ContainSubstring("limit"))
 		g.Expect(call(t, admin, "list_workspaces", map[string]any{"allUsers": true, "limit": 1001}, nil)).To(And(ContainSubstring("limit 1001"), ContainSubstring("1 to 1000")))

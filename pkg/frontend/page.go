@@ -13,6 +13,10 @@ import (
 // id inside is not a secret (the page showed it). The list is sorted by id and the next page
 // starts after that id, so a page is stable under concurrent changes: a workspace created or
 // deleted meanwhile shows up, or not, where its id sorts, and none is listed twice.
+//
+// The value comes back from the caller, who can write anything into it: it only chooses where a
+// list starts. Which workspaces the caller may see is decided by the caller's identity (allUsers
+// is for admins only) before the value is read, never by the value.
 const (
 	continuePrefix  = "w1."
 	scopeOwn        = "own"
