@@ -288,14 +288,17 @@ func TestMCPToolsAsOwnerAndAdmin(t *testing.T) {
 		}
 		g.Expect(call(t, admin, "list_workspaces", map[string]any{"allUsers": true, "limit": 1}, &page)).To(BeEmpty())
 		g.Expect(page.Workspaces).To(HaveLen(1))
-		g.Expect(page.Continue).To(Equal(page.Workspaces[0].ID))
-		first := page.Continue
+		g.Expect(page.Continue).NotTo(BeEmpty())
+		first, firstID := page.Continue, page.Workspaces[0].ID
 		page.Continue = ""
 		g.Expect(call(t, admin, "list_workspaces", map[string]any{"allUsers": true, "limit": 1, "continue": first}, &page)).To(BeEmpty())
 		g.Expect(page.Workspaces).To(HaveLen(1))
-		g.Expect(page.Workspaces[0].ID > first).To(BeTrue(), "the second page %q starts after %q", page.Workspaces[0].ID, first)
+		g.Expect(page.Workspaces[0].ID > firstID).To(BeTrue(), "the second page %q starts after %q", page.Workspaces[0].ID, firstID)
 		g.Expect(call(t, alice, "list_workspaces", map[string]any{"colour": "red"}, nil)).To(ContainSubstring("colour"))
 		g.Expect(call(t, alice, "list_workspaces", map[string]any{"limit": "ten"}, nil)).To(ContainSubstring("limit"))
+		g.Expect(call(t, admin, "list_workspaces", map[string]any{"allUsers": true, "limit": 1001}, nil)).To(And(ContainSubstring("limit 1001"), ContainSubstring("1 to 1000")))
+		g.Expect(call(t, admin, "list_workspaces", map[string]any{"allUsers": true, "continue": "bobs-box"}, nil)).To(And(ContainSubstring(`continue "bobs-box"`), ContainSubstring("unchanged")))
+		g.Expect(call(t, admin, "list_workspaces", map[string]any{"continue": first}, nil)).To(ContainSubstring("allUsers=true"))
 	})
 	t.Run("get_workspace: own allowed, another user's refused, admin allowed", func(t *testing.T) {
 		g := NewWithT(t)

@@ -154,7 +154,8 @@ type WorkspaceList struct {
 	entries []*entry
 	latest  map[string]string // template -> latest version, looked up once per list
 	now     time.Time
-	// Continue, when not empty, is the id to pass as ListOptions.Continue for the next page.
+	// Continue, when not empty, is the opaque value to pass as ListOptions.Continue for the next
+	// page.
 	Continue string
 }
 

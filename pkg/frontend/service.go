@@ -179,7 +179,8 @@ type ListOptions struct {
 	// Limit, when above 0, is the most workspaces one answer holds; WorkspaceList.Continue then
 	// names where the next page starts.
 	Limit int
-	// Continue is the Continue of the previous page: the list starts after that id.
+	// Continue is the WorkspaceList.Continue of the previous page (an opaque value, see
+	// page.go): the list goes on after that page's last workspace.
 	Continue string
 }
 
@@ -206,9 +207,10 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*WorkspaceList, erro
 	if o.Limit < 0 {
 		return nil, errorf(CodeInvalid, "limit %d is negative: give a positive number of workspaces per page, or 0 for all", o.Limit)
 	}
+	after := ""
 	if o.Continue != "" {
-		if err := workspace.ValidateID(o.Continue); err != nil {
-			return nil, errorf(CodeInvalid, "continue %q is not a workspace id: pass the continue value of the previous page", o.Continue)
+		if after, err = decodeContinue(o.Continue, o.AllUsers); err != nil {
+			return nil, err
 		}
 	}
 	ns, err := s.namespace(ctx)
@@ -218,7 +220,7 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*WorkspaceList, erro
 	var entries []*entry
 	var more bool
 	if s.views != nil && s.views.synced() && ns == s.cfg.Namespace {
-		entries, more = s.views.snapshot(c.Subject, o.AllUsers, o.Continue, o.Limit)
+		entries, more = s.views.snapshot(c.Subject, o.AllUsers, after, o.Limit)
 	} else {
 		var pods []*corev1.Pod
 		if o.AllUsers {
@@ -229,7 +231,7 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*WorkspaceList, erro
 		if err != nil {
 			return nil, err
 		}
-		entries, more = entriesOf(pods, o)
+		entries, more = entriesOf(pods, after, o.Limit)
 	}
 	l := &WorkspaceList{entries: entries, latest: map[string]string{}, now: s.cfg.Now()}
 	prev := "\x00"
@@ -243,27 +245,27 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*WorkspaceList, erro
 		}
 	}
 	if more {
-		l.Continue = entries[len(entries)-1].id
+		l.Continue = encodeContinue(o.AllUsers, entries[len(entries)-1].id)
 	}
 	return l, nil
 }
 
 // entriesOf builds the entries of a list from pods read per call (no views yet).
-func entriesOf(pods []*corev1.Pod, o ListOptions) ([]*entry, bool) {
+func entriesOf(pods []*corev1.Pod, after string, limit int) ([]*entry, bool) {
 	var out []*entry
 	for _, g := range workspace.GroupByID(pods) {
 		out = append(out, newEntry(g))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
-	if o.Continue != "" {
-		i, found := searchID(out, o.Continue)
+	if after != "" {
+		i, found := searchID(out, after)
 		if found {
 			i++
 		}
 		out = out[i:]
 	}
-	if o.Limit > 0 && len(out) > o.Limit {
-		return out[:o.Limit], true
+	if limit > 0 && len(out) > limit {
+		return out[:limit], true
 	}
 	return out, false
 }

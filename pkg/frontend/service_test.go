@@ -138,9 +138,12 @@ func TestListFiltersByOwnerAndAdmin(t *testing.T) {
 		{"a user asking for every user's workspaces is refused", alice, ListOptions{AllUsers: true}, nil, CodeForbidden},
 		{"an admin's own list holds only the admin's workspaces", admin, ListOptions{}, []string{}, ""},
 		{"an admin sees every user's workspaces with allUsers", admin, ListOptions{AllUsers: true}, []string{"a1", "a2", "b1"}, ""},
-		{"an admin pages through everything", admin, ListOptions{AllUsers: true, Limit: 2, Continue: "a1"}, []string{"a2", "b1"}, ""},
+		{"an admin pages through everything", admin, ListOptions{AllUsers: true, Limit: 2, Continue: encodeContinue(true, "a1")}, []string{"a2", "b1"}, ""},
+		{"a user pages through their own", alice, ListOptions{Limit: 1, Continue: encodeContinue(false, "a1")}, []string{"a2"}, ""},
 		{"a negative limit is refused", alice, ListOptions{Limit: -1}, nil, CodeInvalid},
-		{"a continue that is no id is refused", alice, ListOptions{Continue: "Not An ID"}, nil, CodeInvalid},
+		{"a continue that is no continue value is refused", alice, ListOptions{Continue: "Not An ID"}, nil, CodeInvalid},
+		{"a bare workspace id is no continue value", alice, ListOptions{Continue: "a1"}, nil, CodeInvalid},
+		{"a continue of the own list passed to the all-users list is refused", admin, ListOptions{AllUsers: true, Continue: encodeContinue(false, "a1")}, nil, CodeInvalid},
 		{"no caller at all is refused", nil, ListOptions{}, nil, CodeForbidden},
 	}
 	for path, svc := range services(t, pods...) {

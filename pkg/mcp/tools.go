@@ -23,8 +23,8 @@ type (
 	}
 	listInput struct {
 		AllUsers  bool   `json:"allUsers,omitempty" jsonschema:"admins only: list every user's workspaces instead of your own"`
-		Limit     int    `json:"limit,omitempty" jsonschema:"at most this many workspaces (0 or absent: all of them)"`
-		Continue  string `json:"continue,omitempty" jsonschema:"the continue value of the previous answer: the list goes on after it"`
+		Limit     int    `json:"limit,omitempty" jsonschema:"at most this many workspaces, 1 to 1000 (absent: 100)"`
+		Continue  string `json:"continue,omitempty" jsonschema:"the continue value of the previous answer, unchanged (with the same allUsers): the list goes on after that page"`
 		Namespace string `json:"namespace,omitempty" jsonschema:"the workspace's namespace (whoami or list answers show it); empty: nogoo9's own namespace"`
 	}
 	eventsInput struct {
@@ -111,7 +111,8 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		Name: "list_workspaces",
 		Description: "List your workspaces with phase (Scheduling, Initializing, Ready, Upgrading, Unavailable, Failed, Terminating), " +
 			"template version, isOutdated and latestTemplateVersion, active pod, proxy paths and the last upgrade error. " +
-			"For long lists pass limit, then the continue value of each answer to get the next page.",
+			"An answer holds at most limit workspaces (default 100, at most 1000) in id order; when more follow it has a continue value: " +
+			"pass it back (with the same allUsers) to get the next page, until an answer has none.",
 		Annotations:  &mcp.ToolAnnotations{ReadOnlyHint: true},
 		InputSchema:  mustSchema[listInput](),
 		OutputSchema: mustSchema[workspacesOutput](),
@@ -309,8 +310,12 @@ func listWorkspaces(ctx context.Context, svc *frontend.Service, req *mcp.CallToo
 			return toolError(fmt.Errorf("validating \"arguments\": %v; list_workspaces takes allUsers (boolean), limit (integer), continue (string) and namespace (string)", err)), nil
 		}
 	}
+	limit, err := pageLimit(in.Limit)
+	if err != nil {
+		return toolError(err), nil
+	}
 	ctx = frontend.WithNamespace(ctx, in.Namespace)
-	list, err := svc.List(ctx, frontend.ListOptions{AllUsers: in.AllUsers, Limit: in.Limit, Continue: in.Continue})
+	list, err := svc.List(ctx, frontend.ListOptions{AllUsers: in.AllUsers, Limit: limit, Continue: in.Continue})
 	if err != nil {
 		return toolError(err), nil
 	}
@@ -329,6 +334,30 @@ func listWorkspaces(ctx context.Context, svc *frontend.Service, req *mcp.CallToo
 		StructuredContent: json.RawMessage(b.Bytes()),
 		Content:           []mcp.Content{&mcp.TextContent{Text: b.String()}},
 	}, nil
+}
+
+// DefaultListLimit and MaxListLimit bound one list_workspaces answer. An agent reads the answer
+// into its context: 100 workspaces are about 40 KB of JSON (some 10,000 tokens, sent twice: as
+// structured content and as text), which fits beside the rest of a conversation; 10,000 would not
+// fit any model's context. A program pages with up to 1,000 per answer, which keeps each JSON-RPC
+// message (both copies, about 0.8 MB) and the time the SDK takes to encode it bounded, however
+// many workspaces there are. REST, which sends the list once and has no model reading it, keeps
+// the whole list as its default.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// pageLimit is the limit of a list_workspaces call: DefaultListLimit when absent, else 1 to
+// MaxListLimit.
+func pageLimit(limit int) (int, error) {
+	switch {
+	case limit == 0:
+		return DefaultListLimit, nil
+	case limit < 0 || limit > MaxListLimit:
+		return 0, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("limit %d is out of range: give 1 to %d workspaces per answer (default %d) and pass each answer's continue back to get the rest", limit, MaxListLimit, DefaultListLimit)}
+	}
+	return limit, nil
 }
 
 func toolError(err error) *mcp.CallToolResult {
