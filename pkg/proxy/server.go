@@ -133,6 +133,8 @@ func (s *leanServer) newConn(ctx context.Context, c net.Conn) *leanConn {
 	connCtx = context.WithValue(connCtx, http.LocalAddrContextKey, c.LocalAddr())
 	lc := &leanConn{s: s, c: c, remote: c.RemoteAddr().String()}
 	lc.ctx, lc.cancel = context.WithCancel(connCtx)
+	lc.quick.base = (&http.Request{}).WithContext(lc.ctx)
+	lc.quick.req = new(http.Request)
 	lc.r.c = c
 	lc.br = bufio.NewReaderSize(&lc.r, leanHeaderBuf)
 	lc.bw = bufio.NewWriterSize(c, 4<<10)
@@ -203,6 +205,8 @@ type leanConn struct {
 	watchDone chan struct{}
 
 	res leanResponse // reused for every request
+	// quick is the request quickParse fills in, reused for every request (parse.go).
+	quick quickReq
 }
 
 // watchedReader is the reader under the connection's bufio.Reader: it returns first the byte a
@@ -341,6 +345,10 @@ func (lc *leanConn) readRequest(n int) (*http.Request, bool) {
 	head, _ := lc.br.Peek(n)
 	if !leanEligible(head) {
 		return nil, false
+	}
+	if req, ok := lc.quick.quickParse(head, lc.remote); ok {
+		_, _ = lc.br.Discard(n)
+		return req, true
 	}
 	lc.head.Reset(head)
 	if lc.parse == nil {
@@ -801,9 +809,11 @@ func (w *leanResponse) finish() {
 }
 
 func writeStatusLine(bw *bufio.Writer, code int) {
-	var num [3]byte
 	bw.WriteString("HTTP/1.1 ")
-	bw.Write(strconv.AppendInt(num[:0], int64(code), 10))
+	// Three digits (WriteHeader allows 100-999), written byte by byte: nothing escapes.
+	bw.WriteByte(byte('0' + code/100))
+	bw.WriteByte(byte('0' + code/10%10))
+	bw.WriteByte(byte('0' + code%10))
 	bw.WriteByte(' ')
 	text := http.StatusText(code)
 	if text == "" {

@@ -20,7 +20,7 @@ import (
 )
 
 // startProxy serves p on a loopback listener with Start until the test ends.
-func startProxy(t *testing.T, opts Options, host, port string, tweak ...func(*Proxy)) (*Proxy, string) {
+func startProxy(t testing.TB, opts Options, host, port string, tweak ...func(*Proxy)) (*Proxy, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// The lean loop's request parser for the plain request (quickParse): http.ReadRequest builds
+// a Request, a URL, a header map and a string per line and value, a dozen allocations for a
+// request that is forwarded and forgotten. quickParse copies the request headers once into one
+// string and cuts everything from it, reusing the connection's Request, URL and header map; a
+// request it does not fully understand (escapes or unusual characters in the path, line folding,
+// Content-Length, Pragma, Trailer, an invalid name or value) is left to http.ReadRequest, so it
+// only ever answers what http.ReadRequest would, with the same Request (parse_test.go compares
+// them).
+
+// quickReq is the connection's reusable request: base is a Request with only the connection's
+// context set, copied over req before each parse.
+type quickReq struct {
+	base, req *http.Request
+	url       url.URL
+	header    http.Header
+}
+
+// quickParse parses head (the request line and headers with the final blank line, already
+// checked by leanEligible) into q's Request. ok is false when http.ReadRequest must do it.
+func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) {
+	// One copy of the whole head: every string of the request is cut from it, so none of them
+	// changes when the connection's buffer is reused (the token cache keeps a token, for one).
+	s := string(head)
+	line, rest, _ := strings.Cut(s, "\r\n")
+	method, line, ok1 := strings.Cut(line, " ")
+	uri, proto, ok2 := strings.Cut(line, " ")
+	if !ok1 || !ok2 || proto != "HTTP/1.1" || !validMethod(method) || method == http.MethodConnect || !quickURI(uri) {
+		return nil, false
+	}
+	lines := 0
+	for r := rest; len(r) > 2; lines++ {
+		var l string
+		l, r, _ = strings.Cut(r, "\r\n")
+		name, value, ok := strings.Cut(l, ":")
+		if !ok || !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(value) {
+			return nil, false
+		}
+		switch len(name) {
+		case 6, 7, 14: // Pragma, Trailer, Content-Length: http.ReadRequest's special cases
+			if strings.EqualFold(name, "Pragma") || strings.EqualFold(name, "Trailer") || strings.EqualFold(name, "Content-Length") {
+				return nil, false
+			}
+		}
+	}
+	if q.header == nil {
+		q.header = make(http.Header, lines)
+	}
+	h := q.header
+	clear(h)
+	vals := make([]string, lines)
+	host, hosts := "", 0
+	for i := 0; len(rest) > 2; i++ {
+		var l string
+		l, rest, _ = strings.Cut(rest, "\r\n")
+		name, value, _ := strings.Cut(l, ":")
+		value = strings.Trim(value, " \t")
+		key := textproto.CanonicalMIMEHeaderKey(name)
+		if key == "Host" {
+			host, hosts = value, hosts+1
+			continue
+		}
+		vals[i] = value
+		if old, ok := h[key]; ok {
+			h[key] = append(old, value)
+		} else {
+			h[key] = vals[i : i+1 : i+1]
+		}
+	}
+	if hosts != 1 || !httpguts.ValidHostHeader(host) {
+		return nil, false
+	}
+	path, query, hasQuery := strings.Cut(uri, "?")
+	q.url = url.URL{Path: path, RawQuery: query, ForceQuery: hasQuery && query == ""}
+	r := q.req
+	*r = *q.base
+	r.Method = method
+	r.URL = &q.url
+	r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/1.1", 1, 1
+	r.Header = h
+	r.Body = http.NoBody
+	r.Host = host
+	r.Close = httpguts.HeaderValuesContainsToken(h["Connection"], "close")
+	r.RemoteAddr = remote
+	r.RequestURI = uri
+	return r, true
+}
+
+// validMethod: a method is a token (RFC 9110 9.1), as http.ReadRequest checks.
+func validMethod(m string) bool {
+	return m != "" && httpguts.ValidHeaderFieldName(m)
+}
+
+// quickURI accepts an origin-form request target whose path needs no unescaping and spells
+// itself (so url.URL's Path is the target's path and RawPath stays empty), and whose query has
+// no control or non-ASCII byte and no '#'.
+func quickURI(uri string) bool {
+	if uri == "" || uri[0] != '/' || strings.HasPrefix(uri, "//") {
+		return false
+	}
+	i := 0
+	for ; i < len(uri) && uri[i] != '?'; i++ {
+		if !pathByte(uri[i]) {
+			return false
+		}
+	}
+	for ; i < len(uri); i++ {
+		if c := uri[i]; c <= ' ' || c >= 0x7f || c == '#' {
+			return false
+		}
+	}
+	return true
+}
+
+// pathByte: the bytes url.URL.EscapedPath leaves as they are (letters, digits, "-._~" and
+// "$&+,/:;=@"); a path with any other byte goes to http.ReadRequest.
+func pathByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	switch c {
+	case '-', '.', '_', '~', '/', '$', '&', '+', ',', ';', '=', ':', '@':
+		return true
+	}
+	return false
+}

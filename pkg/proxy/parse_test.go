@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+type ctxKey struct{}
+
+func newQuickReq() *quickReq {
+	ctx := context.WithValue(context.Background(), ctxKey{}, "conn")
+	return &quickReq{base: (&http.Request{}).WithContext(ctx), req: new(http.Request)}
+}
+
+// checkQuickParse parses head with quickParse and, when it takes the request, compares the
+// result with what http.ReadRequest (and the server's own checks) make of the same bytes. It
+// reports whether quickParse took it.
+func checkQuickParse(t *testing.T, q *quickReq, head string) bool {
+	t.Helper()
+	got, ok := q.quickParse([]byte(head), "192.0.2.1:1234")
+	want, err := http.ReadRequest(bufio.NewReader(strings.NewReader(head)))
+	if !ok {
+		return false
+	}
+	if err != nil || !validForServer(want) {
+		t.Fatalf("quickParse took %q, which net/http refuses (err=%v)", head, err)
+	}
+	if got.Context().Value(ctxKey{}) != "conn" {
+		t.Errorf("%q: the request lost the connection's context", head)
+	}
+	type view struct {
+		Method, Proto, Host, RequestURI, RemoteAddr         string
+		ProtoMajor, ProtoMinor                              int
+		Path, RawPath, RawQuery, EscapedPath, Scheme, UHost string
+		ForceQuery, Close, NoBody                           bool
+		ContentLength                                       int64
+		Header, Trailer                                     http.Header
+		TransferEncoding                                    []string
+	}
+	v := func(r *http.Request, remote string) view {
+		return view{r.Method, r.Proto, r.Host, r.RequestURI, remote, r.ProtoMajor, r.ProtoMinor,
+			r.URL.Path, r.URL.RawPath, r.URL.RawQuery, r.URL.EscapedPath(), r.URL.Scheme, r.URL.Host,
+			r.URL.ForceQuery, r.Close, r.Body == http.NoBody, r.ContentLength, r.Header, r.Trailer, r.TransferEncoding}
+	}
+	if g, w := v(got, got.RemoteAddr), v(want, "192.0.2.1:1234"); !reflect.DeepEqual(g, w) {
+		t.Errorf("%q:\nquickParse    %+v\nReadRequest   %+v", head, g, w)
+	}
+	return true
+}
+
+func TestQuickParseMatchesReadRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name, head string
+		quick      bool // quickParse takes it (otherwise http.ReadRequest does)
+	}{
+		{"a plain GET", "GET /ws/jane/demo/x HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer t\r\n\r\n", true},
+		{"a query, repeated and lower-case headers", "GET /ws/a/b/?x=1&y=%20z;w HTTP/1.1\r\nhost: h:8080\r\naccept: a\r\nAccept: b\r\nx-custom_key:  v \t\r\n\r\n", true},
+		{"an empty query", "GET /p? HTTP/1.1\r\nHost: h\r\n\r\n", true},
+		{"an empty header value", "HEAD /p HTTP/1.1\r\nHost: h\r\nX-Empty:\r\n\r\n", true},
+		{"Connection: close", "GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, Close\r\n\r\n", true},
+		{"sub-delims in the path", "DELETE /a/b;c=d/@x:y/$&+,= HTTP/1.1\r\nHost: h\r\n\r\n", true},
+		{"a sub-delim EscapedPath escapes", "GET /a/!b HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"an escape in the path", "GET /ws/a%2Fb HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"a path byte EscapedPath changes", "GET /a{b} HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"a fragment", "GET /a#b HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"a control byte in the query", "GET /a?b\x01 HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"an absolute URI", "GET http://h/a HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"a path starting with //", "GET //h/a HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"an asterisk", "OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"CONNECT", "CONNECT h:443 HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"HTTP/1.0", "GET / HTTP/1.0\r\nHost: h\r\n\r\n", false},
+		{"a bad method", "G(T / HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"two spaces", "GET  / HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"Pragma", "GET / HTTP/1.1\r\nHost: h\r\nPragma: no-cache\r\n\r\n", false},
+		{"Content-Length 0", "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", false},
+		{"Trailer", "GET / HTTP/1.1\r\nHost: h\r\nTrailer: X\r\n\r\n", false},
+		{"a folded line", "GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n 2\r\n\r\n", false},
+		{"a space before the colon", "GET / HTTP/1.1\r\nHost: h\r\nX-A : 1\r\n\r\n", false},
+		{"a bare LF in a value", "GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\n2\r\n\r\n", false},
+		{"a line without a colon", "GET / HTTP/1.1\r\nHost: h\r\nX-A\r\n\r\n", false},
+		{"no Host", "GET / HTTP/1.1\r\nX-A: 1\r\n\r\n", false},
+		{"two Hosts", "GET / HTTP/1.1\r\nHost: h\r\nHost: i\r\n\r\n", false},
+		{"a bad Host", "GET / HTTP/1.1\r\nHost: h/i\r\n\r\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := checkQuickParse(t, newQuickReq(), tc.head); got != tc.quick {
+				t.Errorf("quickParse took it: %v, want %v", got, tc.quick)
+			}
+		})
+	}
+}
+
+// TestQuickParseReusedRequestKeepsNothingOfTheLast: the connection's Request and header map are
+// reused; a second request must not see the first one's headers, query or Close.
+func TestQuickParseReusedRequestKeepsNothingOfTheLast(t *testing.T) {
+	q := newQuickReq()
+	if !checkQuickParse(t, q, "POST /a?x=1 HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer one\r\nConnection: close\r\n\r\n") {
+		t.Fatal("first request not taken")
+	}
+	first := q.req.Header
+	if !checkQuickParse(t, q, "GET /b HTTP/1.1\r\nHost: h\r\n\r\n") {
+		t.Fatal("second request not taken")
+	}
+	if len(first) != 0 || q.req.Close || q.req.URL.RawQuery != "" {
+		t.Errorf("second request kept the first one's parts: header %v close %v query %q", first, q.req.Close, q.req.URL.RawQuery)
+	}
+}
+
+// TestQuickParseStringsOutliveTheReadBuffer: the connection's read buffer is overwritten by the
+// next request while strings of this one are still held (the token cache keeps the token).
+func TestQuickParseStringsOutliveTheReadBuffer(t *testing.T) {
+	buf := []byte("GET /ws/a/b/ HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer secret-one\r\n\r\n")
+	r, ok := newQuickReq().quickParse(buf, "192.0.2.1:1")
+	if !ok {
+		t.Fatal("not taken")
+	}
+	copy(buf, bytes.Repeat([]byte("z"), len(buf)))
+	if got := r.Header.Get("Authorization"); got != "Bearer secret-one" || r.URL.Path != "/ws/a/b/" || r.Host != "h" {
+		t.Errorf("after the buffer was reused: Authorization %q, path %q, host %q", got, r.URL.Path, r.Host)
+	}
+}
+
+func FuzzQuickParse(f *testing.F) {
+	for _, s := range []string{
+		"GET /ws/jane/demo/x HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer t\r\n\r\n",
+		"GET /a?b=c&d HTTP/1.1\r\nhost: h\r\nx-a: 1\r\nX-A: 2\r\nConnection: close\r\n\r\n",
+		"PUT /a;b/@c HTTP/1.1\r\nHost: [::1]:80\r\nCookie: a=b\r\n\r\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, head string) {
+		if !strings.HasSuffix(head, "\r\n\r\n") || strings.Count(head, "\r\n\r\n") != 1 {
+			return // the lean loop hands quickParse exactly one head ending in a blank line
+		}
+		checkQuickParse(t, newQuickReq(), head)
+	})
+}
