@@ -90,6 +90,12 @@ func rawExchange(t *testing.T, addr, raw, method string) string {
 	}
 	br := bufio.NewReader(c)
 	res, err := http.ReadResponse(br, &http.Request{Method: method})
+	// An interim "100 Continue" is not the answer (a client skips it, as net/http's does); whether
+	// net/http's server sends one depends on whether the handler reads the body before it answers,
+	// which is a race for a request whose body arrived with its head.
+	for err == nil && res.StatusCode == http.StatusContinue {
+		res, err = http.ReadResponse(br, &http.Request{Method: method})
+	}
 	if err != nil {
 		return "no answer: " + err.Error()
 	}
