@@ -192,8 +192,8 @@ var stoppedPage = template.Must(template.New("stopped").Parse(`<!doctype html>
 <h1>Workspace {{.ID}} is stopped</h1>
 <p>{{.Message}}.</p>
 {{if .StartURL}}<p><a href="{{.StartURL}}" style="display:inline-block;padding:.5rem 1rem;border:1px solid;border-radius:.3rem;text-decoration:none">Open its page to start it</a></p>{{end}}
-<p>Or start it with <code>POST /api/v1/workspaces/{{.ID}}/start</code>, the MCP tool <code>start_workspace</code>,
-or <code>kubectl annotate pod -l nogoo9/workspace-id={{.ID}} nogoo9/stop-requested-</code>. Your files and this address stay the same; reload this page once it is Ready.</p>
+<p>Or start it with <code>POST {{.StartAPI}}</code>, the MCP tool <code>start_workspace</code>,
+or <code>kubectl annotate pod -n {{.Namespace}} -l nogoo9/workspace-id={{.ID}} nogoo9/stop-requested-</code>. Your files and this address stay the same; reload this page once it is Ready.</p>
 </body></html>
 `))
 
@@ -207,14 +207,16 @@ func (p *Proxy) serveStopped(w http.ResponseWriter, r *http.Request, t *target) 
 	if p.opts.UIURL != "" {
 		start = strings.TrimRight(p.opts.UIURL, "/") + "/workspaces/" + t.ws.id
 	}
+	// The namespaced route works for every watched namespace, nogoo9's own included (docs/api.md).
+	startAPI := "/api/v1/namespaces/" + t.ws.namespace + "/workspaces/" + t.ws.id + "/start"
 	w.Header().Set("Cache-Control", "no-store")
 	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte("503 Service Unavailable: workspace " + t.ws.id + " is stopped: " + msg + ": start it (POST /api/v1/workspaces/" + t.ws.id + "/start) and reload\n"))
+		_, _ = w.Write([]byte("503 Service Unavailable: workspace " + t.ws.id + " is stopped: " + strings.TrimSuffix(msg, ".") + ". To start it: POST " + startAPI + ", then reload.\n"))
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(http.StatusServiceUnavailable)
-	_ = stoppedPage.Execute(w, map[string]string{"ID": t.ws.id, "Message": strings.TrimSuffix(msg, "."), "StartURL": start})
+	_ = stoppedPage.Execute(w, map[string]string{"ID": t.ws.id, "Namespace": t.ws.namespace, "Message": strings.TrimSuffix(msg, "."), "StartURL": start, "StartAPI": startAPI})
 }

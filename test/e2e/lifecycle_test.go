@@ -96,7 +96,7 @@ var _ = Describe("Lifecycle: stop, start and idle culling", Label("lifecycle"), 
 		By("the proxy answers 503 with a page that says how to start it")
 		page := stGet(front.ProxyURL+w.WorkspacePath, alice, "text/html")
 		Expect(page.code).To(Equal(http.StatusServiceUnavailable))
-		Expect(page.body).To(And(ContainSubstring("is stopped"), ContainSubstring("/api/v1/workspaces/box/start"), ContainSubstring("stopped by its owner")))
+		Expect(page.body).To(And(ContainSubstring("is stopped"), ContainSubstring("/api/v1/namespaces/"+ns+"/workspaces/box/start"), ContainSubstring("stopped by its owner")))
 
 		By("starting it through the REST API while the controller is down (kill -9), then restarting the controller")
 		ctl.Kill()
