@@ -108,7 +108,18 @@ var statusOf = map[frontend.Code]int{
 	frontend.CodeQuotaExceeded:   http.StatusTooManyRequests,
 	frontend.CodeTooManyRequests: http.StatusTooManyRequests,
 	frontend.CodeInternal:        http.StatusInternalServerError,
+	frontend.CodeUnavailable:     http.StatusServiceUnavailable,
 }
+
+// CodeUnavailable is the error code of a request that failed because the Kubernetes API server
+// could not be reached or did not answer in time (HTTP 503 with Retry-After).
+const CodeUnavailable = "Unavailable"
+
+// msgUnavailable is what the caller reads then.
+const msgUnavailable = frontend.MsgUnavailable + " (GET /api/v1/workspaces/<id> shows whether it took effect)"
+
+// retryAfterSeconds is the Retry-After of a 503.
+const retryAfterSeconds = "5"
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -118,7 +129,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := frontend.CodeOf(err)
-	if code == frontend.CodeInternal && apiServerUnavailable(err) {
+	if code == frontend.CodeUnavailable {
 		ctrl.LoggerFrom(r.Context()).Info("request failed: the API server is unavailable", "method", r.Method, "path", r.URL.Path, "error", err.Error())
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: msgUnavailable, Code: CodeUnavailable})

@@ -17,6 +17,9 @@ const (
 	// CodeTooManyRequests: a per-user limit on concurrent requests (event follows) is reached.
 	CodeTooManyRequests Code = "TooManyRequests" // 429
 	CodeInternal        Code = "Internal"        // 500
+	// CodeUnavailable: the Kubernetes API server (or its etcd) could not be reached or did not
+	// answer in time; the request may be retried (503 with Retry-After).
+	CodeUnavailable Code = "Unavailable" // 503
 )
 
 // Error is a failure with a message meant for the caller: what happened and what to do.
@@ -33,13 +36,18 @@ func errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// CodeOf returns err's Code (CodeInternal for an error that is not an *Error).
+// CodeOf returns err's Code: CodeUnavailable for an internal failure caused by an unreachable
+// or overloaded API server, else the *Error's Code (CodeInternal for an error that is not one).
 func CodeOf(err error) Code {
+	code := CodeInternal
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Code
+		code = e.Code
 	}
-	return CodeInternal
+	if code == CodeInternal && apiServerUnavailable(err) {
+		return CodeUnavailable
+	}
+	return code
 }
 
 // Messages of the authorization rules, stable for clients and tests.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -79,7 +80,7 @@ type (
 )
 
 func addTools(s *mcp.Server, svc *frontend.Service) {
-	mcp.AddTool(s, &mcp.Tool{
+	addTool(s, &mcp.Tool{
 		Name:        "list_templates",
 		Description: "List the workspace templates you can spawn from, with their current version. Invalid templates are listed with the reason so an admin can fix them.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
@@ -91,7 +92,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		return nil, templatesOutput{Templates: t}, err
 	})
 
-	mcp.AddTool(s, &mcp.Tool{
+	addTool(s, &mcp.Tool{
 		Name: "spawn_workspace",
 		Description: "Create a workspace from a template, owned by you. Returns at once with phase Scheduling; " +
 			"the pod becomes Ready in the background (image pulls can take minutes): poll get_workspace or follow get_workspace_events. " +
@@ -120,7 +121,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		return listWorkspaces(ctx, svc, req)
 	})
 
-	mcp.AddTool(s, &mcp.Tool{
+	addTool(s, &mcp.Tool{
 		Name:        "get_workspace",
 		Description: "Show one of your workspaces: phase and reason, template version and whether it is outdated, pods, proxy paths, last upgrade error.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
@@ -134,7 +135,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 	})
 
 	destructive := true
-	mcp.AddTool(s, &mcp.Tool{
+	addTool(s, &mcp.Tool{
 		Name:        "delete_workspace",
 		Description: "Delete one of your workspaces: its pods are deleted in the background. Its persistent volume claims (your files) are kept; an administrator can remove them.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &destructive},
@@ -147,7 +148,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		return nil, *r, nil
 	})
 
-	mcp.AddTool(s, &mcp.Tool{
+	addTool(s, &mcp.Tool{
 		Name: "upgrade_workspace",
 		Description: "Upgrade one of your workspaces to its template's latest version. Returns at once with status \"upgrading\" and the name of the pod the controller " +
 			"creates; the workspace keeps serving until the new pod is Ready. Follow get_workspace_events (UpgradeSucceeded or UpgradeFailed). " +
@@ -159,7 +160,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		return upgradeWorkspace(ctx, svc, in)
 	})
 
-	mcp.AddTool(s, &mcp.Tool{
+	addTool(s, &mcp.Tool{
 		Name: "upgrade_all_workspaces",
 		Description: "Admins only: request an upgrade of every outdated workspace of every user. Returns at once, one entry per outdated workspace; the controller upgrades them at a bounded rate. Workspaces in maintenance and pinned workspaces are skipped (status \"skipped\" with the reason). " +
 			"With template and version, rolls every workspace of that template to that kept version instead (list_templates shows the history).",
@@ -181,7 +182,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		return nil, upgradesOutput{Upgrades: r}, err
 	})
 
-	mcp.AddTool(s, &mcp.Tool{
+	addTool(s, &mcp.Tool{
 		Name: "stop_workspace",
 		Description: "Stop one of your workspaces: its pod is replaced by a stopped one that keeps its identity, files (volume claims) and paths but uses no node (phase Stopped). " +
 			"Returns at once; start_workspace brings it back. Stopped workspaces do not count against your running-workspace limit.",
@@ -194,7 +195,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		return nil, *w, nil
 	})
 
-	mcp.AddTool(s, &mcp.Tool{
+	addTool(s, &mcp.Tool{
 		Name: "start_workspace",
 		Description: "Start one of your stopped workspaces on the same version (or the template's latest when its update policy is on-start), with the same files and paths. " +
 			"Returns at once; follow get_workspace_events (WorkspaceStarted) or the phase. A workspace in maintenance starts when the maintenance ends.",
@@ -207,7 +208,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		return nil, *w, nil
 	})
 
-	mcp.AddTool(s, &mcp.Tool{
+	addTool(s, &mcp.Tool{
 		Name:        "set_workspace_maintenance",
 		Description: "Admins only: take a workspace out of service (phase Unavailable) with a reason, or put it back with an empty reason. Returns the workspace as it is after this change; maintenance survives upgrades.",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in maintenanceInput) (*mcp.CallToolResult, frontend.Workspace, error) {
@@ -219,7 +220,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		return nil, *w, nil
 	})
 
-	mcp.AddTool(s, &mcp.Tool{
+	addTool(s, &mcp.Tool{
 		Name: "set_workspace_update",
 		Description: "Your workspace's (or, for admins, any workspace's) update settings: pinned (never upgraded automatically, skipped by upgrade-all) and its own update policy " +
 			"(manual, on-start, when-idle, window with a window such as 'Sat 02:00-04:00 UTC'; empty follows the template). Fields you leave out stay as they are. Returns the workspace after the change.",
@@ -228,7 +229,7 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		return updateSettings(ctx, svc, in)
 	})
 
-	mcp.AddTool(s, &mcp.Tool{
+	addTool(s, &mcp.Tool{
 		Name: "get_workspace_events",
 		Description: "The Kubernetes events of a workspace's pods: scheduling, image pulls, upgrade progress and failures. With follow, the call stays open up to timeoutSeconds " +
 			"and each new event is sent as a progress notification (when you pass a progress token) and a log message; the result lists every event seen. " +
@@ -362,9 +363,30 @@ func pageLimit(limit int) (int, error) {
 
 func toolError(err error) *mcp.CallToolResult {
 	var res mcp.CallToolResult
-	res.SetError(err)
+	res.SetError(callerError(err))
 	return &res
 }
+
+// addTool is mcp.AddTool with the handler's error put in the caller's terms (callerError).
+func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
+	mcp.AddTool(s, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		res, out, err := h(ctx, req, in)
+		return res, out, callerError(err)
+	})
+}
+
+// callerError is err as a caller reads it: an unreachable API server (frontend.CodeUnavailable)
+// reads as msgUnavailable, what happened and what to do, not the client library's error.
+func callerError(err error) error {
+	if err != nil && frontend.CodeOf(err) == frontend.CodeUnavailable {
+		return errors.New(msgUnavailable)
+	}
+	return err
+}
+
+// msgUnavailable replaces the error of a call that failed because the Kubernetes API server could
+// not be reached or did not answer in time (frontend.CodeUnavailable), as REST's 503 does.
+const msgUnavailable = "Unavailable: " + frontend.MsgUnavailable + " (get_workspace or list_workspaces shows whether it took effect)"
 
 // mustSchema infers a tool schema from T as mcp.AddTool does; T is a fixed type of this package,
 // so a failure is a programming error.

@@ -171,12 +171,14 @@ func upgradable(w *frontend.Workspace) bool {
 }
 
 var statusOf = map[frontend.Code]int{
-	frontend.CodeInvalid:       http.StatusBadRequest,
-	frontend.CodeForbidden:     http.StatusForbidden,
-	frontend.CodeNotFound:      http.StatusNotFound,
-	frontend.CodeConflict:      http.StatusConflict,
-	frontend.CodeQuotaExceeded: http.StatusTooManyRequests,
-	frontend.CodeInternal:      http.StatusInternalServerError,
+	frontend.CodeInvalid:         http.StatusBadRequest,
+	frontend.CodeForbidden:       http.StatusForbidden,
+	frontend.CodeNotFound:        http.StatusNotFound,
+	frontend.CodeConflict:        http.StatusConflict,
+	frontend.CodeQuotaExceeded:   http.StatusTooManyRequests,
+	frontend.CodeTooManyRequests: http.StatusTooManyRequests,
+	frontend.CodeInternal:        http.StatusInternalServerError,
+	frontend.CodeUnavailable:     http.StatusServiceUnavailable,
 }
 
 // message is the text of a service error as REST and MCP show it.
@@ -189,7 +191,15 @@ func message(r *http.Request, err error) (int, string) {
 			return http.StatusInternalServerError, "Something went wrong on the server; try again."
 		}
 	}
-	return statusOf[code], err.Error()
+	if code == frontend.CodeUnavailable {
+		ctrl.LoggerFrom(r.Context()).WithName("ui").Info("request failed: the API server is unavailable", "method", r.Method, "path", r.URL.Path, "error", err.Error())
+		return http.StatusServiceUnavailable, "The Kubernetes API server cannot be reached or did not answer in time, so nogoo9 could not complete this; try again in a few seconds and reload to see whether it took effect."
+	}
+	status, ok := statusOf[code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	return status, err.Error()
 }
 
 // renderError shows an error page; sess may be nil (no session).

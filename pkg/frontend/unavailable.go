@@ -1,4 +1,4 @@
-package api
+package frontend
 
 import (
 	"context"
@@ -10,15 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// CodeUnavailable is the error code of a request that failed because the Kubernetes API server
-// could not be reached or did not answer in time (HTTP 503 with Retry-After).
-const CodeUnavailable = "Unavailable"
-
-// msgUnavailable is what the caller reads: what happened and what to do.
-const msgUnavailable = "the Kubernetes API server cannot be reached or did not answer in time, so nogoo9 could not complete this request; try again in a few seconds (GET /api/v1/workspaces/<id> shows whether it took effect)"
-
-// retryAfterSeconds is the Retry-After of a 503.
-const retryAfterSeconds = "5"
+// MsgUnavailable is what a caller reads for CodeUnavailable: what happened and what to do. Each
+// front end adds how to check whether the request took effect.
+const MsgUnavailable = "the Kubernetes API server cannot be reached or did not answer in time, so nogoo9 could not complete this request; try again in a few seconds"
 
 // apiServerUnavailable reports whether err means the API server (or its etcd) could not serve the
 // request: refused or reset connections, timeouts, and the API server's own 429, 500, 503 and 504
