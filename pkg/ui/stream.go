@@ -216,7 +216,7 @@ func (u *UI) writeRow(buf *bytes.Buffer, r *request, f listFilter, ws frontend.W
 
 // outdatedSet is, per workspace of every user, whether Upgrade All Outdated would touch it.
 func (u *UI) outdatedSet(ctx context.Context) map[string]bool {
-	l, err := u.svc.ListWorkspaces(ctx, frontend.ListOptions{AllUsers: true})
+	l, err := u.listAll(ctx, frontend.ListOptions{AllUsers: true})
 	out := map[string]bool{}
 	if err != nil {
 		return out
