@@ -184,6 +184,31 @@ func (u *UI) listAll(ctx context.Context, o frontend.ListOptions) ([]frontend.Wo
 	return out, nil
 }
 
+// rowKey is a row's Key: the id in nogoo9's own namespace, "<ns>_<id>" in another.
+func (u *UI) rowKey(ns, id string) string {
+	if ns == "" || ns == u.svc.HomeNamespace() {
+		return id
+	}
+	return ns + "_" + id
+}
+
+// keyBefore orders row keys as listAll lists: nogoo9's own namespace first, then the others by
+// name; by id within a namespace.
+func keyBefore(a, b string) bool {
+	nsA, idA, otherA := strings.Cut(a, "_")
+	nsB, idB, otherB := strings.Cut(b, "_")
+	if !otherA {
+		nsA, idA = "", a
+	}
+	if !otherB {
+		nsB, idB = "", b
+	}
+	if nsA != nsB {
+		return nsA < nsB
+	}
+	return idA < idB
+}
+
 // upgradable mirrors which workspaces Service.UpgradeAll requests an upgrade of.
 func upgradable(w *frontend.Workspace) bool {
 	return w.IsOutdated && w.Phase != workspace.PhaseTerminating
@@ -238,10 +263,13 @@ type rowView struct {
 	// nogoo9 watches more than one.
 	Path          string
 	ShowNamespace bool
+	// Key names the row in the page (element ids): the id in nogoo9's own namespace, as before
+	// namespaces, "<ns>_<id>" in another ('_' is in neither a namespace name nor an id).
+	Key string
 }
 
 func (u *UI) row(r *http.Request, csrf string, w frontend.Workspace, showOwner bool) rowView {
-	v := rowView{Workspace: w, ShowOwner: showOwner, CSRF: csrf, Path: u.wsPath(w.Namespace, w.ID), ShowNamespace: len(u.svc.Namespaces()) > 1}
+	v := rowView{Workspace: w, ShowOwner: showOwner, CSRF: csrf, Path: u.wsPath(w.Namespace, w.ID), ShowNamespace: len(u.svc.Namespaces()) > 1, Key: u.rowKey(w.Namespace, w.ID)}
 	v.CanUpgrade = upgradable(&w) && w.UpgradePod == ""
 	v.CanStart = w.Phase == workspace.PhaseStopped
 	v.CanStop = w.Phase != workspace.PhaseStopped && w.Phase != workspace.PhaseTerminating

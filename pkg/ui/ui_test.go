@@ -660,3 +660,47 @@ func TestSpawnFormOffersTheWatchedNamespacesAndShowsTheRefusal(t *testing.T) {
 		t.Fatalf("bob's list lacks his workspace in team-b:\n%s", list)
 	}
 }
+
+func TestListStreamUpdatesTheRowOfAWorkspaceInAnotherNamespace(t *testing.T) {
+	other := wsPod("alice", "a1", "1.0", true)
+	other.Namespace = otherNS
+	f := newFixtureConfig(t, Options{InsecureCookie: true}, nil, twoNamespaces, other)
+	b := f.browser(t)
+	b.login("alice-token")
+	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/stream?since=%d", f.srv.URL, f.hub.Seq()), nil)
+	req.Header.Set("Accept", "text/event-stream")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := b.c.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	read := func(want string) string {
+		t.Helper()
+		buf := make([]byte, 64<<10)
+		var got strings.Builder
+		for !strings.Contains(got.String(), want) {
+			n, err := resp.Body.Read(buf)
+			if err != nil {
+				t.Fatalf("stream ended (%v) before %q; got:\n%s", err, want, got.String())
+			}
+			got.Write(buf[:n])
+		}
+		return got.String()
+	}
+	read(": connected")
+	var p corev1.Pod
+	if err := f.k8s.Get(ctx, client.ObjectKey{Namespace: otherNS, Name: "ws-a1"}, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.Annotations[workspace.AnnMaintenance] = "disk move"
+	if err := f.k8s.Update(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	f.hub.changed("a1") // the hub names workspaces by id; a1 is not in nogoo9's own namespace
+	got := read("</template>")
+	if strings.Contains(got, `hx-swap-oob="delete"`) || !strings.Contains(got, `<tr id="ws-team-b_a1"`) || !strings.Contains(got, "Maintenance: disk move") {
+		t.Fatalf("want team-b's a1 row updated (not a row deleted):\n%s", got)
+	}
+}
