@@ -79,7 +79,7 @@ type listData struct {
 
 // rows lists the workspaces the filter shows, through the service.
 func (u *UI) rows(r *request, f listFilter) ([]rowView, int, error) {
-	list, err := u.svc.ListWorkspaces(r.ctx, frontend.ListOptions{AllUsers: f.All})
+	list, err := u.listAll(r.ctx, frontend.ListOptions{AllUsers: f.All})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -178,7 +178,7 @@ func (u *UI) workspacePage(w http.ResponseWriter, r *request) {
 	}
 	d.Events = evs
 	if u.o.Hub != nil {
-		d.StreamURL = fmt.Sprintf("/workspaces/%s/stream?since=%d", id, seq)
+		d.StreamURL = fmt.Sprintf("%s/stream?since=%d", u.wsPath(ws.Namespace, id), seq)
 	}
 	u.render(w, r.Request, http.StatusOK, "workspace", u.page(r, "Workspace "+id, "", d))
 }
@@ -251,7 +251,7 @@ func (u *UI) deletePage(w http.ResponseWriter, r *request) {
 		u.renderError(w, r.Request, r.sess, status, msg)
 		return
 	}
-	u.render(w, r.Request, http.StatusOK, "delete", u.page(r, "Delete "+ws.ID, "", ws))
+	u.render(w, r.Request, http.StatusOK, "delete", u.page(r, "Delete "+ws.ID, "", u.row(r.Request, r.sess.CSRF, *ws, true)))
 }
 
 func (u *UI) delete(w http.ResponseWriter, r *request) {
@@ -269,7 +269,7 @@ func (u *UI) maintenance(w http.ResponseWriter, r *request) {
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
 	on := r.PostFormValue("action") == "on"
 	if on && reason == "" {
-		http.Redirect(w, r.Request, "/workspaces/"+url.PathEscape(id)+"?err=reason#maintenance", http.StatusSeeOther)
+		http.Redirect(w, r.Request, u.wsPath(r.PathValue("ns"), id)+"?err=reason#maintenance", http.StatusSeeOther)
 		return
 	}
 	if !on {
@@ -284,7 +284,7 @@ func (u *UI) maintenance(w http.ResponseWriter, r *request) {
 	if on {
 		done = "maintenance-on"
 	}
-	http.Redirect(w, r.Request, "/workspaces/"+url.PathEscape(id)+"?done="+done+"&id="+url.QueryEscape(id), http.StatusSeeOther)
+	http.Redirect(w, r.Request, u.wsPath(r.PathValue("ns"), id)+"?done="+done+"&id="+url.QueryEscape(id), http.StatusSeeOther)
 }
 
 // pin pins or unpins a workspace (its owner or an admin; the service decides).
@@ -300,18 +300,24 @@ func (u *UI) pin(w http.ResponseWriter, r *request) {
 	if on {
 		done = "pinned"
 	}
-	http.Redirect(w, r.Request, "/workspaces/"+url.PathEscape(id)+"?done="+done+"&id="+url.QueryEscape(id), http.StatusSeeOther)
+	http.Redirect(w, r.Request, u.wsPath(r.PathValue("ns"), id)+"?done="+done+"&id="+url.QueryEscape(id), http.StatusSeeOther)
 }
 
 type upgradeAllData struct {
 	Workspaces []frontend.Workspace
 	Users      int
-	Results    []frontend.UpgradeResult
+	Results    []resultView
 	Failed     int
 }
 
+// resultView is one workspace's result of Upgrade All, with the path of its page.
+type resultView struct {
+	frontend.UpgradeResult
+	Path string
+}
+
 func (u *UI) upgradeAllPage(w http.ResponseWriter, r *request) {
-	list, err := u.svc.ListWorkspaces(r.ctx, frontend.ListOptions{AllUsers: true})
+	list, err := u.listAll(r.ctx, frontend.ListOptions{AllUsers: true})
 	if err != nil {
 		status, msg := message(r.Request, err)
 		u.renderError(w, r.Request, r.sess, status, msg)
@@ -334,9 +340,10 @@ func (u *UI) upgradeAll(w http.ResponseWriter, r *request) {
 		u.renderError(w, r.Request, r.sess, status, msg)
 		return
 	}
-	d := upgradeAllData{Results: res}
+	d := upgradeAllData{}
 	seen := map[string]bool{}
 	for _, x := range res {
+		d.Results = append(d.Results, resultView{UpgradeResult: x, Path: u.wsPath(x.Namespace, x.ID)})
 		seen[x.Owner] = true
 		if x.Status == "failed" {
 			d.Failed++
@@ -358,6 +365,8 @@ type newData struct {
 	ContextKeys []contextKey
 	Form        spawnForm
 	Errors      map[string]string
+	// Namespaces are the watched namespaces to choose from (none when only nogoo9's own).
+	Namespaces []string
 }
 
 type contextKey struct {
@@ -367,8 +376,8 @@ type contextKey struct {
 }
 
 type spawnForm struct {
-	Template, ID, Name string
-	Context            map[string]string
+	Template, ID, Name, Namespace string
+	Context                       map[string]string
 }
 
 var contextRef = regexp.MustCompile(`\$?\$\{context\.([^}]*)\}`)
@@ -404,6 +413,12 @@ func (u *UI) newData(r *request, form spawnForm, errs map[string]string) (newDat
 		return newData{}, err
 	}
 	d := newData{Form: form, Errors: errs}
+	if nss := u.svc.Namespaces(); len(nss) > 1 {
+		d.Namespaces = nss
+	}
+	if d.Form.Namespace == "" {
+		d.Form.Namespace = u.svc.HomeNamespace()
+	}
 	need := map[string][]string{}
 	for _, t := range ts {
 		c := templateChoice{TemplateInfo: t}
@@ -438,7 +453,7 @@ func (u *UI) newPage(w http.ResponseWriter, r *request) {
 func (u *UI) spawn(w http.ResponseWriter, r *request) {
 	form := spawnForm{
 		Template: r.PostFormValue("template"), ID: strings.TrimSpace(r.PostFormValue("id")),
-		Name: strings.TrimSpace(r.PostFormValue("name")), Context: map[string]string{},
+		Name: strings.TrimSpace(r.PostFormValue("name")), Namespace: r.PostFormValue("namespace"), Context: map[string]string{},
 	}
 	for k, v := range r.PostForm {
 		if key, ok := strings.CutPrefix(k, "ctx."); ok && len(v) > 0 && strings.TrimSpace(v[0]) != "" {
@@ -453,7 +468,7 @@ func (u *UI) spawn(w http.ResponseWriter, r *request) {
 			ctx[k] = v
 		}
 	}
-	ws, err := u.svc.Spawn(r.ctx, frontend.SpawnInput{Template: form.Template, ID: form.ID, Name: form.Name, Context: ctx})
+	ws, err := u.svc.Spawn(r.ctx, frontend.SpawnInput{Template: form.Template, ID: form.ID, Name: form.Name, Namespace: form.Namespace, Context: ctx})
 	if err == nil {
 		http.Redirect(w, r.Request, "/?done=created&id="+url.QueryEscape(ws.ID), http.StatusSeeOther)
 		return
@@ -476,6 +491,8 @@ func spawnErrorField(err error) string {
 	switch code := frontend.CodeOf(err); {
 	case code == frontend.CodeQuotaExceeded:
 		return "form"
+	case strings.HasPrefix(msg, "namespace "), code == frontend.CodeForbidden && strings.Contains(msg, "in namespace"):
+		return "namespace"
 	case strings.Contains(msg, "context"):
 		return "context"
 	case strings.Contains(msg, "template"):

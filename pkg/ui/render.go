@@ -151,7 +151,7 @@ func (u *UI) page(r *request, title, nav string, data any) page {
 // outdated counts the outdated workspaces of every user and their owners (what Upgrade All
 // Outdated would touch), through the service's admin list.
 func (u *UI) outdated(ctx context.Context) (int, int) {
-	l, err := u.svc.ListWorkspaces(ctx, frontend.ListOptions{AllUsers: true})
+	l, err := u.listAll(ctx, frontend.ListOptions{AllUsers: true})
 	if err != nil {
 		return 0, 0
 	}
@@ -163,6 +163,50 @@ func (u *UI) outdated(ctx context.Context) (int, int) {
 		}
 	}
 	return n, len(owners)
+}
+
+// listAll lists the workspaces o selects in every watched namespace, nogoo9's own first.
+func (u *UI) listAll(ctx context.Context, o frontend.ListOptions) ([]frontend.Workspace, error) {
+	out, err := u.svc.ListWorkspaces(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	for _, ns := range u.svc.Namespaces() {
+		if ns == u.svc.HomeNamespace() {
+			continue
+		}
+		l, err := u.svc.ListWorkspaces(frontend.WithNamespace(ctx, ns), o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l...)
+	}
+	return out, nil
+}
+
+// rowKey is a row's Key: the id in nogoo9's own namespace, "<ns>_<id>" in another.
+func (u *UI) rowKey(ns, id string) string {
+	if ns == "" || ns == u.svc.HomeNamespace() {
+		return id
+	}
+	return ns + "_" + id
+}
+
+// keyBefore orders row keys as listAll lists: nogoo9's own namespace first, then the others by
+// name; by id within a namespace.
+func keyBefore(a, b string) bool {
+	nsA, idA, otherA := strings.Cut(a, "_")
+	nsB, idB, otherB := strings.Cut(b, "_")
+	if !otherA {
+		nsA, idA = "", a
+	}
+	if !otherB {
+		nsB, idB = "", b
+	}
+	if nsA != nsB {
+		return nsA < nsB
+	}
+	return idA < idB
 }
 
 // upgradable mirrors which workspaces Service.UpgradeAll requests an upgrade of.
@@ -225,10 +269,17 @@ type rowView struct {
 	// CanStart and CanStop offer the Start and Stop buttons (docs/lifecycle.md).
 	CanStart, CanStop bool
 	CSRF              string
+	// Path is the workspace's page (wsPath); ShowNamespace names the namespace in the row, when
+	// nogoo9 watches more than one.
+	Path          string
+	ShowNamespace bool
+	// Key names the row in the page (element ids): the id in nogoo9's own namespace, as before
+	// namespaces, "<ns>_<id>" in another ('_' is in neither a namespace name nor an id).
+	Key string
 }
 
 func (u *UI) row(r *http.Request, csrf string, w frontend.Workspace, showOwner bool) rowView {
-	v := rowView{Workspace: w, ShowOwner: showOwner, CSRF: csrf}
+	v := rowView{Workspace: w, ShowOwner: showOwner, CSRF: csrf, Path: u.wsPath(w.Namespace, w.ID), ShowNamespace: len(u.svc.Namespaces()) > 1, Key: u.rowKey(w.Namespace, w.ID)}
 	v.CanUpgrade = upgradable(&w) && w.UpgradePod == ""
 	v.CanStart = w.Phase == workspace.PhaseStopped
 	v.CanStop = w.Phase != workspace.PhaseStopped && w.Phase != workspace.PhaseTerminating

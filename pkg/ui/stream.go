@@ -97,7 +97,7 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 	}
 	shown := map[string]bool{}
 	for _, row := range rows {
-		shown[row.ID] = true
+		shown[row.Key] = true
 	}
 	out, ok := startSSE(w)
 	if !ok {
@@ -123,14 +123,16 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 		refresh := all
 		if !refresh {
 			sort.Strings(ids)
-			for _, id := range ids {
-				ws, err := u.svc.GetWorkspace(r.ctx, id)
+			// The hub names a changed workspace by its id: look it up in every watched namespace.
+			for _, ref := range u.refs(ids) {
+				ws, err := u.svc.GetWorkspace(frontend.WithNamespace(r.ctx, ref.ns), ref.id)
+				key := u.rowKey(ref.ns, ref.id)
 				if outdatedBy != nil {
 					switch {
 					case err == nil:
-						outdatedBy[id] = upgradable(ws)
+						outdatedBy[key] = upgradable(ws)
 					case frontend.CodeOf(err) == frontend.CodeNotFound:
-						delete(outdatedBy, id)
+						delete(outdatedBy, key)
 					}
 				}
 				visible := err == nil && (f.All || ws.Owner == r.sess.Caller.Subject) && f.match(ws)
@@ -141,9 +143,9 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 					if err := u.writeRow(&buf, r, f, *ws, shown); err != nil {
 						return err
 					}
-				case shown[id]:
-					delete(shown, id)
-					fmt.Fprintf(&buf, "<template><tr id=\"ws-%s\" hx-swap-oob=\"delete\"></tr></template>\n", id)
+				case shown[key]:
+					delete(shown, key)
+					fmt.Fprintf(&buf, "<template><tr id=\"ws-%s\" hx-swap-oob=\"delete\"></tr></template>\n", key)
 				}
 			}
 		}
@@ -155,7 +157,7 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 			}
 			clear(shown)
 			for _, row := range rows {
-				shown[row.ID] = true
+				shown[row.Key] = true
 			}
 			buf.WriteString("<template>")
 			if err := u.partial(&buf, "rows", listData{Filter: f, Rows: rows, Total: total}); err != nil {
@@ -184,7 +186,8 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 // writeRow writes the out-of-band swap of one row: a replacement when the page shows it, else an
 // insertion after the row that precedes it in id order (rows stay sorted without a reload).
 func (u *UI) writeRow(buf *bytes.Buffer, r *request, f listFilter, ws frontend.Workspace, shown map[string]bool) error {
-	if shown[ws.ID] {
+	key := u.rowKey(ws.Namespace, ws.ID)
+	if shown[key] {
 		buf.WriteString("<template>")
 		if err := u.partial(buf, "row", u.row(r.Request, r.sess.CSRF, ws, f.All)); err != nil {
 			return err
@@ -193,9 +196,9 @@ func (u *UI) writeRow(buf *bytes.Buffer, r *request, f listFilter, ws frontend.W
 		return nil
 	}
 	prev := ""
-	for id := range shown {
-		if id < ws.ID && id > prev {
-			prev = id
+	for k := range shown {
+		if keyBefore(k, key) && (prev == "" || keyBefore(prev, k)) {
+			prev = k
 		}
 	}
 	target := "afterbegin:#rows"
@@ -205,7 +208,7 @@ func (u *UI) writeRow(buf *bytes.Buffer, r *request, f listFilter, ws frontend.W
 	if len(shown) == 0 {
 		buf.WriteString(`<template><tr id="rows-empty" hx-swap-oob="delete"></tr></template>` + "\n")
 	}
-	shown[ws.ID] = true
+	shown[key] = true
 	fmt.Fprintf(buf, `<template><tbody hx-swap-oob="%s">`, target)
 	if err := u.partial(buf, "row", u.row(r.Request, r.sess.CSRF, ws, f.All)); err != nil {
 		return err
@@ -216,13 +219,13 @@ func (u *UI) writeRow(buf *bytes.Buffer, r *request, f listFilter, ws frontend.W
 
 // outdatedSet is, per workspace of every user, whether Upgrade All Outdated would touch it.
 func (u *UI) outdatedSet(ctx context.Context) map[string]bool {
-	l, err := u.svc.ListWorkspaces(ctx, frontend.ListOptions{AllUsers: true})
+	l, err := u.listAll(ctx, frontend.ListOptions{AllUsers: true})
 	out := map[string]bool{}
 	if err != nil {
 		return out
 	}
 	for i := range l {
-		out[l[i].ID] = upgradable(&l[i])
+		out[u.rowKey(l[i].Namespace, l[i].ID)] = upgradable(&l[i])
 	}
 	return out
 }
@@ -311,6 +314,24 @@ func (u *UI) workspaceStream(w http.ResponseWriter, r *request) {
 		}
 		return out.send(seq, buf.Bytes())
 	}, out)
+}
+
+// ref is one workspace: its namespace and id.
+type ref struct{ ns, id string }
+
+// refs pairs each id with every watched namespace, nogoo9's own first.
+func (u *UI) refs(ids []string) []ref {
+	nss := u.svc.Namespaces()
+	out := make([]ref, 0, len(ids)*len(nss))
+	for _, id := range ids {
+		out = append(out, ref{u.svc.HomeNamespace(), id})
+		for _, ns := range nss {
+			if ns != u.svc.HomeNamespace() {
+				out = append(out, ref{ns, id})
+			}
+		}
+	}
+	return out
 }
 
 func contains(list []string, s string) bool {

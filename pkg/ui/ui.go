@@ -102,6 +102,17 @@ func (u *UI) routes() {
 	u.mux.HandleFunc("POST /workspaces/{id}/stop", u.withSession(u.stop))
 	u.mux.HandleFunc("POST /workspaces/{id}/start", u.withSession(u.start))
 	u.mux.HandleFunc("POST /workspaces/{id}/pin", u.withSession(u.pin))
+	// The same pages and actions for a workspace in another watched namespace; the routes above
+	// address nogoo9's own namespace, so links made before namespaces keep working.
+	u.mux.HandleFunc("GET /namespaces/{ns}/workspaces/{id}", u.withSession(u.workspacePage))
+	u.mux.HandleFunc("GET /namespaces/{ns}/workspaces/{id}/stream", u.withSession(u.workspaceStream))
+	u.mux.HandleFunc("POST /namespaces/{ns}/workspaces/{id}/upgrade", u.withSession(u.upgrade))
+	u.mux.HandleFunc("GET /namespaces/{ns}/workspaces/{id}/delete", u.withSession(u.deletePage))
+	u.mux.HandleFunc("POST /namespaces/{ns}/workspaces/{id}/delete", u.withSession(u.delete))
+	u.mux.HandleFunc("POST /namespaces/{ns}/workspaces/{id}/maintenance", u.withSession(u.maintenance))
+	u.mux.HandleFunc("POST /namespaces/{ns}/workspaces/{id}/stop", u.withSession(u.stop))
+	u.mux.HandleFunc("POST /namespaces/{ns}/workspaces/{id}/start", u.withSession(u.start))
+	u.mux.HandleFunc("POST /namespaces/{ns}/workspaces/{id}/pin", u.withSession(u.pin))
 	u.mux.HandleFunc("GET /upgrade-all", u.withSession(u.upgradeAllPage))
 	u.mux.HandleFunc("POST /upgrade-all", u.withSession(u.upgradeAll))
 	u.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -189,8 +200,19 @@ func (u *UI) withSession(h func(http.ResponseWriter, *request)) http.HandlerFunc
 				return
 			}
 		}
-		h(w, &request{Request: r, sess: sess, sessID: id, ctx: auth.WithCaller(r.Context(), sess.Caller)})
+		// The namespace in the path, if any, is checked by the service (watched, well-formed).
+		ctx := frontend.WithNamespace(auth.WithCaller(r.Context(), sess.Caller), r.PathValue("ns"))
+		h(w, &request{Request: r, sess: sess, sessID: id, ctx: ctx})
 	}
+}
+
+// wsPath is the page of workspace id in namespace ns: /workspaces/<id> in nogoo9's own namespace
+// (as before namespaces), /namespaces/<ns>/workspaces/<id> in another.
+func (u *UI) wsPath(ns, id string) string {
+	if ns == "" || ns == u.svc.HomeNamespace() {
+		return "/workspaces/" + url.PathEscape(id)
+	}
+	return "/namespaces/" + url.PathEscape(ns) + "/workspaces/" + url.PathEscape(id)
 }
 
 // proxyBase is the base URL of workspace links for r.

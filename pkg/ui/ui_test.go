@@ -102,6 +102,12 @@ func newFixture(t testing.TB, o Options, pods ...*corev1.Pod) *fixture {
 // newFixtureWith is newFixture whose service keeps views fed by informer (nil: reads per call).
 func newFixtureWith(t testing.TB, o Options, informer frontend.PodInformer, pods ...*corev1.Pod) *fixture {
 	t.Helper()
+	return newFixtureConfig(t, o, informer, nil, pods...)
+}
+
+// newFixtureConfig is newFixtureWith whose service Config is changed by cfg first (nil: none).
+func newFixtureConfig(t testing.TB, o Options, informer frontend.PodInformer, cfg func(*frontend.Config), pods ...*corev1.Pod) *fixture {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	objs := make([]client.Object, len(pods))
@@ -113,7 +119,11 @@ func newFixtureWith(t testing.TB, o Options, informer frontend.PodInformer, pods
 		WithIndex(&corev1.Pod{}, podcache.IndexWorkspaceID, podcache.WorkspaceID).Build()
 	tmpl := stubTemplates{"python": {Name: "python", Version: "2.0", Description: "Python 3",
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "ide", Env: []corev1.EnvVar{{Name: "REPO", Value: "${context.repo}"}, {Name: "LIT", Value: "$${context.literal}"}}}}}}}
-	svc, err := frontend.New(frontend.Config{Namespace: ns, Cache: c, Client: c, Events: kfake.NewClientset(), Templates: tmpl, Pods: informer})
+	fc := frontend.Config{Namespace: ns, Cache: c, Client: c, Events: kfake.NewClientset(), Templates: tmpl, Pods: informer}
+	if cfg != nil {
+		cfg(&fc)
+	}
+	svc, err := frontend.New(fc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,6 +400,9 @@ func TestSpawnErrorsAppearNextToTheirField(t *testing.T) {
 	if !strings.Contains(page, `name="ctx.repo"`) || strings.Contains(page, "ctx.literal") {
 		t.Errorf("the form does not ask for exactly the required context (repo):\n%s", page)
 	}
+	if strings.Contains(page, `name="namespace"`) {
+		t.Errorf("with one watched namespace the form offers a namespace choice:\n%s", page)
+	}
 	resp, page := b.do("POST", "/workspaces", url.Values{"csrf": {csrf}, "template": {"python"}, "id": {"Not Valid!"}})
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, `id="id-error"`) {
 		t.Errorf("an invalid id: %s, error not next to the id field:\n%s", resp.Status, page)
@@ -538,5 +551,156 @@ func TestPinToggleOnTheWorkspacePage(t *testing.T) {
 	resp, _ = b.do("POST", "/workspaces/a1/pin", url.Values{"csrf": {csrf}, "action": {"off"}})
 	if resp.StatusCode != http.StatusSeeOther || pinned("ws-a1") != "" {
 		t.Fatalf("unpin: %s, pinned %q", resp.Status, pinned("ws-a1"))
+	}
+}
+
+// bobOnly is a pure stand-in for pkg/authz's SubjectAccessReview: only bob may spawn elsewhere.
+type bobOnly struct{}
+
+func (bobOnly) MaySpawn(_ context.Context, c *auth.Caller, namespace string) (bool, string, error) {
+	if c.Subject == "bob" {
+		return true, "", nil
+	}
+	return false, "no RoleBinding in " + namespace, nil
+}
+
+const otherNS = "team-b"
+
+// podSpawner stands in for pkg/spawner (tested against a real API server there): it writes the
+// workspace's pod where the service asks, so the request's namespace can be checked.
+type podSpawner struct{ c client.Client }
+
+func (s podSpawner) Spawn(ctx context.Context, r frontend.SpawnRequest) (*corev1.Pod, error) {
+	p := wsPod(r.Owner, r.ID, "2.0", false)
+	p.Namespace, p.UID, p.Annotations[workspace.AnnWorkspacePath] = r.Namespace, "", ""
+	return p, s.c.Create(ctx, p)
+}
+
+func twoNamespaces(c *frontend.Config) {
+	c.Namespaces = []string{ns, otherNS}
+	c.Access = bobOnly{}
+	c.Spawner = podSpawner{c.Client}
+}
+
+func TestWorkspacesInAnotherNamespaceHaveTheirOwnPagesAndActions(t *testing.T) {
+	other := wsPod("alice", "a1", "1.0", true) // the same id in another namespace
+	other.Namespace, other.UID = otherNS, "uid-other-a1"
+	f := newFixtureConfig(t, Options{InsecureCookie: true}, nil, twoNamespaces, wsPod("alice", "a1", "1.0", true), other)
+	b := f.browser(t)
+	csrf := b.login("alice-token")
+	pinned := func(namespace string) string {
+		var p corev1.Pod
+		if err := f.k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "ws-a1"}, &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Annotations[workspace.AnnPinned]
+	}
+	_, list := b.do("GET", "/", nil)
+	for _, want := range []string{`href="/workspaces/a1"`, `href="/namespaces/team-b/workspaces/a1"`, "namespace team-b", "namespace ns", `action="/namespaces/team-b/workspaces/a1/upgrade"`, `href="/namespaces/team-b/workspaces/a1/delete"`} {
+		if !strings.Contains(list, want) {
+			t.Errorf("the list lacks %s:\n%s", want, list)
+		}
+	}
+	resp, page := b.do("GET", "/namespaces/team-b/workspaces/a1", nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, `action="/namespaces/team-b/workspaces/a1/pin"`) || !strings.Contains(page, "/namespaces/team-b/workspaces/a1/stream?since=") {
+		t.Fatalf("the page in team-b: %s\n%s", resp.Status, page)
+	}
+	if resp, _ := b.do("POST", "/namespaces/team-b/workspaces/a1/pin", url.Values{"action": {"on"}}); resp.StatusCode != http.StatusForbidden || pinned(otherNS) != "" {
+		t.Fatalf("a pin in team-b without the CSRF token: %s, pinned %q; want 403 and nothing written", resp.Status, pinned(otherNS))
+	}
+	if resp, _ := b.do("POST", "/namespaces/team-b/workspaces/a1/pin", url.Values{"csrf": {csrf}, "action": {"on"}}, "Sec-Fetch-Site", "cross-site"); resp.StatusCode != http.StatusForbidden || pinned(otherNS) != "" {
+		t.Fatalf("a cross-site pin in team-b: %s; want 403 and nothing written", resp.Status)
+	}
+	resp, _ = b.do("POST", "/namespaces/team-b/workspaces/a1/pin", url.Values{"csrf": {csrf}, "action": {"on"}})
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/namespaces/team-b/workspaces/a1?done=pinned&id=a1" {
+		t.Fatalf("pin in team-b: %s to %q", resp.Status, resp.Header.Get("Location"))
+	}
+	if pinned(otherNS) != "true" || pinned(ns) != "" {
+		t.Fatalf("pinned team-b %q, ns %q: want only team-b's a1 pinned", pinned(otherNS), pinned(ns))
+	}
+	// The old path still means nogoo9's own namespace.
+	resp, _ = b.do("POST", "/workspaces/a1/pin", url.Values{"csrf": {csrf}, "action": {"on"}})
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/workspaces/a1?done=pinned&id=a1" || pinned(ns) != "true" {
+		t.Fatalf("pin by the old path: %s to %q, pinned %q", resp.Status, resp.Header.Get("Location"), pinned(ns))
+	}
+	resp, page = b.do("GET", "/namespaces/elsewhere/workspaces/a1", nil)
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(page, "namespace &#34;elsewhere&#34; is not watched by nogoo9") {
+		t.Fatalf("an unwatched namespace: %s, want 404 with the service's message\n%s", resp.Status, page)
+	}
+}
+
+func TestSpawnFormOffersTheWatchedNamespacesAndShowsTheRefusal(t *testing.T) {
+	f := newFixtureConfig(t, Options{InsecureCookie: true}, nil, twoNamespaces)
+	b := f.browser(t)
+	csrf := b.login("alice-token")
+	_, page := b.do("GET", "/workspaces/new", nil)
+	if !strings.Contains(page, `<option value="ns" selected>ns</option>`) || !strings.Contains(page, `<option value="team-b">team-b</option>`) {
+		t.Fatalf("the form does not offer both namespaces with nogoo9's own chosen:\n%s", page)
+	}
+	form := url.Values{"csrf": {csrf}, "template": {"python"}, "id": {"x1"}, "namespace": {otherNS}, "ctx.repo": {"r"}}
+	resp, page := b.do("POST", "/workspaces", form)
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(page, `id="namespace-error"`) ||
+		!strings.Contains(page, "Forbidden: alice may not create workspaces in namespace team-b") || !strings.Contains(page, `<option value="team-b" selected>`) {
+		t.Fatalf("a refused namespace: %s, want 403 next to the namespace, the choice kept:\n%s", resp.Status, page)
+	}
+	var pods corev1.PodList
+	if err := f.k8s.List(context.Background(), &pods, client.InNamespace(otherNS)); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("a refused spawn left %d pods (%v)", len(pods.Items), err)
+	}
+	b2 := f.browser(t)
+	csrf2 := b2.login("bob-token")
+	form.Set("csrf", csrf2)
+	if resp, page := b2.do("POST", "/workspaces", form); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("bob's spawn in team-b: %s\n%s", resp.Status, page)
+	}
+	if err := f.k8s.List(context.Background(), &pods, client.InNamespace(otherNS)); err != nil || len(pods.Items) != 1 {
+		t.Fatalf("bob's spawn in team-b: %d pods there (%v), want 1", len(pods.Items), err)
+	}
+	if _, list := b2.do("GET", "/", nil); !strings.Contains(list, `href="/namespaces/team-b/workspaces/x1"`) {
+		t.Fatalf("bob's list lacks his workspace in team-b:\n%s", list)
+	}
+}
+
+func TestListStreamUpdatesTheRowOfAWorkspaceInAnotherNamespace(t *testing.T) {
+	other := wsPod("alice", "a1", "1.0", true)
+	other.Namespace = otherNS
+	f := newFixtureConfig(t, Options{InsecureCookie: true}, nil, twoNamespaces, other)
+	b := f.browser(t)
+	b.login("alice-token")
+	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/stream?since=%d", f.srv.URL, f.hub.Seq()), nil)
+	req.Header.Set("Accept", "text/event-stream")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := b.c.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	read := func(want string) string {
+		t.Helper()
+		buf := make([]byte, 64<<10)
+		var got strings.Builder
+		for !strings.Contains(got.String(), want) {
+			n, err := resp.Body.Read(buf)
+			if err != nil {
+				t.Fatalf("stream ended (%v) before %q; got:\n%s", err, want, got.String())
+			}
+			got.Write(buf[:n])
+		}
+		return got.String()
+	}
+	read(": connected")
+	var p corev1.Pod
+	if err := f.k8s.Get(ctx, client.ObjectKey{Namespace: otherNS, Name: "ws-a1"}, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.Annotations[workspace.AnnMaintenance] = "disk move"
+	if err := f.k8s.Update(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	f.hub.changed("a1") // the hub names workspaces by id; a1 is not in nogoo9's own namespace
+	got := read("</template>")
+	if strings.Contains(got, `hx-swap-oob="delete"`) || !strings.Contains(got, `<tr id="ws-team-b_a1"`) || !strings.Contains(got, "Maintenance: disk move") {
+		t.Fatalf("want team-b's a1 row updated (not a row deleted):\n%s", got)
 	}
 }
