@@ -3,7 +3,10 @@ package spawner
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,6 +90,9 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
 	}
 	if err := validateRequiredContext(t, exp, id.Context); err != nil {
+		return nil, nil, err
+	}
+	if err := validateContextText(id.Context); err != nil {
 		return nil, nil, err
 	}
 	name := id.Name
@@ -255,4 +261,19 @@ func hasVolume(spec *corev1.PodSpec, name string) bool {
 		}
 	}
 	return false
+}
+
+// validateContextText refuses a context key or value that is not valid UTF-8: the API server
+// stores text as UTF-8 (JSON), so such a value would land in the pod altered, not as given.
+// (REST and MCP bodies are JSON, so their values are always valid; a Go caller's need not be.)
+func validateContextText(ctx map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(ctx)) {
+		if !utf8.ValidString(k) {
+			return fmt.Errorf("context key %q is not valid UTF-8: use UTF-8 text for context keys", k)
+		}
+		if v := ctx[k]; !utf8.ValidString(v) {
+			return fmt.Errorf("context value %q (%q) is not valid UTF-8, so it could not be stored as given: pass UTF-8 text", k, v)
+		}
+	}
+	return nil
 }
