@@ -77,7 +77,7 @@ func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) 
 			h[key] = vals[i : i+1 : i+1]
 		}
 	}
-	if hosts != 1 || !httpguts.ValidHostHeader(host) {
+	if hosts != 1 || host == "" || !httpguts.ValidHostHeader(host) {
 		return nil, false
 	}
 	path, query, hasQuery := strings.Cut(uri, "?")
