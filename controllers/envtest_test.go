@@ -25,13 +25,17 @@ func envtestAssets(t *testing.T) string {
 }
 
 // startAPIServer starts a kube-apiserver (with its etcd) for the test, stops it when the test ends,
-// and returns its config and an uncached client of it.
-func startAPIServer(t *testing.T) (*rest.Config, client.Client) {
+// and returns its config and an uncached client of it. configure, if any, adjusts the environment
+// (the API server's flags, say) before it starts.
+func startAPIServer(t *testing.T, configure ...func(*envtest.Environment)) (*rest.Config, client.Client) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs kube-apiserver (run without -short)")
 	}
 	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
+	for _, f := range configure {
+		f(env)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start envtest: %v", err)

@@ -226,25 +226,12 @@ func etcdPost(t *testing.T, etcd, path, body string, out any) {
 // created is there, the intent written is seen) and the upgrade controller acts on the intent
 // exactly once: one upgraded pod, one UpgradeStarted Event.
 func TestWatchExpiryRelist(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: needs kube-apiserver (run without -short)")
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
-	// Without the watch cache, watches are served by etcd, so a compacted revision is a 410.
-	env.ControlPlane.GetAPIServer().Configure().Set("watch-cache", "false")
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop envtest: %v", err)
-		}
+	var env *envtest.Environment
+	cfg, c := startAPIServer(t, func(e *envtest.Environment) {
+		env = e
+		// Without the watch cache, watches are served by etcd, so a compacted revision is a 410.
+		e.ControlPlane.GetAPIServer().Configure().Set("watch-cache", "false")
 	})
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	ns := fmt.Sprintf("relist-%d", time.Now().UnixNano())
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
