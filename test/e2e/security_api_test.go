@@ -190,7 +190,7 @@ var _ = Describe("API security: the access matrix", Ordered, Label(secMatrixLabe
 		n := 0
 		spawnFresh := func() string {
 			n++
-			return pxSpawn(proc, tokens[secOwner], "mx", fmt.Sprintf("fresh-%d", n)).ID
+			return secSpawnSeen(proc, tokens[secOwner], fmt.Sprintf("fresh-%d", n))
 		}
 		onMain := func(who secWho, forOwner, forAdmin secOutcome) secOutcome {
 			switch who {
@@ -336,7 +336,7 @@ var _ = Describe("API security: the access matrix", Ordered, Label(secMatrixLabe
 		n := 0
 		fresh := func() string {
 			n++
-			return pxSpawn(proc, tokens[secOwner], "mx", fmt.Sprintf("mcp-fresh-%d", n)).ID
+			return secSpawnSeen(proc, tokens[secOwner], fmt.Sprintf("mcp-fresh-%d", n))
 		}
 		onMain := func(who secWho) string {
 			if who == secOther {
@@ -601,4 +601,13 @@ func readConformanceChecks(dir string) []conformanceCheck {
 		return nil
 	})
 	return out
+}
+
+// secSpawnSeen spawns workspace id (template mx) and waits until nogoo9's cache serves it: a cell
+// that acts on it right away must not race the cache (the answer would be a correct 404).
+func secSpawnSeen(proc *Nogoo9Process, token, id string) string {
+	GinkgoHelper()
+	id = pxSpawn(proc, token, "mx", id).ID
+	Eventually(func(g Gomega) { pxWorkspace(g, proc, token, id) }).Should(Succeed())
+	return id
 }
