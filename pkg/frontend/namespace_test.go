@@ -156,3 +156,148 @@ func TestWorkspacesAreAddressedPerNamespace(t *testing.T) {
 		t.Errorf("upgrade-all in team only: %+v, %v", res, err)
 	}
 }
+
+// nsServices is services over three watched namespaces ("a-team" sorts before nogoo9's "ns"):
+// one Service reading nogoo9's namespace from the views, one reading every namespace per call.
+func nsServices(t *testing.T, pods ...*corev1.Pod) map[string]*Service {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	objs := make([]client.Object, len(pods))
+	for i, p := range pods {
+		objs[i] = p.DeepCopy()
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, IndexOwner, indexOwner).WithIndex(&corev1.Pod{}, podcache.IndexWorkspaceID, podcache.WorkspaceID).Build()
+	cfg := Config{Namespace: "ns", Namespaces: []string{"ns", "team", "a-team"}, Cache: c, Client: c,
+		Templates: stubTemplates{"python": "2.0"}, Now: func() time.Time { return t0.Add(time.Hour) }}
+	perCall, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Pods = syncedInformer{}
+	withViews, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		withViews.views.OnAdd(p, true)
+	}
+	return map[string]*Service{"views": withViews, "per-call": perCall}
+}
+
+func podIn(ns, name, owner, id string) *corev1.Pod {
+	p := pod(name, owner, id, "1.0", t0, ready)
+	p.Namespace = ns
+	return p
+}
+
+func keysOf(ws []Workspace) []string {
+	out := []string{}
+	for _, w := range ws {
+		out = append(out, w.Namespace+"/"+w.ID)
+	}
+	return out
+}
+
+// The kubectl-style list across namespaces: sorted by (namespace, id), the owner rule as in one
+// namespace, bad combinations and continue values of the other kind of list refused with what to
+// do.
+func TestListAcrossNamespaces(t *testing.T) {
+	pods := []*corev1.Pod{
+		podIn("ns", "ws-b", "alice", "b"), podIn("ns", "ws-a", "bob", "a"),
+		podIn("team", "ws-a", "alice", "a"), podIn("team", "ws-c", "bob", "c"),
+		podIn("a-team", "ws-z", "alice", "z"),
+		podIn("other", "ws-o", "alice", "o"), // not watched: never listed
+	}
+	alice := &auth.Caller{Subject: "alice"}
+	admin := &auth.Caller{Subject: "root", IsAdmin: true}
+	tests := []struct {
+		name     string
+		caller   *auth.Caller
+		ns       string
+		opts     ListOptions
+		want     []string
+		wantCode Code
+		wantMsg  string
+	}{
+		{"a user sees their own workspaces of every watched namespace, by namespace then id", alice, "", ListOptions{AllNamespaces: true},
+			[]string{"a-team/z", "ns/b", "team/a"}, "", ""},
+		{"an admin sees every user's", admin, "", ListOptions{AllNamespaces: true, AllUsers: true},
+			[]string{"a-team/z", "ns/a", "ns/b", "team/a", "team/c"}, "", ""},
+		{"a user asking for every user's across namespaces is refused", alice, "", ListOptions{AllNamespaces: true, AllUsers: true}, nil, CodeForbidden, "only admin users"},
+		{"the list of one namespace is unchanged", alice, "", ListOptions{}, []string{"ns/b"}, "", ""},
+		{"a page continues in the namespace it ended in", admin, "", ListOptions{AllNamespaces: true, AllUsers: true, Continue: encodeContinueAcross(true, "ns", "a")},
+			[]string{"ns/b", "team/a", "team/c"}, "", ""},
+		{"a page that ended in a namespace no longer watched goes on with the next one", admin, "", ListOptions{AllNamespaces: true, AllUsers: true, Continue: encodeContinueAcross(true, "b-gone", "x")},
+			[]string{"ns/a", "ns/b", "team/a", "team/c"}, "", ""},
+		{"a namespace and allNamespaces together are refused", alice, "team", ListOptions{AllNamespaces: true}, nil, CodeInvalid,
+			`namespace "team" and allNamespaces=true both given: give a namespace to list that one, or allNamespaces=true (and no namespace)`},
+		{"nogoo9's own namespace named with allNamespaces is refused too", alice, "ns", ListOptions{AllNamespaces: true}, nil, CodeInvalid, "both given"},
+		{"a continue of one namespace's list is refused by the list across namespaces", alice, "", ListOptions{AllNamespaces: true, Continue: encodeContinue(false, "b")}, nil, CodeInvalid,
+			"continue belongs to a list of one namespace, not to this list across namespaces (allNamespaces=true)"},
+		{"a continue of the list across namespaces is refused by one namespace's list", alice, "team", ListOptions{Continue: encodeContinueAcross(false, "ns", "b")}, nil, CodeInvalid,
+			"continue belongs to a list across namespaces (allNamespaces=true), not to this list of one namespace"},
+		{"a continue whose namespace is no name is refused", alice, "", ListOptions{AllNamespaces: true, Continue: "w1." + b64("own/Team_A/b")}, nil, CodeInvalid, "it holds no namespace"},
+		{"a continue of the other user scope is refused", admin, "", ListOptions{AllNamespaces: true, AllUsers: true, Continue: encodeContinueAcross(false, "ns", "b")}, nil, CodeInvalid, "pass the same allUsers"},
+	}
+	for path, svc := range nsServices(t, pods...) {
+		for _, tc := range tests {
+			t.Run(path+": "+tc.name, func(t *testing.T) {
+				ctx := WithNamespace(auth.WithCaller(context.Background(), tc.caller), tc.ns)
+				ws, err := svc.ListWorkspaces(ctx, tc.opts)
+				if tc.wantCode != "" {
+					if CodeOf(err) != tc.wantCode || err == nil || !strings.Contains(err.Error(), tc.wantMsg) {
+						t.Fatalf("ListWorkspaces() error %v, want code %s with %q", err, tc.wantCode, tc.wantMsg)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := keysOf(ws); strings.Join(got, " ") != strings.Join(tc.want, " ") {
+					t.Errorf("ListWorkspaces() = %v, want %v", got, tc.want)
+				}
+			})
+		}
+	}
+}
+
+// Paging across namespaces with every page size lists every workspace exactly once in (namespace,
+// id) order, whether a page ends inside a namespace or at its end, and the last page has no
+// continue value.
+func TestListAcrossNamespacesPagesEveryWorkspaceOnce(t *testing.T) {
+	pods := []*corev1.Pod{
+		podIn("a-team", "ws-x", "u", "x"),
+		podIn("ns", "ws-a", "u", "a"), podIn("ns", "ws-b", "u", "b"), podIn("ns", "ws-c", "v", "c"),
+		podIn("team", "ws-a", "v", "a"), podIn("team", "ws-b", "u", "b"),
+	}
+	want := "a-team/x ns/a ns/b ns/c team/a team/b"
+	admin := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})
+	for path, svc := range nsServices(t, pods...) {
+		for limit := 1; limit <= len(pods)+1; limit++ {
+			var got []string
+			o := ListOptions{AllNamespaces: true, AllUsers: true, Limit: limit}
+			for page := 0; ; page++ {
+				if page > len(pods) {
+					t.Fatalf("%s, limit %d: more pages than workspaces", path, limit)
+				}
+				l, err := svc.List(admin, o)
+				if err != nil {
+					t.Fatalf("%s, limit %d, page %d: %v", path, limit, page, err)
+				}
+				if l.Len() > limit || (l.Continue != "" && l.Len() != limit) {
+					t.Errorf("%s, limit %d, page %d: %d workspaces, continue %q", path, limit, page, l.Len(), l.Continue)
+				}
+				got = append(got, keysOf(l.Workspaces())...)
+				if l.Continue == "" {
+					break
+				}
+				o.Continue = l.Continue
+			}
+			if strings.Join(got, " ") != want {
+				t.Errorf("%s, limit %d: pages hold %v, want %s", path, limit, got, want)
+			}
+		}
+	}
+}

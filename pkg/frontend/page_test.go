@@ -15,6 +15,12 @@ func TestContinueRoundTripsAndRefusesWhatItDidNotWrite(t *testing.T) {
 			}
 		}
 	}
+	for _, all := range []bool{false, true} {
+		got, err := decodePosition(encodeContinueAcross(all, "team-a", "ws-1"), all, true)
+		if err != nil || got != (position{ns: "team-a", id: "ws-1"}) {
+			t.Errorf("decodePosition(encodeContinueAcross(%t, team-a, ws-1)) = %+v, %v", all, got, err)
+		}
+	}
 	long := encodeContinue(false, "a") + strings.Repeat("x", 500)
 	tests := []struct {
 		name     string

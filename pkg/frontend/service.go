@@ -176,6 +176,10 @@ func (s *Service) listPods(ctx context.Context, opts ...client.ListOption) ([]*c
 type ListOptions struct {
 	// AllUsers lists every user's workspaces (admins only).
 	AllUsers bool
+	// AllNamespaces lists every watched namespace's workspaces, sorted by (namespace, id),
+	// instead of the one namespace the request addresses; a request that names a namespace
+	// (WithNamespace) too is refused.
+	AllNamespaces bool
 	// Limit, when above 0, is the most workspaces one answer holds; WorkspaceList.Continue then
 	// names where the next page starts.
 	Limit int
@@ -185,7 +189,7 @@ type ListOptions struct {
 }
 
 // ListWorkspaces returns the caller's workspaces (every user's for an admin with AllUsers),
-// sorted by id.
+// sorted by id (by namespace and id with AllNamespaces).
 func (s *Service) ListWorkspaces(ctx context.Context, o ListOptions) ([]Workspace, error) {
 	l, err := s.List(ctx, o)
 	if err != nil {
@@ -207,31 +211,28 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*WorkspaceList, erro
 	if o.Limit < 0 {
 		return nil, errorf(CodeInvalid, "limit %d is negative: give a positive number of workspaces per page, or 0 for all", o.Limit)
 	}
-	after := ""
+	if named, _ := ctx.Value(namespaceKey{}).(string); o.AllNamespaces && named != "" {
+		return nil, errorf(CodeInvalid, "namespace %q and allNamespaces=true both given: give a namespace to list that one, or allNamespaces=true (and no namespace) to list every watched namespace", named)
+	}
+	var after position
 	if o.Continue != "" {
-		if after, err = decodeContinue(o.Continue, o.AllUsers); err != nil {
+		if after, err = decodePosition(o.Continue, o.AllUsers, o.AllNamespaces); err != nil {
 			return nil, err
 		}
-	}
-	ns, err := s.namespace(ctx)
-	if err != nil {
-		return nil, err
 	}
 	var entries []*entry
 	var more bool
-	if s.views != nil && s.views.synced() && ns == s.cfg.Namespace {
-		entries, more = s.views.snapshot(c.Subject, o.AllUsers, after, o.Limit)
+	if o.AllNamespaces {
+		entries, more, err = s.entriesAcross(ctx, c, o.AllUsers, after, o.Limit)
 	} else {
-		var pods []*corev1.Pod
-		if o.AllUsers {
-			pods, err = s.listPods(ctx)
-		} else {
-			pods, err = s.listPods(ctx, client.MatchingFields{IndexOwner: c.Subject})
-		}
-		if err != nil {
+		var ns string
+		if ns, err = s.namespace(ctx); err != nil {
 			return nil, err
 		}
-		entries, more = entriesOf(pods, after, o.Limit)
+		entries, more, err = s.entriesIn(ctx, c, ns, o.AllUsers, after.id, o.Limit)
+	}
+	if err != nil {
+		return nil, err
 	}
 	l := &WorkspaceList{entries: entries, latest: map[string]string{}, now: s.cfg.Now()}
 	prev := "\x00"
@@ -245,9 +246,66 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*WorkspaceList, erro
 		}
 	}
 	if more {
-		l.Continue = encodeContinue(o.AllUsers, entries[len(entries)-1].id)
+		last := entries[len(entries)-1]
+		if o.AllNamespaces {
+			l.Continue = encodeContinueAcross(o.AllUsers, last.info.Namespace, last.id)
+		} else {
+			l.Continue = encodeContinue(o.AllUsers, last.id)
+		}
 	}
 	return l, nil
+}
+
+// entriesIn returns the entries of namespace ns that c's list shows (every user's with
+// allUsers), in id order, after id after, at most limit of them (0: all); more reports whether
+// entries follow.
+func (s *Service) entriesIn(ctx context.Context, c *auth.Caller, ns string, allUsers bool, after string, limit int) ([]*entry, bool, error) {
+	if s.views != nil && s.views.synced() && ns == s.cfg.Namespace {
+		entries, more := s.views.snapshot(c.Subject, allUsers, after, limit)
+		return entries, more, nil
+	}
+	var pods []*corev1.Pod
+	var err error
+	nctx := WithNamespace(ctx, ns)
+	if allUsers {
+		pods, err = s.listPods(nctx)
+	} else {
+		pods, err = s.listPods(nctx, client.MatchingFields{IndexOwner: c.Subject})
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	entries, more := entriesOf(pods, after, limit)
+	return entries, more, nil
+}
+
+// entriesAcross is entriesIn over every watched namespace in name order, the page starting after
+// position after (a namespace and an id; zero: from the start).
+func (s *Service) entriesAcross(ctx context.Context, c *auth.Caller, allUsers bool, after position, limit int) ([]*entry, bool, error) {
+	var out []*entry
+	for _, ns := range s.Namespaces() {
+		if ns < after.ns {
+			continue
+		}
+		from := ""
+		if ns == after.ns {
+			from = after.id
+		}
+		want := 0
+		if limit > 0 {
+			// One more than the page still holds: the first one beyond it says more follow.
+			want = limit - len(out) + 1
+		}
+		entries, more, err := s.entriesIn(ctx, c, ns, allUsers, from, want)
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, entries...)
+		if limit > 0 && (more || len(out) > limit) {
+			return out[:limit], true, nil
+		}
+	}
+	return out, false, nil
 }
 
 // entriesOf builds the entries of a list from pods read per call (no views yet).
