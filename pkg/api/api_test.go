@@ -114,9 +114,15 @@ func rest(t *testing.T, token, method, path string, body any) (int, []byte) {
 // seed creates a workspace pod directly (owner, id, template version) and waits for the cache.
 func seed(t *testing.T, owner, id, version string) *corev1.Pod {
 	t.Helper()
+	return seedIn(t, ns, owner, id, version)
+}
+
+// seedIn is seed in namespace namespace (ns or teamNS).
+func seedIn(t *testing.T, namespace, owner, id, version string) *corev1.Pod {
+	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: workspace.PodName(owner, id), Namespace: ns,
+			Name: workspace.PodName(owner, id), Namespace: namespace,
 			Labels: map[string]string{
 				workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id,
 				workspace.LabelUserSub: workspace.UserLabel(owner), workspace.LabelTemplate: "python",
@@ -130,7 +136,7 @@ func seed(t *testing.T, owner, id, version string) *corev1.Pod {
 		t.Fatalf("seed %s: %v", id, err)
 	}
 	t.Cleanup(func() { _ = env.k8s.Delete(context.Background(), pod) })
-	waitCached(t, pod.Name)
+	waitCachedIn(t, namespace, pod.Name)
 	return pod
 }
 
@@ -138,12 +144,18 @@ func seed(t *testing.T, owner, id, version string) *corev1.Pod {
 // views follow the cache's events).
 func waitCached(t *testing.T, name string) {
 	t.Helper()
+	waitCachedIn(t, ns, name)
+}
+
+// waitCachedIn is waitCached for a pod in namespace namespace.
+func waitCachedIn(t *testing.T, namespace, name string) {
+	t.Helper()
 	g := NewWithT(t)
 	g.Eventually(func() error {
-		return env.mgrCache.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &corev1.Pod{})
+		return env.mgrCache.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &corev1.Pod{})
 	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 	g.Eventually(func() string {
-		_, body := rest(t, adminToken("root"), "GET", "/api/v1/workspaces?all=true", nil)
+		_, body := rest(t, adminToken("root"), "GET", "/api/v1/namespaces/"+namespace+"/workspaces?all=true", nil)
 		return string(body)
 	}, 30*time.Second, 50*time.Millisecond).Should(ContainSubstring(`"` + name + `"`))
 }

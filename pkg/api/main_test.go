@@ -42,7 +42,9 @@ import (
 )
 
 const (
-	ns         = "default"
+	ns = "default"
+	// teamNS is a second watched namespace (--namespaces), for the lists across namespaces.
+	teamNS     = "team"
 	clientID   = "nogoo9"
 	adminGroup = "nogoo9-admins"
 )
@@ -92,13 +94,17 @@ func runWithEnv(m *testing.M) int {
 	}
 	env.clientset = kubernetes.NewForConfigOrDie(cfg)
 	env.cfg = cfg
+	if err := env.k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: teamNS}}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache: cache.Options{
-			DefaultNamespaces: map[string]cache.Config{ns: {}},
+			DefaultNamespaces: map[string]cache.Config{ns: {}, teamNS: {}},
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Pod{}: podcache.Pods(),
 			},
@@ -129,7 +135,7 @@ func runWithEnv(m *testing.M) int {
 		"python": {Name: "python", Version: "1.0", Description: "Python dev box", Source: "configmap:default/python"},
 	}}
 	h, err := api.Setup(ctx, mgr, api.Options{
-		Namespace: ns, Version: "test", Auth: authn, Templates: env.templates,
+		Namespace: ns, Namespaces: []string{ns, teamNS}, Version: "test", Auth: authn, Templates: env.templates,
 		Spawner: &podSpawner{c: env.k8s}, PublicURL: "http://nogoo9.test", Issuer: env.issuer.srv.URL,
 	})
 	if err != nil {
@@ -142,7 +148,7 @@ func runWithEnv(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env.svc, err = frontend.New(frontend.Config{Namespace: ns, Cache: mgr.GetCache(), Client: mgr.GetClient(), Events: env.clientset, Templates: env.templates, Spawner: &podSpawner{c: env.k8s}, Pods: podInformer})
+	env.svc, err = frontend.New(frontend.Config{Namespace: ns, Namespaces: []string{ns, teamNS}, Cache: mgr.GetCache(), Client: mgr.GetClient(), Events: env.clientset, Templates: env.templates, Spawner: &podSpawner{c: env.k8s}, Pods: podInformer})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -192,7 +192,16 @@ func (h *rest) listWorkspaces(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	o := frontend.ListOptions{AllUsers: all, Continue: r.URL.Query().Get("continue")}
+	across, err := boolParam(r, "allNamespaces")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if ns := r.PathValue("ns"); across && ns != "" {
+		writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("allNamespaces=true lists every watched namespace, but the path names namespace %q: use GET /api/v1/workspaces?allNamespaces=true, or drop allNamespaces to list %s only", ns, ns)})
+		return
+	}
+	o := frontend.ListOptions{AllUsers: all, AllNamespaces: across, Continue: r.URL.Query().Get("continue")}
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {

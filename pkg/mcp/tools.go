@@ -25,8 +25,10 @@ type (
 	listInput struct {
 		AllUsers  bool   `json:"allUsers,omitempty" jsonschema:"admins only: list every user's workspaces instead of your own"`
 		Limit     int    `json:"limit,omitempty" jsonschema:"at most this many workspaces, 1 to 1000 (absent: 100)"`
-		Continue  string `json:"continue,omitempty" jsonschema:"the continue value of the previous answer, unchanged (with the same allUsers): the list goes on after that page"`
-		Namespace string `json:"namespace,omitempty" jsonschema:"the workspace's namespace (whoami or list answers show it); empty: nogoo9's own namespace"`
+		Continue  string `json:"continue,omitempty" jsonschema:"the continue value of the previous answer, unchanged (with the same allUsers and allNamespaces): the list goes on after that page"`
+		Namespace string `json:"namespace,omitempty" jsonschema:"the namespace to list (whoami or list answers show it); empty: nogoo9's own namespace"`
+		// AllNamespaces is kubectl's --all-namespaces: every watched namespace, by namespace and id.
+		AllNamespaces bool `json:"allNamespaces,omitempty" jsonschema:"list every watched namespace, sorted by namespace then id (each workspace names its namespace); do not give namespace with it"`
 	}
 	eventsInput struct {
 		ID             string   `json:"id" jsonschema:"the workspace id"`
@@ -113,7 +115,8 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		Description: "List your workspaces with phase (Scheduling, Initializing, Ready, Upgrading, Unavailable, Failed, Terminating), " +
 			"template version, isOutdated and latestTemplateVersion, active pod, proxy paths and the last upgrade error. " +
 			"An answer holds at most limit workspaces (default 100, at most 1000) in id order; when more follow it has a continue value: " +
-			"pass it back (with the same allUsers) to get the next page, until an answer has none.",
+			"pass it back (with the same allUsers and allNamespaces) to get the next page, until an answer has none. " +
+			"Without namespace it lists nogoo9's own namespace; allNamespaces lists every watched namespace, sorted by namespace then id.",
 		Annotations:  &mcp.ToolAnnotations{ReadOnlyHint: true},
 		InputSchema:  mustSchema[listInput](),
 		OutputSchema: mustSchema[workspacesOutput](),
@@ -308,7 +311,7 @@ func listWorkspaces(ctx context.Context, svc *frontend.Service, req *mcp.CallToo
 		dec := json.NewDecoder(bytes.NewReader(req.Params.Arguments))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil {
-			return toolError(fmt.Errorf("validating \"arguments\": %v; list_workspaces takes allUsers (boolean), limit (integer), continue (string) and namespace (string)", err)), nil
+			return toolError(fmt.Errorf("validating \"arguments\": %v; list_workspaces takes allUsers (boolean), limit (integer), continue (string), namespace (string) and allNamespaces (boolean)", err)), nil
 		}
 	}
 	limit, err := pageLimit(in.Limit)
@@ -316,7 +319,7 @@ func listWorkspaces(ctx context.Context, svc *frontend.Service, req *mcp.CallToo
 		return toolError(err), nil
 	}
 	ctx = frontend.WithNamespace(ctx, in.Namespace)
-	list, err := svc.List(ctx, frontend.ListOptions{AllUsers: in.AllUsers, Limit: limit, Continue: in.Continue})
+	list, err := svc.List(ctx, frontend.ListOptions{AllUsers: in.AllUsers, AllNamespaces: in.AllNamespaces, Limit: limit, Continue: in.Continue})
 	if err != nil {
 		return toolError(err), nil
 	}
