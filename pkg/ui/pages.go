@@ -16,25 +16,29 @@ import (
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
-// listFilter is the workspace list's query: an admin may list every user's (All) and filter.
+// listFilter is the workspace list's query: an admin may list every user's (All) and filter;
+// anyone may keep to one watched namespace (NS, the query's namespace).
 type listFilter struct {
 	All      bool
 	Owner    string
 	Phase    string
 	Q        string
 	Outdated bool
+	NS       string
 }
 
 func parseFilter(r *http.Request) listFilter {
 	q := r.URL.Query()
 	return listFilter{
 		All: q.Get("all") == "1", Owner: strings.TrimSpace(q.Get("owner")), Phase: q.Get("phase"),
-		Q: strings.TrimSpace(q.Get("q")), Outdated: q.Get("outdated") == "1",
+		Q: strings.TrimSpace(q.Get("q")), Outdated: q.Get("outdated") == "1", NS: strings.TrimSpace(q.Get("namespace")),
 	}
 }
 
 func (f listFilter) match(w *frontend.Workspace) bool {
 	switch {
+	case f.NS != "" && w.Namespace != f.NS:
+		return false
 	case f.Owner != "" && !strings.Contains(w.Owner, f.Owner):
 		return false
 	case f.Phase != "" && string(w.Phase) != f.Phase:
@@ -65,6 +69,9 @@ func (f listFilter) values() url.Values {
 	if f.Outdated {
 		v.Set("outdated", "1")
 	}
+	if f.NS != "" {
+		v.Set("namespace", f.NS)
+	}
 	return v
 }
 
@@ -75,11 +82,23 @@ type listData struct {
 	StreamURL string
 	Phases    []workspace.PhaseName
 	Notice    string
+	// Namespaces are the namespace filter's choices (none when nogoo9 watches only its own);
+	// NSError says why the namespace asked for cannot be listed.
+	Namespaces []string
+	NSError    string
 }
 
-// rows lists the workspaces the filter shows, through the service.
+// rows lists the workspaces the filter shows, through the service: one namespace's when the
+// filter names one (the service refuses a namespace it does not watch), else every watched one's.
 func (u *UI) rows(r *request, f listFilter) ([]rowView, int, error) {
-	list, err := u.listAll(r.ctx, frontend.ListOptions{AllUsers: f.All})
+	o := frontend.ListOptions{AllUsers: f.All}
+	var list []frontend.Workspace
+	var err error
+	if f.NS != "" {
+		list, err = u.svc.ListWorkspaces(frontend.WithNamespace(r.ctx, f.NS), o)
+	} else {
+		list, err = u.listAll(r.ctx, o)
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -98,21 +117,32 @@ func (u *UI) listPage(w http.ResponseWriter, r *request) {
 	if u.o.Hub != nil {
 		seq = u.o.Hub.Seq() // before the list: a change after this is replayed by the stream
 	}
-	rows, total, err := u.rows(r, f)
-	if err != nil {
-		status, msg := message(r.Request, err)
-		u.renderError(w, r.Request, r.sess, status, msg)
-		return
-	}
-	d := listData{Filter: f, Rows: rows, Total: total, Phases: phases, Notice: notice(r.Request)}
-	if u.o.Hub != nil {
-		v := f.values()
-		v.Set("since", strconv.FormatUint(seq, 10))
-		d.StreamURL = "/stream?" + v.Encode()
+	d := listData{Filter: f, Phases: phases, Notice: notice(r.Request)}
+	if nss := u.svc.Namespaces(); len(nss) > 1 {
+		d.Namespaces = nss
 	}
 	title, nav := "My workspaces", "mine"
 	if f.All {
 		title, nav = "All workspaces", "all"
+	}
+	rows, total, err := u.rows(r, f)
+	if err != nil {
+		status, msg := message(r.Request, err)
+		if code := frontend.CodeOf(err); f.NS == "" || (code != frontend.CodeNotFound && code != frontend.CodeInvalid) {
+			u.renderError(w, r.Request, r.sess, status, msg)
+			return
+		}
+		// A namespace the filter cannot show (unwatched, or no namespace name): the page with
+		// the service's reason next to the choice, so another can be picked. No stream.
+		d.NSError = msg
+		u.render(w, r.Request, status, "list", u.page(r, title, nav, d))
+		return
+	}
+	d.Rows, d.Total = rows, total
+	if u.o.Hub != nil {
+		v := f.values()
+		v.Set("since", strconv.FormatUint(seq, 10))
+		d.StreamURL = "/stream?" + v.Encode()
 	}
 	u.render(w, r.Request, http.StatusOK, "list", u.page(r, title, nav, d))
 }
@@ -441,7 +471,7 @@ func (u *UI) newData(r *request, form spawnForm, errs map[string]string) (newDat
 }
 
 func (u *UI) newPage(w http.ResponseWriter, r *request) {
-	d, err := u.newData(r, spawnForm{Template: r.URL.Query().Get("template")}, nil)
+	d, err := u.newData(r, spawnForm{Template: r.URL.Query().Get("template"), Namespace: r.URL.Query().Get("namespace")}, nil)
 	if err != nil {
 		status, msg := message(r.Request, err)
 		u.renderError(w, r.Request, r.sess, status, msg)

@@ -704,3 +704,105 @@ func TestListStreamUpdatesTheRowOfAWorkspaceInAnotherNamespace(t *testing.T) {
 		t.Fatalf("want team-b's a1 row updated (not a row deleted):\n%s", got)
 	}
 }
+
+// The namespace filter: the chosen namespace is in the URL, the page and its live stream show
+// only that namespace's rows (a user's own, or every user's for an admin), and a namespace that
+// cannot be shown is a clear message next to the choice, escaped, never a 500.
+func TestNamespaceFilterKeepsToOneNamespaceInThePageAndItsStream(t *testing.T) {
+	a2 := wsPod("alice", "a2", "1.0", true)
+	a2.Namespace = otherNS
+	b1 := wsPod("bob", "b1", "1.0", true)
+	b1.Namespace = otherNS
+	f := newFixtureConfig(t, Options{InsecureCookie: true}, nil, twoNamespaces, wsPod("alice", "a1", "1.0", true), a2, b1)
+	alice := f.browser(t)
+	alice.login("alice-token")
+	admin := f.browser(t)
+	admin.login("admin-token")
+	const (
+		rowA1 = `href="/workspaces/a1"`
+		rowA2 = `href="/namespaces/team-b/workspaces/a2"`
+		rowB1 = `href="/namespaces/team-b/workspaces/b1"`
+	)
+	tests := []struct {
+		name       string
+		b          *browser
+		path       string
+		wantStatus int
+		want, not  []string
+	}{
+		{"a user's list without a filter covers every watched namespace", alice, "/", 200,
+			[]string{rowA1, rowA2, `<option value="">all namespaces</option>`, `id="namespace-filter"`}, []string{rowB1}},
+		{"a user's list of one namespace", alice, "/?namespace=team-b", 200,
+			[]string{rowA2, "<option selected>team-b</option>", "in namespace team-b", "/stream?namespace=team-b&amp;since="}, []string{rowA1, rowB1}},
+		{"an admin's list of nogoo9's own namespace", admin, "/?all=1&namespace=ns", 200,
+			[]string{rowA1, "<option selected>ns</option>", `name="all" value="1"`}, []string{rowA2, rowB1}},
+		{"an admin's list of the team namespace holds every user's there", admin, "/?all=1&namespace=team-b", 200,
+			[]string{rowA2, rowB1}, []string{rowA1}},
+		{"a namespace nogoo9 does not watch", alice, "/?namespace=elsewhere", 404,
+			[]string{`id="namespace-error"`, "namespace &#34;elsewhere&#34; is not watched by nogoo9: use one of [ns, team-b]", `aria-invalid="true"`}, []string{rowA1, rowA2, "sse-connect"}},
+		{"a namespace that is no name is escaped wherever it is shown", alice, "/?namespace=%3Cscript%3Ealert(1)%3C/script%3E", 400,
+			[]string{`id="namespace-error"`, "&lt;script&gt;alert(1)&lt;/script&gt;", "is not a namespace name"}, []string{"<script>alert", rowA1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, page := tc.b.do("GET", tc.path, nil)
+			if resp.StatusCode != tc.wantStatus {
+				t.Fatalf("GET %s: %s, want %d\n%s", tc.path, resp.Status, tc.wantStatus, page)
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(page, s) {
+					t.Errorf("GET %s lacks %s", tc.path, s)
+				}
+			}
+			for _, s := range tc.not {
+				if strings.Contains(page, s) {
+					t.Errorf("GET %s shows %s", tc.path, s)
+				}
+			}
+			if t.Failed() {
+				t.Log(page)
+			}
+		})
+	}
+
+	t.Run("the stream of a filtered list sends the rows of that namespace only", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", fmt.Sprintf("%s/stream?namespace=ns&since=%d", f.srv.URL, f.hub.Seq()), nil)
+		req.Header.Set("Accept", "text/event-stream")
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		resp, err := alice.c.Do(req.WithContext(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var got strings.Builder
+		read := func(want string) {
+			t.Helper()
+			buf := make([]byte, 64<<10)
+			for !strings.Contains(got.String(), want) {
+				n, err := resp.Body.Read(buf)
+				if err != nil {
+					t.Fatalf("stream ended (%v) before %q; got:\n%s", err, want, got.String())
+				}
+				got.Write(buf[:n])
+			}
+		}
+		read(": connected")
+		for _, k := range []client.ObjectKey{{Namespace: otherNS, Name: "ws-a2"}, {Namespace: ns, Name: "ws-a1"}} {
+			var p corev1.Pod
+			if err := f.k8s.Get(ctx, k, &p); err != nil {
+				t.Fatal(err)
+			}
+			p.Annotations[workspace.AnnMaintenance] = "disk move"
+			if err := f.k8s.Update(ctx, &p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.hub.changed("a2") // first: a row of team-b, which this page does not show
+		f.hub.changed("a1")
+		read(`<tr id="ws-a1"`)
+		if strings.Contains(got.String(), "ws-team-b_a2") {
+			t.Fatalf("the stream of namespace ns sent team-b's a2:\n%s", got.String())
+		}
+	})
+}
