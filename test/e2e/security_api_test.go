@@ -315,6 +315,25 @@ var _ = Describe("API security: the access matrix", Ordered, Label(secMatrixLabe
 				}
 			}
 		}
+		By("the lists across namespaces (?allNamespaces=true) follow the list's rules: each user their own, every user's for an admin only")
+		for _, q := range []string{"?allNamespaces=true", "?allNamespaces=true&all=true"} {
+			for _, who := range secEveryone {
+				want := secAllowed()
+				if reason, bad := secUnauthenticated[who]; bad {
+					want = secRefused(http.StatusUnauthorized, reason)
+				} else if strings.Contains(q, "all=true") && who != secAdmin {
+					want = secAdminOnly("only admin users can list every user's workspaces")
+				}
+				code, resp, _ := secDo("GET", proc.APIURL+"/api/v1/workspaces"+q, tokens[who], "", nil)
+				cell := fmt.Sprintf("REST GET /api/v1/workspaces%s as %s", q, who)
+				secExpect(cell, code, resp, want)
+				if want.ok {
+					sees := who == secOwner || (who == secAdmin && strings.Contains(q, "all=true"))
+					Expect(strings.Contains(resp, `"id":"`+mainWS+`"`)).To(Equal(sees), "%s: lists alice's workspace: %v", cell, !sees)
+				}
+			}
+		}
+
 		By("alice's workspace survived every refused call")
 		code, body, _ := secDo("GET", proc.APIURL+"/api/v1/workspaces/"+mainWS, tokens[secOwner], "", nil)
 		Expect(code).To(Equal(http.StatusOK), body)
@@ -396,11 +415,16 @@ var _ = Describe("API security: the access matrix", Ordered, Label(secMatrixLabe
 			}
 		}
 		Expect(missing).To(BeEmpty(), "MCP tools without a row in the access matrix: add one for each")
+		// list_workspaces across namespaces follows the list's rules too.
+		rows["list_workspaces allNamespaces"] = row{args: func(secWho) map[string]any { return map[string]any{"allNamespaces": true} }, refuse: nobody}
+		rows["list_workspaces allNamespaces allUsers"] = row{args: func(secWho) map[string]any { return map[string]any{"allNamespaces": true, "allUsers": true} },
+			refuse: adminOnly("only admin users can list every user's workspaces")}
+		names = append(names, "list_workspaces allNamespaces", "list_workspaces allNamespaces allUsers")
 		slices.Sort(names)
 		for _, tool := range names {
 			for _, who := range []secWho{secOwner, secOther, secAdmin} {
 				r := rows[tool]
-				got := callTool(sessions[who], tool, r.args(who), nil)
+				got := callTool(sessions[who], strings.Fields(tool)[0], r.args(who), nil)
 				if want := r.refuse(who); want == "" {
 					Expect(got).To(BeEmpty(), "MCP %s as %s must succeed", tool, who)
 				} else {
