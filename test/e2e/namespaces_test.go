@@ -152,6 +152,27 @@ var _ = Describe("Several namespaces and clean URLs", Label("namespaces"), func(
 		code, raw = pxAPI(p, bob, http.MethodPost, "/api/v1/namespaces/not-watched-"+team+"/workspaces", map[string]any{"template": "ide", "id": "x"})
 		Expect(code).To(Equal(http.StatusNotFound), "%s", raw)
 		Expect(string(raw)).To(ContainSubstring("is not watched by nogoo9"))
+
+		By("alice's list across namespaces holds both workspaces in the team namespace, by namespace then id")
+		code, raw = pxAPI(p, alice, http.MethodPost, "/api/v1/workspaces", map[string]any{"template": "ide", "id": "home-box"})
+		Expect(code).To(Equal(http.StatusCreated), "%s", raw)
+		Eventually(func(g Gomega) {
+			code, raw := pxAPI(p, alice, http.MethodGet, "/api/v1/workspaces?allNamespaces=true", nil)
+			g.Expect(code).To(Equal(http.StatusOK), "%s", raw)
+			var l struct{ Workspaces []struct{ Namespace, ID string } }
+			g.Expect(json.Unmarshal(raw, &l)).To(Succeed())
+			var got []string
+			for _, w := range l.Workspaces {
+				got = append(got, w.Namespace+"/"+w.ID)
+			}
+			want := []string{team + "/agent", team + "/box"}
+			if home < team {
+				want = append([]string{home + "/home-box"}, want...)
+			} else {
+				want = append(want, home+"/home-box")
+			}
+			g.Expect(got).To(Equal(want))
+		}).Should(Succeed(), "the list across namespaces shows alice's three workspaces")
 	})
 })
 
