@@ -159,7 +159,9 @@ var _ = Describe("Several namespaces and clean URLs", Label("namespaces"), func(
 		Eventually(func(g Gomega) {
 			code, raw := pxAPI(p, alice, http.MethodGet, "/api/v1/workspaces?allNamespaces=true", nil)
 			g.Expect(code).To(Equal(http.StatusOK), "%s", raw)
-			var l struct{ Workspaces []struct{ Namespace, ID string } }
+			var l struct {
+				Workspaces []struct{ Namespace, ID string }
+			}
 			g.Expect(json.Unmarshal(raw, &l)).To(Succeed())
 			var got []string
 			for _, w := range l.Workspaces {
