@@ -87,6 +87,10 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 	f := parseFilter(r.Request)
 	sub := u.o.Hub.Subscribe(since(r.Request))
 	defer sub.Close()
+	// Changes between the page and this stream are replayed, but the rows below are read after
+	// them: the page may still show a workspace that is gone by now (or lack one that came), and
+	// a row-by-row update cannot tell. The first update then sends the whole list instead.
+	replayed := sub.Pending()
 	// The rows the page shows (as far as this stream knows): a change to one of them is a row
 	// swap, a new matching workspace refreshes the list, so rows stay in order.
 	rows, _, err := u.rows(r, f)
@@ -120,7 +124,8 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 	}
 	u.streamLoop(r, sub, nil, func(ids []string, all bool, seq uint64) error {
 		var buf bytes.Buffer
-		refresh := all
+		refresh := all || replayed
+		replayed = false
 		if !refresh {
 			sort.Strings(ids)
 			// The hub names a changed workspace by its id: look it up in every watched namespace.

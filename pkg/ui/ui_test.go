@@ -806,3 +806,46 @@ func TestNamespaceFilterKeepsToOneNamespaceInThePageAndItsStream(t *testing.T) {
 		}
 	})
 }
+
+// A workspace deleted after its list page was rendered but before the page's stream connected
+// (a browser under load is slow to connect): the stream reads its rows after the deletion, so a
+// row-by-row update would never remove the row the page still shows. The replayed change sends
+// the whole list, without it.
+func TestListStreamRemovesARowDeletedBeforeTheStreamConnected(t *testing.T) {
+	f := newFixture(t, Options{InsecureCookie: true}, wsPod("alice", "a1", "1.0", true), wsPod("alice", "a2", "1.0", true))
+	b := f.browser(t)
+	b.login("alice-token")
+	seq := f.hub.Seq()
+	if _, page := b.do("GET", "/", nil); !strings.Contains(page, `id="ws-a2"`) {
+		t.Fatalf("the page lacks a2:\n%s", page)
+	}
+	var p corev1.Pod
+	if err := f.k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "ws-a2"}, &p); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.k8s.Delete(context.Background(), &p); err != nil {
+		t.Fatal(err)
+	}
+	f.hub.changed("a2")
+	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/stream?since=%d", f.srv.URL, seq), nil)
+	req.Header.Set("Accept", "text/event-stream")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := b.c.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 64<<10)
+	var got strings.Builder
+	for !strings.Contains(got.String(), "</template>") {
+		n, err := resp.Body.Read(buf)
+		if err != nil {
+			t.Fatalf("stream ended (%v) with no update removing a2; got:\n%s", err, got.String())
+		}
+		got.Write(buf[:n])
+	}
+	if !strings.Contains(got.String(), `<tbody id="rows" hx-swap-oob="true">`) || !strings.Contains(got.String(), `id="ws-a1"`) || strings.Contains(got.String(), `id="ws-a2"`) {
+		t.Fatalf("want the whole list without a2:\n%s", got.String())
+	}
+}
