@@ -69,11 +69,48 @@ func (l *sessionLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		del.Header.Set(sessionHeader, old)
 		l.next.ServeHTTP(discard{h: http.Header{}}, del)
 	}
-	l.next.ServeHTTP(w, r)
+	// The session is recorded when the SDK writes the response's header, before the client can
+	// read the answer and open its next session: recorded after ServeHTTP returned, two sessions
+	// opened back to back could be recorded in the wrong order and the wrong one closed first.
+	l.next.ServeHTTP(&recordSession{ResponseWriter: w, record: func(id string) { l.add(c.Subject, id) }}, r)
+}
+
+// recordSession hands the session id of a response to record once, when its header is written.
+type recordSession struct {
+	http.ResponseWriter
+	record func(id string)
+	done   bool
+}
+
+func (w *recordSession) see() {
+	if w.done {
+		return
+	}
+	w.done = true
 	if id := w.Header().Get(sessionHeader); id != "" {
-		l.add(c.Subject, id)
+		w.record(id)
 	}
 }
+
+func (w *recordSession) WriteHeader(code int) {
+	w.see()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *recordSession) Write(b []byte) (int, error) {
+	w.see()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *recordSession) Flush() {
+	w.see()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *recordSession) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // evictFor drops the subject's sessions that idled out and returns the least recently used ones
 // that must close so that one more fits.
