@@ -100,7 +100,8 @@ func OutdatedCounts(pods []*corev1.Pod, reg TemplateSource) map[outdatedKey]int 
 	out := map[outdatedKey]int{}
 	for _, group := range workspace.GroupByID(pods) {
 		active := workspace.Active(group)
-		name := active.Labels[workspace.LabelTemplate]
+		// The key: a team template counts apart from nogoo9's of the same name.
+		name := workspace.TemplateKey(active)
 		target := upgrade.Target{Name: name}
 		if t, ok := reg.Get(name); ok {
 			target.Found, target.Version = true, t.Version
