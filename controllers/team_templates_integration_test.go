@@ -223,7 +223,7 @@ func TestTeamTemplates(t *testing.T) {
 	})
 	t.Run("a spawn in nogoo9's namespace gets nogoo9's template, unstamped", func(t *testing.T) {
 		g := gomega.NewWithT(t)
-		p := e.spawnIn(home, "bob", "bobs")
+		p := e.spawnIn(home, "bob", "mine") // the same id as alice's: ids are unique per namespace only
 		g.Expect(p.Spec.Containers[0].Image).To(gomega.Equal("python:home-1"))
 		g.Expect(p.Annotations).NotTo(gomega.HaveKey(workspace.AnnTemplateNamespace))
 	})
