@@ -57,6 +57,7 @@ type options struct {
 	burst             int
 	components        string
 	templateDir       string
+	nsTemplates       bool
 	maxPerUser        int
 	maxClaimsPerUser  int
 	integrityKeyFile  string
@@ -128,6 +129,7 @@ func main() {
 	flag.IntVar(&o.burst, "kube-api-burst", 1000, "Client-side burst of API requests.")
 	flag.StringVar(&o.components, "components", "controller,api,proxy", "Comma-separated components to run: controller, api, proxy.")
 	flag.StringVar(&o.templateDir, "template-dir", "", "Directory of local YAML templates (same shape as template ConfigMaps); empty for none.")
+	flag.BoolVar(&o.nsTemplates, "namespace-templates", true, "Read template ConfigMaps of the watched namespaces too: a spawn there uses its namespace's template of that name before nogoo9's. False: templates come from nogoo9's namespace only.")
 	flag.IntVar(&o.maxPerUser, "max-workspaces-per-user", envInt("MAX_WORKSPACES_PER_USER", 0), "Workspaces a non-admin user may own (0 = unlimited).")
 	flag.IntVar(&o.maxClaimsPerUser, "max-claims-per-user", 20, "Persistent volume claims a non-admin user may own, including those left by deleted workspaces (0 = unlimited).")
 	flag.StringVar(&o.integrityKeyFile, "integrity-key-file", "", "File of base64 keys (one per line, the first signs) that authenticate nogoo9's upgrade records; empty: a random key per process (docs/upgrades.md, \"Trust\").")
@@ -248,7 +250,7 @@ func run(o options) error {
 	// (wired by the component issues)
 
 	// Templates and spawner (issue 3): every component reads templates; the api spawns.
-	registry, err := templates.Setup(mgr, templates.Options{Namespace: o.namespace, TemplateDir: o.templateDir, Policy: &policy})
+	registry, err := templates.Setup(mgr, templates.Options{Namespace: o.namespace, NamespaceTemplates: o.nsTemplates, TemplateDir: o.templateDir, Policy: &policy})
 	if err != nil {
 		return fmt.Errorf("set up templates: %w", err)
 	}

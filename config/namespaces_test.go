@@ -16,10 +16,12 @@ import (
 )
 
 // allowedWorkspacesRole is what nogoo9 may do in a watched namespace: its own namespace's Role
-// without the Lease and without writing ConfigMaps (quota ledgers stay in nogoo9's namespace).
+// without the Lease and without updating ConfigMaps (quota ledgers stay in nogoo9's namespace).
+// ConfigMaps: team templates are cached (list, watch), and their history ConfigMaps live beside
+// them (create a kept version, delete those past the limit, get one for a rollback).
 var allowedWorkspacesRole = map[string][]string{
 	"/pods":                   {"create", "delete", "get", "list", "patch", "watch"},
-	"/configmaps":             {"list", "watch"},
+	"/configmaps":             {"create", "delete", "get", "list", "watch"},
 	"/persistentvolumeclaims": {"create", "delete", "get", "list", "watch"},
 	"/events":                 {"create", "list", "patch", "watch"},
 	"events.k8s.io/events":    {"create", "patch"},

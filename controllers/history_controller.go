@@ -24,7 +24,8 @@ type HistoryTemplates interface {
 
 // HistoryRecorder keeps the versions of every template (docs/templates.md, "History"): when the
 // registry serves a new version, it creates the ConfigMap that keeps it (templates.HistoryName,
-// so a repeat is an AlreadyExists) and deletes the oldest past Keep. Leader only; the state is
+// so a repeat is an AlreadyExists) and deletes the oldest past Keep. The versions of a team
+// template are kept beside it, in its namespace, so two templates of one name never collide. Leader only; the state is
 // the ConfigMaps, so a crash between the two writes is repaired by the next change or restart.
 type HistoryRecorder struct {
 	Client    client.Client
@@ -65,7 +66,10 @@ func (h *HistoryRecorder) Start(ctx context.Context) error {
 		return nil
 	}
 	for _, i := range h.Templates.List() {
-		h.enqueue(i.Name)
+		if i.Namespace == h.Namespace {
+			i.Namespace = "" // nogoo9's templates are keyed by name
+		}
+		h.enqueue(workspace.JoinTemplateKey(i.Namespace, i.Name))
 	}
 	log := ctrl.Log.WithName("template-history")
 	for {
@@ -78,33 +82,37 @@ func (h *HistoryRecorder) Start(ctx context.Context) error {
 		names := h.pending
 		h.pending = map[string]bool{}
 		h.mu.Unlock()
-		for name := range names {
-			if err := h.record(ctx, name); err != nil {
-				log.Error(err, "Keep template version", "template", name)
+		for key := range names {
+			if err := h.record(ctx, key); err != nil {
+				log.Error(err, "Keep template version", "template", key)
 				// Try again later: a later change or this retry brings it back.
-				time.AfterFunc(10*time.Second, func() { h.enqueue(name) })
+				time.AfterFunc(10*time.Second, func() { h.enqueue(key) })
 			}
 		}
 	}
 }
 
-// record keeps the served version of template name and prunes the oldest.
-func (h *HistoryRecorder) record(ctx context.Context, name string) error {
-	t, ok := h.Templates.Get(name)
+// record keeps the served version of the template at key and prunes the oldest.
+func (h *HistoryRecorder) record(ctx context.Context, key string) error {
+	t, ok := h.Templates.Get(key)
 	if !ok {
 		return nil
 	}
-	cm, err := templates.HistoryConfigMap(h.Namespace, t)
+	ns := h.Namespace
+	if t.Namespace != "" {
+		ns = t.Namespace // a team template's versions live beside it
+	}
+	cm, err := templates.HistoryConfigMap(ns, t)
 	if err != nil {
 		return err
 	}
 	if err := h.Client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	} else if err == nil {
-		ctrl.Log.WithName("template-history").Info("Kept template version", "template", name, "version", t.Version, "configMap", klog.KObj(cm))
+		ctrl.Log.WithName("template-history").Info("Kept template version", "template", key, "version", t.Version, "configMap", klog.KObj(cm))
 	}
 	var list corev1.ConfigMapList
-	if err := h.APIReader.List(ctx, &list, client.InNamespace(h.Namespace), client.MatchingLabels{workspace.LabelTemplateHistory: name}); err != nil {
+	if err := h.APIReader.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{workspace.LabelTemplateHistory: t.Name}); err != nil {
 		return err
 	}
 	for _, old := range templates.Prune(list.Items, h.Keep, t.Version) {

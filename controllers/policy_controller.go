@@ -164,7 +164,7 @@ func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 			continue
 		}
 		pod := live[0]
-		tmpl, found := p.Templates.Get(pod.Labels[workspace.LabelTemplate])
+		tmpl, found := p.Templates.Get(workspace.TemplateKey(pod))
 		var tmplAnn map[string]string
 		if found {
 			tmplAnn = tmpl.Annotations

@@ -95,12 +95,24 @@ type outdatedKey struct {
 }
 
 // OutdatedCounts counts workspaces per template and outdatedness: a workspace is outdated when
-// its active pod's version differs from its template's current version.
+// its active pod's version differs from its template's current version. Ids are unique per
+// namespace only, so pods are grouped per namespace first.
 func OutdatedCounts(pods []*corev1.Pod, reg TemplateSource) map[outdatedKey]int {
+	byNS := map[string][]*corev1.Pod{}
+	for _, p := range pods {
+		byNS[p.Namespace] = append(byNS[p.Namespace], p)
+	}
+	var groups [][]*corev1.Pod
+	for _, nsPods := range byNS {
+		for _, g := range workspace.GroupByID(nsPods) {
+			groups = append(groups, g)
+		}
+	}
 	out := map[outdatedKey]int{}
-	for _, group := range workspace.GroupByID(pods) {
+	for _, group := range groups {
 		active := workspace.Active(group)
-		name := active.Labels[workspace.LabelTemplate]
+		// The key: a team template counts apart from nogoo9's of the same name.
+		name := workspace.TemplateKey(active)
 		target := upgrade.Target{Name: name}
 		if t, ok := reg.Get(name); ok {
 			target.Found, target.Version = true, t.Version

@@ -39,10 +39,11 @@ const UpgradeControllerName = "workspace-upgrade"
 // TemplateSource is what the upgrade controller needs of the template registry
 // (*templates.Registry satisfies it; tests supply fixed templates).
 type TemplateSource interface {
-	// Get returns the latest valid version of template name.
-	Get(name string) (*templates.Template, bool)
-	// Subscribe calls fn with a template's name whenever it changes.
-	Subscribe(fn func(name string))
+	// Get returns the latest valid version of the template at key (workspace.TemplateKey: the
+	// name for nogoo9's namespace, "<ns>/<name>" for a team template).
+	Get(key string) (*templates.Template, bool)
+	// Subscribe calls fn with a template's key whenever it changes.
+	Subscribe(fn func(key string))
 }
 
 // deletedMeanwhile reads old from the API server and reports whether it is gone, being deleted, or
@@ -239,15 +240,17 @@ func keyRequest(_ context.Context, obj client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}}}
 }
 
-// templateChanged enqueues every workspace of template name. On a replica that is not the leader
-// nobody reads the channel: the sends give up after a minute (a new leader reconciles every
-// workspace when it starts anyway).
-func (r *WorkspaceReconciler) templateChanged(name string) {
+// templateChanged enqueues every workspace of the template at key (a team template's are in its
+// namespace only; a workspace of another template of the same name is woken for nothing and
+// finds nothing to do). On a replica that is not the leader nobody reads the channel: the sends
+// give up after a minute (a new leader reconciles every workspace when it starts anyway).
+func (r *WorkspaceReconciler) templateChanged(key string) {
+	ns, name := workspace.SplitTemplateKey(key)
 	go func() {
 		timeout := time.NewTimer(time.Minute)
 		defer timeout.Stop()
 		var list corev1.PodList
-		if err := r.Reader.List(context.Background(), &list, client.MatchingLabels{workspace.LabelTemplate: name}, client.UnsafeDisableDeepCopy); err != nil {
+		if err := r.Reader.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{workspace.LabelTemplate: name}, client.UnsafeDisableDeepCopy); err != nil {
 			ctrl.Log.WithName(r.Opts.Name).Error(err, "List workspaces of a changed template", "template", name)
 			return
 		}
@@ -363,8 +366,8 @@ func (r *WorkspaceReconciler) observe(ctx context.Context, key types.NamespacedN
 		}
 		obs.Pods = append(obs.Pods, p)
 		if tmplName == "" || p.DeletionTimestamp == nil {
-			if n := p.Labels[workspace.LabelTemplate]; n != "" {
-				tmplName = n
+			if p.Labels[workspace.LabelTemplate] != "" {
+				tmplName = workspace.TemplateKey(p) // where the template was found at spawn
 			}
 		}
 		for _, v := range p.Spec.Volumes {

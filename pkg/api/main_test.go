@@ -190,7 +190,7 @@ func (f *fakeTemplates) Get(name string) (*templates.Template, bool) {
 	return &c, true
 }
 
-func (f *fakeTemplates) Infos() []frontend.TemplateInfo {
+func (f *fakeTemplates) Infos(string) []frontend.TemplateInfo {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []frontend.TemplateInfo

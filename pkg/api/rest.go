@@ -30,18 +30,19 @@ func Routes() []string {
 	return out
 }
 
-// namespacedPrefix is where the routes that address a namespace live: every workspace route and
-// upgrade-all again under /api/v1/namespaces/{ns}/; the routes without it address nogoo9's own
+// namespacedPrefix is where the routes that address a namespace live: every workspace route,
+// upgrade-all and the template list (what a spawn there can use) again under
+// /api/v1/namespaces/{ns}/; the routes without it address nogoo9's own
 // namespace (upgrade-all: every watched namespace), as they did before namespaces existed.
 const namespacedPrefix = "/api/v1/namespaces/{ns}/"
 
-// allRoutes is routes plus, for each workspace route and upgrade-all, its namespaced twin.
+// allRoutes is routes plus, for each workspace route, upgrade-all and the template list, its namespaced twin.
 func allRoutes() []route {
 	out := append([]route(nil), routes...)
 	for _, r := range routes {
 		method, path, _ := strings.Cut(r.pattern, " ")
 		tail, ok := strings.CutPrefix(path, "/api/v1/")
-		if !ok || !(strings.HasPrefix(tail, "workspaces") || tail == "upgrade-all") {
+		if !ok || !(strings.HasPrefix(tail, "workspaces") || tail == "upgrade-all" || tail == "templates") {
 			continue
 		}
 		h := r.handler

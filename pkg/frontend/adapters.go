@@ -13,8 +13,8 @@ import (
 
 // Registry is what templates.Registry offers.
 type Registry interface {
-	Get(name string) (*templates.Template, bool)
-	List() []templates.Info
+	Get(key string) (*templates.Template, bool)
+	ListFor(ns string) []templates.Info
 }
 
 // FromRegistry adapts the template registry to Templates.
@@ -22,11 +22,11 @@ func FromRegistry(r Registry) Templates { return registryTemplates{r} }
 
 type registryTemplates struct{ Registry }
 
-func (r registryTemplates) Infos() []TemplateInfo {
-	list := r.List()
+func (r registryTemplates) Infos(ns string) []TemplateInfo {
+	list := r.ListFor(ns)
 	out := make([]TemplateInfo, len(list))
 	for i, t := range list {
-		out[i] = TemplateInfo{Name: t.Name, Version: t.ServingVersion, Description: t.Description, Source: t.Source, Valid: t.Valid, Error: t.Error}
+		out[i] = TemplateInfo{Name: t.Name, Namespace: t.Namespace, Version: t.ServingVersion, Description: t.Description, Source: t.Source, Valid: t.Valid, Error: t.Error}
 		if out[i].Version == "" {
 			out[i].Version = t.Version
 		}

@@ -10,7 +10,10 @@ import (
 
 // TemplateInfo describes one template as list_templates shows it.
 type TemplateInfo struct {
-	Name        string `json:"name"`
+	Name string `json:"name"`
+	// Namespace is where the template lives: the namespace asked about for a team template,
+	// nogoo9's namespace otherwise (docs/templates.md, "Where a template is looked up").
+	Namespace   string `json:"namespace,omitempty"`
 	Version     string `json:"version,omitempty"`
 	Description string `json:"description,omitempty"`
 	Source      string `json:"source,omitempty"`
@@ -24,8 +27,12 @@ type TemplateInfo struct {
 // Templates is what the front end needs of the template registry (templates.Registry); an
 // adapter in adapters.go converts the registry's types.
 type Templates interface {
-	Get(name string) (*templates.Template, bool)
-	Infos() []TemplateInfo
+	// Get returns the template at key (workspace.TemplateKey: the name for nogoo9's namespace,
+	// "<ns>/<name>" for a team template).
+	Get(key string) (*templates.Template, bool)
+	// Infos lists what a caller in namespace ns is offered: ns's templates and nogoo9's not
+	// shadowed by one of them ("" or nogoo9's namespace: nogoo9's only).
+	Infos(ns string) []TemplateInfo
 }
 
 // SpawnRequest asks for a new workspace owned by Owner.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/podcache"
+	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/updatepolicy"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -133,24 +134,50 @@ func caller(ctx context.Context) (*auth.Caller, error) {
 
 func mayActOn(c *auth.Caller, owner string) bool { return c.IsAdmin || c.Subject == owner }
 
-// ListTemplates returns every template the registry knows, valid or not.
+// ListTemplates returns the templates a spawn in ctx's namespace can use, valid or not: that
+// namespace's own and nogoo9's not shadowed by one of them, each with where it lives.
 func (s *Service) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
 	if _, err := caller(ctx); err != nil {
 		return nil, err
 	}
-	out := s.cfg.Templates.Infos()
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	ns, err := s.namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := s.cfg.Templates.Infos(ns)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	if s.cfg.History != nil {
-		// One request for every template's history; without it the list still answers.
-		if all, err := s.cfg.History.AllVersions(ctx); err == nil {
-			for i := range out {
-				out[i].History = all[out[i].Name]
+		// One request per namespace for every template's history (kept beside the template);
+		// without it the list still answers.
+		byNS := map[string]map[string][]templates.VersionInfo{}
+		for i := range out {
+			where := out[i].Namespace
+			if where == "" {
+				where = s.cfg.Namespace
 			}
-		} else {
-			ctrl.LoggerFrom(ctx).Error(err, "Read template history for list_templates")
+			all, ok := byNS[where]
+			if !ok {
+				all, err = s.cfg.History.AllVersions(ctx, where)
+				if err != nil {
+					ctrl.LoggerFrom(ctx).Error(err, "Read template history for list_templates", "namespace", where)
+				}
+				byNS[where] = all
+			}
+			out[i].History = all[out[i].Name]
 		}
 	}
 	return out, nil
+}
+
+// spawnKey is the registry key a spawn of template name in ns follows: ns's own template of
+// that name when ns offers one, else nogoo9's (templates.LookupNamespace, as the spawner does).
+func (s *Service) spawnKey(ns, name string) string {
+	for _, i := range s.cfg.Templates.Infos(ns) {
+		if i.Name == name && i.Namespace != "" && i.Namespace != s.cfg.Namespace {
+			return workspace.JoinTemplateKey(i.Namespace, name)
+		}
+	}
+	return name
 }
 
 // listPods reads workspace pods from the cache without copying them: the result must not be
@@ -338,7 +365,7 @@ func (s *Service) templateVersion(name string) string {
 
 // latestVersion looks the active pod's template up once per call and template.
 func (s *Service) latestVersion(memo map[string]string, pods []*corev1.Pod) string {
-	name := workspace.Active(pods).Labels[workspace.LabelTemplate]
+	name := workspace.TemplateKey(workspace.Active(pods))
 	if v, ok := memo[name]; ok {
 		return v
 	}
@@ -415,9 +442,9 @@ func (s *Service) Spawn(ctx context.Context, in SpawnInput) (*Workspace, error) 
 	if err := s.maySpawnIn(ctx, c, ns); err != nil {
 		return nil, err
 	}
-	t, ok := s.cfg.Templates.Get(in.Template)
+	t, ok := s.cfg.Templates.Get(s.spawnKey(ns, in.Template))
 	if !ok || t == nil {
-		return nil, errorf(CodeNotFound, "template %q not found (or not valid): list_templates shows the available ones", in.Template)
+		return nil, errorf(CodeNotFound, "template %q not found (or not valid) for namespace %s: list_templates shows the available ones", in.Template, ns)
 	}
 	id := in.ID
 	if id == "" {
@@ -557,7 +584,7 @@ func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResu
 		res.Status, res.PodName = "upgrading", podName
 		return res, nil
 	}
-	name := active.Labels[workspace.LabelTemplate]
+	name := workspace.TemplateKey(active)
 	t, ok := s.cfg.Templates.Get(name)
 	if !ok || t == nil {
 		return nil, errorf(CodeConflict, "template %q of workspace %q is gone or not valid; fix the template before upgrading", name, id)

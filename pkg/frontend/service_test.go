@@ -75,7 +75,7 @@ func (s stubTemplates) Get(name string) (*templates.Template, bool) {
 	}
 	return &templates.Template{Name: name, Version: v}, true
 }
-func (s stubTemplates) Infos() []TemplateInfo { return nil }
+func (s stubTemplates) Infos(string) []TemplateInfo { return nil }
 
 // syncedInformer delivers nothing itself (the test feeds the views) and reports synced.
 type syncedInformer struct{}

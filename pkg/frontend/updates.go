@@ -25,7 +25,7 @@ import (
 type HistoryReader interface {
 	Versions(ctx context.Context, name string) ([]templates.VersionInfo, error)
 	Version(ctx context.Context, name, version string) (*templates.Template, error)
-	AllVersions(ctx context.Context) (map[string][]templates.VersionInfo, error)
+	AllVersions(ctx context.Context, ns string) (map[string][]templates.VersionInfo, error)
 }
 
 // patchLive merge-patches annotations ann (nil values remove) on every live pod of a workspace
@@ -113,7 +113,7 @@ func (s *Service) SetUpdatePolicy(ctx context.Context, id string, in UpdatePolic
 		ann[workspace.AnnUpdateWindow] = in.Window
 	}
 	if in.Policy == string(updatepolicy.InWindow) && in.Window == "" {
-		t, ok := s.cfg.Templates.Get(workspace.Active(pods).Labels[workspace.LabelTemplate])
+		t, ok := s.cfg.Templates.Get(workspace.TemplateKey(workspace.Active(pods)))
 		if !ok || t.Annotations[workspace.AnnUpdateWindow] == "" {
 			return nil, errorf(CodeInvalid, "policy window needs a window and the template has none: give window, e.g. \"Sat 02:00-04:00 UTC\"")
 		}
@@ -212,7 +212,7 @@ func (s *Service) PreviewUpgrade(ctx context.Context, id, version string) (*Upgr
 
 // targetTemplate is the latest version of active's template, or (admins only) the kept version.
 func (s *Service) targetTemplate(ctx context.Context, isAdmin bool, active *corev1.Pod, version string) (*templates.Template, error) {
-	name := active.Labels[workspace.LabelTemplate]
+	name := workspace.TemplateKey(active)
 	latest, ok := s.cfg.Templates.Get(name)
 	if version == "" || (ok && latest.Version == version) {
 		if !ok || latest == nil {
@@ -326,6 +326,9 @@ func (s *Service) RollbackTemplate(ctx context.Context, name, version string) ([
 	out := []UpgradeResult{}
 	for _, g := range workspace.GroupByID(pods) {
 		a := workspace.Active(g)
+		if workspace.TemplateKey(a) != name {
+			continue // follows a team template of the same name, not this one
+		}
 		if workspace.TemplateVersion(a) == version || a.DeletionTimestamp != nil {
 			continue
 		}

@@ -39,6 +39,7 @@ type views struct {
 
 // entry is the view of one workspace.
 type entry struct {
+	// template is the registry key of the template the workspace follows (workspace.TemplateKey).
 	id, owner, template string
 	// pods are the workspace's pods, newest first, shared with the informer's store: read only.
 	pods []*corev1.Pod
@@ -199,7 +200,7 @@ func (v *views) get(id string) *entry {
 func newEntry(pods []*corev1.Pod) *entry {
 	info := workspace.Describe(pods, "", time.Time{})
 	return &entry{
-		id: info.ID, owner: info.Owner, template: info.Template,
+		id: info.ID, owner: info.Owner, template: workspace.JoinTemplateKey(info.TemplateNamespace, info.Template),
 		pods: pods, info: info, clock: probeClock(pods, info),
 	}
 }

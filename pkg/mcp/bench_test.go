@@ -46,7 +46,7 @@ type oneTemplate struct{}
 func (oneTemplate) Get(name string) (*templates.Template, bool) {
 	return &templates.Template{Name: name, Version: "1.0"}, true
 }
-func (oneTemplate) Infos() []frontend.TemplateInfo { return nil }
+func (oneTemplate) Infos(string) []frontend.TemplateInfo { return nil }
 
 func benchPods(n int) []*corev1.Pod {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

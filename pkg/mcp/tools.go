@@ -65,6 +65,9 @@ type (
 		Namespace string `json:"namespace,omitempty" jsonschema:"the workspace's namespace (whoami or list answers show it); empty: nogoo9's own namespace"`
 	}
 
+	templatesInput struct {
+		Namespace string `json:"namespace,omitempty" jsonschema:"the watched namespace to spawn in: its own templates and nogoo9's not shadowed by one of them; empty: nogoo9's own namespace"`
+	}
 	templatesOutput struct {
 		Templates []frontend.TemplateInfo `json:"templates"`
 	}
@@ -84,10 +87,10 @@ type (
 func addTools(s *mcp.Server, svc *frontend.Service) {
 	addTool(s, &mcp.Tool{
 		Name:        "list_templates",
-		Description: "List the workspace templates you can spawn from, with their current version. Invalid templates are listed with the reason so an admin can fix them.",
+		Description: "List the workspace templates you can spawn from (in namespace, if given), with their current version and the namespace each lives in. Invalid templates are listed with the reason so an admin can fix them.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
-	}, func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, templatesOutput, error) {
-		t, err := svc.ListTemplates(ctx)
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in templatesInput) (*mcp.CallToolResult, templatesOutput, error) {
+		t, err := svc.ListTemplates(frontend.WithNamespace(ctx, in.Namespace))
 		if t == nil {
 			t = []frontend.TemplateInfo{}
 		}

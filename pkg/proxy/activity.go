@@ -31,8 +31,8 @@ type ActivityOptions struct {
 	// Interval is the least time between two writes for one workspace, across replicas
 	// (--activity-write-interval, DefaultActivityInterval when 0).
 	Interval time.Duration
-	// TemplateAnnotations returns a template's annotations (its nogoo9/websocket-max-age); nil:
-	// an open WebSocket counts for as long as it is open.
+	// TemplateAnnotations returns the annotations of the template at key (workspace.TemplateKey;
+	// its nogoo9/websocket-max-age); nil: an open WebSocket counts for as long as it is open.
 	TemplateAnnotations func(name string) map[string]string
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
@@ -83,7 +83,7 @@ func (a *activityRecorder) observe(pod *corev1.Pod) {
 	v, _ := a.pods.LoadOrStore(pod.UID, &podActivity{})
 	pa := v.(*podActivity)
 	pa.mu.Lock()
-	pa.ns, pa.name, pa.template = pod.Namespace, pod.Name, pod.Labels[workspace.LabelTemplate]
+	pa.ns, pa.name, pa.template = pod.Namespace, pod.Name, workspace.TemplateKey(pod) // the registry key: a team template is its own
 	pa.recorded = lifecycle.ParseActivity(pod)
 	pa.mu.Unlock()
 }

@@ -165,6 +165,10 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 		workspace.AnnPreviewPort:     strconv.Itoa(int(exp.PreviewPort)),
 		workspace.AnnContext:         ctxJSON,
 	}
+	if t.Namespace != "" {
+		// A team template: the workspace follows it, not nogoo9's of the same name.
+		ann[workspace.AnnTemplateNamespace] = t.Namespace
+	}
 	ws, preview := id.paths()
 	if ws != "" {
 		ann[workspace.AnnWorkspacePath] = ws

@@ -196,12 +196,14 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	syncCtx, cancel := context.WithTimeout(ctx, s.opts.SyncTimeout)
 	synced := s.reg.WaitForSync(syncCtx)
 	cancel()
-	t, ok := s.reg.Get(req.Template)
+	// The template is looked up in the workspace's namespace first, then in nogoo9's; BuildPod
+	// stamps where it was found, and the workspace follows that template from now on.
+	t, key, ok := s.reg.Resolve(ns, req.Template)
 	if !ok {
 		if !synced {
 			return nil, fmt.Errorf("templates are still loading: retry in a few seconds")
 		}
-		return nil, s.notFound(req.Template)
+		return nil, s.notFound(key, ns)
 	}
 	podName := workspace.PodName(owner, id)
 	pod, pvcs, err := BuildPod(t, Identity{Owner: owner, ID: id, Name: req.Name, Context: req.Context, Namespace: ns}, podName)
@@ -337,14 +339,17 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	return &Result{Pod: pod, PVCs: names}, nil
 }
 
-func (s *Spawner) notFound(name string) error {
-	for _, info := range s.reg.List() {
+// notFound explains why the template at key (Registry.Resolve for a spawn in ns) cannot be used.
+func (s *Spawner) notFound(key, ns string) error {
+	visible := s.reg.ListFor(ns)
+	_, name := workspace.SplitTemplateKey(key)
+	for _, info := range visible {
 		if info.Name == name && !info.Valid {
-			return errorf(NotFound, nil, "template %s has no valid version (%s): fix it and raise %s", name, info.Error, workspace.AnnTemplateVersion)
+			return errorf(NotFound, nil, "template %s has no valid version (%s): fix it and raise %s", key, info.Error, workspace.AnnTemplateVersion)
 		}
 	}
 	var names []string
-	for _, info := range s.reg.List() {
+	for _, info := range visible {
 		if info.ServingVersion != "" {
 			names = append(names, info.Name)
 		}

@@ -122,25 +122,38 @@ func Prune(cms []corev1.ConfigMap, keep int, current string) []*corev1.ConfigMap
 }
 
 // History reads the kept versions of templates straight from the API server (they are read
-// rarely: a rollback, list_templates), labelled nogoo9/template-history in Namespace.
+// rarely: a rollback, list_templates), labelled nogoo9/template-history. The versions of a
+// template live beside it: in Namespace (nogoo9's) for its templates, in the team namespace for a
+// team template. Templates are named by registry key (Registry.Get).
 type History struct {
 	Reader    client.Reader
 	Namespace string
 	Policy    Policy
 }
 
-func (h *History) list(ctx context.Context, name string) ([]corev1.ConfigMap, error) {
+// where is the namespace that keeps the versions of the template at key, its name, and its team
+// namespace ("" for nogoo9's).
+func (h *History) where(key string) (in, name, team string) {
+	team, name = keyNamespace(key, h.Namespace)
+	if in = team; in == "" {
+		in = h.Namespace
+	}
+	return in, name, team
+}
+
+func (h *History) list(ctx context.Context, key string) ([]corev1.ConfigMap, error) {
+	in, name, _ := h.where(key)
 	var list corev1.ConfigMapList
-	if err := h.Reader.List(ctx, &list, client.InNamespace(h.Namespace), client.MatchingLabels{workspace.LabelTemplateHistory: name}); err != nil {
-		return nil, fmt.Errorf("list kept versions of template %s: %w", name, err)
+	if err := h.Reader.List(ctx, &list, client.InNamespace(in), client.MatchingLabels{workspace.LabelTemplateHistory: name}); err != nil {
+		return nil, fmt.Errorf("list kept versions of template %s: %w", key, err)
 	}
 	newestFirst(list.Items)
 	return list.Items, nil
 }
 
-// Versions lists the kept versions of template name, newest first.
-func (h *History) Versions(ctx context.Context, name string) ([]VersionInfo, error) {
-	cms, err := h.list(ctx, name)
+// Versions lists the kept versions of the template at key, newest first.
+func (h *History) Versions(ctx context.Context, key string) ([]VersionInfo, error) {
+	cms, err := h.list(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -151,11 +164,14 @@ func (h *History) Versions(ctx context.Context, name string) ([]VersionInfo, err
 	return out, nil
 }
 
-// AllVersions lists the kept versions of every template with one request, newest first per
-// template (list_templates).
-func (h *History) AllVersions(ctx context.Context) (map[string][]VersionInfo, error) {
+// AllVersions lists the kept versions of every template of namespace ns ("" for nogoo9's) with
+// one request, newest first per template name (list_templates).
+func (h *History) AllVersions(ctx context.Context, ns string) (map[string][]VersionInfo, error) {
+	if ns == "" {
+		ns = h.Namespace
+	}
 	var list corev1.ConfigMapList
-	if err := h.Reader.List(ctx, &list, client.InNamespace(h.Namespace), client.HasLabels{workspace.LabelTemplateHistory}); err != nil {
+	if err := h.Reader.List(ctx, &list, client.InNamespace(ns), client.HasLabels{workspace.LabelTemplateHistory}); err != nil {
 		return nil, fmt.Errorf("list kept template versions: %w", err)
 	}
 	newestFirst(list.Items)
@@ -185,15 +201,23 @@ func (e *ErrVersionNotKept) Error() string {
 	return fmt.Sprintf("version %q of template %s is not kept: list_templates shows the kept versions", e.Version, e.Name)
 }
 
-// Version returns kept version of template name, decoded and checked (FromHistory).
-func (h *History) Version(ctx context.Context, name, version string) (*Template, error) {
+// Version returns kept version of the template at key, decoded and checked (FromHistory). A kept
+// version of a team template is that team's (Template.Namespace), so a pod built from it keeps
+// following the team template.
+func (h *History) Version(ctx context.Context, key, version string) (*Template, error) {
+	in, name, team := h.where(key)
 	var cm corev1.ConfigMap
-	err := h.Reader.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: HistoryName(name, version)}, &cm)
+	err := h.Reader.Get(ctx, client.ObjectKey{Namespace: in, Name: HistoryName(name, version)}, &cm)
 	if client.IgnoreNotFound(err) != nil {
-		return nil, fmt.Errorf("read kept version %s of template %s: %w", version, name, err)
+		return nil, fmt.Errorf("read kept version %s of template %s: %w", version, key, err)
 	}
 	if err != nil || cm.Labels[workspace.LabelTemplateHistory] != name || cm.Annotations[workspace.AnnTemplateVersion] != version {
-		return nil, &ErrVersionNotKept{Name: name, Version: version}
+		return nil, &ErrVersionNotKept{Name: key, Version: version}
 	}
-	return FromHistory(&cm, h.Policy)
+	t, err := FromHistory(&cm, h.Policy)
+	if err != nil {
+		return nil, err
+	}
+	t.Namespace = team
+	return t, nil
 }

@@ -32,8 +32,14 @@ const (
 
 // Options configures the registry.
 type Options struct {
-	// Namespace whose template ConfigMaps are served. Empty accepts every namespace the cache sees.
+	// Namespace is nogoo9's namespace: its template ConfigMaps (and the --template-dir files)
+	// serve workspaces of every namespace. Empty: every ConfigMap the cache sees counts as one of
+	// nogoo9's namespace (tests).
 	Namespace string
+	// NamespaceTemplates (--namespace-templates) also serves the template ConfigMaps of the other
+	// namespaces the cache holds (the watched ones), each only to workspaces of its own namespace
+	// (LookupNamespace). False: templates come from Namespace only.
+	NamespaceTemplates bool
 	// TemplateDir holds local YAML templates (--template-dir); empty for none.
 	TemplateDir string
 	// FileRescan is how often TemplateDir is read again (default 10s; negative: read once).
@@ -44,8 +50,10 @@ type Options struct {
 }
 
 // Registry holds the last valid version of every template from both sources. A name defined by
-// both a --template-dir file and a ConfigMap is a clash: the file (written by whoever runs
-// nogoo9) is served, the ConfigMap is reported and ignored. It is safe for concurrent use.
+// both a --template-dir file and a ConfigMap of nogoo9's namespace is a clash: the file (written
+// by whoever runs nogoo9) is served, the ConfigMap is reported and ignored. Templates are keyed
+// by workspace.JoinTemplateKey: the name for nogoo9's namespace and the files, "<ns>/<name>" for
+// a team template of a watched namespace. It is safe for concurrent use.
 type Registry struct {
 	opts     Options
 	log      logr.Logger
@@ -54,7 +62,7 @@ type Registry struct {
 	informers cache.Informers
 
 	mu    sync.RWMutex
-	cms   map[string]*entry // by ConfigMap name
+	cms   map[string]*entry // by key (workspace.JoinTemplateKey)
 	files map[string]*entry // by template name
 	subs  []func(name string)
 
@@ -90,8 +98,9 @@ func newRegistry(opts Options, log logr.Logger, rec events.EventRecorder) *Regis
 // need a Registry without an API server.
 func NewStatic(ts ...*Template) *Registry {
 	r := newRegistry(Options{FileRescan: -1}, logr.Discard(), nil)
+	r.opts.NamespaceTemplates = true
 	for _, t := range ts {
-		r.cms[t.Name] = &entry{valid: t.DeepCopy(), hash: hashTemplate(t), info: Info{Name: t.Name, Version: t.Version, Description: t.Description, Source: t.Source, Valid: true, ServingVersion: t.Version}}
+		r.cms[workspace.JoinTemplateKey(t.Namespace, t.Name)] = &entry{valid: t.DeepCopy(), hash: hashTemplate(t), info: Info{Name: t.Name, Namespace: t.Namespace, Version: t.Version, Description: t.Description, Source: t.Source, Valid: true, ServingVersion: t.Version}}
 	}
 	r.markSynced()
 	return r
@@ -129,15 +138,24 @@ func (r *Registry) Policy() Policy { return *r.opts.Policy }
 // NeedLeaderElection: every replica serves templates.
 func (r *Registry) NeedLeaderElection() bool { return false }
 
-// Get returns a copy of the last valid version of the template name. A name a --template-dir file
-// defines is served from the file only, even while the file is invalid: a ConfigMap of the same
-// name never takes it over.
-func (r *Registry) Get(name string) (*Template, bool) {
+// Get returns a copy of the last valid version of the template key names: a template of nogoo9's
+// namespace by its name, a team template as "<ns>/<name>" (workspace.TemplateKey of a pod). A
+// name a --template-dir file defines is served from the file only, even while the file is
+// invalid: a ConfigMap of the same name never takes it over. Without NamespaceTemplates a team
+// key finds nothing.
+func (r *Registry) Get(key string) (*Template, bool) {
+	ns, name := keyNamespace(key, r.opts.Namespace)
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	e, ok := r.files[name]
-	if !ok {
-		e, ok = r.cms[name]
+	var e *entry
+	var ok bool
+	switch {
+	case ns == "":
+		if e, ok = r.files[name]; !ok {
+			e, ok = r.cms[name]
+		}
+	case r.opts.NamespaceTemplates:
+		e, ok = r.cms[workspace.JoinTemplateKey(ns, name)]
 	}
 	if ok && e.valid != nil {
 		return e.valid.DeepCopy(), true
@@ -145,14 +163,39 @@ func (r *Registry) Get(name string) (*Template, bool) {
 	return nil, false
 }
 
-// List returns every template of both sources, invalid ones included, sorted by name (ConfigMaps
-// before files of the same name). A ConfigMap that clashes with a file is listed as invalid.
+// Resolve applies the lookup rule for a spawn of template name in namespace ns: ns's own
+// template ConfigMap of that name if there is one (LookupNamespace), else nogoo9's. It returns
+// the key it looked up (what the workspace will follow) with the template, if valid.
+func (r *Registry) Resolve(ns, name string) (*Template, string, bool) {
+	r.mu.RLock()
+	_, inNS := r.cms[workspace.JoinTemplateKey(ns, name)]
+	r.mu.RUnlock()
+	key := workspace.JoinTemplateKey(LookupNamespace(ns, r.opts.Namespace, r.opts.NamespaceTemplates, inNS), name)
+	t, ok := r.Get(key)
+	return t, key, ok
+}
+
+// ListFor is what a caller in namespace ns is offered (Visible): ns's templates and nogoo9's
+// not shadowed by one of them, each with its Namespace. "" is nogoo9's namespace.
+func (r *Registry) ListFor(ns string) []Info {
+	if !r.opts.NamespaceTemplates {
+		ns = r.opts.Namespace
+	}
+	return Visible(r.List(), ns, r.opts.Namespace)
+}
+
+// Home is nogoo9's namespace, whose templates serve every namespace.
+func (r *Registry) Home() string { return r.opts.Namespace }
+
+// List returns every template of both sources and every namespace, invalid ones included, sorted
+// by name (ConfigMaps before files of the same name, then by namespace). A ConfigMap that clashes
+// with a file is listed as invalid.
 func (r *Registry) List() []Info {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	out := make([]Info, 0, len(r.cms)+len(r.files))
-	for name, e := range r.cms {
-		out = append(out, r.cmInfoLocked(name, e))
+	for key, e := range r.cms {
+		out = append(out, r.cmInfoLocked(key, e))
 	}
 	for _, e := range r.files {
 		out = append(out, e.info)
@@ -161,13 +204,16 @@ func (r *Registry) List() []Info {
 		if out[i].Name != out[j].Name {
 			return out[i].Name < out[j].Name
 		}
-		return out[i].Source < out[j].Source
+		if out[i].Source != out[j].Source {
+			return out[i].Source < out[j].Source
+		}
+		return out[i].Namespace < out[j].Namespace
 	})
 	return out
 }
 
-// Subscribe registers fn, called with a template's name after its served version or content
-// changes (or it disappears). fn runs on the informer's goroutine: it must not block (enqueue and
+// Subscribe registers fn, called with a template's key (see Get) after its served version or
+// content changes (or it disappears). fn runs on the informer's goroutine: it must not block (enqueue and
 // return).
 func (r *Registry) Subscribe(fn func(name string)) {
 	r.mu.Lock()
@@ -194,47 +240,54 @@ func (r *Registry) markSynced() {
 	}
 }
 
-func (r *Registry) notify(name string) {
+func (r *Registry) notify(key string) {
 	r.mu.RLock()
 	subs := append([]func(string){}, r.subs...)
 	r.mu.RUnlock()
 	for _, fn := range subs {
-		fn(name)
+		fn(key)
 	}
 }
 
-// apply records the outcome of decoding one source of template name and says whether the served
-// template changed and whether the error is new.
-func (r *Registry) apply(m map[string]*entry, name, source string, t *Template, err error, ann map[string]string) (changed, newErr bool) {
+// apply records the outcome of decoding one source of the template at key (name in namespace
+// ns, "" for nogoo9's) and says whether the served template changed and whether the error is
+// new.
+func (r *Registry) apply(m map[string]*entry, key, source string, t *Template, err error, ann map[string]string) (changed, newErr bool) {
+	ns, name := keyNamespace(key, r.opts.Namespace)
+	where := ns
+	if ns == "" {
+		where = r.opts.Namespace
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e, ok := m[name]
+	e, ok := m[key]
 	if !ok {
 		e = &entry{}
-		m[name] = e
+		m[key] = e
 	}
 	if err == nil {
 		h := hashTemplate(t)
 		changed = e.valid == nil || h != e.hash
 		e.valid, e.hash, e.lastErr = t, h, ""
-		e.info = Info{Name: name, Version: t.Version, Description: t.Description, Source: source, Valid: true, ServingVersion: t.Version}
+		e.info = Info{Name: name, Namespace: where, Version: t.Version, Description: t.Description, Source: source, Valid: true, ServingVersion: t.Version}
 		return changed, false
 	}
 	msg := err.Error()
 	newErr = msg != e.lastErr
 	e.lastErr = msg
-	e.info = Info{Name: name, Version: ann[workspace.AnnTemplateVersion], Description: ann[workspace.AnnDescription], Source: source, Error: msg}
+	e.info = Info{Name: name, Namespace: where, Version: ann[workspace.AnnTemplateVersion], Description: ann[workspace.AnnDescription], Source: source, Error: msg}
 	if e.valid != nil {
 		e.info.ServingVersion = e.valid.Version
 	}
 	return false, newErr
 }
 
-// cmInfoLocked is the Info of ConfigMap entry e as List shows it: invalid while a file template
-// has the same name. r.mu must be held.
-func (r *Registry) cmInfoLocked(name string, e *entry) Info {
+// cmInfoLocked is the Info of ConfigMap entry e at key as List shows it: invalid while a file
+// template has the same name (nogoo9's namespace only: a team key holds a '/'). r.mu must be held.
+func (r *Registry) cmInfoLocked(key string, e *entry) Info {
 	info := e.info
-	if f, ok := r.files[name]; ok {
+	name := info.Name
+	if f, ok := r.files[key]; ok {
 		info.Valid, info.ServingVersion = false, ""
 		info.Error = clashMessage(name, f.info.Source)
 	}
@@ -245,11 +298,11 @@ func clashMessage(name, fileSource string) string {
 	return fmt.Sprintf("template name %q is also defined by %s (--template-dir): the file is served and this ConfigMap is ignored; rename the ConfigMap or remove the file", name, fileSource)
 }
 
-func (r *Registry) remove(m map[string]*entry, name string) bool {
+func (r *Registry) remove(m map[string]*entry, key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e, ok := m[name]
-	delete(m, name)
+	e, ok := m[key]
+	delete(m, key)
 	return ok && e.valid != nil
 }
 

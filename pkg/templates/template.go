@@ -17,6 +17,11 @@ type Template struct {
 	Description string
 	// Source says where it came from: "configmap:<namespace>/<name>" or "file:<path>".
 	Source string
+	// Namespace is the team namespace of a template found outside nogoo9's namespace (a
+	// ConfigMap in a watched namespace, or a kept version of one); empty for nogoo9's own
+	// templates and --template-dir files. The spawner stamps it on the pod
+	// (workspace.AnnTemplateNamespace), so the workspace keeps following this template.
+	Namespace string
 	// Spec is the pod spec, with ${...} placeholders not yet expanded.
 	Spec corev1.PodSpec
 	// VolumeClaims are PVC templates; the spawner creates one PVC per claim per workspace.
@@ -27,7 +32,10 @@ type Template struct {
 
 // Info describes one template as List reports it, valid or not.
 type Info struct {
-	Name        string `json:"name"`
+	Name string `json:"name"`
+	// Namespace is where the template lives: nogoo9's namespace for its ConfigMaps and the
+	// --template-dir files, a watched namespace for a team template.
+	Namespace   string `json:"namespace,omitempty"`
 	Version     string `json:"version,omitempty"`
 	Description string `json:"description,omitempty"`
 	Source      string `json:"source"`

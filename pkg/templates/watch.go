@@ -56,7 +56,18 @@ func (r *Registry) Start(ctx context.Context) error {
 }
 
 func (r *Registry) wanted(cm *corev1.ConfigMap) bool {
-	return cm.Labels[workspace.LabelPodTemplate] == "true" && (r.opts.Namespace == "" || cm.Namespace == r.opts.Namespace)
+	return cm.Labels[workspace.LabelPodTemplate] == "true" && (r.opts.NamespaceTemplates || r.home(cm.Namespace))
+}
+
+// home reports whether ConfigMaps of namespace ns count as nogoo9's namespace.
+func (r *Registry) home(ns string) bool { return r.opts.Namespace == "" || ns == r.opts.Namespace }
+
+// keyOf is the registry key of template ConfigMap cm.
+func (r *Registry) keyOf(cm *corev1.ConfigMap) string {
+	if r.home(cm.Namespace) {
+		return cm.Name
+	}
+	return workspace.JoinTemplateKey(cm.Namespace, cm.Name)
 }
 
 func (r *Registry) onConfigMap(obj any) {
@@ -69,8 +80,9 @@ func (r *Registry) onConfigMap(obj any) {
 		r.onDelete(cm)
 		return
 	}
+	key := r.keyOf(cm)
 	r.mu.RLock()
-	e := r.cms[cm.Name]
+	e := r.cms[key]
 	same := e != nil && e.rv == cm.ResourceVersion && cm.ResourceVersion != ""
 	r.mu.RUnlock()
 	if same {
@@ -78,15 +90,18 @@ func (r *Registry) onConfigMap(obj any) {
 	}
 	source := "configmap:" + cm.Namespace + "/" + cm.Name
 	t, err := r.decode(FromConfigMap(cm, source))
-	changed, newErr := r.apply(r.cms, cm.Name, source, t, err, cm.Annotations)
+	if t != nil && !r.home(cm.Namespace) {
+		t.Namespace = cm.Namespace
+	}
+	changed, newErr := r.apply(r.cms, key, source, t, err, cm.Annotations)
 	r.mu.Lock()
-	r.cms[cm.Name].rv = cm.ResourceVersion
-	r.cms[cm.Name].obj = cm
+	r.cms[key].rv = cm.ResourceVersion
+	r.cms[key].obj = cm
 	r.mu.Unlock()
-	if began, _ := r.syncClash(cm.Name); began {
+	if began, _ := r.syncClash(key); began {
 		return // reported by syncClash
 	}
-	if fileSource, clash := r.clashWith(cm.Name); clash {
+	if fileSource, clash := r.clashWith(key); clash {
 		// Still clashing: whatever the ConfigMap now says is not served; say so again.
 		r.event(cm, corev1.EventTypeWarning, ReasonTemplateNameClash, "%s", clashMessage(cm.Name, fileSource))
 		return
@@ -94,7 +109,7 @@ func (r *Registry) onConfigMap(obj any) {
 	switch {
 	case err != nil && newErr:
 		serving := "no version is served"
-		if info := r.info(r.cms, cm.Name); info.ServingVersion != "" {
+		if info := r.info(r.cms, key); info.ServingVersion != "" {
 			serving = "version " + info.ServingVersion + " keeps serving"
 		}
 		r.log.Info("template is invalid", "configMap", klog.KObj(cm), "version", cm.Annotations[workspace.AnnTemplateVersion], "error", err.Error())
@@ -102,7 +117,7 @@ func (r *Registry) onConfigMap(obj any) {
 	case changed:
 		r.log.Info("template loaded", "configMap", klog.KObj(cm), "version", t.Version)
 		r.event(cm, corev1.EventTypeNormal, ReasonTemplateLoaded, "Template %s version %q is served", cm.Name, t.Version)
-		r.notify(cm.Name)
+		r.notify(key)
 	}
 }
 
@@ -178,19 +193,17 @@ func (r *Registry) onDelete(obj any) {
 	if !ok {
 		return
 	}
-	if r.opts.Namespace != "" && cm.Namespace != r.opts.Namespace {
-		return
-	}
+	key := r.keyOf(cm)
 	r.mu.RLock()
-	_, known := r.cms[cm.Name]
+	_, known := r.cms[key]
 	r.mu.RUnlock()
 	if !known {
 		return
 	}
-	r.remove(r.cms, cm.Name)
+	r.remove(r.cms, key)
 	r.log.Info("template removed", "configMap", klog.KObj(cm))
-	r.syncClash(cm.Name)
-	r.notify(cm.Name)
+	r.syncClash(key)
+	r.notify(key)
 }
 
 func (r *Registry) info(m map[string]*entry, name string) Info {

@@ -59,7 +59,7 @@ func (t tokens) VerifyToken(_ context.Context, token string) (*auth.Caller, erro
 type stubTemplates map[string]*templates.Template
 
 func (s stubTemplates) Get(name string) (*templates.Template, bool) { t, ok := s[name]; return t, ok }
-func (s stubTemplates) Infos() []frontend.TemplateInfo {
+func (s stubTemplates) Infos(string) []frontend.TemplateInfo {
 	var out []frontend.TemplateInfo
 	for _, t := range s {
 		out = append(out, frontend.TemplateInfo{Name: t.Name, Version: t.Version, Description: t.Description, Valid: true})

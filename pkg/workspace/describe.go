@@ -16,6 +16,9 @@ type Info struct {
 	Owner     string `json:"owner"`
 	UserLabel string `json:"userLabel"`
 	Template  string `json:"template"`
+	// TemplateNamespace is where the template the workspace follows lives when that is not
+	// nogoo9's namespace (a team template, AnnTemplateNamespace); empty for nogoo9's templates.
+	TemplateNamespace string `json:"templateNamespace,omitempty"`
 	// TemplateVersion is the version the active pod was built from.
 	TemplateVersion string `json:"templateVersion"`
 	// LatestTemplateVersion is the template's current version, as the caller passed it ("" when
@@ -67,6 +70,7 @@ func Describe(pods []*corev1.Pod, latestVersion string, now time.Time) Info {
 		Owner:                 Owner(active),
 		UserLabel:             active.Labels[LabelUserSub],
 		Template:              active.Labels[LabelTemplate],
+		TemplateNamespace:     active.Annotations[AnnTemplateNamespace],
 		TemplateVersion:       TemplateVersion(active),
 		LatestTemplateVersion: latestVersion,
 		Status:                phaseSorted(pods, now),

@@ -26,6 +26,13 @@ const (
 	// outdated pods can be selected; AnnTemplateVersion holds the exact (unsanitised) value.
 	LabelTemplateVersion = Prefix + "template-version"
 
+	// AnnTemplateNamespace is the namespace whose template the workspace follows, stamped at
+	// spawn when the template was found in the workspace's own namespace rather than nogoo9's
+	// (docs/templates.md, "Where a template is looked up"); upgrades keep it. Absent: nogoo9's
+	// namespace, as for every workspace spawned before team templates existed. Only nogoo9
+	// writes it (the bookkeeping admission policy).
+	AnnTemplateNamespace = Prefix + "template-namespace"
+
 	// AnnTemplateVersion is the exact template version the pod was built from.
 	AnnTemplateVersion = Prefix + "template-version"
 

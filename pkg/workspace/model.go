@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -34,6 +35,30 @@ func TemplateVersion(pod *corev1.Pod) string {
 		return v
 	}
 	return pod.Labels[LabelTemplateVersion]
+}
+
+// TemplateKey names the template workspace pod follows, as the template registry looks it up:
+// the template's name for a template of nogoo9's namespace (no AnnTemplateNamespace stamp), and
+// "<namespace>/<name>" for a team template found in the workspace's own namespace at spawn.
+func TemplateKey(pod *corev1.Pod) string {
+	return JoinTemplateKey(pod.Annotations[AnnTemplateNamespace], pod.Labels[LabelTemplate])
+}
+
+// JoinTemplateKey is the registry key of template name in namespace ns ("" for nogoo9's
+// namespace): a template name is a ConfigMap name, which never holds a '/'.
+func JoinTemplateKey(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+// SplitTemplateKey is JoinTemplateKey's inverse: ns is "" for a key of nogoo9's namespace.
+func SplitTemplateKey(key string) (ns, name string) {
+	if i := strings.IndexByte(key, '/'); i >= 0 {
+		return key[:i], key[i+1:]
+	}
+	return "", key
 }
 
 // IsReady reports whether pod is Running, has an IP, is not being deleted and has condition

@@ -244,6 +244,7 @@ var _ = Describe("Admission from config/: Pod Security, nogoo9's bookkeeping key
 				workspace.AnnUpgradeFrom: "ws-old", workspace.AnnUpgradeFromUID: "uid", workspace.AnnUpgradeFromVersion: "0.9",
 				workspace.AnnUpgradeStrategy: "Recreate", workspace.AnnUpgradeStartedAt: "2026-01-01T00:00:00Z",
 				workspace.AnnRollbackSpec: `{"containers":[]}`, workspace.AnnUpgradePod: "ws-next",
+				workspace.AnnTemplateNamespace: ns, // as spawned from a template of its own namespace
 			} {
 				pod.Annotations[k] = v
 			}
@@ -278,6 +279,7 @@ var _ = Describe("Admission from config/: Pod Security, nogoo9's bookkeeping key
 			Entry("upgrade-pod (the name nogoo9 would create)", "annotations", workspace.AnnUpgradePod),
 			Entry("owner (who the workspace belongs to)", "annotations", workspace.AnnOwner),
 			Entry("workspace-path (where the proxy routes)", "annotations", workspace.AnnWorkspacePath),
+			Entry("template-namespace (whose template the workspace follows)", "annotations", workspace.AnnTemplateNamespace),
 			Entry("label workspace-id", "labels", workspace.LabelWorkspaceID),
 			Entry("label user-sub", "labels", workspace.LabelUserSub),
 			Entry("label type", "labels", workspace.LabelType),

@@ -24,7 +24,8 @@ import (
 // would, from the same template) is routed by the proxy, upgraded by the controller with the
 // template of nogoo9's namespace, and counted in its owner's quota; a workspace id used in both
 // namespaces stays two workspaces with two paths; a pod stamped with the old path shape still
-// routes.
+// routes. A team namespace's own template serves spawns there (docs/templates.md, "Where a
+// template is looked up").
 var _ = Describe("Several namespaces and clean URLs", Label("namespaces"), func() {
 	It("routes, upgrades and counts quota for workspaces in two namespaces, and keeps old-style paths", func(ctx SpecContext) {
 		nsA, nsB := NewNamespace(), NewNamespace()
@@ -175,6 +176,70 @@ var _ = Describe("Several namespaces and clean URLs", Label("namespaces"), func(
 			}
 			g.Expect(got).To(Equal(want))
 		}).Should(Succeed(), "the list across namespaces shows alice's three workspaces")
+	})
+
+	It("spawns from a team namespace's own template, stamps it, and upgrades with it", func(ctx SpecContext) {
+		home, team := NewNamespace(), NewNamespace()
+		port := pxFreePort()
+		Expect(K8s.Create(ctx, pxTemplate(home, "ide", "1.0", "example.com/ide:1.0", port))).To(Succeed())
+		Expect(K8s.Create(ctx, pxTemplate(team, "ide", "7.0", "example.com/team-ide:7.0", port))).To(Succeed())
+		alice := pxUserToken(ctx, home, "alice")
+		aliceSub := "system:serviceaccount:" + home + ":alice"
+		Expect(K8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "nogoo9-spawn"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"nogoo9.io"}, Resources: []string{"workspaces"}, Verbs: []string{"create"}}}})).To(Succeed())
+		Expect(K8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "nogoo9-spawn"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "nogoo9-spawn"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: aliceSub}}})).To(Succeed())
+		p := StartNogoo9("--namespace="+home, "--namespaces="+home+","+team)
+
+		By("the template list of the team namespace offers the team's ide, saying where it lives")
+		type tmplInfo struct{ Name, Namespace, Version string }
+		Eventually(func(g Gomega) {
+			code, raw := pxAPI(p, alice, http.MethodGet, "/api/v1/namespaces/"+team+"/templates", nil)
+			g.Expect(code).To(Equal(http.StatusOK), "%s", raw)
+			var l struct{ Templates []tmplInfo }
+			g.Expect(json.Unmarshal(raw, &l)).To(Succeed())
+			g.Expect(l.Templates).To(Equal([]tmplInfo{{Name: "ide", Namespace: team, Version: "7.0"}}))
+		}).Should(Succeed())
+
+		By("alice spawns ide in the team namespace through REST: the team's image, stamped")
+		code, raw := pxAPI(p, alice, http.MethodPost, "/api/v1/namespaces/"+team+"/workspaces", map[string]any{"template": "ide", "id": "box"})
+		Expect(code).To(Equal(http.StatusCreated), "%s", raw)
+		var w workspace.Info
+		Expect(json.Unmarshal(raw, &w)).To(Succeed())
+		Expect(w.TemplateVersion).To(Equal("7.0"))
+		Expect(w.TemplateNamespace).To(Equal(team))
+		pod := WaitPodReady(team, w.ActivePod)
+		Expect(pod.Spec.Containers[0].Image).To(Equal("example.com/team-ide:7.0"))
+		Expect(pod.Annotations).To(HaveKeyWithValue(workspace.AnnTemplateNamespace, team))
+
+		By("the team raises its template: the workspace is outdated against the team's version, and upgrades to it")
+		Expect(K8s.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "ide"}}, client.RawPatch(types.MergePatchType,
+			mustJSON(map[string]any{"metadata": map[string]any{"annotations": map[string]string{workspace.AnnTemplateVersion: "8.0"}},
+				"data": map[string]string{workspace.DataSpec: pxTemplateSpec("example.com/team-ide:8.0", port)}})))).To(Succeed())
+		Eventually(func(g Gomega) {
+			code, raw := pxAPI(p, alice, http.MethodGet, "/api/v1/namespaces/"+team+"/workspaces/box", nil)
+			g.Expect(code).To(Equal(http.StatusOK), "%s", raw)
+			var got workspace.Info
+			g.Expect(json.Unmarshal(raw, &got)).To(Succeed())
+			g.Expect(got.IsOutdated).To(BeTrue())
+			g.Expect(got.LatestTemplateVersion).To(Equal("8.0"))
+		}).Should(Succeed())
+		code, raw = pxAPI(p, alice, http.MethodPost, "/api/v1/namespaces/"+team+"/workspaces/box/upgrade", nil)
+		Expect(code).To(BeNumerically("<", 300), "%s", raw)
+		Eventually(func(g Gomega) {
+			var list corev1.PodList
+			g.Expect(K8s.List(ctx, &list, client.InNamespace(team), client.MatchingLabels{workspace.LabelWorkspaceID: "box"})).To(Succeed())
+			var live []corev1.Pod
+			for _, pod := range list.Items {
+				if pod.DeletionTimestamp == nil {
+					live = append(live, pod)
+				}
+			}
+			g.Expect(live).To(HaveLen(1))
+			g.Expect(live[0].Spec.Containers[0].Image).To(Equal("example.com/team-ide:8.0"))
+			g.Expect(live[0].Annotations).To(HaveKeyWithValue(workspace.AnnTemplateNamespace, team))
+		}).Should(Succeed(), "the workspace runs the team's version 8.0 alone")
 	})
 })
 

@@ -272,7 +272,7 @@ var _ = Describe("API security: the access matrix", Ordered, Label(secMatrixLabe
 		for route, r := range maps.Clone(rows) {
 			method, path, _ := strings.Cut(route, " ")
 			tail, ok := strings.CutPrefix(path, "/api/v1/")
-			if !ok || !(strings.HasPrefix(tail, "workspaces") || tail == "upgrade-all") {
+			if !ok || !(strings.HasPrefix(tail, "workspaces") || tail == "upgrade-all" || tail == "templates") {
 				continue
 			}
 			nr, plain := r, r.path
