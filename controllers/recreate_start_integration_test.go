@@ -1,0 +1,181 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/nogoo9/no-crd/pkg/spawner"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// snapshotCache is what the informer cache showed when a pass began: fixed pods (and no claims),
+// so a test can play a write that lands between the cache's view and the pass's own writes.
+type snapshotCache struct{ pods []*corev1.Pod }
+
+func (s snapshotCache) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	return apierrors.NewNotFound(corev1.Resource("persistentvolumeclaims"), key.Name)
+}
+
+func (s snapshotCache) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
+	pl := list.(*corev1.PodList)
+	for _, p := range s.pods {
+		pl.Items = append(pl.Items, *p.DeepCopy())
+	}
+	return nil
+}
+
+// countingReader counts the reads made from the API server.
+type countingReader struct {
+	client.Reader
+	gets atomic.Int32
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.gets.Add(1)
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestRecreateStartChecksTheOldPodWithItsDelete: a Recreate start creates the new pod and, in the
+// same pass, deletes the old one with the UID and resourceVersion the cache showed. That delete
+// is also the check that the workspace was not deleted meanwhile (by its owner, between the
+// cache's view and the create): without the read of the old pod that used to follow the create,
+// a workspace deleted meanwhile must still stay deleted (the new pod is removed), and one that
+// was not must be upgraded with one read from the API server (the old pod's full spec) instead of
+// two.
+func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	ctx := context.Background()
+	cw, err := client.NewWithWatch(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hold = "test.nogoo9/hold" // the kubelet's part: a deleted pod stays terminating while set
+	cases := []struct {
+		name string
+		// ownerDeletes runs right after the upgraded pod's create (nil: nobody deletes).
+		ownerDeletes func(t *testing.T, old *corev1.Pod)
+		// terminating: the old pod is left terminating (finalizer) rather than removed.
+		terminating bool
+		wantUpgraded bool
+		wantReads    int32
+	}{
+		{name: "nobody deletes the workspace: new pod kept, old pod deleted, one read", wantUpgraded: true, wantReads: 1},
+		{name: "nobody deletes the workspace, old pod held terminating: new pod kept, one read", terminating: true, wantUpgraded: true, wantReads: 1},
+		{name: "the owner deletes the workspace right after the create, pod removed at once: the new pod goes too",
+			ownerDeletes: func(t *testing.T, old *corev1.Pod) {
+				if err := c.Delete(ctx, old, client.Preconditions{UID: &old.UID}); err != nil {
+					t.Errorf("owner's delete: %v", err)
+				}
+			}, wantReads: 2},
+		{name: "the owner deletes the workspace right after the create, pod still terminating: the new pod goes too",
+			terminating: true,
+			ownerDeletes: func(t *testing.T, old *corev1.Pod) {
+				if err := c.Delete(ctx, old, client.Preconditions{UID: &old.UID}); err != nil {
+					t.Errorf("owner's delete: %v", err)
+				}
+			}, wantReads: 2},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := fmt.Sprintf("recreate-start-%d-%d", i, time.Now().UnixNano())
+			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+			reg := &fakeTemplates{}
+			reg.set(ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod))
+			tmpl, _ := reg.Get("ide")
+			old, claims, err := spawner.BuildPod(tmpl, spawner.Identity{Owner: "erin", ID: "disk", Namespace: ns}, workspace.PodName("erin", "disk"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, cl := range claims {
+				cl.Namespace = ns
+				if err := c.Create(ctx, cl); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old.Namespace = ns
+			old.Annotations[workspace.AnnUpgradeRequested] = "true"
+			if tc.terminating {
+				old.Finalizers = []string{hold}
+			}
+			if err := c.Create(ctx, old); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = c.Patch(ctx, old, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+			})
+			reg.set(ideTemplate("v2", "ide:2", corev1.ReadWriteOncePod))
+			newName := workspace.NextPodName(old, "v2")
+
+			hooked := interceptor.NewClient(cw, interceptor.Funcs{
+				Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+					err := cl.Create(ctx, obj, opts...)
+					if err == nil && obj.GetName() == newName && tc.ownerDeletes != nil {
+						tc.ownerDeletes(t, old)
+					}
+					return err
+				},
+			})
+			api := &countingReader{Reader: c}
+			rec := record.NewFakeRecorder(100)
+			r := &WorkspaceReconciler{Client: hooked, Reader: snapshotCache{pods: []*corev1.Pod{old}}, APIReader: api,
+				Templates: reg, Recorder: rec, Opts: UpgradeOptions{Name: "recreate-start-test"}}
+			r.Opts.defaults()
+			r.wake = make(chan event.GenericEvent, 16)
+			r.gate = newGate(0, r.Reader, r.wake)
+
+			if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "disk"}}); err != nil {
+				t.Fatalf("reconcile: %v", err)
+			}
+
+			var up corev1.Pod
+			err = c.Get(ctx, types.NamespacedName{Namespace: ns, Name: newName}, &up)
+			upgraded := err == nil && up.DeletionTimestamp == nil
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			if upgraded != tc.wantUpgraded {
+				t.Errorf("upgraded pod %s live after the pass = %v, want %v", newName, upgraded, tc.wantUpgraded)
+			}
+			var left corev1.Pod
+			switch err := c.Get(ctx, client.ObjectKeyFromObject(old), &left); {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				t.Fatal(err)
+			case left.DeletionTimestamp == nil:
+				t.Errorf("old pod %s is still live after a Recreate start", old.Name)
+			}
+			if got := api.gets.Load(); got != tc.wantReads {
+				t.Errorf("reads from the API server = %d, want %d", got, tc.wantReads)
+			}
+			started := 0
+			for len(rec.Events) > 0 {
+				if e := <-rec.Events; strings.Contains(e, upgrade.ReasonUpgradeStarted) {
+					started++
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[tc.wantUpgraded]; started != want {
+				t.Errorf("UpgradeStarted Events = %d, want %d", started, want)
+			}
+			if tc.wantUpgraded && len(up.Spec.SchedulingGates) == 0 {
+				t.Errorf("upgraded pod %s has no scheduling gate; a Recreate start creates it gated", newName)
+			}
+		})
+	}
+}
