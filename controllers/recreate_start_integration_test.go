@@ -70,7 +70,7 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 		// ownerDeletes runs right after the upgraded pod's create (nil: nobody deletes).
 		ownerDeletes func(t *testing.T, old *corev1.Pod)
 		// terminating: the old pod is left terminating (finalizer) rather than removed.
-		terminating bool
+		terminating  bool
 		wantUpgraded bool
 		wantReads    int32
 	}{
