@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -77,14 +79,16 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 		res.Fail(fig, subject, "s", err)
 		return
 	}
+	cpuBefore := bench.CPUByCommand()
 	d, err := roll(ctx)
+	cpu := bench.CPUDelta(cpuBefore, bench.CPUByCommand())
 	if err != nil {
 		logf("%s: %s: %v", fig, subject, err)
 		res.Fail(fig, subject, "s", err)
 		return
 	}
 	res.Add(fig, subject, "s", d.Seconds())
-	logf("%s: %s: %.2f s", fig, subject, d.Seconds())
+	logf("%s: %s: %.2f s; CPU of the cluster's processes meanwhile: %s; load average %s", fig, subject, d.Seconds(), cpu, loadAverage())
 	if tl != nil {
 		logf("%s: %s: timeline (first seen by the benchmark's watch, from the start): %s", fig, subject, tl())
 	}
@@ -240,4 +244,17 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 		}
 	}
 	return nil
+}
+
+// loadAverage is the first three fields of /proc/loadavg.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
