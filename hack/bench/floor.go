@@ -145,7 +145,7 @@ func (f *Floor) Roll(ctx context.Context, timeout time.Duration) (time.Duration,
 	defer func() { close(jobs); wg.Wait() }()
 
 	start := time.Now()
-	tl := NewTimeline(start, "old deleting", "old gone", "created", "Ready")
+	tl := NewTimeline(start, "old deleting", "old gone", "created", "scheduled", "Ready")
 	f.Timeline = tl
 	created := make([]bool, f.N)
 	deleted := make([]bool, f.N)
@@ -174,6 +174,9 @@ func (f *Floor) Roll(ctx context.Context, timeout time.Duration) (time.Duration,
 			case want:
 				newReady[i] = podReady(p)
 				tl.Mark("created", strconv.Itoa(i), now)
+				if p.Spec.NodeName != "" {
+					tl.Mark("scheduled", strconv.Itoa(i), now)
+				}
 				if newReady[i] {
 					tl.Mark("Ready", strconv.Itoa(i), now)
 				}

@@ -314,7 +314,7 @@ func (s *wsSet) roll(ctx context.Context, timeout time.Duration) (time.Duration,
 	defer w.Close()
 	want, prev := strconv.Itoa(s.rev), strconv.Itoa(s.rev-1)
 	start := time.Now()
-	tl := bench.NewTimeline(start, "upgrade-all answered", "intent", "created", "old deleting", "old gone", "Ready")
+	tl := bench.NewTimeline(start, "upgrade-all answered", "intent", "created", "old deleting", "old gone", "ungated", "scheduled", "Ready")
 	s.timeline = tl
 	answered := make(chan error, 1)
 	go func() {
@@ -350,6 +350,12 @@ func (s *wsSet) roll(ctx context.Context, timeout time.Duration) (time.Duration,
 				}
 			case want:
 				tl.Mark("created", id, now)
+				if len(p.Spec.SchedulingGates) == 0 {
+					tl.Mark("ungated", id, now)
+				}
+				if p.Spec.NodeName != "" {
+					tl.Mark("scheduled", id, now)
+				}
 				if workspace.IsReady(p) {
 					tl.Mark("Ready", id, now)
 				}
