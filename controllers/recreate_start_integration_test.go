@@ -25,9 +25,18 @@ import (
 
 // snapshotCache is what the informer cache showed when a pass began: fixed pods (and no claims),
 // so a test can play a write that lands between the cache's view and the pass's own writes.
-type snapshotCache struct{ pods []*corev1.Pod }
+type snapshotCache struct {
+	pods   []*corev1.Pod
+	claims []*corev1.PersistentVolumeClaim
+}
 
-func (s snapshotCache) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+func (s snapshotCache) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	for _, c := range s.claims {
+		if c.Namespace == key.Namespace && c.Name == key.Name {
+			c.DeepCopyInto(obj.(*corev1.PersistentVolumeClaim))
+			return nil
+		}
+	}
 	return apierrors.NewNotFound(corev1.Resource("persistentvolumeclaims"), key.Name)
 }
 
@@ -73,22 +82,26 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 		terminating  bool
 		wantUpgraded bool
 		wantReads    int32
+		// claimCached: the cache shows the workspace's claim (else it has not seen it yet).
+		claimCached      bool
+		wantClaimCreates int32
 	}{
-		{name: "nobody deletes the workspace: new pod kept, old pod deleted, one read", wantUpgraded: true, wantReads: 1},
-		{name: "nobody deletes the workspace, old pod held terminating: new pod kept, one read", terminating: true, wantUpgraded: true, wantReads: 1},
+		{name: "nobody deletes the workspace: new pod kept, old pod deleted, one read", wantUpgraded: true, wantReads: 1, wantClaimCreates: 1},
+		{name: "the claim the old pod mounts is in the cache: not created again", claimCached: true, wantUpgraded: true, wantReads: 1},
+		{name: "nobody deletes the workspace, old pod held terminating: new pod kept, one read", terminating: true, wantUpgraded: true, wantReads: 1, wantClaimCreates: 1},
 		{name: "the owner deletes the workspace right after the create, pod removed at once: the new pod goes too",
 			ownerDeletes: func(t *testing.T, old *corev1.Pod) {
 				if err := c.Delete(ctx, old, client.Preconditions{UID: &old.UID}); err != nil {
 					t.Errorf("owner's delete: %v", err)
 				}
-			}, wantReads: 2},
+			}, wantReads: 2, wantClaimCreates: 1},
 		{name: "the owner deletes the workspace right after the create, pod still terminating: the new pod goes too",
 			terminating: true,
 			ownerDeletes: func(t *testing.T, old *corev1.Pod) {
 				if err := c.Delete(ctx, old, client.Preconditions{UID: &old.UID}); err != nil {
 					t.Errorf("owner's delete: %v", err)
 				}
-			}, wantReads: 2},
+			}, wantReads: 2, wantClaimCreates: 1},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,8 +136,12 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 			reg.set(ideTemplate("v2", "ide:2", corev1.ReadWriteOncePod))
 			newName := workspace.NextPodName(old, "v2")
 
+			var claimCreates atomic.Int32
 			hooked := interceptor.NewClient(cw, interceptor.Funcs{
 				Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+					if _, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+						claimCreates.Add(1)
+					}
 					err := cl.Create(ctx, obj, opts...)
 					if err == nil && obj.GetName() == newName && tc.ownerDeletes != nil {
 						tc.ownerDeletes(t, old)
@@ -134,7 +151,11 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 			})
 			api := &countingReader{Reader: c}
 			rec := record.NewFakeRecorder(100)
-			r := &WorkspaceReconciler{Client: hooked, Reader: snapshotCache{pods: []*corev1.Pod{old}}, APIReader: api,
+			snap := snapshotCache{pods: []*corev1.Pod{old}}
+			if tc.claimCached {
+				snap.claims = claims
+			}
+			r := &WorkspaceReconciler{Client: hooked, Reader: snap, APIReader: api,
 				Templates: reg, Recorder: rec, Opts: UpgradeOptions{Name: "recreate-start-test"}}
 			r.Opts.defaults()
 			r.wake = make(chan event.GenericEvent, 16)
@@ -160,6 +181,9 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 				t.Fatal(err)
 			case left.DeletionTimestamp == nil:
 				t.Errorf("old pod %s is still live after a Recreate start", old.Name)
+			}
+			if got := claimCreates.Load(); got != tc.wantClaimCreates {
+				t.Errorf("claim creates = %d, want %d", got, tc.wantClaimCreates)
 			}
 			if got := api.gets.Load(); got != tc.wantReads {
 				t.Errorf("reads from the API server = %d, want %d", got, tc.wantReads)

@@ -329,7 +329,7 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	if lres.RequeueAfter > 0 && (res.RequeueAfter == 0 || lres.RequeueAfter < res.RequeueAfter) {
 		res.RequeueAfter = lres.RequeueAfter // the idle deadline
 	}
-	mv := &moveState{}
+	mv := &moveState{claims: obs.Claims}
 	for _, a := range move.Actions {
 		wait, err := r.apply(ctx, req.NamespacedName, mv, a, tmpl, now)
 		if err != nil {
@@ -402,6 +402,9 @@ const (
 // whose check of the old pod is left to the old pod's delete later in the same move (unchecked).
 type moveState struct {
 	created map[string]*corev1.Pod
+	// claims are the claims the pass observed (upgrade.Observed.Claims): the ones the workspace's
+	// pods mount, by name, as the cache shows them.
+	claims map[string]*corev1.PersistentVolumeClaim
 	// unchecked is set when this move has just created an upgraded pod (a Recreate start) and
 	// not yet made sure that the pod it replaces was not deleted meanwhile: the delete of that
 	// old pod, next in the move and preconditioned on the UID and resourceVersion the cache
@@ -546,6 +549,12 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 		pod.Annotations[workspace.AnnUpgradeHMAC] = r.Opts.Keys.Sign(pod.Namespace, pod.Name, pod.Annotations, spec)
 	}
 	for _, c := range claims {
+		if _, mounted := mv.claims[c.Name]; mounted {
+			// A claim the workspace's pod mounts exists (a mounted claim cannot be removed, only
+			// marked for deletion, which a create would answer with AlreadyExists too): no round
+			// trip to learn it.
+			continue
+		}
 		c.Namespace = old.Namespace
 		err := r.Client.Create(ctx, c)
 		switch {
