@@ -203,3 +203,97 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 		})
 	}
 }
+
+// TestAPassFromACacheBehindItsOwnCreateDoesNotStartTheUpgradeAgain: right after a pass creates
+// the upgraded pod, a second event for the workspace can bring it back before the cache shows
+// that pod (controller-runtime's queue adds the old and the new object of an update separately,
+// so the second add often lands while the first pass runs). Planned from that view, the pass
+// would start the same upgrade again: a create answered AlreadyExists and a read, two round trips
+// for nothing per workspace in a bulk upgrade. It waits for the pod's watch event instead, and
+// plans as usual once the cache shows the pod, or after awaitCreate at the latest.
+func TestAPassFromACacheBehindItsOwnCreateDoesNotStartTheUpgradeAgain(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	ctx := context.Background()
+	cw, err := client.NewWithWatch(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := fmt.Sprintf("stale-pass-%d", time.Now().UnixNano())
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	reg := &fakeTemplates{}
+	reg.set(ideTemplate("v1", "ide:1", ""))
+	tmpl, _ := reg.Get("ide")
+	old, _, err := spawner.BuildPod(tmpl, spawner.Identity{Owner: "fay", ID: "box", Namespace: ns}, workspace.PodName("fay", "box"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Namespace = ns
+	old.Annotations[workspace.AnnUpgradeRequested] = "true"
+	if err := c.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	reg.set(ideTemplate("v2", "ide:2", ""))
+	var creates atomic.Int32
+	hooked := interceptor.NewClient(cw, interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				creates.Add(1)
+			}
+			return cl.Create(ctx, obj, opts...)
+		},
+	})
+	api := &countingReader{Reader: c}
+	clock := &testClock{now: time.Now()}
+	stale := snapshotCache{pods: []*corev1.Pod{old}} // the cache before it has seen the create
+	r := &WorkspaceReconciler{Client: hooked, Reader: stale, APIReader: api,
+		Templates: reg, Recorder: record.NewFakeRecorder(100), Opts: UpgradeOptions{Name: "stale-pass-test", Now: clock.Now}}
+	r.Opts.defaults()
+	r.wake = make(chan event.GenericEvent, 16)
+	r.gate = newGate(0, r.Reader, r.wake)
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "box"}}
+
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatalf("first pass: %v", err)
+	}
+	if got := creates.Load(); got != 1 {
+		t.Fatalf("first pass made %d pod creates, want 1", got)
+	}
+	readsAfterFirst := api.gets.Load()
+
+	// The second pass still sees only the old pod.
+	res, err := r.Reconcile(ctx, req)
+	if err != nil {
+		t.Fatalf("second pass: %v", err)
+	}
+	if got := creates.Load(); got != 1 {
+		t.Errorf("a pass from a cache behind its own create made %d pod creates in all, want 1 (no second start)", got)
+	}
+	if got := api.gets.Load() - readsAfterFirst; got != 0 {
+		t.Errorf("a pass from a cache behind its own create read %d pods from the API server, want 0", got)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > awaitCreate {
+		t.Errorf("second pass RequeueAfter = %s, want a look again within %s if no event comes", res.RequeueAfter, awaitCreate)
+	}
+
+	// Once the cache shows the pod, the workspace is planned as usual (here: the upgrade waits
+	// for the new pod to be Ready).
+	up := &corev1.Pod{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: workspace.NextPodName(old, "v2")}, up); err != nil {
+		t.Fatal(err)
+	}
+	r.Reader = snapshotCache{pods: []*corev1.Pod{old, up}}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatalf("third pass: %v", err)
+	}
+	if _, _, waiting := r.gate.awaiting(req.NamespacedName, clock.Now()); waiting {
+		t.Errorf("still awaiting the create after the cache showed the pod")
+	}
+	// And a pod the cache never shows stops being awaited after awaitCreate.
+	r.gate.reserved[types.NamespacedName{Namespace: ns, Name: "other"}] = reservation{name: "other-up", at: clock.Now()}
+	clock.Add(awaitCreate + time.Second)
+	if _, _, waiting := r.gate.awaiting(types.NamespacedName{Namespace: ns, Name: "other"}, clock.Now()); waiting {
+		t.Errorf("still awaiting a create after %s", awaitCreate)
+	}
+}

@@ -283,6 +283,13 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		r.gate.forget(req.NamespacedName)
 		return reconcile.Result{}, nil
 	}
+	if name, wait, ok := r.gate.awaiting(req.NamespacedName, r.Opts.Now()); ok {
+		// The cache lags this process's own create (a second event for the workspace came in
+		// while the pass that created the pod ran): wait for the pod's watch event rather than
+		// plan the same start again (the ReplicaSet controller's expectations).
+		log.V(1).Info("Waiting for the cache to show the upgraded pod", "pod", name)
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
 	target := upgrade.Target{Name: tmplName}
 	tmpl, found, done, err := r.resolveTemplate(ctx, req.NamespacedName, obs, tmplName, r.Opts.Now())
 	if err != nil || done {
