@@ -206,8 +206,8 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 
 // TestAPassFromACacheBehindItsOwnCreateDoesNotStartTheUpgradeAgain: right after a pass creates
 // the upgraded pod, a second event for the workspace can bring it back before the cache shows
-// that pod (controller-runtime's queue adds the old and the new object of an update separately,
-// so the second add often lands while the first pass runs). Planned from that view, the pass
+// that pod (for a kubectl intent, the pass's own earlier write recording the pod's name comes back
+// while the pass goes on to the create). Planned from that view, the pass
 // would start the same upgrade again: a create answered AlreadyExists and a read, two round trips
 // for nothing per workspace in a bulk upgrade. It waits for the pod's watch event instead, and
 // plans as usual once the cache shows the pod, or after awaitCreate at the latest.
