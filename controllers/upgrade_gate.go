@@ -152,6 +152,27 @@ func (g *gate) observed(key types.NamespacedName, pods []*corev1.Pod) {
 	}
 }
 
+// awaitCreate bounds how long a workspace waits for the cache to show a pod this process has
+// just created for it (awaiting) before it is planned again regardless.
+const awaitCreate = 5 * time.Second
+
+// awaiting reports whether this process has created (or is creating) upgraded pod name for key
+// that the cache does not show yet, and for how much longer to wait for it. A plan made from such
+// a view starts the same upgrade again: a create answered AlreadyExists and a read, two round
+// trips for nothing on a busy API server. The pod's own watch event brings key back.
+func (g *gate) awaiting(key types.NamespacedName, now time.Time) (name string, wait time.Duration, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r, has := g.reserved[key]
+	if !has {
+		return "", 0, false
+	}
+	if left := awaitCreate - now.Sub(r.at); left > 0 {
+		return r.name, left, true
+	}
+	return "", 0, false
+}
+
 // finish records that this process concluded key's upgrade with a write the cache may not show
 // yet: it stops counting at once. It also releases key (see release).
 func (g *gate) finish(key types.NamespacedName, now time.Time) {

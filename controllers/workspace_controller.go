@@ -286,6 +286,13 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		r.gate.forget(req.NamespacedName)
 		return reconcile.Result{}, nil
 	}
+	if name, wait, ok := r.gate.awaiting(req.NamespacedName, r.Opts.Now()); ok {
+		// The cache lags this process's own create (a second event for the workspace came in
+		// while the pass that created the pod ran): wait for the pod's watch event rather than
+		// plan the same start again (the ReplicaSet controller's expectations).
+		log.V(1).Info("Waiting for the cache to show the upgraded pod", "pod", name)
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
 	target := upgrade.Target{Name: tmplName}
 	tmpl, found, done, err := r.resolveTemplate(ctx, req.NamespacedName, obs, tmplName, r.Opts.Now())
 	if err != nil || done {
@@ -332,7 +339,7 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	if lres.RequeueAfter > 0 && (res.RequeueAfter == 0 || lres.RequeueAfter < res.RequeueAfter) {
 		res.RequeueAfter = lres.RequeueAfter // the idle deadline
 	}
-	mv := &moveState{}
+	mv := &moveState{claims: obs.Claims}
 	for _, a := range move.Actions {
 		wait, err := r.apply(ctx, req.NamespacedName, mv, a, tmpl, now)
 		if err != nil {
@@ -401,9 +408,25 @@ const (
 )
 
 // moveState is what one move's earlier actions tell its later ones: the pods this move created
-// (or found already created by an earlier attempt of the same upgrade), by name.
+// (or found already created by an earlier attempt of the same upgrade), by name, and the create
+// whose check of the old pod is left to the old pod's delete later in the same move (unchecked).
 type moveState struct {
 	created map[string]*corev1.Pod
+	// claims are the claims the pass observed (upgrade.Observed.Claims): the ones the workspace's
+	// pods mount, by name, as the cache shows them.
+	claims map[string]*corev1.PersistentVolumeClaim
+	// unchecked is set when this move has just created an upgraded pod (a Recreate start) and
+	// not yet made sure that the pod it replaces was not deleted meanwhile: the delete of that
+	// old pod, next in the move and preconditioned on the UID and resourceVersion the cache
+	// shows, is that check (see deletePod).
+	unchecked *uncheckedCreate
+}
+
+// uncheckedCreate is an upgraded pod this move created, the old pod it replaces, and the Event
+// to record once the old pod is known to have been live after the create.
+type uncheckedCreate struct {
+	pod, old *corev1.Pod
+	started  upgrade.Action
 }
 
 func (m *moveState) made(p *corev1.Pod) {
@@ -536,6 +559,12 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 		pod.Annotations[workspace.AnnUpgradeHMAC] = r.Opts.Keys.Sign(pod.Namespace, pod.Name, pod.Annotations, spec)
 	}
 	for _, c := range claims {
+		if _, mounted := mv.claims[c.Name]; mounted {
+			// A claim the workspace's pod mounts exists (a mounted claim cannot be removed, only
+			// marked for deletion, which a create would answer with AlreadyExists too): no round
+			// trip to learn it.
+			continue
+		}
 		c.Namespace = old.Namespace
 		err := r.Client.Create(ctx, c)
 		switch {
@@ -551,21 +580,19 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 	switch {
 	case err == nil:
 		log.Info("Created upgraded pod", "pod", klog.KObj(pod), "from", klog.KObj(old), "strategy", a.Strategy)
-		if gone, err := r.deletedMeanwhile(ctx, old); err != nil || gone {
-			// The owner deleted the workspace while this pass still saw it in the cache: the new
-			// pod must not outlive it and bring the workspace back.
-			r.gate.release(key)
-			if err == nil {
-				log.Info("Workspace deleted during the upgrade's start; removing the upgraded pod", "pod", klog.KObj(pod))
-				err = r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
-				if err == nil || apierrors.IsNotFound(err) {
-					return endMove, nil
-				}
-			}
-			return 0, fmt.Errorf("check pod %s after creating %s: %w", old.Name, pod.Name, err)
+		mv.made(pod)
+		if a.CheckedByDelete && old.ResourceVersion != "" {
+			// The old pod's delete, next in this move, carries the UID and resourceVersion this
+			// pass saw as preconditions: if it succeeds, the old pod was live and unchanged after
+			// this create, which is what the read below would tell, one round trip later on the
+			// way to the volume's release (deletePod).
+			mv.unchecked = &uncheckedCreate{pod: pod, old: old, started: a}
+			return 0, nil
+		}
+		if wait, err := r.checkAfterCreate(ctx, key, pod, old); err != nil || wait != 0 {
+			return wait, err
 		}
 		r.event(a)
-		mv.made(pod)
 		return 0, nil
 	case apierrors.IsAlreadyExists(err):
 		// A repeated create after a stale read or a crash: done if it is the pod this upgrade made.
@@ -587,6 +614,27 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 		r.gate.release(key)
 		return 0, fmt.Errorf("create upgraded pod %s: %w", pod.Name, err)
 	}
+}
+
+// checkAfterCreate reads old, the pod that upgraded pod pod replaces, from the API server after
+// pod's create. When the owner deleted the workspace while this pass still saw it in the cache,
+// pod must not outlive it and bring the workspace back: it is deleted and the move ends
+// (endMove). The front end's delete does the mirror image (it deletes, then lists again), so
+// whatever the interleaving one of the two sees the other's write. 0: old is live, go on.
+func (r *WorkspaceReconciler) checkAfterCreate(ctx context.Context, key types.NamespacedName, pod, old *corev1.Pod) (time.Duration, error) {
+	gone, err := r.deletedMeanwhile(ctx, old)
+	if err == nil && !gone {
+		return 0, nil
+	}
+	r.gate.release(key)
+	if err == nil {
+		ctrl.LoggerFrom(ctx).Info("Workspace deleted during the upgrade's start; removing the upgraded pod", "pod", klog.KObj(pod))
+		err = r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+		if err == nil || apierrors.IsNotFound(err) {
+			return endMove, nil
+		}
+	}
+	return 0, fmt.Errorf("check pod %s after creating %s: %w", old.Name, pod.Name, err)
 }
 
 // permanent tells a refusal that retrying will not heal (an invalid object, quota, an admission
@@ -698,6 +746,17 @@ func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.Namespace
 		pre.ResourceVersion = &rv
 	}
 	err := r.Client.Delete(ctx, a.Pod, pre)
+	if u := mv.unchecked; u != nil && u.old.UID == a.Pod.UID {
+		mv.unchecked = nil
+		if err != nil || pre.ResourceVersion == nil {
+			// Not proven live by the delete (gone, changed, replaced, or the request failed):
+			// read it, as a create without this delete does.
+			if wait, cerr := r.checkAfterCreate(ctx, key, u.pod, u.old); cerr != nil || wait != 0 {
+				return wait, cerr
+			}
+		}
+		r.event(u.started)
+	}
 	if apierrors.IsConflict(err) && pre.ResourceVersion != nil {
 		// Changed since the planner saw it (e.g. maintenance set meanwhile), or replaced: plan
 		// again from what the cache shows next.

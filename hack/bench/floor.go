@@ -27,7 +27,9 @@ type Floor struct {
 	Recreate  bool
 	// Workers is the number of parallel request goroutines (default 32).
 	Workers int
-	rev     int
+	// Timeline is the last Roll's milestones per slot (see Timeline).
+	Timeline *Timeline
+	rev      int
 }
 
 func (f *Floor) podName(i, rev int) string { return fmt.Sprintf("f-%d-r%d", i, rev) }
@@ -143,6 +145,8 @@ func (f *Floor) Roll(ctx context.Context, timeout time.Duration) (time.Duration,
 	defer func() { close(jobs); wg.Wait() }()
 
 	start := time.Now()
+	tl := NewTimeline(start, "old deleting", "old gone", "created", "scheduled", "Ready")
+	f.Timeline = tl
 	created := make([]bool, f.N)
 	deleted := make([]bool, f.N)
 	if !f.Recreate {
@@ -155,6 +159,7 @@ func (f *Floor) Roll(ctx context.Context, timeout time.Duration) (time.Duration,
 	err = w.wait(ctx, fmt.Sprintf("%d floor pods replaced", f.N), func(pods []*corev1.Pod) bool {
 		oldPods := make([]*corev1.Pod, f.N)
 		newReady := make([]bool, f.N)
+		now := time.Now()
 		for _, p := range pods {
 			i, err := strconv.Atoi(p.Labels[labelSlot])
 			if err != nil || i < 0 || i >= f.N {
@@ -163,11 +168,24 @@ func (f *Floor) Roll(ctx context.Context, timeout time.Duration) (time.Duration,
 			switch p.Labels[LabelRev] {
 			case oldRev:
 				oldPods[i] = p
+				if p.DeletionTimestamp != nil {
+					tl.Mark("old deleting", strconv.Itoa(i), now)
+				}
 			case want:
 				newReady[i] = podReady(p)
+				tl.Mark("created", strconv.Itoa(i), now)
+				if p.Spec.NodeName != "" {
+					tl.Mark("scheduled", strconv.Itoa(i), now)
+				}
+				if newReady[i] {
+					tl.Mark("Ready", strconv.Itoa(i), now)
+				}
 			}
 		}
 		for i := 0; i < f.N; i++ {
+			if oldPods[i] == nil {
+				tl.Mark("old gone", strconv.Itoa(i), now)
+			}
 			switch {
 			case f.Recreate && oldPods[i] != nil && !deleted[i]:
 				jobs <- job{del: oldPods[i]}

@@ -146,3 +146,32 @@ func WaitPods(ctx context.Context, cs kubernetes.Interface, ns, selector, what s
 func Parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
 	return parallel(ctx, n, workers, fn)
 }
+
+// Watch is a pod watch started ahead of a measurement, so that the watch's own list is not timed.
+type Watch struct{ w *podWatch }
+
+// StartWatch starts a watch of the pods of ns matching selector (may be empty) and waits for its
+// first list.
+func StartWatch(ctx context.Context, cs kubernetes.Interface, ns, selector string) (*Watch, error) {
+	w, err := watchPods(ctx, cs, ns, selector)
+	if err != nil {
+		return nil, err
+	}
+	return &Watch{w: w}, nil
+}
+
+// Wait returns when cond holds for the current pods (see podWatch.wait).
+func (w *Watch) Wait(ctx context.Context, what string, cond func([]*corev1.Pod) bool) error {
+	return w.w.wait(ctx, what, cond)
+}
+
+// Close stops the watch.
+func (w *Watch) Close() { w.w.close() }
+
+// Poke makes Wait check its condition again now (something it reads besides the pods changed).
+func (w *Watch) Poke() {
+	select {
+	case w.w.changed <- struct{}{}:
+	default:
+	}
+}

@@ -138,6 +138,11 @@ type Action struct {
 	// MatchVersion, on a DeletePod, makes Pod's resourceVersion a precondition too: the pod is
 	// deleted only as the planner saw it (e.g. with the maintenance carried over).
 	MatchVersion bool
+	// CheckedByDelete, on CreateUpgradePod, says that the move deletes Pod next, with its UID and
+	// resourceVersion as preconditions. That delete succeeds only if Pod was live and unchanged
+	// after the create, so it stands for the read of Pod that otherwise follows the create (was
+	// the workspace deleted meanwhile?); when it fails, the controller makes that read.
+	CheckedByDelete bool
 	// Gate, on CreateUpgradePod, is a scheduling gate the new pod is created with; on RemoveGate,
 	// the gate to remove.
 	Gate string
@@ -328,7 +333,7 @@ func planIdle(cur *corev1.Pod, obs Observed, target Target, now time.Time) Move 
 	}
 	m.Actions = append(m.Actions, Action{
 		Kind: CreateUpgradePod, Pod: cur, Name: name, Strategy: strategy, NeedsSlot: true,
-		Annotations: ann, Gate: gate,
+		Annotations: ann, Gate: gate, CheckedByDelete: strategy == Recreate,
 		EventType: corev1.EventTypeNormal, Reason: ReasonUpgradeStarted,
 		Message: fmt.Sprintf("Upgrading pod %s from version %s to %s of template %s: created pod %s (%s, %s).",
 			cur.Name, workspace.TemplateVersion(cur), target.Version, target.Name, name, strategy, why),

@@ -15,7 +15,7 @@ import (
 // summary renders a move as one line per action, for table comparisons.
 func summary(m Move) []string {
 	var out []string
-	for _, a := range m.Actions {
+	for i, a := range m.Actions {
 		s := string(a.Kind)
 		switch a.Kind {
 		case CreateUpgradePod, CreateRollbackPod:
@@ -33,6 +33,15 @@ func summary(m Move) []string {
 		}
 		if a.Gate != "" {
 			s += " gate=" + a.Gate
+		}
+		if a.CheckedByDelete {
+			// Only true if the next action deletes the same pod as the planner saw it: that
+			// delete is the controller's check that the pod was still live after the create.
+			if i+1 < len(m.Actions) && m.Actions[i+1].Kind == DeletePod && m.Actions[i+1].Pod == a.Pod && m.Actions[i+1].MatchVersion {
+				s += " checked-by-delete"
+			} else {
+				s += " checked-by-delete WITHOUT A DELETE OF " + a.Pod.Name + " AS SEEN NEXT"
+			}
 		}
 		if a.Reason != "" {
 			on := a.Pod
@@ -114,18 +123,18 @@ func TestPlanStates(t *testing.T) {
 			want:  []string{recordName, "CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
 		{name: "a ReadWriteOnce claim makes it a recreate",
 			pods: []*corev1.Pod{old(ready, intent, claim("data"))}, claims: rwo, state: StateRequested,
-			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate gate=nogoo9/volume-release [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
+			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate gate=nogoo9/volume-release checked-by-delete [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
 		{name: "a ReadWriteOncePod claim makes it a recreate",
 			pods:   []*corev1.Pod{old(ready, intent, claim("data"))},
 			claims: map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteOncePod)}, state: StateRequested,
-			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate gate=nogoo9/volume-release [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
+			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate gate=nogoo9/volume-release checked-by-delete [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
 		{name: "a ReadWriteMany claim stays side-by-side",
 			pods:   []*corev1.Pod{old(ready, intent, claim("data"))},
 			claims: map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteMany)}, state: StateRequested,
 			want: []string{recordName, "CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
 		{name: "a claim that is not observed is taken as single-writer",
 			pods: []*corev1.Pod{old(ready, intent, claim("data"))}, state: StateRequested,
-			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate gate=nogoo9/volume-release [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
+			want: []string{"CreateUpgradePod " + sbsName + " from ws-old Recreate gate=nogoo9/volume-release checked-by-delete [Normal UpgradeStarted on ws-old]", "DeletePod ws-old"}},
 
 		// Side-by-side, after each single action.
 		{name: "side-by-side: new pod pending before the deadline waits until the deadline",

@@ -199,6 +199,8 @@ type wsSet struct {
 	count     int
 	rwopClass string // non-empty: each workspace has a ReadWriteOncePod claim (Recreate)
 	rev       int
+	// timeline is the last roll's milestones per workspace (bench.Timeline).
+	timeline *bench.Timeline
 }
 
 func (s *wsSet) configMap() *corev1.ConfigMap {
@@ -304,11 +306,80 @@ func (s *wsSet) roll(ctx context.Context, timeout time.Duration) (time.Duration,
 	if err := s.waitTemplate(ctx); err != nil {
 		return 0, err
 	}
-	start := time.Now()
-	if err := s.n.call(ctx, http.MethodPost, "/api/v1/upgrade-all", nil, nil); err != nil {
+	// The watch that sees the end is started before the clock, as the floor's is.
+	w, err := bench.StartWatch(ctx, s.cs, s.n.namespace, workspace.LabelTemplate+"="+s.template)
+	if err != nil {
 		return 0, err
 	}
-	if err := s.waitAll(ctx); err != nil {
+	defer w.Close()
+	want, prev := strconv.Itoa(s.rev), strconv.Itoa(s.rev-1)
+	start := time.Now()
+	tl := bench.NewTimeline(start, "upgrade-all answered", "intent", "created", "old deleting", "old gone", "ungated", "scheduled", "Ready")
+	s.timeline = tl
+	answered := make(chan error, 1)
+	go func() {
+		answered <- s.n.call(ctx, http.MethodPost, "/api/v1/upgrade-all", nil, nil)
+		w.Poke()
+	}()
+	done := false
+	err = w.Wait(ctx, fmt.Sprintf("%d workspaces of %s at version %d", s.count, s.template, s.rev), func(pods []*corev1.Pod) bool {
+		now := time.Now()
+		if !done {
+			select {
+			case err := <-answered:
+				if err != nil {
+					answered <- err
+					return true
+				}
+				done = true
+				tl.Mark("upgrade-all answered", "call", now)
+			default:
+			}
+		}
+		old := map[string]bool{}
+		for _, p := range pods {
+			id := workspace.ID(p)
+			switch workspace.TemplateVersion(p) {
+			case prev:
+				old[id] = true
+				if p.Annotations[workspace.AnnUpgradeRequested] != "" {
+					tl.Mark("intent", id, now)
+				}
+				if p.DeletionTimestamp != nil {
+					tl.Mark("old deleting", id, now)
+				}
+			case want:
+				tl.Mark("created", id, now)
+				if len(p.Spec.SchedulingGates) == 0 {
+					tl.Mark("ungated", id, now)
+				}
+				if p.Spec.NodeName != "" {
+					tl.Mark("scheduled", id, now)
+				}
+				if workspace.IsReady(p) {
+					tl.Mark("Ready", id, now)
+				}
+			}
+		}
+		for _, p := range pods {
+			if id := workspace.ID(p); workspace.TemplateVersion(p) == want && !old[id] {
+				tl.Mark("old gone", id, now)
+			}
+		}
+		if len(pods) != s.count || !done {
+			return false
+		}
+		for _, p := range pods {
+			if workspace.TemplateVersion(p) != want || !workspace.IsReady(p) {
+				return false
+			}
+		}
+		return true
+	})
+	if err == nil && !done {
+		err = <-answered // the watch's condition ended on the call's error
+	}
+	if err != nil {
 		return 0, err
 	}
 	return time.Since(start), nil

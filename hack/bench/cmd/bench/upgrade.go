@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -66,7 +68,7 @@ func fastClient(cl *localcluster.Cluster) (kubernetes.Interface, error) {
 
 // measured runs one rollout and records its time and its API writes per workspace.
 func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.Interface, fig, subject string, n int,
-	roll func(ctx context.Context) (time.Duration, error)) {
+	roll func(ctx context.Context) (time.Duration, error), tl func() string) {
 	before, err := bench.CountWrites(ctx, cs)
 	if err != nil {
 		res.Fail(fig, subject, "s", err)
@@ -77,14 +79,19 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 		res.Fail(fig, subject, "s", err)
 		return
 	}
+	cpuBefore := bench.CPUByCommand()
 	d, err := roll(ctx)
+	cpu := bench.CPUDelta(cpuBefore, bench.CPUByCommand())
 	if err != nil {
 		logf("%s: %s: %v", fig, subject, err)
 		res.Fail(fig, subject, "s", err)
 		return
 	}
 	res.Add(fig, subject, "s", d.Seconds())
-	logf("%s: %s: %.2f s", fig, subject, d.Seconds())
+	logf("%s: %s: %.2f s; CPU of the cluster's processes meanwhile: %s; load average %s", fig, subject, d.Seconds(), cpu, loadAverage())
+	if tl != nil {
+		logf("%s: %s: timeline (first seen by the benchmark's watch, from the start): %s", fig, subject, tl())
+	}
 	if fig != titleUpgrade(c.n) || !c.figures[2] {
 		return
 	}
@@ -182,18 +189,18 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 			}
 			measured(ctx, res, c, cs, fig, flags.subject, c.n, func(ctx context.Context) (time.Duration, error) {
 				return deploy.Roll(ctx, timeout)
-			})
+			}, nil)
 			if err := kcm.Stop(); err != nil {
 				return err
 			}
 		}
 		measured(ctx, res, c, cs, fig, subjFloor, c.n, func(ctx context.Context) (time.Duration, error) {
 			return floor.Roll(ctx, timeout)
-		})
+		}, func() string { return floor.Timeline.String() })
 		if nog != nil {
 			measured(ctx, res, c, cs, fig, subjNogoo9, c.n, func(ctx context.Context) (time.Duration, error) {
 				return nog.sideBySide.roll(ctx, timeout)
-			})
+			}, func() string { return nog.sideBySide.timeline.String() })
 		}
 		// Recreate-style: Deployments with strategy Recreate (raised kcm), floor, nogoo9.
 		if err := kcm.Start(ctx, bench.RaisedKCMFlags, ports); err != nil {
@@ -201,18 +208,18 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 		} else {
 			measured(ctx, res, c, cs, figR, subjDeployRecr, c.n, func(ctx context.Context) (time.Duration, error) {
 				return deployR.Roll(ctx, timeout)
-			})
+			}, nil)
 			if err := kcm.Stop(); err != nil {
 				return err
 			}
 		}
 		measured(ctx, res, c, cs, figR, subjFloorRecr, c.n, func(ctx context.Context) (time.Duration, error) {
 			return floorR.Roll(ctx, timeout)
-		})
+		}, func() string { return floorR.Timeline.String() })
 		if nog != nil && nog.recreate != nil {
 			measured(ctx, res, c, cs, figR, subjNogoo9Recr, c.n, func(ctx context.Context) (time.Duration, error) {
 				return nog.recreate.roll(ctx, timeout)
-			})
+			}, func() string { return nog.recreate.timeline.String() })
 		}
 	}
 	res.Compare(fig, subjDeployRaised, subjDeployDefault)
@@ -237,4 +244,17 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 		}
 	}
 	return nil
+}
+
+// loadAverage is the first three fields of /proc/loadavg.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }

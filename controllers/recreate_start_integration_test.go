@@ -1,0 +1,299 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/nogoo9/no-crd/pkg/spawner"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// snapshotCache is what the informer cache showed when a pass began: fixed pods (and no claims),
+// so a test can play a write that lands between the cache's view and the pass's own writes.
+type snapshotCache struct {
+	pods   []*corev1.Pod
+	claims []*corev1.PersistentVolumeClaim
+}
+
+func (s snapshotCache) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	for _, c := range s.claims {
+		if c.Namespace == key.Namespace && c.Name == key.Name {
+			c.DeepCopyInto(obj.(*corev1.PersistentVolumeClaim))
+			return nil
+		}
+	}
+	return apierrors.NewNotFound(corev1.Resource("persistentvolumeclaims"), key.Name)
+}
+
+func (s snapshotCache) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
+	pl := list.(*corev1.PodList)
+	for _, p := range s.pods {
+		pl.Items = append(pl.Items, *p.DeepCopy())
+	}
+	return nil
+}
+
+// countingReader counts the reads made from the API server.
+type countingReader struct {
+	client.Reader
+	gets atomic.Int32
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.gets.Add(1)
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestRecreateStartChecksTheOldPodWithItsDelete: a Recreate start creates the new pod and, in the
+// same pass, deletes the old one with the UID and resourceVersion the cache showed. That delete
+// is also the check that the workspace was not deleted meanwhile (by its owner, between the
+// cache's view and the create): without the read of the old pod that used to follow the create,
+// a workspace deleted meanwhile must still stay deleted (the new pod is removed), and one that
+// was not must be upgraded with one read from the API server (the old pod's full spec) instead of
+// two.
+func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	ctx := context.Background()
+	cw, err := client.NewWithWatch(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hold = "test.nogoo9/hold" // the kubelet's part: a deleted pod stays terminating while set
+	cases := []struct {
+		name string
+		// ownerDeletes runs right after the upgraded pod's create (nil: nobody deletes).
+		ownerDeletes func(t *testing.T, old *corev1.Pod)
+		// terminating: the old pod is left terminating (finalizer) rather than removed.
+		terminating  bool
+		wantUpgraded bool
+		wantReads    int32
+		// claimCached: the cache shows the workspace's claim (else it has not seen it yet).
+		claimCached      bool
+		wantClaimCreates int32
+	}{
+		{name: "nobody deletes the workspace: new pod kept, old pod deleted, one read", wantUpgraded: true, wantReads: 1, wantClaimCreates: 1},
+		{name: "the claim the old pod mounts is in the cache: not created again", claimCached: true, wantUpgraded: true, wantReads: 1},
+		{name: "nobody deletes the workspace, old pod held terminating: new pod kept, one read", terminating: true, wantUpgraded: true, wantReads: 1, wantClaimCreates: 1},
+		{name: "the owner deletes the workspace right after the create, pod removed at once: the new pod goes too",
+			ownerDeletes: func(t *testing.T, old *corev1.Pod) {
+				if err := c.Delete(ctx, old, client.Preconditions{UID: &old.UID}); err != nil {
+					t.Errorf("owner's delete: %v", err)
+				}
+			}, wantReads: 2, wantClaimCreates: 1},
+		{name: "the owner deletes the workspace right after the create, pod still terminating: the new pod goes too",
+			terminating: true,
+			ownerDeletes: func(t *testing.T, old *corev1.Pod) {
+				if err := c.Delete(ctx, old, client.Preconditions{UID: &old.UID}); err != nil {
+					t.Errorf("owner's delete: %v", err)
+				}
+			}, wantReads: 2, wantClaimCreates: 1},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := fmt.Sprintf("recreate-start-%d-%d", i, time.Now().UnixNano())
+			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+			reg := &fakeTemplates{}
+			reg.set(ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod))
+			tmpl, _ := reg.Get("ide")
+			old, claims, err := spawner.BuildPod(tmpl, spawner.Identity{Owner: "erin", ID: "disk", Namespace: ns}, workspace.PodName("erin", "disk"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, cl := range claims {
+				cl.Namespace = ns
+				if err := c.Create(ctx, cl); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old.Namespace = ns
+			old.Annotations[workspace.AnnUpgradeRequested] = "true"
+			if tc.terminating {
+				old.Finalizers = []string{hold}
+			}
+			if err := c.Create(ctx, old); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = c.Patch(ctx, old, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+			})
+			reg.set(ideTemplate("v2", "ide:2", corev1.ReadWriteOncePod))
+			newName := workspace.NextPodName(old, "v2")
+
+			var claimCreates atomic.Int32
+			hooked := interceptor.NewClient(cw, interceptor.Funcs{
+				Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+					if _, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+						claimCreates.Add(1)
+					}
+					err := cl.Create(ctx, obj, opts...)
+					if err == nil && obj.GetName() == newName && tc.ownerDeletes != nil {
+						tc.ownerDeletes(t, old)
+					}
+					return err
+				},
+			})
+			api := &countingReader{Reader: c}
+			rec := record.NewFakeRecorder(100)
+			snap := snapshotCache{pods: []*corev1.Pod{old}}
+			if tc.claimCached {
+				snap.claims = claims
+			}
+			r := &WorkspaceReconciler{Client: hooked, Reader: snap, APIReader: api,
+				Templates: reg, Recorder: rec, Opts: UpgradeOptions{Name: "recreate-start-test"}}
+			r.Opts.defaults()
+			r.wake = make(chan event.GenericEvent, 16)
+			r.gate = newGate(0, r.Reader, r.wake)
+
+			if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "disk"}}); err != nil {
+				t.Fatalf("reconcile: %v", err)
+			}
+
+			var up corev1.Pod
+			err = c.Get(ctx, types.NamespacedName{Namespace: ns, Name: newName}, &up)
+			upgraded := err == nil && up.DeletionTimestamp == nil
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			if upgraded != tc.wantUpgraded {
+				t.Errorf("upgraded pod %s live after the pass = %v, want %v", newName, upgraded, tc.wantUpgraded)
+			}
+			var left corev1.Pod
+			switch err := c.Get(ctx, client.ObjectKeyFromObject(old), &left); {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				t.Fatal(err)
+			case left.DeletionTimestamp == nil:
+				t.Errorf("old pod %s is still live after a Recreate start", old.Name)
+			}
+			if got := claimCreates.Load(); got != tc.wantClaimCreates {
+				t.Errorf("claim creates = %d, want %d", got, tc.wantClaimCreates)
+			}
+			if got := api.gets.Load(); got != tc.wantReads {
+				t.Errorf("reads from the API server = %d, want %d", got, tc.wantReads)
+			}
+			started := 0
+			for len(rec.Events) > 0 {
+				if e := <-rec.Events; strings.Contains(e, upgrade.ReasonUpgradeStarted) {
+					started++
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[tc.wantUpgraded]; started != want {
+				t.Errorf("UpgradeStarted Events = %d, want %d", started, want)
+			}
+			if tc.wantUpgraded && len(up.Spec.SchedulingGates) == 0 {
+				t.Errorf("upgraded pod %s has no scheduling gate; a Recreate start creates it gated", newName)
+			}
+		})
+	}
+}
+
+// TestAPassFromACacheBehindItsOwnCreateDoesNotStartTheUpgradeAgain: right after a pass creates
+// the upgraded pod, a second event for the workspace can bring it back before the cache shows
+// that pod (for a kubectl intent, the pass's own earlier write recording the pod's name comes back
+// while the pass goes on to the create). Planned from that view, the pass
+// would start the same upgrade again: a create answered AlreadyExists and a read, two round trips
+// for nothing per workspace in a bulk upgrade. It waits for the pod's watch event instead, and
+// plans as usual once the cache shows the pod, or after awaitCreate at the latest.
+func TestAPassFromACacheBehindItsOwnCreateDoesNotStartTheUpgradeAgain(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	ctx := context.Background()
+	cw, err := client.NewWithWatch(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := fmt.Sprintf("stale-pass-%d", time.Now().UnixNano())
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	reg := &fakeTemplates{}
+	reg.set(ideTemplate("v1", "ide:1", ""))
+	tmpl, _ := reg.Get("ide")
+	old, _, err := spawner.BuildPod(tmpl, spawner.Identity{Owner: "fay", ID: "box", Namespace: ns}, workspace.PodName("fay", "box"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Namespace = ns
+	old.Annotations[workspace.AnnUpgradeRequested] = "true"
+	if err := c.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	reg.set(ideTemplate("v2", "ide:2", ""))
+	var creates atomic.Int32
+	hooked := interceptor.NewClient(cw, interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				creates.Add(1)
+			}
+			return cl.Create(ctx, obj, opts...)
+		},
+	})
+	api := &countingReader{Reader: c}
+	clock := &testClock{now: time.Now()}
+	stale := snapshotCache{pods: []*corev1.Pod{old}} // the cache before it has seen the create
+	r := &WorkspaceReconciler{Client: hooked, Reader: stale, APIReader: api,
+		Templates: reg, Recorder: record.NewFakeRecorder(100), Opts: UpgradeOptions{Name: "stale-pass-test", Now: clock.Now}}
+	r.Opts.defaults()
+	r.wake = make(chan event.GenericEvent, 16)
+	r.gate = newGate(0, r.Reader, r.wake)
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "box"}}
+
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatalf("first pass: %v", err)
+	}
+	if got := creates.Load(); got != 1 {
+		t.Fatalf("first pass made %d pod creates, want 1", got)
+	}
+	readsAfterFirst := api.gets.Load()
+
+	// The second pass still sees only the old pod.
+	res, err := r.Reconcile(ctx, req)
+	if err != nil {
+		t.Fatalf("second pass: %v", err)
+	}
+	if got := creates.Load(); got != 1 {
+		t.Errorf("a pass from a cache behind its own create made %d pod creates in all, want 1 (no second start)", got)
+	}
+	if got := api.gets.Load() - readsAfterFirst; got != 0 {
+		t.Errorf("a pass from a cache behind its own create read %d pods from the API server, want 0", got)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > awaitCreate {
+		t.Errorf("second pass RequeueAfter = %s, want a look again within %s if no event comes", res.RequeueAfter, awaitCreate)
+	}
+
+	// Once the cache shows the pod, the workspace is planned as usual (here: the upgrade waits
+	// for the new pod to be Ready).
+	up := &corev1.Pod{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: workspace.NextPodName(old, "v2")}, up); err != nil {
+		t.Fatal(err)
+	}
+	r.Reader = snapshotCache{pods: []*corev1.Pod{old, up}}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatalf("third pass: %v", err)
+	}
+	if _, _, waiting := r.gate.awaiting(req.NamespacedName, clock.Now()); waiting {
+		t.Errorf("still awaiting the create after the cache showed the pod")
+	}
+	// And a pod the cache never shows stops being awaited after awaitCreate.
+	r.gate.reserved[types.NamespacedName{Namespace: ns, Name: "other"}] = reservation{name: "other-up", at: clock.Now()}
+	clock.Add(awaitCreate + time.Second)
+	if _, _, waiting := r.gate.awaiting(types.NamespacedName{Namespace: ns, Name: "other"}, clock.Now()); waiting {
+		t.Errorf("still awaiting a create after %s", awaitCreate)
+	}
+}
