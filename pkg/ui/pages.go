@@ -412,9 +412,10 @@ type spawnForm struct {
 
 var contextRef = regexp.MustCompile(`\$?\$\{context\.([^}]*)\}`)
 
-// requiredContext lists the context keys a template's placeholders use (${context.KEY}).
-func (u *UI) requiredContext(name string) []string {
-	t, ok := u.o.Templates.Get(name)
+// requiredContext lists the context keys a template's placeholders use (${context.KEY}); key is
+// the template's registry key (templateKey).
+func (u *UI) requiredContext(key string) []string {
+	t, ok := u.o.Templates.Get(key)
 	if !ok || t == nil {
 		return nil
 	}
@@ -437,11 +438,22 @@ func (u *UI) requiredContext(name string) []string {
 	return keys
 }
 
-func (u *UI) newData(r *request, form spawnForm, errs map[string]string) (newData, error) {
-	ts, err := u.svc.ListTemplates(r.ctx)
-	if err != nil {
-		return newData{}, err
+// templateKey is the registry key of a template offered to a spawn: the name for nogoo9's own,
+// <namespace>/<name> for a team namespace's (templates.md, "Where a template is looked up").
+func (u *UI) templateKey(t frontend.TemplateInfo) string {
+	if t.Namespace == "" || t.Namespace == u.svc.HomeNamespace() {
+		return t.Name
 	}
+	return workspace.JoinTemplateKey(t.Namespace, t.Name)
+}
+
+// templatesFor lists the templates a spawn in ns can use: that namespace's own and nogoo9's not
+// shadowed by one of them.
+func (u *UI) templatesFor(r *request, ns string) ([]frontend.TemplateInfo, error) {
+	return u.svc.ListTemplates(frontend.WithNamespace(r.ctx, ns))
+}
+
+func (u *UI) newData(r *request, form spawnForm, errs map[string]string) (newData, error) {
 	d := newData{Form: form, Errors: errs}
 	if nss := u.svc.Namespaces(); len(nss) > 1 {
 		d.Namespaces = nss
@@ -449,11 +461,29 @@ func (u *UI) newData(r *request, form spawnForm, errs map[string]string) (newDat
 	if d.Form.Namespace == "" {
 		d.Form.Namespace = u.svc.HomeNamespace()
 	}
+	ts, err := u.templatesFor(r, d.Form.Namespace)
+	if err != nil && d.Form.Namespace != u.svc.HomeNamespace() {
+		// A namespace that is not watched (or not a name): say so next to the choice and offer
+		// nogoo9's own namespace's templates.
+		if code := frontend.CodeOf(err); code == frontend.CodeNotFound || code == frontend.CodeInvalid {
+			if d.Errors == nil {
+				d.Errors = map[string]string{}
+			}
+			if _, ok := d.Errors["namespace"]; !ok {
+				_, d.Errors["namespace"] = message(r.Request, err)
+			}
+			d.Form.Namespace = u.svc.HomeNamespace()
+			ts, err = u.templatesFor(r, d.Form.Namespace)
+		}
+	}
+	if err != nil {
+		return newData{}, err
+	}
 	need := map[string][]string{}
 	for _, t := range ts {
 		c := templateChoice{TemplateInfo: t}
 		if t.Valid || t.Version != "" {
-			c.Context = u.requiredContext(t.Name)
+			c.Context = u.requiredContext(u.templateKey(t))
 		}
 		for _, k := range c.Context {
 			need[k] = append(need[k], t.Name)
@@ -490,8 +520,17 @@ func (u *UI) spawn(w http.ResponseWriter, r *request) {
 			form.Context[key] = strings.TrimSpace(v[0])
 		}
 	}
-	// Only the chosen template's keys go to the service: the form shows every template's.
-	need := u.requiredContext(form.Template)
+	// Only the chosen template's keys go to the service: the form shows every template's. The
+	// template is the one a spawn in the chosen namespace finds (its own first, then nogoo9's).
+	key := form.Template
+	if ts, err := u.templatesFor(r, form.Namespace); err == nil {
+		for _, t := range ts {
+			if t.Name == form.Template {
+				key = u.templateKey(t)
+			}
+		}
+	}
+	need := u.requiredContext(key)
 	ctx := map[string]string{}
 	for _, k := range need {
 		if v, ok := form.Context[k]; ok {

@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,10 +61,19 @@ func (t tokens) VerifyToken(_ context.Context, token string) (*auth.Caller, erro
 type stubTemplates map[string]*templates.Template
 
 func (s stubTemplates) Get(name string) (*templates.Template, bool) { t, ok := s[name]; return t, ok }
-func (s stubTemplates) Infos(string) []frontend.TemplateInfo {
+
+// Infos offers ns's own templates (keys "<ns>/<name>") and the others (plain names) not shadowed
+// by one of them, as the registry does.
+func (s stubTemplates) Infos(ns string) []frontend.TemplateInfo {
 	var out []frontend.TemplateInfo
-	for _, t := range s {
-		out = append(out, frontend.TemplateInfo{Name: t.Name, Version: t.Version, Description: t.Description, Valid: true})
+	for key, t := range s {
+		where, name := workspace.SplitTemplateKey(key)
+		switch {
+		case where == "" && s[workspace.JoinTemplateKey(ns, name)] == nil:
+			out = append(out, frontend.TemplateInfo{Name: t.Name, Version: t.Version, Description: t.Description, Valid: true})
+		case where != "" && where == ns:
+			out = append(out, frontend.TemplateInfo{Name: t.Name, Namespace: where, Version: t.Version, Description: t.Description, Valid: true})
+		}
 	}
 	return out
 }
@@ -566,6 +577,9 @@ func (bobOnly) MaySpawn(_ context.Context, c *auth.Caller, namespace string) (bo
 
 const otherNS = "team-b"
 
+// spawnedContextKeys is where podSpawner records the context keys a spawn was given.
+const spawnedContextKeys = "test/context-keys"
+
 // podSpawner stands in for pkg/spawner (tested against a real API server there): it writes the
 // workspace's pod where the service asks, so the request's namespace can be checked.
 type podSpawner struct{ c client.Client }
@@ -573,6 +587,8 @@ type podSpawner struct{ c client.Client }
 func (s podSpawner) Spawn(ctx context.Context, r frontend.SpawnRequest) (*corev1.Pod, error) {
 	p := wsPod(r.Owner, r.ID, "2.0", false)
 	p.Namespace, p.UID, p.Annotations[workspace.AnnWorkspacePath] = r.Namespace, "", ""
+	keys := slices.Sorted(maps.Keys(r.Context))
+	p.Annotations[spawnedContextKeys] = strings.Join(keys, ",")
 	return p, s.c.Create(ctx, p)
 }
 
@@ -658,6 +674,43 @@ func TestSpawnFormOffersTheWatchedNamespacesAndShowsTheRefusal(t *testing.T) {
 	}
 	if _, list := b2.do("GET", "/", nil); !strings.Contains(list, `href="/namespaces/team-b/workspaces/x1"`) {
 		t.Fatalf("bob's list lacks his workspace in team-b:\n%s", list)
+	}
+}
+
+func TestSpawnFormOffersTheChosenNamespacesTemplates(t *testing.T) {
+	f := newFixtureConfig(t, Options{InsecureCookie: true}, nil, twoNamespaces)
+	// team-b has its own python, which needs another context key than nogoo9's.
+	f.tmpl[workspace.JoinTemplateKey(otherNS, "python")] = &templates.Template{Name: "python", Version: "7.0", Description: "team-b's Python",
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "team-ide", Env: []corev1.EnvVar{{Name: "BRANCH", Value: "${context.branch}"}}}}}}
+	b := f.browser(t)
+	csrf := b.login("bob-token")
+	_, home := b.do("GET", "/workspaces/new", nil)
+	if !strings.Contains(home, "Python 3") || strings.Contains(home, "team-b&#39;s Python") || !strings.Contains(home, `name="ctx.repo"`) || strings.Contains(home, `name="ctx.branch"`) {
+		t.Fatalf("the form for nogoo9's namespace should offer nogoo9's python and its context key repo only:\n%s", home)
+	}
+	if !strings.Contains(home, `href="/workspaces/new?namespace=team-b"`) {
+		t.Fatalf("the form lacks the link to team-b's templates:\n%s", home)
+	}
+	_, team := b.do("GET", "/workspaces/new?namespace=team-b", nil)
+	if !strings.Contains(team, "team-b&#39;s Python") || strings.Contains(team, "Python 3") || !strings.Contains(team, `name="ctx.branch"`) || strings.Contains(team, `name="ctx.repo"`) ||
+		!strings.Contains(team, `<option value="team-b" selected>`) {
+		t.Fatalf("the form for team-b should offer team-b's python, its context key branch, and team-b chosen:\n%s", team)
+	}
+	resp, bad := b.do("GET", "/workspaces/new?namespace=elsewhere", nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(bad, `id="namespace-error"`) || !strings.Contains(bad, "is not watched by nogoo9") || !strings.Contains(bad, "Python 3") {
+		t.Fatalf("an unwatched namespace: %s, want the form with the message next to the choice and nogoo9's templates:\n%s", resp.Status, bad)
+	}
+	// The spawn sends the chosen namespace's template's context key, not nogoo9's.
+	form := url.Values{"csrf": {csrf}, "template": {"python"}, "id": {"t1"}, "namespace": {otherNS}, "ctx.branch": {"main"}, "ctx.repo": {"r"}}
+	if resp, page := b.do("POST", "/workspaces", form); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("bob's spawn of team-b's python: %s\n%s", resp.Status, page)
+	}
+	var p corev1.Pod
+	if err := f.k8s.Get(context.Background(), client.ObjectKey{Namespace: otherNS, Name: "ws-t1"}, &p); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Annotations[spawnedContextKeys]; got != "branch" {
+		t.Fatalf("the spawn in team-b was given context keys %q, want only team-b's python's: branch", got)
 	}
 }
 
