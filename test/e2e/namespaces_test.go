@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -122,11 +123,7 @@ var _ = Describe("Several namespaces and clean URLs", Label("namespaces"), func(
 		Expect(K8s.Create(ctx, pxTemplate(home, "ide", "1.0", "example.com/ide:1.0", port))).To(Succeed())
 		alice, bob := pxUserToken(ctx, home, "alice"), pxUserToken(ctx, home, "bob")
 		aliceSub := "system:serviceaccount:" + home + ":alice"
-		Expect(K8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "nogoo9-spawn"},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"nogoo9.io"}, Resources: []string{"workspaces"}, Verbs: []string{"create"}}}})).To(Succeed())
-		Expect(K8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "nogoo9-spawn"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "nogoo9-spawn"},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: aliceSub}}})).To(Succeed())
+		allowSpawn(ctx, team, aliceSub)
 		p := StartNogoo9("--namespace="+home, "--namespaces="+home+","+team)
 
 		By("alice, bound in the team namespace, spawns there through REST: the path says the namespace")
@@ -185,11 +182,7 @@ var _ = Describe("Several namespaces and clean URLs", Label("namespaces"), func(
 		Expect(K8s.Create(ctx, pxTemplate(team, "ide", "7.0", "example.com/team-ide:7.0", port))).To(Succeed())
 		alice := pxUserToken(ctx, home, "alice")
 		aliceSub := "system:serviceaccount:" + home + ":alice"
-		Expect(K8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "nogoo9-spawn"},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"nogoo9.io"}, Resources: []string{"workspaces"}, Verbs: []string{"create"}}}})).To(Succeed())
-		Expect(K8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "nogoo9-spawn"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "nogoo9-spawn"},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: aliceSub}}})).To(Succeed())
+		allowSpawn(ctx, team, aliceSub)
 		p := StartNogoo9("--namespace="+home, "--namespaces="+home+","+team)
 
 		By("the template list of the team namespace offers the team's ide, saying where it lives")
@@ -248,4 +241,16 @@ func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	Expect(err).NotTo(HaveOccurred())
 	return b
+}
+
+// allowSpawn lets user create workspaces in namespace, as a platform team grants it
+// (docs/deploy.md, "Who may spawn where"): a Role with create on workspaces.nogoo9.io and a
+// RoleBinding to the user.
+func allowSpawn(ctx context.Context, namespace, user string) {
+	GinkgoHelper()
+	Expect(K8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "nogoo9-spawn"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"nogoo9.io"}, Resources: []string{"workspaces"}, Verbs: []string{"create"}}}})).To(Succeed())
+	Expect(K8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "nogoo9-spawn"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "nogoo9-spawn"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}})).To(Succeed())
 }

@@ -7,8 +7,6 @@ import (
 	"github.com/chromedp/chromedp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The web UI over two namespaces in a real browser: nogoo9 watches its own namespace and a team
@@ -35,11 +33,7 @@ var _ = Describe("Web UI across two namespaces in a real browser", Ordered, Labe
 		}
 		aliceTok, adminTok = token(home, "alice"), token(adminNS, "admin")
 		aliceSub := "system:serviceaccount:" + home + ":alice"
-		Expect(K8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "nogoo9-spawn"},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"nogoo9.io"}, Resources: []string{"workspaces"}, Verbs: []string{"create"}}}})).To(Succeed())
-		Expect(K8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "nogoo9-spawn"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "nogoo9-spawn"},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: aliceSub}}})).To(Succeed())
+		allowSpawn(ctx, team, aliceSub)
 		proc = StartNogoo9("--namespace="+home, "--namespaces="+home+","+team,
 			"--admin-group=system:serviceaccounts:"+adminNS, "--ui-insecure-cookie")
 		browser := newUIBrowser()
