@@ -7,13 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
-	"github.com/nogoo9/no-crd/pkg/podcache"
 )
 
 // stubAccess allows the callers it lists, per namespace, and counts its questions.
@@ -39,14 +34,7 @@ func (s *recordingSpawner) Spawn(_ context.Context, r SpawnRequest) (*corev1.Pod
 
 func nsService(t *testing.T, access SpawnAccess, sp Spawner, pods ...*corev1.Pod) *Service {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	objs := make([]client.Object, len(pods))
-	for i, p := range pods {
-		objs[i] = p.DeepCopy()
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, IndexOwner, indexOwner).WithIndex(&corev1.Pod{}, podcache.IndexWorkspaceID, podcache.WorkspaceID).Build()
+	c := fakeCache(pods...)
 	svc, err := New(Config{Namespace: "ns", Namespaces: []string{"ns", "team"}, Access: access, Spawner: sp, Cache: c, Client: c,
 		Templates: stubTemplates{"python": "2.0"}, Now: func() time.Time { return t0.Add(time.Hour) }})
 	if err != nil {
@@ -161,29 +149,7 @@ func TestWorkspacesAreAddressedPerNamespace(t *testing.T) {
 // one Service reading nogoo9's namespace from the views, one reading every namespace per call.
 func nsServices(t *testing.T, pods ...*corev1.Pod) map[string]*Service {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	objs := make([]client.Object, len(pods))
-	for i, p := range pods {
-		objs[i] = p.DeepCopy()
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, IndexOwner, indexOwner).WithIndex(&corev1.Pod{}, podcache.IndexWorkspaceID, podcache.WorkspaceID).Build()
-	cfg := Config{Namespace: "ns", Namespaces: []string{"ns", "team", "a-team"}, Cache: c, Client: c,
-		Templates: stubTemplates{"python": "2.0"}, Now: func() time.Time { return t0.Add(time.Hour) }}
-	perCall, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Pods = syncedInformer{}
-	withViews, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods {
-		withViews.views.OnAdd(p, true)
-	}
-	return map[string]*Service{"views": withViews, "per-call": perCall}
+	return servicesWith(t, func(c *Config) { c.Namespaces = []string{"ns", "team", "a-team"} }, pods...)
 }
 
 func podIn(ns, name, owner, id string) *corev1.Pod {

@@ -93,15 +93,15 @@ func (syncedInformer) AddEventHandler(toolscache.ResourceEventHandler) (toolscac
 // (fake) cache per call, so every rule is checked on both paths.
 func services(t *testing.T, pods ...*corev1.Pod) map[string]*Service {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	objs := make([]client.Object, len(pods))
-	for i, p := range pods {
-		objs[i] = p.DeepCopy()
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, IndexOwner, indexOwner).WithIndex(&corev1.Pod{}, podcache.IndexWorkspaceID, podcache.WorkspaceID).Build()
+	return servicesWith(t, func(*Config) {}, pods...)
+}
+
+// servicesWith is services with the Config changed by edit first.
+func servicesWith(t *testing.T, edit func(*Config), pods ...*corev1.Pod) map[string]*Service {
+	t.Helper()
+	c := fakeCache(pods...)
 	cfg := Config{Namespace: "ns", Cache: c, Client: c, Templates: stubTemplates{"python": "2.0"}, Now: func() time.Time { return t0.Add(time.Hour) }}
+	edit(&cfg)
 	perCall, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +115,18 @@ func services(t *testing.T, pods ...*corev1.Pod) map[string]*Service {
 		withViews.views.OnAdd(p, true)
 	}
 	return map[string]*Service{"views": withViews, "per-call": perCall}
+}
+
+// fakeCache is a fake client holding copies of pods, with the indexes the service lists by.
+func fakeCache(pods ...*corev1.Pod) client.WithWatch {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	objs := make([]client.Object, len(pods))
+	for i, p := range pods {
+		objs[i] = p.DeepCopy()
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, IndexOwner, indexOwner).WithIndex(&corev1.Pod{}, podcache.IndexWorkspaceID, podcache.WorkspaceID).Build()
 }
 
 func TestListFiltersByOwnerAndAdmin(t *testing.T) {
