@@ -237,6 +237,9 @@ func run(o options) error {
 		// Only workspace pods and template ConfigMaps are cached, stripped of what nogoo9 never
 		// reads: a cluster's other pods cost nothing.
 		Cache: podcache.OptionsFor(watched),
+		// Every cache List asks whether its kind is namespaced: built-in kinds are answered from
+		// memory (podcache.BuiltinMemo; the largest part of the start-up's garbage otherwise).
+		MapperProvider: podcache.MapperProvider,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
