@@ -11,7 +11,9 @@
 // New wraps a logger so that WithValues only remembers its key/value pairs (one small slice);
 // they are handed to the wrapped sink with the message when a line is actually written, which
 // gives the same output: zapr encodes a logger's values and a call's key/value pairs alike, the
-// logger's first.
+// logger's first. One difference: a value is rendered when a line is written, not when it was
+// added, so a pointer to something that changes in between shows its later state (pass values:
+// klog.KObj and klog.KRef copy the name; nogoo9 passes nothing else by pointer).
 package lazylog
 
 import "github.com/go-logr/logr"
