@@ -17,16 +17,16 @@ import (
 //
 // Kept: metadata (name, namespace, UID, resourceVersion, creation and deletion time and grace,
 // labels, annotations except the rollback spec and kubectl's last-applied copy, finalizers,
-// owner references); spec: node name, PVC volumes, readiness
-// gates, scheduling gates (a Recreate's volume-release gate, a stopped workspace's gate); status: phase, reason, message, pod IP, conditions other than the kubelet's Initialized,
-// ContainersReady and PodReadyToStartContainers (type, status,
-// reason, message, transition time) and container and init-container statuses (name, ready,
-// started, restart count, state, last termination state).
+// owner references); spec: node name, PVC volumes, readiness gates, scheduling gates (a
+// Recreate's volume-release gate, a stopped workspace's gate); status: phase, reason, message,
+// pod IP, conditions other than the kubelet's Initialized, ContainersReady and
+// PodReadyToStartContainers (type, status, reason, message, transition time) and container and
+// init-container statuses (name, ready, started, restart count, state, last termination state).
 //
 // Dropped: managed fields, every other spec field, containers included (the controller and the
 // front end read a pod's full spec from the API server when they need it: the upgrade's rollback
-// copy, a stop, an upgrade's diff), image IDs, container IDs,
-// resources, QoS class, volume mounts, probe times, host IPs, start time, pod IPs beyond the first.
+// copy, a stop, an upgrade's diff), image IDs, container IDs, resources, QoS class, volume
+// mounts, probe times, host IPs, start time, pod IPs beyond the first.
 func Transform(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
