@@ -32,6 +32,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/authz"
 	"github.com/nogoo9/no-crd/pkg/frontend"
 	"github.com/nogoo9/no-crd/pkg/health"
+	"github.com/nogoo9/no-crd/pkg/lazylog"
 	"github.com/nogoo9/no-crd/pkg/mcp"
 	"github.com/nogoo9/no-crd/pkg/namespaces"
 	"github.com/nogoo9/no-crd/pkg/podcache"
@@ -172,7 +173,9 @@ func main() {
 	flag.IntVar(&o.lifecycle.maxStopped, "max-stopped-workspaces-per-user", 0, "Stopped workspaces a non-admin user may keep; a stop beyond it is refused (0 = unlimited). Stopped workspaces do not count against --max-workspaces-per-user.")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	// Lazy values: every reconcile's logger gets its request's values, encoded only if it logs
+	// (pkg/lazylog; at start the first pass over every workspace made tens of MB of them).
+	ctrl.SetLogger(lazylog.New(zap.New(zap.UseFlagOptions(&zapOpts))))
 	log := ctrl.Log.WithName("setup")
 
 	if err := run(o); err != nil {
@@ -236,6 +239,9 @@ func run(o options) error {
 		// Only workspace pods and template ConfigMaps are cached, stripped of what nogoo9 never
 		// reads: a cluster's other pods cost nothing.
 		Cache: podcache.OptionsFor(watched),
+		// Every cache List asks whether its kind is namespaced: built-in kinds are answered from
+		// memory (podcache.BuiltinMemo; the largest part of the start-up's garbage otherwise).
+		MapperProvider: podcache.MapperProvider,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

@@ -13,19 +13,20 @@ import (
 // the fields some component reads (docs/performance.md, "What the pod cache keeps"; the list is
 // TestTransformKeepsWhatEveryReaderReads) and interns the strings many pods share, so 10,000
 // workspaces of a few templates and owners hold one copy of each label key, template name,
-// version, image, node name and condition reason.
+// version, node name and condition reason.
 //
 // Kept: metadata (name, namespace, UID, resourceVersion, creation and deletion time and grace,
 // labels, annotations except the rollback spec and kubectl's last-applied copy, finalizers,
-// owner references); spec: node name, containers' name, image and ports, PVC volumes, readiness
-// gates, scheduling gates (a Recreate's volume-release gate, a stopped workspace's gate); status: phase, reason, message, pod IP, conditions other than the kubelet's Initialized,
-// ContainersReady and PodReadyToStartContainers (type, status,
-// reason, message, transition time) and container and init-container statuses (name, ready,
-// started, restart count, state, last termination state).
+// owner references); spec: node name, PVC volumes, readiness gates, scheduling gates (a
+// Recreate's volume-release gate, a stopped workspace's gate); status: phase, reason, message,
+// pod IP, conditions other than the kubelet's Initialized, ContainersReady and
+// PodReadyToStartContainers (type, status, reason, message, transition time) and container and
+// init-container statuses (name, ready, started, restart count, state, last termination state).
 //
-// Dropped: managed fields, every other spec field (the controller reads a pod's full spec from
-// the API server when it needs it: the upgrade's rollback copy), image IDs, container IDs,
-// resources, QoS class, volume mounts, probe times, host IPs, start time, pod IPs beyond the first.
+// Dropped: managed fields, every other spec field, containers included (the controller and the
+// front end read a pod's full spec from the API server when they need it: the upgrade's rollback
+// copy, a stop, an upgrade's diff), image IDs, container IDs, resources, QoS class, volume
+// mounts, probe times, host IPs, start time, pod IPs beyond the first.
 func Transform(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -42,14 +43,6 @@ func Transform(obj any) (any, error) {
 	pod.Labels = internMap(pod.Labels, internedLabelValues)
 	pod.Annotations = internMap(pod.Annotations, internedAnnotationValues)
 	pod.Spec.NodeName = intern(pod.Spec.NodeName)
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		c.Name, c.Image = intern(c.Name), intern(c.Image)
-		for j := range c.Ports {
-			c.Ports[j].Name = intern(c.Ports[j].Name)
-			c.Ports[j].Protocol = corev1.Protocol(intern(string(c.Ports[j].Protocol)))
-		}
-	}
 	for i := range pod.Spec.Volumes {
 		pod.Spec.Volumes[i].Name = intern(pod.Spec.Volumes[i].Name)
 	}

@@ -76,8 +76,8 @@ func benchServe(b *testing.B, fast, std bool) {
 		tr := p.transport.fallback
 		for _, t := range p.router.byWS {
 			for _, tg := range t {
-				if tg.rp != nil {
-					tg.rp.Transport = tr
+				if rp := tg.reverseProxy(); rp != nil {
+					rp.Transport = tr
 				}
 			}
 		}

@@ -199,7 +199,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.forwardFast(w, r, t)
 		return
 	}
-	t.rp.ServeHTTP(w, r)
+	t.reverseProxy().ServeHTTP(w, r)
 }
 
 // serveNoRoute answers a path no route covers: a redirect to the route's prefix when the path

@@ -147,9 +147,7 @@ func (r *router) rebuild(key wsKey) {
 		r.log.Info("route left out", "workspace", key.String(), "reason", err.Error())
 	}
 	for _, t := range targets {
-		if r.newRP != nil {
-			t.rp = r.newRP(t)
-		}
+		t.newRP = r.newRP // the ReverseProxy is made at the route's first request
 	}
 	old := r.byWS[key]
 	if len(targets) == 0 {

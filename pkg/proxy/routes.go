@@ -7,6 +7,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,7 +61,24 @@ type target struct {
 	// problem, when set, is why the route cannot be served (a bad port annotation).
 	problem string
 
-	rp *httputil.ReverseProxy // set by the Proxy; nil in pure tests
+	// rp forwards to addr. It is made by newRP at the first request that needs it
+	// (reverseProxy), not when the route is built: most of a large installation's workspaces get
+	// no request between two changes of their pods, and a ReverseProxy with its two closures is
+	// about 250 bytes per workspace (docs/performance.md, "Memory per workspace").
+	rp    atomic.Pointer[httputil.ReverseProxy]
+	newRP func(*target) *httputil.ReverseProxy // set by the router; nil in pure tests
+}
+
+// reverseProxy is t's ReverseProxy, made at the first call; nil when t is never forwarded (no
+// ready pod, a problem) or in pure tests. Concurrent first calls agree on one.
+func (t *target) reverseProxy() *httputil.ReverseProxy {
+	if rp := t.rp.Load(); rp != nil || t.newRP == nil {
+		return rp
+	}
+	if rp := t.newRP(t); rp != nil {
+		t.rp.CompareAndSwap(nil, rp)
+	}
+	return t.rp.Load()
 }
 
 // serveable reports whether requests on t can be forwarded, and if not, a short reason.

@@ -2,9 +2,14 @@ package proxy
 
 import (
 	"net/http"
+	"net/http/httputil"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -300,5 +305,50 @@ func TestOptionsValidation(t *testing.T) {
 				t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestReverseProxyMadeAtFirstRequest: building routes makes no ReverseProxy (most workspaces get
+// no request between two changes of their pods); the first request makes one, every later and
+// concurrent request gets that same one, and a route that is never forwarded gets none.
+func TestReverseProxyMadeAtFirstRequest(t *testing.T) {
+	var made atomic.Int32
+	newRP := func(tg *target) *httputil.ReverseProxy {
+		if tg.addr == "" {
+			return nil
+		}
+		made.Add(1)
+		return &httputil.ReverseProxy{}
+	}
+	r := newRouter(time.Minute, newConnRegistry(logr.Discard()), newRP, logr.Discard())
+	r.now = func() time.Time { return t0 }
+	r.upsert(wsPod("ws-ready", time.Hour, "10.0.0.1", true, nil))
+	pending := wsPod("ws-pending", time.Hour, "", false, map[string]string{workspace.AnnWorkspacePath: "/ws/jane/other/", workspace.AnnPreviewPath: "-"})
+	pending.Labels[workspace.LabelWorkspaceID] = "other"
+	r.upsert(pending)
+	if n := made.Load(); n != 0 {
+		t.Fatalf("building the routes made %d ReverseProxies; want none before a request", n)
+	}
+	ready := r.lookup("/ws/jane/demo/x")
+	if ready == nil || ready.addr == "" {
+		t.Fatalf("no ready route for /ws/jane/demo/: %+v", ready)
+	}
+	var wg sync.WaitGroup
+	got := make([]*httputil.ReverseProxy, 8)
+	for i := range got {
+		wg.Add(1)
+		go func() { defer wg.Done(); got[i] = ready.reverseProxy() }()
+	}
+	wg.Wait()
+	for i, rp := range got {
+		if rp == nil || rp != got[0] {
+			t.Fatalf("request %d got ReverseProxy %p, request 0 got %p: want one, the same", i, rp, got[0])
+		}
+	}
+	if rp := ready.reverseProxy(); rp != got[0] {
+		t.Fatal("a later request got another ReverseProxy")
+	}
+	if tg := r.lookup("/ws/jane/other/x"); tg == nil || tg.reverseProxy() != nil {
+		t.Fatalf("a route with no ready pod must have no ReverseProxy: %+v", tg)
 	}
 }

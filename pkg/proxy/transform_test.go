@@ -40,10 +40,11 @@ func TestRoutesReadOnlyWhatTheCacheKeeps(t *testing.T) {
 	}
 }
 
-func deref(ts []*target) []target {
-	out := make([]target, len(ts))
+// deref prints each target's fields (a target holds an atomic pointer: it is not copied).
+func deref(ts []*target) []string {
+	out := make([]string, len(ts))
 	for i, t := range ts {
-		out[i] = *t
+		out[i] = fmt.Sprintf("%+v", t)
 	}
 	return out
 }

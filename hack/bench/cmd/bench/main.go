@@ -30,11 +30,14 @@ import (
 type config struct {
 	n, scale, other, rounds int
 	binDir, nogoo9, out     string
-	workDir                 string
-	root                    string // the module root (where go.mod is): go build/run run there
-	figures                 map[int]bool
-	timeout                 time.Duration
-	keep                    bool
+	// before is an earlier nogoo9 binary measured beside nogoo9 in figures 4-5 (cold start and
+	// memory only), so a change is compared in one run, on one cluster, round by round.
+	before  string
+	workDir string
+	root    string // the module root (where go.mod is): go build/run run there
+	figures map[int]bool
+	timeout time.Duration
+	keep    bool
 }
 
 func main() {
@@ -46,6 +49,7 @@ func main() {
 	flag.IntVar(&c.rounds, "rounds", envInt("BENCH_ROUNDS", 3), "Rounds per figure, interleaved baseline/candidate (env BENCH_ROUNDS).")
 	flag.StringVar(&c.binDir, "bin", "bin", "Directory with etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok (make tools).")
 	flag.StringVar(&c.nogoo9, "nogoo9", "bin/nogoo9", "The nogoo9 binary (make build).")
+	flag.StringVar(&c.before, "nogoo9-before", os.Getenv("BENCH_NOGOO9_BEFORE"), "An earlier nogoo9 binary whose cold start and memory figures 4-5 also measure, interleaved, as \"nogoo9 before\" (env BENCH_NOGOO9_BEFORE; empty: none).")
 	flag.StringVar(&c.out, "out", "bench/results.md", "Markdown file the results are written to.")
 	flag.StringVar(&c.workDir, "work-dir", "", "Directory for cluster data and logs (default: a new temporary directory, removed unless -keep).")
 	flag.BoolVar(&c.keep, "keep", false, "Keep the work directory (logs) after the run.")
@@ -98,6 +102,14 @@ func (c *config) validate(figs string) error {
 			return err
 		}
 		*p = abs
+	}
+	if c.before != "" {
+		if c.before, err = filepath.Abs(c.before); err != nil {
+			return err
+		}
+		if _, err := os.Stat(c.before); err != nil {
+			return fmt.Errorf("-nogoo9-before (BENCH_NOGOO9_BEFORE) %q: %w: give the path of an earlier nogoo9 binary, or leave it empty", c.before, err)
+		}
 	}
 	return nil
 }

@@ -177,6 +177,21 @@ func naiveRound(ctx context.Context, c config, cl *localcluster.Cluster, bin str
 // nogoo9Round starts nogoo9, records its cold start (until /readyz and a list of all workspaces
 // answers with every one of them), list latencies through REST and MCP, and its memory.
 func nogoo9Round(ctx context.Context, c config, cl *localcluster.Cluster, cs kubernetes.Interface, res *bench.Results) error {
+	return nogoo9ScaleRound(ctx, c, cl, res, "nogoo9", true)
+}
+
+// beforeRound measures the -nogoo9-before binary like nogoo9Round, without the list calls: its
+// rows are "nogoo9 before".
+func beforeRound(ctx context.Context, c config, cl *localcluster.Cluster, res *bench.Results) error {
+	c.nogoo9 = c.before
+	return nogoo9ScaleRound(ctx, c, cl, res, beforeSubject, false)
+}
+
+const beforeSubject = "nogoo9 before"
+
+// nogoo9ScaleRound runs c.nogoo9 once: cold start, memory (rows named after subject) and, with
+// lists, the list latencies.
+func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, res *bench.Results, subject string, withLists bool) error {
 	figR, figM := titleRead(c.scale), titleMemory(c.scale, c.other)
 	t := time.Now()
 	var extra []string
@@ -189,7 +204,7 @@ func nogoo9Round(ctx context.Context, c config, cl *localcluster.Cluster, cs kub
 		pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 		extra = append(extra, "--pprof-bind-address="+pprofAddr)
 	}
-	n, err := startNogoo9(ctx, c, cl, scaleNS, "nogoo9-scale", extra...)
+	n, err := startNogoo9(ctx, c, cl, scaleNS, strings.ReplaceAll(subject, " ", "-")+"-scale", extra...)
 	if err != nil {
 		return err
 	}
@@ -210,13 +225,13 @@ func nogoo9Round(ctx context.Context, c config, cl *localcluster.Cluster, cs kub
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	res.Add(figR, "cold start until ready and cache synced, nogoo9", "s", time.Since(t).Seconds())
+	res.Add(figR, "cold start until ready and cache synced, "+subject, "s", time.Since(t).Seconds())
 	// Measured like the baseline: 3 s after the cache synced, before any list call adds garbage.
-	measureMemory(ctx, res, figM, "nogoo9", n.proc.PID(), n.metrics)
+	measureMemory(ctx, res, figM, subject, n.proc.PID(), n.metrics)
 	if pprofAddr != "" {
-		saveHeapProfile(ctx, pprofAddr, filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("heap-%d.pprof", c.scale)))
+		saveHeapProfile(ctx, pprofAddr, filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("heap-%s-%d-%d.pprof", strings.ReplaceAll(subject, " ", "-"), c.scale, time.Now().Unix())))
 	}
-	if hasAPI {
+	if hasAPI && withLists {
 		var rest, viaMCP []float64
 		for i := 0; i < lists; i++ {
 			s := time.Now()
@@ -344,6 +359,11 @@ func figuresScale(ctx context.Context, c config, res *bench.Results) error {
 		if err := nogoo9Round(ctx, c, cl, cs, res); err != nil {
 			res.Fail(figM, "RSS, nogoo9", "MiB", err)
 		}
+		if c.before != "" {
+			if err := beforeRound(ctx, c, cl, res); err != nil {
+				res.Fail(figM, "RSS, "+beforeSubject, "MiB", err)
+			}
+		}
 	}
 	for _, p := range []string{"p50 ", "p99 "} {
 		res.Compare(figR, p+"list_workspaces via REST (all users)", p+"pod list from kube-apiserver (label selector)")
@@ -352,6 +372,12 @@ func figuresScale(ctx context.Context, c config, res *bench.Results) error {
 	res.Compare(figR, "cold start until ready and cache synced, nogoo9", "cold start until cache synced, naive cache of every Pod")
 	res.Compare(figM, "RSS, nogoo9", "RSS, naive cache of every Pod")
 	res.Compare(figM, "Go heap in use, nogoo9", "Go heap in use, naive cache of every Pod")
+	if c.before != "" {
+		res.Compare(figR, "cold start until ready and cache synced, "+beforeSubject, "cold start until cache synced, naive cache of every Pod")
+		res.Compare(figM, "RSS, "+beforeSubject, "RSS, naive cache of every Pod")
+		res.Compare(figM, "Go heap in use, "+beforeSubject, "Go heap in use, naive cache of every Pod")
+		res.Note(figM, "nogoo9 before: %s, measured after nogoo9 in each round, the same way", c.before)
+	}
 	res.Note(figR, "list latency is the caller's round trip on loopback for the whole list as an admin (all users' workspaces), %d calls per round; nogoo9 serves it from its cache; through MCP the whole list is every page of %d (one answer holds at most that many), read with the go-sdk client", lists, mcpListPage)
 	if c.scale != 10000 {
 		res.Note(figR, "scale %d (BENCH_SCALE=10000 for the issue's figure)", c.scale)
