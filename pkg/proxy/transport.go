@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -254,6 +255,11 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 		return nil, pc.readErr(err), true
 	}
 	for n1xx := 0; ; n1xx++ {
+		if ex != nil && req.Method != http.MethodHead {
+			if res = pc.quickResponse(req); res != nil {
+				break // a final answer with a Content-Length
+			}
+		}
 		res, err = http.ReadResponse(pc.br, req)
 		if err != nil {
 			return nil, pc.readErr(err), false
@@ -297,8 +303,36 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 		}
 		return res, nil, false
 	}
+	if res.Body == nil {
+		// quickResponse: the body is the next ContentLength bytes on the connection.
+		res.Body = &connBody{pc: pc, n: res.ContentLength, stop: stop, reuse: reuse}
+		return res, nil, false
+	}
 	res.Body = &connBody{body: res.Body, pc: pc, stop: stop, reuse: reuse}
 	return res, nil, false
+}
+
+// quickResponse parses the response headers with parseQuickResponse when they are all in the
+// read buffer already (nearly always: a pod's headers come in one segment), consuming them. nil:
+// http.ReadResponse must read the response (nothing was consumed). A response with a
+// Content-Length of 0 gets http.NoBody, as from http.ReadResponse; otherwise Body is nil and
+// roundTrip reads ContentLength bytes from the connection.
+func (pc *persistConn) quickResponse(req *http.Request) *http.Response {
+	buf, _ := pc.br.Peek(pc.br.Buffered())
+	end := bytes.Index(buf, crlfcrlf)
+	if end < 0 {
+		return nil
+	}
+	res, ok := parseQuickResponse(buf[:end+len(crlfcrlf)])
+	if !ok {
+		return nil
+	}
+	_, _ = pc.br.Discard(end + len(crlfcrlf))
+	res.Request = req
+	if res.ContentLength == 0 {
+		res.Body = http.NoBody
+	}
+	return res
 }
 
 // readErr names a failed response read; a timeout names the response header timeout.
@@ -324,7 +358,9 @@ func (pc *persistConn) close() { _ = pc.conn.Close() }
 // connection back to the pool; closed early, it closes the connection (never draining a long
 // body nobody reads).
 type connBody struct {
+	// body is the body http.ReadResponse made; nil: the body is the next n bytes of pc.br.
 	body  io.ReadCloser
+	n     int64
 	pc    *persistConn // nil once released
 	stop  func() bool
 	reuse bool
@@ -338,12 +374,36 @@ func (b *connBody) Read(p []byte) (int, error) {
 	if b.eof {
 		return 0, io.EOF
 	}
-	n, err := b.body.Read(p)
+	var n int
+	var err error
+	if b.body != nil {
+		n, err = b.body.Read(p)
+	} else {
+		n, err = b.readN(p)
+	}
 	if err == io.EOF {
 		b.eof = true
 		b.release(b.reuse)
 	} else if err != nil {
 		b.release(false)
+	}
+	return n, err
+}
+
+// readN reads the rest of a body of known length from the connection: io.EOF with its last
+// bytes (so the connection goes back to the pool without one more Read), io.ErrUnexpectedEOF
+// when the pod closes the connection early, as net/http's body reader says.
+func (b *connBody) readN(p []byte) (int, error) {
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.pc.br.Read(p)
+	b.n -= int64(n)
+	if b.n == 0 {
+		return n, io.EOF
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
 	}
 	return n, err
 }
