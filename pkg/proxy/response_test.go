@@ -3,12 +3,15 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // checkQuickResponse parses the response in raw (headers, then the body) with
@@ -176,5 +179,68 @@ func TestQuickResponseBodyOnAPooledConnection(t *testing.T) {
 		if n := tr.idleCount(addr); n != 1 {
 			t.Fatalf("after answer %d: %d idle connections, want the one back in the pool", i, n)
 		}
+	}
+}
+
+// The response header deadline is left armed after an answer whose body was already read
+// (armHeaderDeadline): it must still bound the next request's headers on the same connection,
+// and must never cut a body that takes longer than the header timeout.
+func TestSyncTransportHeaderDeadlineAcrossRequests(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	release := make(chan struct{})
+	srv := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/small":
+			fmt.Fprint(w, "ok")
+		case "/slow-body":
+			// Headers at once, then the body over three header timeouts (a slow pod).
+			w.Header().Set("Content-Length", "3")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			for i := 0; i < 3; i++ {
+				select {
+				case <-time.After(timeout):
+				case <-r.Context().Done():
+					return
+				}
+				fmt.Fprint(w, "x")
+				w.(http.Flusher).Flush()
+			}
+		case "/hang":
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	}))
+	defer close(release)
+	tr, _ := newTestTransport(t, timeout)
+	fast := func(path string) (string, error) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		f := &fastRequest{in: req, w: &discardWriter{h: http.Header{}}, t: &target{addr: srv.addr()}}
+		res, err := tr.do(req, srv.addr(), f)
+		if err != nil {
+			return "", err
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		return string(b), err
+	}
+	for _, path := range []string{"/small", "/slow-body", "/small", "/small"} {
+		if body, err := fast(path); err != nil || body == "" {
+			t.Fatalf("%s: %q, %v", path, body, err)
+		}
+	}
+	if n := srv.conns.Load(); n != 1 {
+		t.Errorf("%d connections to the pod, want all requests on one", n)
+	}
+	start := time.Now()
+	_, err := fast("/hang")
+	var ne net.Error
+	if err == nil || !errors.As(err, &ne) || !ne.Timeout() || !strings.Contains(err.Error(), "no response headers within") {
+		t.Fatalf("error %v, want the response header timeout", err)
+	}
+	if waited := time.Since(start); waited < timeout*7/8 {
+		t.Errorf("the header timeout fired after %s, before 7/8 of %s", waited, timeout)
 	}
 }
