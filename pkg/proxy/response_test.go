@@ -243,4 +243,9 @@ func TestSyncTransportHeaderDeadlineAcrossRequests(t *testing.T) {
 	if waited := time.Since(start); waited < timeout*7/8 {
 		t.Errorf("the header timeout fired after %s, before 7/8 of %s", waited, timeout)
 	}
+	// A timeout is not a stale connection: the GET is not sent again on a new one (which would
+	// double the wait).
+	if n := srv.conns.Load(); n != 1 {
+		t.Errorf("%d connections to the pod after the timeout, want 1 (no retry)", n)
+	}
 }

@@ -259,7 +259,11 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 	// maxHeaderBytes (a pooled connection has nothing buffered: put checks).
 	pc.lr.n = lim.maxHeaderBytes
 	if _, err := pc.br.Peek(1); err != nil {
-		return nil, pc.readErr(err), true
+		// Closed before any byte of an answer: stale, the request may be sent again. A timeout
+		// is not: the pod has had the request for the whole header timeout (sending it again
+		// would double the wait).
+		var ne net.Error
+		return nil, pc.readErr(err), !(errors.As(err, &ne) && ne.Timeout())
 	}
 	for n1xx := 0; ; n1xx++ {
 		if ex != nil && req.Method != http.MethodHead {
