@@ -232,10 +232,15 @@ func skipRequestHeader(k string, strip bool) bool {
 	return false
 }
 
-// hopHeaders are removed from responses (RFC 9110 7.6.1, net/http/httputil's list).
-var hopHeaders = map[string]bool{
-	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
-	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+// hopHeader reports the headers removed from responses (RFC 9110 7.6.1, net/http/httputil's
+// list); a switch, not a map: it runs for every header of every answer.
+func hopHeader(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
 }
 
 // namedIn reports whether header k is listed in a Connection header (so it is hop-by-hop).
@@ -257,7 +262,7 @@ func namedIn(conn []string, k string) bool {
 func copyHeaderSkipping(dst, src http.Header) {
 	conn := src["Connection"]
 	for k, vv := range src {
-		if hopHeaders[k] || (conn != nil && namedIn(conn, k)) {
+		if hopHeader(k) || (conn != nil && namedIn(conn, k)) {
 			continue
 		}
 		if old, ok := dst[k]; ok {

@@ -132,7 +132,10 @@ func (s *leanServer) newConn(ctx context.Context, c net.Conn) *leanConn {
 	connCtx := context.WithValue(ctx, http.ServerContextKey, s.srv)
 	connCtx = context.WithValue(connCtx, http.LocalAddrContextKey, c.LocalAddr())
 	lc := &leanConn{s: s, c: c, remote: c.RemoteAddr().String()}
-	lc.ctx, lc.cancel = context.WithCancel(connCtx)
+	lc.ctx = &leanCtx{}
+	lc.ctx.Context, lc.cancel = context.WithCancel(connCtx)
+	// One AfterFunc for the connection's life instead of one per request (transport.go).
+	context.AfterFunc(lc.ctx, lc.ctx.abortPod)
 	lc.quick.base = (&http.Request{}).WithContext(lc.ctx)
 	lc.quick.req = new(http.Request)
 	lc.r.c = c
@@ -180,7 +183,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 type leanConn struct {
 	s      *leanServer
 	c      net.Conn
-	ctx    context.Context
+	ctx    *leanCtx
 	remote string
 	r      watchedReader
 	br     *bufio.Reader
@@ -207,6 +210,50 @@ type leanConn struct {
 	res leanResponse // reused for every request
 	// quick is the request quickParse fills in, reused for every request (parse.go).
 	quick quickReq
+}
+
+// leanCtx is the context of a lean connection's requests. The pod connection a request is
+// waiting on registers itself here (onCancel) instead of with a context.AfterFunc per request
+// (two allocations and a lock of the parent context); one AfterFunc for the connection's life
+// closes it when the context ends (the client went away, or the proxy shuts down).
+type leanCtx struct {
+	context.Context
+	mu   sync.Mutex
+	pc   *persistConn
+	done bool
+}
+
+// onCancel registers pc to be closed when the context ends; false when it has ended already.
+func (c *leanCtx) onCancel(pc *persistConn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return false
+	}
+	c.pc = pc
+	return true
+}
+
+// stop undoes onCancel(pc); false when the context ended meanwhile (pc is being closed), as a
+// context.AfterFunc's stop reports.
+func (c *leanCtx) stop(pc *persistConn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pc == pc {
+		c.pc = nil
+	}
+	return !c.done
+}
+
+func (c *leanCtx) abortPod() {
+	c.mu.Lock()
+	c.done = true
+	pc := c.pc
+	c.pc = nil
+	c.mu.Unlock()
+	if pc != nil {
+		pc.abort()
+	}
 }
 
 // watchedReader is the reader under the connection's bufio.Reader: it returns first the byte a

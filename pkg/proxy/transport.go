@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -110,6 +111,8 @@ type persistConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt time.Time
+	// rdl is the read deadline last set on conn (zero: none); see armHeaderDeadline.
+	rdl time.Time
 }
 
 func newSyncTransport(fallback http.RoundTripper, dial func(ctx context.Context, network, addr string) (net.Conn, error), limits responseLimits, maxIdlePerHost int, idleTimeout time.Duration) *syncTransport {
@@ -222,14 +225,19 @@ func closeBody(req *http.Request) {
 // failed before any byte of a response arrived, so the pod cannot have acted on the request.
 func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Response, err error, stale bool) {
 	ctx := req.Context()
-	var stop func() bool
-	if ctx.Done() != nil {
-		// Cancellation (the client went away) closes the connection, which ends any read or write.
-		stop = context.AfterFunc(ctx, pc.abort)
+	// Cancellation (the client went away) closes the connection, which ends any read or write.
+	var stop canceller
+	if lc, ok := ctx.(*leanCtx); ok {
+		if !lc.onCancel(pc) {
+			return nil, ctx.Err(), false
+		}
+		stop = canceller{lean: lc, pc: pc}
+	} else if ctx.Done() != nil {
+		stop.stop = context.AfterFunc(ctx, pc.abort)
 	}
 	defer func() {
-		if err != nil && stop != nil {
-			stop()
+		if err != nil {
+			stop.do()
 		}
 	}()
 	if ex != nil {
@@ -245,15 +253,24 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 	}
 	lim := &pc.t.limits
 	if lim.headerTimeout > 0 {
-		_ = pc.conn.SetReadDeadline(time.Now().Add(lim.headerTimeout))
+		pc.armHeaderDeadline(lim.headerTimeout)
 	}
 	// Everything the pod sends from here until the final response's headers end counts against
 	// maxHeaderBytes (a pooled connection has nothing buffered: put checks).
 	pc.lr.n = lim.maxHeaderBytes
 	if _, err := pc.br.Peek(1); err != nil {
-		return nil, pc.readErr(err), true
+		// Closed before any byte of an answer: stale, the request may be sent again. A timeout
+		// is not: the pod has had the request for the whole header timeout (sending it again
+		// would double the wait).
+		var ne net.Error
+		return nil, pc.readErr(err), !(errors.As(err, &ne) && ne.Timeout())
 	}
 	for n1xx := 0; ; n1xx++ {
+		if ex != nil && req.Method != http.MethodHead {
+			if res = pc.quickResponse(req); res != nil {
+				break // a final answer with a Content-Length
+			}
+		}
 		res, err = http.ReadResponse(pc.br, req)
 		if err != nil {
 			return nil, pc.readErr(err), false
@@ -277,8 +294,11 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 		}
 	}
 	pc.lr.n = noLimit
-	if lim.headerTimeout > 0 {
-		_ = pc.conn.SetReadDeadline(time.Time{})
+	if !pc.rdl.IsZero() && !bodyBuffered(res, pc.br) {
+		// The body may take any time (an event stream): no deadline while it is read. A body
+		// that is all in the buffer already is read without touching the connection, so the
+		// deadline can stay for the next request (armHeaderDeadline).
+		pc.setReadDeadline(time.Time{})
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		// Upgrades go to the fallback transport; a pod that switches protocols unasked is broken.
@@ -287,7 +307,7 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 	// The fast path never asks the pod to close: the client's Connection header is hop-by-hop.
 	reuse := !res.Close && (ex != nil || !req.Close)
 	if res.Body == http.NoBody {
-		if stop != nil && !stop() {
+		if !stop.do() {
 			reuse = false // cancelled at this very moment: the connection is being closed
 		}
 		if reuse {
@@ -297,8 +317,36 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 		}
 		return res, nil, false
 	}
+	if res.Body == nil {
+		// quickResponse: the body is the next ContentLength bytes on the connection.
+		res.Body = &connBody{pc: pc, n: res.ContentLength, stop: stop, reuse: reuse}
+		return res, nil, false
+	}
 	res.Body = &connBody{body: res.Body, pc: pc, stop: stop, reuse: reuse}
 	return res, nil, false
+}
+
+// quickResponse parses the response headers with parseQuickResponse when they are all in the
+// read buffer already (nearly always: a pod's headers come in one segment), consuming them. nil:
+// http.ReadResponse must read the response (nothing was consumed). A response with a
+// Content-Length of 0 gets http.NoBody, as from http.ReadResponse; otherwise Body is nil and
+// roundTrip reads ContentLength bytes from the connection.
+func (pc *persistConn) quickResponse(req *http.Request) *http.Response {
+	buf, _ := pc.br.Peek(pc.br.Buffered())
+	end := bytes.Index(buf, crlfcrlf)
+	if end < 0 {
+		return nil
+	}
+	res, ok := parseQuickResponse(buf[:end+len(crlfcrlf)])
+	if !ok {
+		return nil
+	}
+	_, _ = pc.br.Discard(end + len(crlfcrlf))
+	res.Request = req
+	if res.ContentLength == 0 {
+		res.Body = http.NoBody
+	}
+	return res
 }
 
 // readErr names a failed response read; a timeout names the response header timeout.
@@ -318,15 +366,58 @@ func (pc *persistConn) readErr(err error) error {
 
 func (pc *persistConn) abort() { _ = pc.conn.Close() }
 
+// armHeaderDeadline bounds the wait for the response headers by timeout. Re-arming the deadline
+// costs a timer update, twice per request (set, then cleared for the body), about what parsing
+// the answer costs; so a deadline still armed from an earlier request is kept while it is at
+// least 7/8 of timeout away: the pod gets between 7/8 of timeout and timeout to answer.
+func (pc *persistConn) armHeaderDeadline(timeout time.Duration) {
+	now := time.Now()
+	if pc.rdl.IsZero() || pc.rdl.Sub(now) < timeout-timeout/8 {
+		pc.setReadDeadline(now.Add(timeout))
+	}
+}
+
+func (pc *persistConn) setReadDeadline(t time.Time) {
+	pc.rdl = t
+	_ = pc.conn.SetReadDeadline(t)
+}
+
+// bodyBuffered reports whether res's whole body is in br already (or there is none), so reading
+// it never waits on the connection.
+func bodyBuffered(res *http.Response, br *bufio.Reader) bool {
+	return res.Body == http.NoBody || res.Body == nil && res.ContentLength <= int64(br.Buffered())
+}
+
+// canceller undoes what closes a request's pod connection when its context ends: a lean
+// connection's registration, or a context.AfterFunc.
+type canceller struct {
+	lean *leanCtx
+	pc   *persistConn
+	stop func() bool
+}
+
+// do reports false when the context has ended (the connection is being closed).
+func (c canceller) do() bool {
+	switch {
+	case c.lean != nil:
+		return c.lean.stop(c.pc)
+	case c.stop != nil:
+		return c.stop()
+	}
+	return true
+}
+
 func (pc *persistConn) close() { _ = pc.conn.Close() }
 
 // connBody is a response body on a pooled connection: read to its end and closed, it gives the
 // connection back to the pool; closed early, it closes the connection (never draining a long
 // body nobody reads).
 type connBody struct {
+	// body is the body http.ReadResponse made; nil: the body is the next n bytes of pc.br.
 	body  io.ReadCloser
+	n     int64
 	pc    *persistConn // nil once released
-	stop  func() bool
+	stop  canceller
 	reuse bool
 	eof   bool
 }
@@ -338,12 +429,36 @@ func (b *connBody) Read(p []byte) (int, error) {
 	if b.eof {
 		return 0, io.EOF
 	}
-	n, err := b.body.Read(p)
+	var n int
+	var err error
+	if b.body != nil {
+		n, err = b.body.Read(p)
+	} else {
+		n, err = b.readN(p)
+	}
 	if err == io.EOF {
 		b.eof = true
 		b.release(b.reuse)
 	} else if err != nil {
 		b.release(false)
+	}
+	return n, err
+}
+
+// readN reads the rest of a body of known length from the connection: io.EOF with its last
+// bytes (so the connection goes back to the pool without one more Read), io.ErrUnexpectedEOF
+// when the pod closes the connection early, as net/http's body reader says.
+func (b *connBody) readN(p []byte) (int, error) {
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.pc.br.Read(p)
+	b.n -= int64(n)
+	if b.n == 0 {
+		return n, io.EOF
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
 	}
 	return n, err
 }
@@ -362,7 +477,7 @@ func (b *connBody) release(reuse bool) {
 		return
 	}
 	b.pc = nil
-	if b.stop != nil && !b.stop() {
+	if !b.stop.do() {
 		reuse = false // the request was cancelled: the connection is being closed
 	}
 	if reuse {
@@ -419,6 +534,11 @@ func (pc *persistConn) alive() bool {
 	}
 	if pc.raw == nil {
 		return true
+	}
+	if !pc.rdl.IsZero() {
+		// A header deadline left from the last answer (armHeaderDeadline) may have passed: the
+		// peek would fail on it, not on the connection.
+		pc.setReadDeadline(time.Time{})
 	}
 	var buf [1]byte
 	ok := false

@@ -1,0 +1,112 @@
+package proxy
+
+import (
+	"net/http"
+	"net/textproto"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// The fast path's response parser (quickResponse): http.ReadResponse builds a textproto reader,
+// a header map grown line by line, a string per value and a body reader over a LimitedReader, a
+// dozen allocations for an answer that is copied to the client and forgotten. For the common
+// answer (HTTP/1.1, a final status with a body, one Content-Length, plain header lines, all of it
+// already in the connection's read buffer) the headers are copied once into one string and every
+// field is cut from it. Anything else (an informational or bodiless status, chunked or
+// close-delimited bodies, Trailer, Pragma, line folding, an invalid name or value, headers not yet
+// read in full, a HEAD request) is left to http.ReadResponse, which reads the same bytes, so the
+// parser only ever answers what http.ReadResponse would, with the same Response
+// (response_test.go and FuzzQuickResponse compare them).
+
+// parseQuickResponse parses head (the status line and headers with the final blank line) of the
+// answer to a request that is not HEAD. ok is false when http.ReadResponse must do it. The
+// Response has no Body and no Request: the caller sets them.
+func parseQuickResponse(head []byte) (res *http.Response, ok bool) {
+	// "HTTP/1.1 " and a three-digit status 200-599, then the end of the line or a space and the
+	// reason phrase.
+	if len(head) < 16 || string(head[:9]) != "HTTP/1.1 " || head[9] < '2' || head[9] > '5' || !isDigit(head[10]) || !isDigit(head[11]) {
+		return nil, false
+	}
+	code := int(head[9]-'0')*100 + int(head[10]-'0')*10 + int(head[11]-'0')
+	if code == http.StatusNoContent || code == http.StatusNotModified {
+		return nil, false // no body: http.ReadResponse's rules for those
+	}
+	s := string(head)
+	line, rest, _ := strings.Cut(s, "\r\n")
+	if len(line) > 12 && (line[12] != ' ' || !httpguts.ValidHeaderFieldValue(line[13:])) {
+		return nil, false
+	}
+	lines := 0
+	for r := rest; len(r) > 2; lines++ {
+		var l string
+		l, r, _ = strings.Cut(r, "\r\n")
+		name, value, ok := strings.Cut(l, ":")
+		if !ok || !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(value) {
+			return nil, false
+		}
+		switch len(name) {
+		case 6, 7, 17: // Pragma, Trailer, Transfer-Encoding: http.ReadResponse's special cases
+			if strings.EqualFold(name, "Pragma") || strings.EqualFold(name, "Trailer") || strings.EqualFold(name, "Transfer-Encoding") {
+				return nil, false
+			}
+		}
+	}
+	h := make(http.Header, lines)
+	vals := make([]string, lines)
+	length, lengths := int64(0), 0
+	for i := 0; len(rest) > 2; i++ {
+		var l string
+		l, rest, _ = strings.Cut(rest, "\r\n")
+		name, value, _ := strings.Cut(l, ":")
+		value = strings.Trim(value, " \t")
+		key := textproto.CanonicalMIMEHeaderKey(name)
+		if key == "Content-Length" {
+			n, ok := parseLength(value)
+			if !ok || lengths > 0 {
+				return nil, false // invalid, or repeated (net/http's rules for those)
+			}
+			length, lengths = n, 1
+		}
+		vals[i] = value
+		if old, ok := h[key]; ok {
+			h[key] = append(old, value)
+		} else {
+			h[key] = vals[i : i+1 : i+1]
+		}
+	}
+	if lengths == 0 {
+		return nil, false // chunked or read until the pod closes: http.ReadResponse
+	}
+	res = &http.Response{
+		Status:     line[9:],
+		StatusCode: code,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1, ProtoMinor: 1,
+		Header:        h,
+		ContentLength: length,
+	}
+	if c, ok := h["Connection"]; ok && httpguts.HeaderValuesContainsToken(c, "close") {
+		// http.ReadResponse removes the header it has turned into Close.
+		res.Close = true
+		delete(h, "Connection")
+	}
+	return res, true
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// parseLength is a Content-Length value: 1 to 18 digits (so it fits an int64).
+func parseLength(v string) (int64, bool) {
+	if v == "" || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		if !isDigit(v[i]) {
+			return 0, false
+		}
+		n = n*10 + int64(v[i]-'0')
+	}
+	return n, true
+}
