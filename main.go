@@ -260,7 +260,7 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("set up templates: %w", err)
 	}
-	history := &templates.History{Reader: mgr.GetAPIReader(), Namespace: o.namespace, Policy: policy}
+	history := &templates.History{Reader: mgr.GetAPIReader(), Namespace: o.namespace, Policy: policy, NoTeamTemplates: !o.nsTemplates}
 	var spawn *spawner.Spawner
 	if components["api"] {
 		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, Namespaces: watched, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser, MaxStoppedPerUser: o.lifecycle.maxStopped})

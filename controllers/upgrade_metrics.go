@@ -27,7 +27,7 @@ var (
 	}, []string{"result"})
 
 	outdatedDesc = prometheus.NewDesc("nogoo9_template_workspaces",
-		"Workspaces per template and whether they run an older version than the template's current one (outdated=\"true\").",
+		"Workspaces per template (its name; <namespace>/<name> for a team template) and whether they run an older version than the template's current one (outdated=\"true\").",
 		[]string{"template", "outdated"}, nil)
 	inFlightDesc = prometheus.NewDesc("nogoo9_upgrades_in_flight", "Workspaces with an upgrade in flight, as observed in the cache.", nil, nil)
 	waitingDesc  = prometheus.NewDesc("nogoo9_upgrades_waiting", "Workspaces whose upgrade waits for a slot (--max-concurrent-upgrades).", nil, nil)

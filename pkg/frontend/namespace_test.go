@@ -102,6 +102,38 @@ func TestSpawnNamespaceRules(t *testing.T) {
 
 // Reading and acting address the namespace the request names: the same id in two namespaces is
 // two workspaces; the owner rule holds in each; upgrade-all covers every watched namespace.
+// Another namespace's templates are listed only for whoever may spawn there; nogoo9's own are
+// listed for everyone.
+func TestTemplatesOfAnotherNamespaceOnlyForWhoMaySpawnThere(t *testing.T) {
+	access := &stubAccess{allow: map[string]bool{"team/bob": true}}
+	svc := nsService(t, access, &recordingSpawner{})
+	for _, tc := range []struct {
+		name   string
+		caller *auth.Caller
+		ns     string
+		want   Code
+	}{
+		{name: "alice lists nogoo9's templates", caller: &auth.Caller{Subject: "alice"}, ns: "ns"},
+		{name: "alice may not spawn in team, so she does not see its templates", caller: &auth.Caller{Subject: "alice"}, ns: "team", want: CodeForbidden},
+		{name: "bob may spawn in team and lists its templates", caller: &auth.Caller{Subject: "bob"}, ns: "team"},
+		{name: "an admin lists team's templates", caller: &auth.Caller{Subject: "root", IsAdmin: true}, ns: "team"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := svc.ListTemplates(WithNamespace(auth.WithCaller(context.Background(), tc.caller), tc.ns))
+			var got Code
+			if err != nil {
+				got = CodeOf(err)
+			}
+			if got != tc.want {
+				t.Fatalf("ListTemplates in %s as %s: %v (code %q), want code %q", tc.ns, tc.caller.Subject, err, got, tc.want)
+			}
+			if tc.want == CodeForbidden && !strings.Contains(err.Error(), "may not create workspaces in namespace team") {
+				t.Errorf("the refusal should say why: %v", err)
+			}
+		})
+	}
+}
+
 func TestWorkspacesAreAddressedPerNamespace(t *testing.T) {
 	home := pod("ws-a", "alice", "a", "1.0", t0, ready)
 	team := pod("ws-a", "bob", "a", "1.0", t0, ready)

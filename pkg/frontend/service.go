@@ -136,12 +136,19 @@ func mayActOn(c *auth.Caller, owner string) bool { return c.IsAdmin || c.Subject
 
 // ListTemplates returns the templates a spawn in ctx's namespace can use, valid or not: that
 // namespace's own and nogoo9's not shadowed by one of them, each with where it lives.
+//
+// Another namespace's templates are shown only to whoever may spawn there (as Spawn decides):
+// a team's templates, and the errors of its invalid ones, are the team's.
 func (s *Service) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
-	if _, err := caller(ctx); err != nil {
+	c, err := caller(ctx)
+	if err != nil {
 		return nil, err
 	}
 	ns, err := s.namespace(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.maySpawnIn(ctx, c, ns); err != nil {
 		return nil, err
 	}
 	out := s.cfg.Templates.Infos(ns)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sort"
 	"time"
 
@@ -129,6 +130,9 @@ type History struct {
 	Reader    client.Reader
 	Namespace string
 	Policy    Policy
+	// NoTeamTemplates is --namespace-templates=false: a team template's kept versions are not
+	// offered either (Version answers ErrVersionNotKept), as its current version is not.
+	NoTeamTemplates bool
 }
 
 // where is the namespace that keeps the versions of the template at key, its name, and its team
@@ -206,6 +210,11 @@ func (e *ErrVersionNotKept) Error() string {
 // following the team template.
 func (h *History) Version(ctx context.Context, key, version string) (*Template, error) {
 	in, name, team := h.where(key)
+	// A team template's versions while team templates are off, or a key that names no ConfigMap
+	// (the key of a pod stamped for another namespace, workspace.TemplateKey), are not kept.
+	if team != "" && h.NoTeamTemplates || len(validation.IsDNS1123Subdomain(HistoryName(name, version))) > 0 {
+		return nil, &ErrVersionNotKept{Name: key, Version: version}
+	}
 	var cm corev1.ConfigMap
 	err := h.Reader.Get(ctx, client.ObjectKey{Namespace: in, Name: HistoryName(name, version)}, &cm)
 	if client.IgnoreNotFound(err) != nil {

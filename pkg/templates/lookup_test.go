@@ -1,7 +1,10 @@
 package templates
 
 import (
+	"context"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -96,6 +99,19 @@ func TestTemplateKeyFollowsTheStamp(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a stamp naming another namespace than the pod's is never followed", func(t *testing.T) {
+		key := workspace.TemplateKey(pod(map[string]string{workspace.AnnTemplateNamespace: "team-b"}))
+		if _, err := (&History{Namespace: "nogoo9-system"}).Version(context.Background(), key, "7"); !errors.As(err, new(*ErrVersionNotKept)) {
+			t.Errorf("History.Version(%q) = %v, want ErrVersionNotKept (and no read)", key, err)
+		}
+		r := NewStatic(&Template{Name: "python", Version: "1"}, &Template{Name: "python", Version: "7", Namespace: "team-b"})
+		if tmpl, ok := r.Get(key); ok {
+			t.Fatalf("TemplateKey of a team-a pod stamped team-b = %q, which resolves to %+v: a pod must never follow another namespace's template", key, tmpl)
+		}
+		if !strings.Contains(key, "team-b/python") || !strings.Contains(key, "team-a") {
+			t.Errorf("TemplateKey = %q: an error naming it should say which stamp and which namespace", key)
+		}
+	})
 }
 
 // A static registry (no API server) applies the same rule as the watching one: Resolve picks the
@@ -123,5 +139,14 @@ func TestRegistryResolveAndGetByKey(t *testing.T) {
 	}
 	if _, ok := r.Get("team-b/python"); ok {
 		t.Error(`Get("team-b/python") found a template: team-b has none, and a key never falls back to nogoo9's`)
+	}
+}
+
+// With team templates off, a team template's kept versions are not offered either; nothing is read
+// (the History has no Reader).
+func TestHistoryOffersNoTeamVersionsWhenTeamTemplatesAreOff(t *testing.T) {
+	h := &History{Namespace: "nogoo9-system", NoTeamTemplates: true}
+	if _, err := h.Version(context.Background(), workspace.JoinTemplateKey("team-a", "python"), "7"); !errors.As(err, new(*ErrVersionNotKept)) {
+		t.Fatalf("Version of team-a/python with team templates off = %v, want ErrVersionNotKept", err)
 	}
 }

@@ -397,6 +397,8 @@ type newData struct {
 	Errors      map[string]string
 	// Namespaces are the watched namespaces to choose from (none when only nogoo9's own).
 	Namespaces []string
+	// TemplatesNamespace is the namespace whose spawn Templates are offered for.
+	TemplatesNamespace string
 }
 
 type contextKey struct {
@@ -461,19 +463,24 @@ func (u *UI) newData(r *request, form spawnForm, errs map[string]string) (newDat
 	if d.Form.Namespace == "" {
 		d.Form.Namespace = u.svc.HomeNamespace()
 	}
+	d.TemplatesNamespace = d.Form.Namespace
 	ts, err := u.templatesFor(r, d.Form.Namespace)
 	if err != nil && d.Form.Namespace != u.svc.HomeNamespace() {
-		// A namespace that is not watched (or not a name): say so next to the choice and offer
-		// nogoo9's own namespace's templates.
-		if code := frontend.CodeOf(err); code == frontend.CodeNotFound || code == frontend.CodeInvalid {
+		// A namespace that is not watched (or not a name), or one the caller may not spawn in: say
+		// so next to the choice and offer nogoo9's own namespace's templates.
+		code := frontend.CodeOf(err)
+		if code == frontend.CodeNotFound || code == frontend.CodeInvalid || code == frontend.CodeForbidden {
 			if d.Errors == nil {
 				d.Errors = map[string]string{}
 			}
 			if _, ok := d.Errors["namespace"]; !ok {
 				_, d.Errors["namespace"] = message(r.Request, err)
 			}
-			d.Form.Namespace = u.svc.HomeNamespace()
-			ts, err = u.templatesFor(r, d.Form.Namespace)
+			if code != frontend.CodeForbidden {
+				d.Form.Namespace = u.svc.HomeNamespace() // keep a refused choice, drop one that is not a namespace
+			}
+			d.TemplatesNamespace = u.svc.HomeNamespace()
+			ts, err = u.templatesFor(r, d.TemplatesNamespace)
 		}
 	}
 	if err != nil {
@@ -522,12 +529,11 @@ func (u *UI) spawn(w http.ResponseWriter, r *request) {
 	}
 	// Only the chosen template's keys go to the service: the form shows every template's. The
 	// template is the one a spawn in the chosen namespace finds (its own first, then nogoo9's).
+	// The registry answers this from memory; the service checks the namespace itself.
 	key := form.Template
-	if ts, err := u.templatesFor(r, form.Namespace); err == nil {
-		for _, t := range ts {
-			if t.Name == form.Template {
-				key = u.templateKey(t)
-			}
+	for _, t := range u.o.Templates.Infos(form.Namespace) {
+		if t.Name == form.Template {
+			key = u.templateKey(t)
 		}
 	}
 	need := u.requiredContext(key)

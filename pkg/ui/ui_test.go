@@ -700,6 +700,14 @@ func TestSpawnFormOffersTheChosenNamespacesTemplates(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(bad, `id="namespace-error"`) || !strings.Contains(bad, "is not watched by nogoo9") || !strings.Contains(bad, "Python 3") {
 		t.Fatalf("an unwatched namespace: %s, want the form with the message next to the choice and nogoo9's templates:\n%s", resp.Status, bad)
 	}
+	// alice may not spawn in team-b: she is told so next to the choice and sees nogoo9's templates only.
+	alice := f.browser(t)
+	alice.login("alice-token")
+	resp, refused := alice.do("GET", "/workspaces/new?namespace=team-b", nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(refused, `id="namespace-error"`) || !strings.Contains(refused, "alice may not create workspaces in namespace team-b") ||
+		strings.Contains(refused, "team-b&#39;s Python") || !strings.Contains(refused, "Python 3") {
+		t.Fatalf("team-b's form for alice, who may not spawn there: %s, want the refusal next to the choice and nogoo9's templates only:\n%s", resp.Status, refused)
+	}
 	// The spawn sends the chosen namespace's template's context key, not nogoo9's.
 	form := url.Values{"csrf": {csrf}, "template": {"python"}, "id": {"t1"}, "namespace": {otherNS}, "ctx.branch": {"main"}, "ctx.repo": {"r"}}
 	if resp, page := b.do("POST", "/workspaces", form); resp.StatusCode != http.StatusSeeOther {

@@ -295,7 +295,7 @@ func planIdle(cur *corev1.Pod, obs Observed, target Target, now time.Time) Move 
 		}}
 	}
 	if !target.Found {
-		tmpl := cur.Labels[workspace.LabelTemplate]
+		tmpl := workspace.TemplateKey(cur)
 		msg := fmt.Sprintf("template %q of pod %s was not found: restore the template or spawn a new workspace from an existing one", tmpl, cur.Name)
 		return failStart(cur, "TemplateNotFound", msg, now)
 	}

@@ -40,9 +40,22 @@ func TemplateVersion(pod *corev1.Pod) string {
 // TemplateKey names the template workspace pod follows, as the template registry looks it up:
 // the template's name for a template of nogoo9's namespace (no AnnTemplateNamespace stamp), and
 // "<namespace>/<name>" for a team template found in the workspace's own namespace at spawn.
+//
+// Only nogoo9 writes the stamp, and only with the pod's own namespace (the admission policy refuses
+// it from anyone else). A stamp naming another namespace is therefore never followed: its key
+// resolves to no template (the workspace shows no latest version and an upgrade fails with
+// TemplateNotFound), so no pod can be pointed at another namespace's template.
 func TemplateKey(pod *corev1.Pod) string {
-	return JoinTemplateKey(pod.Annotations[AnnTemplateNamespace], pod.Labels[LabelTemplate])
+	ns, name := pod.Annotations[AnnTemplateNamespace], pod.Labels[LabelTemplate]
+	if ns != "" && ns != pod.Namespace {
+		return JoinTemplateKey(ns, name) + foreignStamp + pod.Namespace + ")"
+	}
+	return JoinTemplateKey(ns, name)
 }
+
+// foreignStamp marks the key of a pod stamped with another namespace than its own: no template
+// name holds a space, so the key never resolves, and it reads well in the error that names it.
+const foreignStamp = " (stamped for another namespace than the pod's, "
 
 // JoinTemplateKey is the registry key of template name in namespace ns ("" for nogoo9's
 // namespace): a template name is a ConfigMap name, which never holds a '/'.
