@@ -449,8 +449,8 @@ func (s *Service) Spawn(ctx context.Context, in SpawnInput) (*Workspace, error) 
 	if err := s.maySpawnIn(ctx, c, ns); err != nil {
 		return nil, err
 	}
-	t, ok := s.cfg.Templates.Get(s.spawnKey(ns, in.Template))
-	if !ok || t == nil {
+	// An early, clear refusal; the spawner looks the template up again and builds the pod from it.
+	if t, ok := s.cfg.Templates.Get(s.spawnKey(ns, in.Template)); !ok || t == nil {
 		return nil, errorf(CodeNotFound, "template %q not found (or not valid) for namespace %s: list_templates shows the available ones", in.Template, ns)
 	}
 	id := in.ID
@@ -473,7 +473,8 @@ func (s *Service) Spawn(ctx context.Context, in SpawnInput) (*Workspace, error) 
 	if err != nil {
 		return nil, err
 	}
-	w := describe([]*corev1.Pod{pod}, t.Version, s.cfg.Now())
+	// The pod carries the version the spawner built it from (its own lookup, a moment later).
+	w := describe([]*corev1.Pod{pod}, workspace.TemplateVersion(pod), s.cfg.Now())
 	return &w, nil
 }
 
