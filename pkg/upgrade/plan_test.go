@@ -281,6 +281,45 @@ func TestFailureTextIsStableAcrossRepeatedPasses(t *testing.T) {
 	}
 }
 
+// A delete that concludes an upgrade (its Event and metric) deletes the pod only as the planner saw
+// it: a second pass from a cache that shows the first pass's record but not yet its delete then
+// gets a conflict instead of deleting the terminating pod again and concluding twice (seen once in
+// the e2e suite as nogoo9_upgrades_total{result="failed"} = 2 for one failed upgrade).
+func TestConcludingDeletesMatchThePodAsSeen(t *testing.T) {
+	old := with(wsPod("ws-old", "uid-old", "v1", t0.Add(-time.Hour)), ready, ann(workspace.AnnUpgradeRequested, "true"))
+	recorded := with(wsPod("ws-old", "uid-old", "v1", t0.Add(-time.Hour)), ready,
+		ann(workspace.AnnLastUpgradeError, FailureText(t0.Add(10*time.Minute), ReasonDeadlineExceeded, "not Ready")))
+	up := func() *corev1.Pod {
+		return upgraded(old, workspace.NextPodName(old, "v2"), "uid-new", "v2", SideBySide, t0)
+	}
+	cfg := Config{Timeout: 10 * time.Minute}
+	for _, tc := range []struct {
+		name string
+		pods []*corev1.Pod
+	}{
+		{name: "deadline passed with ErrImagePull", pods: []*corev1.Pod{old, with(up(), waiting("ErrImagePull", "denied"))}},
+		{name: "InvalidImageName", pods: []*corev1.Pod{old, with(up(), waiting("InvalidImageName", "bad ref"))}},
+		{name: "the failure already recorded on the old pod", pods: []*corev1.Pod{recorded, with(up(), waiting("ErrImagePull", "denied"))}},
+		{name: "the new pod Ready", pods: []*corev1.Pod{old, with(up(), ready)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := Plan(Observed{Pods: tc.pods}, Target{Found: true, Version: "v2"}, t0.Add(11*time.Minute), cfg)
+			concluded := 0
+			for _, a := range m.Actions {
+				if a.Kind == DeletePod && a.Result != "" {
+					concluded++
+					if !a.MatchVersion {
+						t.Errorf("the delete of %s concludes the upgrade (%s) without matching the pod as seen: %v", a.Pod.Name, a.Result, summary(m))
+					}
+				}
+			}
+			if concluded != 1 {
+				t.Fatalf("%d concluding deletes, want 1: %v", concluded, summary(m))
+			}
+		})
+	}
+}
+
 func TestParseIntent(t *testing.T) {
 	tests := []struct {
 		in    string

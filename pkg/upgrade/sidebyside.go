@@ -65,7 +65,11 @@ func failSideBySide(head, old *corev1.Pod, f Failure, now, started time.Time) Mo
 	if old != nil {
 		target = old
 	}
-	m.Actions = append(m.Actions, Action{Kind: DeletePod, Pod: head, Keep: old,
+	// The delete is matched to the head the planner saw (MatchVersion): a pass from a cache that
+	// shows the record written but not yet the delete (both this move's) would otherwise delete the
+	// terminating head again and record the failure twice (its Event and metric); the conflict
+	// makes it re-plan from the next event instead.
+	m.Actions = append(m.Actions, Action{Kind: DeletePod, Pod: head, Keep: old, MatchVersion: true,
 		Result: ResultFailed, Duration: nonNegative(now.Sub(started)), Strategy: strategyOf(head),
 		EventType: corev1.EventTypeWarning, Reason: ReasonUpgradeFailed,
 		Message: fmt.Sprintf("Upgrade of workspace %s to version %s failed: %s: %s; deleted pod %s, pod %s keeps serving.",
