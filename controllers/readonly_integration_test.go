@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -184,5 +186,172 @@ func TestPhaseReconcilerNeverMutatesTheCache(t *testing.T) {
 	list.Items[0].Labels["example.com/written"] = "by the test"
 	if len(reader.changed()) == 0 {
 		t.Error("a label written into a listed pod went unnoticed: the check cannot fail")
+	}
+}
+
+// TestCollectorNeverMutatesTheCache proves what lets the /metrics collector read the cache's own
+// pods (podcache.Every, no List and so no copy of each pod struct): collecting only reads them.
+// It also checks that the figures are those the former path computed (a deep-copied List of every
+// workspace pod) across two namespaces, an id used in both, an upgrade in flight and a deletion.
+// The last step writes into a pod on purpose and expects the check to see it, so it can fail.
+func TestCollectorNeverMutatesTheCache(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 clientgoscheme.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  podcache.OptionsFor([]string{"default", "team"}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	every, err := podcache.NewEvery(ctx, mgr.GetCache())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &fakeTemplates{}
+	reg.set(&templates.Template{Name: "python", Version: "v2"})
+	r := &WorkspaceReconciler{Templates: reg, every: every}
+	prev := current.Swap(r)
+	t.Cleanup(func() { current.Store(prev) })
+	gatherer := prometheus.NewPedanticRegistry()
+	gatherer.MustRegister(workspaceCollector{})
+
+	mctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	create := func(ns, name, id, version string, ann map[string]string) *corev1.Pod {
+		t.Helper()
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+				Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id,
+					workspace.LabelTemplate: "python", workspace.LabelTemplateVersion: version},
+				Annotations: ann},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "img"}}},
+		}
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	create("default", "ws-a", "a", "v1", nil)
+	create("default", "ws-b", "b", "v2", nil)
+	create("team", "ws-a", "a", "v1", nil) // the same id in another namespace: another workspace
+	old := create("default", "ws-c", "c", "v1", nil)
+	create("default", workspace.NextPodName(old, "v2"), "c", "v2", map[string]string{
+		workspace.AnnUpgradeFrom: old.Name, workspace.AnnUpgradeFromUID: string(old.UID), workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
+
+	// figures gathers the collector's samples as "template/outdated" -> value, plus "in-flight".
+	figures := func() map[string]float64 {
+		t.Helper()
+		mfs, err := gatherer.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				switch mf.GetName() {
+				case "nogoo9_template_workspaces":
+					l := map[string]string{}
+					for _, lp := range m.GetLabel() {
+						l[lp.GetName()] = lp.GetValue()
+					}
+					out[l["template"]+"/"+l["outdated"]] = m.GetGauge().GetValue()
+				case "nogoo9_upgrades_in_flight":
+					out["in-flight"] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		return out
+	}
+	// former computes the same figures the way the collector did before: a List of deep copies.
+	former := func() map[string]float64 {
+		t.Helper()
+		var list corev1.PodList
+		if err := mgr.GetCache().List(ctx, &list, client.MatchingLabels{workspace.LabelType: workspace.TypeWorkspace}); err != nil {
+			t.Fatal(err)
+		}
+		pods := make([]*corev1.Pod, len(list.Items))
+		for i := range list.Items {
+			pods[i] = &list.Items[i]
+		}
+		out := map[string]float64{"in-flight": float64(len(upgrade.InFlightWorkspaces(pods)))}
+		for k, n := range OutdatedCounts(pods, reg) {
+			out[k.template+"/"+boolLabel(k.outdated)] = float64(n)
+		}
+		return out
+	}
+	// Wait (bounded) until the collector shows the figures wanted.
+	waitFor := func(want map[string]float64) {
+		t.Helper()
+		for {
+			got := figures()
+			if cmp.Diff(want, got) == "" {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the collector never showed the figures wanted (-want +got):\n%s", cmp.Diff(want, got))
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	// default/a and team/a are outdated; b and c (its active pod is the new one) are not.
+	waitFor(map[string]float64{"python/true": 2, "python/false": 2, "in-flight": 1})
+	if d := cmp.Diff(former(), figures()); d != "" {
+		t.Errorf("the collector's figures differ from a List's (-list +collector):\n%s", d)
+	}
+
+	// Collect with a copy of every pod it reads, then compare.
+	pods, ok := every.Pods()
+	if !ok || len(pods) != 5 {
+		t.Fatalf("every cached pod: %d pods (synced %v), want 5", len(pods), ok)
+	}
+	copies := make([]*corev1.Pod, len(pods))
+	for i, p := range pods {
+		copies[i] = p.DeepCopy()
+	}
+	changed := func() []string {
+		var out []string
+		for i, p := range pods {
+			if d := cmp.Diff(copies[i], p); d != "" {
+				out = append(out, p.Namespace+"/"+p.Name+": "+d)
+			}
+		}
+		return out
+	}
+	for range 3 {
+		figures()
+	}
+	for _, d := range changed() {
+		t.Errorf("the collector changed a cached pod (-before +after):\n%s", d)
+	}
+
+	// A deleted pod leaves the figures.
+	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "ws-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(map[string]float64{"python/true": 1, "python/false": 2, "in-flight": 1})
+	if d := cmp.Diff(former(), figures()); d != "" {
+		t.Errorf("after a deletion, the collector's figures differ from a List's (-list +collector):\n%s", d)
+	}
+
+	// The check sees a write through a pod the collector reads.
+	pods[0].Labels["example.com/written"] = "by the test"
+	if len(changed()) == 0 {
+		t.Error("a label written into a cached pod went unnoticed: the check cannot fail")
 	}
 }

@@ -159,10 +159,11 @@ type WorkspaceReconciler struct {
 	Recorder  record.EventRecorder
 	Opts      UpgradeOptions
 
-	gate *gate
-	lag  templateLag
-	wake chan event.GenericEvent
-	held heldEvents
+	gate  *gate
+	every *podcache.Every // every cached workspace pod, for the /metrics collector
+	lag   templateLag
+	wake  chan event.GenericEvent
+	held  heldEvents
 }
 
 // SetupWorkspaceReconciler adds the upgrade controller to mgr (leader only) with the template
@@ -192,6 +193,11 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.wake = make(chan event.GenericEvent, 1024)
 	r.gate = newGate(r.Opts.MaxConcurrentUpgrades, r.Reader, r.wake)
+	every, err := podcache.NewEvery(context.Background(), mgr.GetCache())
+	if err != nil {
+		return err
+	}
+	r.every = every
 	registerCollector(r)
 	r.Templates.Subscribe(r.templateChanged)
 	return ctrl.NewControllerManagedBy(mgr).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -60,6 +61,8 @@ type Registry struct {
 	recorder events.EventRecorder
 	// informers is the manager's cache; nil for NewStatic.
 	informers cache.Informers
+	// reg is the ConfigMap handler Setup registered (nil: Start registers it).
+	reg toolscache.ResourceEventHandlerRegistration
 
 	mu    sync.RWMutex
 	cms   map[string]*entry // by key (workspace.JoinTemplateKey)
@@ -112,6 +115,10 @@ func NewStatic(ts ...*Template) *Registry {
 func Setup(mgr ctrl.Manager, opts Options) (*Registry, error) {
 	r := newRegistry(opts, mgr.GetLogger().WithName("templates"), mgr.GetEventRecorder("nogoo9-templates"))
 	r.informers = mgr.GetCache()
+	var err error
+	if r.reg, err = r.addHandler(context.Background()); err != nil {
+		return nil, err
+	}
 	if opts.TemplateDir != "" {
 		if err := r.rescanFiles(); err != nil {
 			return nil, err
