@@ -171,6 +171,34 @@ func (f *fixture) browser(t *testing.T) *browser {
 	return &browser{t: t, url: f.srv.URL, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
+// stream opens path as b's event stream, bounded to 20 s (ctx, for the test's own calls too), and
+// returns read: it reads until the stream has sent want and returns all the stream has sent so far.
+func (b *browser) stream(t *testing.T, path string) (read func(want string) string, ctx context.Context) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", b.url+path, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	resp, err := b.c.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	var got strings.Builder
+	buf := make([]byte, 64<<10)
+	return func(want string) string {
+		t.Helper()
+		for !strings.Contains(got.String(), want) {
+			n, err := resp.Body.Read(buf)
+			if err != nil {
+				t.Fatalf("stream ended (%v) before %q; got:\n%s", err, want, got.String())
+			}
+			got.Write(buf[:n])
+		}
+		return got.String()
+	}, ctx
+}
+
 func (b *browser) do(method, path string, form url.Values, hdr ...string) (*http.Response, string) {
 	b.t.Helper()
 	var body io.Reader
@@ -428,29 +456,7 @@ func TestListStreamSendsTheChangedRowWithoutPolling(t *testing.T) {
 	f := newFixture(t, Options{InsecureCookie: true}, wsPod("alice", "a1", "1.0", true), wsPod("bob", "b1", "1.0", true))
 	b := f.browser(t)
 	b.login("alice-token")
-	seq := f.hub.Seq()
-	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/stream?since=%d", f.srv.URL, seq), nil)
-	req.Header.Set("Accept", "text/event-stream")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	resp, err := b.c.Do(req.WithContext(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	read := func(want string) string {
-		t.Helper()
-		buf := make([]byte, 64<<10)
-		var got strings.Builder
-		for !strings.Contains(got.String(), want) {
-			n, err := resp.Body.Read(buf)
-			if err != nil {
-				t.Fatalf("stream ended (%v) before %q; got:\n%s", err, want, got.String())
-			}
-			got.Write(buf[:n])
-		}
-		return got.String()
-	}
+	read, ctx := b.stream(t, fmt.Sprintf("/stream?since=%d", f.hub.Seq()))
 	read(": connected")
 	// Bob's workspace changes: alice's stream must not show it. Then alice's goes Terminating.
 	f.hub.changed("b1")
@@ -728,28 +734,7 @@ func TestListStreamUpdatesTheRowOfAWorkspaceInAnotherNamespace(t *testing.T) {
 	f := newFixtureConfig(t, Options{InsecureCookie: true}, nil, twoNamespaces, other)
 	b := f.browser(t)
 	b.login("alice-token")
-	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/stream?since=%d", f.srv.URL, f.hub.Seq()), nil)
-	req.Header.Set("Accept", "text/event-stream")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	resp, err := b.c.Do(req.WithContext(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	read := func(want string) string {
-		t.Helper()
-		buf := make([]byte, 64<<10)
-		var got strings.Builder
-		for !strings.Contains(got.String(), want) {
-			n, err := resp.Body.Read(buf)
-			if err != nil {
-				t.Fatalf("stream ended (%v) before %q; got:\n%s", err, want, got.String())
-			}
-			got.Write(buf[:n])
-		}
-		return got.String()
-	}
+	read, ctx := b.stream(t, fmt.Sprintf("/stream?since=%d", f.hub.Seq()))
 	read(": connected")
 	var p corev1.Pod
 	if err := f.k8s.Get(ctx, client.ObjectKey{Namespace: otherNS, Name: "ws-a1"}, &p); err != nil {
@@ -827,27 +812,7 @@ func TestNamespaceFilterKeepsToOneNamespaceInThePageAndItsStream(t *testing.T) {
 	}
 
 	t.Run("the stream of a filtered list sends the rows of that namespace only", func(t *testing.T) {
-		req, _ := http.NewRequest("GET", fmt.Sprintf("%s/stream?namespace=ns&since=%d", f.srv.URL, f.hub.Seq()), nil)
-		req.Header.Set("Accept", "text/event-stream")
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		resp, err := alice.c.Do(req.WithContext(ctx))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var got strings.Builder
-		read := func(want string) {
-			t.Helper()
-			buf := make([]byte, 64<<10)
-			for !strings.Contains(got.String(), want) {
-				n, err := resp.Body.Read(buf)
-				if err != nil {
-					t.Fatalf("stream ended (%v) before %q; got:\n%s", err, want, got.String())
-				}
-				got.Write(buf[:n])
-			}
-		}
+		read, ctx := alice.stream(t, fmt.Sprintf("/stream?namespace=ns&since=%d", f.hub.Seq()))
 		read(": connected")
 		for _, k := range []client.ObjectKey{{Namespace: otherNS, Name: "ws-a2"}, {Namespace: ns, Name: "ws-a1"}} {
 			var p corev1.Pod
@@ -861,9 +826,8 @@ func TestNamespaceFilterKeepsToOneNamespaceInThePageAndItsStream(t *testing.T) {
 		}
 		f.hub.changed("a2") // first: a row of team-b, which this page does not show
 		f.hub.changed("a1")
-		read(`<tr id="ws-a1"`)
-		if strings.Contains(got.String(), "ws-team-b_a2") {
-			t.Fatalf("the stream of namespace ns sent team-b's a2:\n%s", got.String())
+		if got := read(`<tr id="ws-a1"`); strings.Contains(got, "ws-team-b_a2") {
+			t.Fatalf("the stream of namespace ns sent team-b's a2:\n%s", got)
 		}
 	})
 }
@@ -888,25 +852,9 @@ func TestListStreamRemovesARowDeletedBeforeTheStreamConnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.hub.changed("a2")
-	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/stream?since=%d", f.srv.URL, seq), nil)
-	req.Header.Set("Accept", "text/event-stream")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := b.c.Do(req.WithContext(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	buf := make([]byte, 64<<10)
-	var got strings.Builder
-	for !strings.Contains(got.String(), "</template>") {
-		n, err := resp.Body.Read(buf)
-		if err != nil {
-			t.Fatalf("stream ended (%v) with no update removing a2; got:\n%s", err, got.String())
-		}
-		got.Write(buf[:n])
-	}
-	if !strings.Contains(got.String(), `<tbody id="rows" hx-swap-oob="true">`) || !strings.Contains(got.String(), `id="ws-a1"`) || strings.Contains(got.String(), `id="ws-a2"`) {
-		t.Fatalf("want the whole list without a2:\n%s", got.String())
+	read, _ := b.stream(t, fmt.Sprintf("/stream?since=%d", seq))
+	got := read("</template>")
+	if !strings.Contains(got, `<tbody id="rows" hx-swap-oob="true">`) || !strings.Contains(got, `id="ws-a1"`) || strings.Contains(got, `id="ws-a2"`) {
+		t.Fatalf("want the whole list without a2:\n%s", got)
 	}
 }
