@@ -128,6 +128,12 @@ fuzz: tools ## Run every fuzz target for FUZZTIME (default 60s) each; new findin
 
 .PHONY: test-fuzz-short
 test-fuzz-short: tools ## Run every fuzz target for FUZZTIME_SHORT (default 5s) each; a finding fails and lands in testdata/fuzz.
-	@start=$$(date +%s); for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$pkg $$fn ($(FUZZTIME_SHORT))"; \
-		$(GO) test -short -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME_SHORT) -timeout $(FUZZ_SHORT_TIMEOUT) ./$$pkg || exit 1; done; \
+	@# Go's fuzzing engine can itself fail with "context deadline exceeded" when the fuzz time ends
+	@# (seen once, with no failing input): that, and only that, is tried once more. A finding fails.
+	@start=$$(date +%s); out=$$(mktemp); trap 'rm -f $$out' EXIT; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		for try in 1 2; do echo "== $$pkg $$fn ($(FUZZTIME_SHORT))"; \
+			if $(GO) test -short -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME_SHORT) -timeout $(FUZZ_SHORT_TIMEOUT) ./$$pkg 2>&1 | tee $$out; then break; fi; \
+			if [ $$try = 1 ] && grep -q 'context deadline exceeded' $$out && ! grep -q 'Failing input written' $$out; then \
+				echo "(the fuzzing engine's own deadline error, no failing input: $$fn once more)"; continue; fi; \
+			exit 1; done; done; \
 		echo "fuzzed $(words $(FUZZ_TARGETS)) targets in $$(( $$(date +%s) - start ))s"
