@@ -37,6 +37,9 @@ type gate struct {
 	max    int
 	reader client.Reader
 	wake   chan<- event.GenericEvent
+	// cached, when set, hands out the cache's own workspace pods (podcache.Every.Pods) for the
+	// first count; ok false (not synced yet) falls back to a List of reader.
+	cached func() (pods []*corev1.Pod, ok bool)
 
 	mu        sync.Mutex
 	reserved  map[types.NamespacedName]reservation
@@ -113,8 +116,15 @@ func (g *gate) acquire(ctx context.Context, key types.NamespacedName, name strin
 	return true, n, nil
 }
 
-// inFlight lists, from the cache, the workspaces with an upgrade in flight.
+// inFlight lists, from the cache, the workspaces with an upgrade in flight. It reads the cache's
+// own pods (cached) where it can: a List copies every pod struct into the PodList, deep copy or
+// not (1.2 KB per pod, 12 MB of garbage at 10,000 workspaces).
 func (g *gate) inFlight(ctx context.Context) (map[types.NamespacedName]bool, error) {
+	if g.cached != nil {
+		if pods, ok := g.cached(); ok {
+			return upgrade.InFlightWorkspaces(pods), nil
+		}
+	}
 	var list corev1.PodList
 	if err := g.reader.List(ctx, &list, client.MatchingLabels{workspace.LabelType: workspace.TypeWorkspace}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list workspace pods to count upgrades in flight: %w", err)

@@ -8,7 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/nogoo9/no-crd/pkg/templates"
@@ -185,5 +187,51 @@ func TestGateFollowsEachWorkspaceAsItsReconcileObservesIt(t *testing.T) {
 		if ok != st.ok {
 			t.Errorf("%s: admitted = %v, want %v", st.name, ok, st.ok)
 		}
+	}
+}
+
+// TestGateCountsFromTheCachesOwnPodsWithoutAList checks that the first count reads the cache's
+// own pods (podcache.Every) when they are there, with no List (which copies every pod struct),
+// and lists only while they are not handed over yet.
+func TestGateCountsFromTheCachesOwnPodsWithoutAList(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	old := upgradeUnitPod("ws-a", "a", "python", "v1", nil)
+	up := upgradeUnitPod(workspace.NextPodName(old, "v2"), "a", "python", "v2", map[string]string{
+		workspace.AnnUpgradeFrom: "ws-a", workspace.AnnUpgradeFromUID: "uid-ws-a", workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
+	b := types.NamespacedName{Namespace: "ns", Name: "b"}
+	for _, tt := range []struct {
+		name      string
+		synced    bool
+		wantLists int
+	}{
+		{"cache's pods handed over: counted from them, no List", true, 0},
+		{"not handed over yet: counted from a List", false, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lists := 0
+			c := fake.NewClientBuilder().WithObjects(old, up).WithInterceptorFuncs(interceptor.Funcs{
+				List: func(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
+					lists++
+					return c.List(ctx, l, opts...)
+				},
+			}).Build()
+			g := newGate(1, c, make(chan event.GenericEvent, 10))
+			g.cached = func() ([]*corev1.Pod, bool) {
+				if !tt.synced {
+					return nil, false
+				}
+				return []*corev1.Pod{old, up}, true
+			}
+			ok, n, err := g.acquire(context.Background(), b, "ws-b-up-1", now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok || n != 1 {
+				t.Errorf("admitted = %v with %d in flight, want a wait behind a's upgrade (1 in flight)", ok, n)
+			}
+			if lists != tt.wantLists {
+				t.Errorf("Lists = %d, want %d", lists, tt.wantLists)
+			}
+		})
 	}
 }

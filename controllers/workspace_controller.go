@@ -198,6 +198,7 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	r.every = every
+	r.gate.cached = every.Pods
 	registerCollector(r)
 	r.Templates.Subscribe(r.templateChanged)
 	return ctrl.NewControllerManagedBy(mgr).
