@@ -42,14 +42,25 @@ type ActivityOptions struct {
 // activity (nor does a request from the kubelet's prober, user agent kube-probe/...).
 const HealthCheckHeader = "X-Nogoo9-Health-Check"
 
-// activityRecorder keeps, per workspace pod, the last activity this replica saw and the value
-// the pod carries, and writes nogoo9/last-activity from one loop: the request path only stores a
-// timestamp.
+// activityRecorder keeps, per workspace pod that this replica has forwarded a request to, the
+// last activity it saw and the value the pod carries, and writes nogoo9/last-activity from one
+// loop: the request path only stores a timestamp. A pod's record is made at its first forwarded
+// request, from the pod as the router holds it (the cache's object), not for every cached pod:
+// most of a large installation's workspaces get no request between two restarts of the proxy,
+// and a record with its map node is about 250 bytes (docs/performance.md, "Memory per
+// workspace"). It starts from the pod's recorded nogoo9/last-activity, so the write interval
+// holds across replicas from the first request on.
 type activityRecorder struct {
 	opts ActivityOptions
 	pods sync.Map // types.UID -> *podActivity
-	ws   *connRegistry
-	log  logr.Logger
+	// pod returns the cached pod uid of workspace key, or nil when it is gone (router.pod).
+	pod func(key wsKey, uid types.UID) *corev1.Pod
+	// mu orders the making of a record (touch) with observe and forget, which run after the
+	// router has the pod's change: a record is made either from the pod's latest version or
+	// before observe, which then updates it; never for a pod forget has already dropped.
+	mu  sync.Mutex
+	ws  *connRegistry
+	log logr.Logger
 }
 
 type podActivity struct {
@@ -62,7 +73,7 @@ type podActivity struct {
 	wrote    time.Time // this replica's last write
 }
 
-func newActivityRecorder(opts ActivityOptions, ws *connRegistry, log logr.Logger) *activityRecorder {
+func newActivityRecorder(opts ActivityOptions, pod func(wsKey, types.UID) *corev1.Pod, ws *connRegistry, log logr.Logger) *activityRecorder {
 	if opts.Writer == nil {
 		return nil
 	}
@@ -72,16 +83,23 @@ func newActivityRecorder(opts ActivityOptions, ws *connRegistry, log logr.Logger
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &activityRecorder{opts: opts, ws: ws, log: log.WithName("activity")}
+	return &activityRecorder{opts: opts, pod: pod, ws: ws, log: log.WithName("activity")}
 }
 
-// observe takes a pod's identity and recorded activity from the informer.
+// observe takes a changed pod's identity and recorded activity from the informer, for a pod that
+// has a record; a pod without one gets it at its first request.
 func (a *activityRecorder) observe(pod *corev1.Pod) {
 	if a == nil {
 		return
 	}
-	v, _ := a.pods.LoadOrStore(pod.UID, &podActivity{})
-	pa := v.(*podActivity)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if v, ok := a.pods.Load(pod.UID); ok {
+		v.(*podActivity).set(pod)
+	}
+}
+
+func (pa *podActivity) set(pod *corev1.Pod) {
 	pa.mu.Lock()
 	pa.ns, pa.name, pa.template = pod.Namespace, pod.Name, workspace.TemplateKey(pod) // the registry key: a team template is its own
 	pa.recorded = lifecycle.ParseActivity(pod)
@@ -90,18 +108,41 @@ func (a *activityRecorder) observe(pod *corev1.Pod) {
 
 func (a *activityRecorder) forget(pod *corev1.Pod) {
 	if a != nil {
+		a.mu.Lock()
 		a.pods.Delete(pod.UID)
+		a.mu.Unlock()
 	}
 }
 
-// touch records a forwarded request to pod uid. Health checks do not count.
-func (a *activityRecorder) touch(uid types.UID, r *http.Request) {
+// touch records a forwarded request to pod uid of workspace key. Health checks do not count.
+func (a *activityRecorder) touch(key wsKey, uid types.UID, r *http.Request) {
 	if a == nil || r.Header.Get(HealthCheckHeader) != "" || strings.HasPrefix(r.UserAgent(), "kube-probe/") {
 		return
 	}
-	if v, ok := a.pods.Load(uid); ok {
-		v.(*podActivity).seen.Store(a.opts.Now().UnixNano())
+	v, ok := a.pods.Load(uid)
+	if !ok {
+		if v, ok = a.record(key, uid); !ok {
+			return
+		}
 	}
+	v.(*podActivity).seen.Store(a.opts.Now().UnixNano())
+}
+
+// record makes pod uid's record at its first request, or reports false when the pod is gone.
+func (a *activityRecorder) record(key wsKey, uid types.UID) (any, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if v, ok := a.pods.Load(uid); ok {
+		return v, true
+	}
+	pod := a.pod(key, uid)
+	if pod == nil {
+		return nil, false
+	}
+	pa := &podActivity{}
+	pa.set(pod)
+	a.pods.Store(uid, pa)
+	return pa, true
 }
 
 // run writes due activity every quarter interval (at most every 15s) until ctx ends.

@@ -117,7 +117,7 @@ func New(authn Authenticator, opts Options) (*Proxy, error) {
 		p.cookieName = InsecureCookieName
 	}
 	p.router = newRouter(opts.NotReadyGrace, p.conns, p.newReverseProxy, lg)
-	p.activity = newActivityRecorder(opts.Activity, p.conns, lg)
+	p.activity = newActivityRecorder(opts.Activity, p.router.pod, p.conns, lg)
 	return p, nil
 }
 
@@ -177,7 +177,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	p.activity.touch(t.podUID, r)
+	p.activity.touch(t.ws, t.podUID, r)
 
 	// The handler owns r from here: rewrite its path in place rather than cloning the request.
 	// RawPath (set only when the path has escapes such as %2F) is kept when it still spells the

@@ -82,6 +82,14 @@ func (r *router) podAlive(key wsKey, uid types.UID) bool {
 	return len(ts) == 0 || ts[0].status.Phase != workspace.PhaseUnavailable
 }
 
+// pod returns the pod uid of workspace key as the router holds it (the cache's object: read only),
+// or nil when the router does not know it.
+func (r *router) pod(key wsKey, uid types.UID) *corev1.Pod {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return podByUID(r.pods[key], uid)
+}
+
 // upsert records a new or changed workspace pod.
 func (r *router) upsert(pod *corev1.Pod) {
 	if !workspace.IsWorkspacePod(pod) {
