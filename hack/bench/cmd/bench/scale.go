@@ -147,6 +147,47 @@ func measureMemory(ctx context.Context, res *bench.Results, fig, subject string,
 	} else {
 		res.Add(fig, "Go heap in use, "+subject, "MiB", h/(1<<20))
 	}
+	if dir := os.Getenv("BENCH_PPROF_DIR"); dir != "" {
+		saveMemoryBreakdown(ctx, pid, metricsURL, filepath.Join(dir, fmt.Sprintf("mem-%s-%d.txt", strings.ReplaceAll(subject, " ", "-"), time.Now().Unix())))
+	}
+}
+
+// saveMemoryBreakdown writes, at the figure-5 sample, where the process's RSS goes: the kernel's
+// split (/proc/<pid>/smaps_rollup: anonymous memory against file-backed pages such as the
+// binary's text) and the Go runtime's (the go_memstats_* and go_gc_* lines of /metrics: heap in
+// use, idle heap not yet returned, stacks, span and GC metadata), to tell RSS beyond the heap
+// apart (docs/performance.md, "Memory per workspace").
+func saveMemoryBreakdown(ctx context.Context, pid int, metricsURL, path string) {
+	var out bytes.Buffer
+	for _, f := range []string{"smaps_rollup", "status"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f))
+		if err != nil {
+			fmt.Fprintf(&out, "# /proc/%d/%s: %v\n", pid, f, err)
+			continue
+		}
+		fmt.Fprintf(&out, "# /proc/%d/%s\n%s\n", pid, f, b)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
+	if err == nil {
+		var resp *http.Response
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			fmt.Fprintf(&out, "# %s (go_memstats_*, go_gc_*, go_goroutines)\n", metricsURL)
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+			for sc.Scan() {
+				if l := sc.Text(); strings.HasPrefix(l, "go_memstats_") || strings.HasPrefix(l, "go_gc_") || strings.HasPrefix(l, "go_goroutines") {
+					out.WriteString(l + "\n")
+				}
+			}
+			_ = resp.Body.Close()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(&out, "# %s: %v\n", metricsURL, err)
+	}
+	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+		logf("memory breakdown: %v", err)
+	}
 }
 
 // naiveRound starts the naive-cache baseline, records its cold start and memory, and stops it.
