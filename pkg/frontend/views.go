@@ -30,7 +30,6 @@ type views struct {
 
 	mu      sync.RWMutex
 	byID    map[string]*entry
-	podID   map[string]string   // pod name -> the workspace id it is filed under
 	all     []*entry            // every entry, sorted by id
 	byOwner map[string][]*entry // each owner's entries, sorted by id
 
@@ -52,7 +51,7 @@ type entry struct {
 }
 
 func newViews(namespace string) *views {
-	return &views{namespace: namespace, byID: map[string]*entry{}, podID: map[string]string{}, byOwner: map[string][]*entry{}}
+	return &views{namespace: namespace, byID: map[string]*entry{}, byOwner: map[string][]*entry{}}
 }
 
 // synced reports whether the informer's initial list has been delivered to the views.
@@ -60,9 +59,12 @@ func (v *views) synced() bool { return v.reg != nil && v.reg.HasSynced() }
 
 // OnAdd, OnUpdate and OnDelete implement toolscache.ResourceEventHandler. Create, update and
 // delete are one operation: file the pod (or its absence) under its workspace and recompute it.
-func (v *views) OnAdd(obj any, _ bool)  { v.setPod(obj, false) }
-func (v *views) OnUpdate(_, newObj any) { v.setPod(newObj, false) }
-func (v *views) OnDelete(obj any)       { v.setPod(obj, true) }
+// The workspace a pod was filed under is read from the event's old object (an update's, or the
+// deleted pod: the informer hands each handler the object it last delivered), not from a map of
+// every pod's name: that map cost about 100 bytes per workspace (docs/performance.md).
+func (v *views) OnAdd(obj any, _ bool)       { v.setPod(nil, obj) }
+func (v *views) OnUpdate(oldObj, newObj any) { v.setPod(oldObj, newObj) }
+func (v *views) OnDelete(obj any)            { v.setPod(obj, nil) }
 func podOf(obj any) (*corev1.Pod, bool) {
 	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -71,27 +73,32 @@ func podOf(obj any) (*corev1.Pod, bool) {
 	return p, ok && p != nil
 }
 
-func (v *views) setPod(obj any, deleted bool) {
+// workspaceOf is the workspace id obj is filed under in v: "" for none (not a pod, not a
+// workspace pod, another namespace).
+func (v *views) workspaceOf(obj any) (*corev1.Pod, string) {
 	pod, ok := podOf(obj)
-	if !ok || pod.Namespace != v.namespace {
-		return
+	if !ok || pod.Namespace != v.namespace || !workspace.IsWorkspacePod(pod) {
+		return pod, ""
 	}
-	id := ""
-	if !deleted && workspace.IsWorkspacePod(pod) {
-		id = workspace.ID(pod)
+	return pod, workspace.ID(pod)
+}
+
+// setPod files pod now (nil: deleted) under its workspace, and takes the pod as it was before
+// (nil: new) out of the workspace it was filed under when that differs.
+func (v *views) setPod(before, now any) {
+	prev, prevID := v.workspaceOf(before)
+	pod, id := v.workspaceOf(now)
+	if prevID == "" && id == "" {
+		return
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	prev := v.podID[pod.Name]
-	if prev != "" && prev != id {
-		v.rebuild(prev, withPod(v.byID[prev], pod.Name, nil))
+	if prevID != "" && prevID != id {
+		v.rebuild(prevID, withPod(v.byID[prevID], prev.Name, nil))
 	}
-	if id == "" {
-		delete(v.podID, pod.Name)
-		return
+	if id != "" {
+		v.rebuild(id, withPod(v.byID[id], pod.Name, pod))
 	}
-	v.podID[pod.Name] = id
-	v.rebuild(id, withPod(v.byID[id], pod.Name, pod))
 }
 
 // withPod returns e's pods without the pod called name, plus pod when not nil: a fresh slice.

@@ -133,6 +133,9 @@ func TestViewsFollowPodEvents(t *testing.T) {
 	other.Namespace = "elsewhere"
 	notWorkspace := pod("plain", "alice", "p", "1.0", t0)
 	delete(notWorkspace.Labels, workspace.LabelType)
+	// Each update carries the object the informer delivered before, as a cache's events do.
+	upgraded := pod("ws-a-up-xyz12", "alice", "a", "2.0", t0.Add(time.Minute), annotated(workspace.AnnUpgradeFrom, "ws-a"))
+	upgradedReady := pod("ws-a-up-xyz12", "alice", "a", "2.0", t0.Add(time.Minute), ready, annotated(workspace.AnnUpgradeFrom, "ws-a"))
 
 	steps := []struct {
 		name      string
@@ -151,11 +154,11 @@ func TestViewsFollowPodEvents(t *testing.T) {
 			v.OnUpdate(a, up)
 		}, []string{"a", "b", "c"}, []string{"a", "c"}, map[string]workspace.PhaseName{"a": workspace.PhaseUpgrading, "b": workspace.PhaseScheduling}},
 		{"the upgraded pod joins its workspace; the old one still serves", func() {
-			v.OnAdd(pod("ws-a-up-xyz12", "alice", "a", "2.0", t0.Add(time.Minute), annotated(workspace.AnnUpgradeFrom, "ws-a")), false)
+			v.OnAdd(upgraded, false)
 		}, []string{"a", "b", "c"}, []string{"a", "c"}, map[string]workspace.PhaseName{"a": workspace.PhaseUpgrading}},
 		{"the old pod is deleted and the new one becomes ready", func() {
 			v.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "ns/ws-a", Obj: a})
-			v.OnUpdate(nil, pod("ws-a-up-xyz12", "alice", "a", "2.0", t0.Add(time.Minute), ready, annotated(workspace.AnnUpgradeFrom, "ws-a")))
+			v.OnUpdate(upgraded, upgradedReady)
 		}, []string{"a", "b", "c"}, []string{"a", "c"}, map[string]workspace.PhaseName{"a": workspace.PhaseReady}},
 		{"a workspace whose last pod goes is gone from every list", func() { v.OnDelete(c) },
 			[]string{"a", "b"}, []string{"a"}, nil},
@@ -166,10 +169,16 @@ func TestViewsFollowPodEvents(t *testing.T) {
 			v.OnUpdate(b, moved)
 		}, []string{"a", "d"}, []string{"a", "d"}, nil},
 		{"a pod that loses its workspace label leaves", func() {
-			plain := pod("ws-a-up-xyz12", "alice", "a", "2.0", t0)
+			plain := upgradedReady.DeepCopy()
 			delete(plain.Labels, workspace.LabelType)
-			v.OnUpdate(nil, plain)
+			v.OnUpdate(upgradedReady, plain)
 		}, []string{"d"}, []string{"d"}, nil},
+		{"a pod that leaves while the cache lost track of its deletion (final state unknown) leaves", func() {
+			gone := b.DeepCopy()
+			gone.Labels[workspace.LabelWorkspaceID] = "d"
+			gone.Annotations[workspace.AnnOwner] = "alice"
+			v.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "ns/ws-b", Obj: gone})
+		}, []string{}, []string{}, nil},
 	}
 	for _, s := range steps {
 		s.apply()
