@@ -74,8 +74,8 @@ func benchServe(b *testing.B, fast, std bool) {
 	p.fast = fast
 	if std {
 		tr := p.transport.fallback
-		for _, t := range p.router.byWS {
-			for _, tg := range t {
+		for _, st := range p.router.ws {
+			for _, tg := range st.targets {
 				if rp := tg.reverseProxy(); rp != nil {
 					rp.Transport = tr
 				}

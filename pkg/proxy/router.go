@@ -20,13 +20,14 @@ type router struct {
 	tbl table
 
 	mu sync.Mutex // guards everything below; never held while tmu is read-held by a request
-	// pods are each workspace's pods (shared with the informer's store: read only), and claims
-	// each prefix's claimants (one workspace each). Short slices, not maps: a workspace has one
-	// or two pods and a prefix one claimant, and at 10,000 workspaces a map per workspace and
-	// per prefix cost more than the routes themselves (docs/performance.md).
-	pods   map[wsKey][]*corev1.Pod
-	byWS   map[wsKey][]*target
-	claims map[string][]*target
+	// ws holds each workspace's pods (shared with the informer's store: read only) and routes, in
+	// one map entry. contested holds the claimants (one target per workspace) of the prefixes
+	// more than one workspace claims; a prefix with one claimant has it only in the table. Short
+	// slices, and one map entry per workspace and per route: at 10,000 workspaces a map per
+	// workspace, and then a second map entry per workspace and per prefix, cost more than the
+	// routes themselves (docs/performance.md, "Memory per workspace").
+	ws        map[wsKey]wsState
+	contested map[string][]*target
 	// notReady holds a timer per pod that went not-ready; when it fires the pod's WebSockets close.
 	notReady map[types.UID]*time.Timer
 
@@ -39,17 +40,22 @@ type router struct {
 
 func newRouter(grace time.Duration, conns *connRegistry, newRP func(*target) *httputil.ReverseProxy, log logr.Logger) *router {
 	return &router{
-		tbl:      table{routes: map[string]*target{}},
-		pods:     map[wsKey][]*corev1.Pod{},
-		byWS:     map[wsKey][]*target{},
-		claims:   map[string][]*target{},
-		notReady: map[types.UID]*time.Timer{},
-		grace:    grace,
-		now:      time.Now,
-		newRP:    newRP,
-		conns:    conns,
-		log:      log,
+		tbl:       table{routes: map[string]*target{}},
+		ws:        map[wsKey]wsState{},
+		contested: map[string][]*target{},
+		notReady:  map[types.UID]*time.Timer{},
+		grace:     grace,
+		now:       time.Now,
+		newRP:     newRP,
+		conns:     conns,
+		log:       log,
 	}
+}
+
+// wsState is what the router keeps of one workspace: its pods and the routes derived from them.
+type wsState struct {
+	pods    []*corev1.Pod
+	targets []*target
 }
 
 // lookup is the request path: the target of the longest route prefix of p (a cleaned path).
@@ -74,12 +80,12 @@ func (r *router) route(prefix string) *target {
 func (r *router) podAlive(key wsKey, uid types.UID) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p := podByUID(r.pods[key], uid)
+	st := r.ws[key]
+	p := podByUID(st.pods, uid)
 	if p == nil || p.DeletionTimestamp != nil {
 		return false
 	}
-	ts := r.byWS[key]
-	return len(ts) == 0 || ts[0].status.Phase != workspace.PhaseUnavailable
+	return len(st.targets) == 0 || st.targets[0].status.Phase != workspace.PhaseUnavailable
 }
 
 // pod returns the pod uid of workspace key as the router holds it (the cache's object: read only),
@@ -87,7 +93,7 @@ func (r *router) podAlive(key wsKey, uid types.UID) bool {
 func (r *router) pod(key wsKey, uid types.UID) *corev1.Pod {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return podByUID(r.pods[key], uid)
+	return podByUID(r.ws[key].pods, uid)
 }
 
 // upsert records a new or changed workspace pod.
@@ -98,7 +104,9 @@ func (r *router) upsert(pod *corev1.Pod) {
 	key := wsKey{pod.Namespace, workspace.ID(pod)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pods[key] = append(withoutPod(r.pods[key], pod.UID), pod)
+	st := r.ws[key]
+	st.pods = append(withoutPod(st.pods, pod.UID), pod)
+	r.ws[key] = st
 	switch {
 	case pod.DeletionTimestamp != nil:
 		r.stopTimer(pod.UID)
@@ -118,11 +126,12 @@ func (r *router) remove(pod *corev1.Pod) {
 	defer r.mu.Unlock()
 	r.stopTimer(pod.UID)
 	r.conns.closePod(pod.UID, "pod was deleted")
-	if rest := withoutPod(r.pods[key], pod.UID); len(rest) > 0 {
-		r.pods[key] = rest
-	} else {
-		delete(r.pods, key)
+	st, ok := r.ws[key]
+	if !ok {
+		return
 	}
+	st.pods = withoutPod(st.pods, pod.UID)
+	r.ws[key] = st
 	r.rebuild(key)
 }
 
@@ -135,7 +144,7 @@ func (r *router) startTimer(key wsKey, uid types.UID) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		delete(r.notReady, uid)
-		if p := podByUID(r.pods[key], uid); p != nil && !workspace.IsReady(p) {
+		if p := podByUID(r.ws[key].pods, uid); p != nil && !workspace.IsReady(p) {
 			r.conns.closePod(uid, "pod stayed not-ready longer than the grace period")
 		}
 	})
@@ -148,49 +157,61 @@ func (r *router) stopTimer(uid types.UID) {
 	}
 }
 
-// rebuild recomputes the routes of workspace key and swaps them into the table. Callers hold mu.
+// rebuild recomputes the routes of workspace key and swaps them into the table; a workspace left
+// with no pods is forgotten. Callers hold mu.
 func (r *router) rebuild(key wsKey) {
-	targets, errs := routesFor(key, r.pods[key], r.now())
+	st := r.ws[key]
+	targets, errs := routesFor(key, st.pods, r.now())
 	for _, err := range errs {
 		r.log.Info("route left out", "workspace", key.String(), "reason", err.Error())
 	}
 	for _, t := range targets {
 		t.newRP = r.newRP // the ReverseProxy is made at the route's first request
 	}
-	old := r.byWS[key]
-	if len(targets) == 0 {
-		delete(r.byWS, key)
+	old := st.targets
+	if len(st.pods) == 0 {
+		delete(r.ws, key)
 	} else {
-		r.byWS[key] = targets
+		st.targets = targets
+		r.ws[key] = st
 	}
 
 	// Claims: drop the workspace's old prefixes, add the new ones, then settle each touched prefix.
 	touched := make([]string, 0, len(old)+len(targets))
+	claims := make(map[string][]*target, len(old)+len(targets))
 	for _, t := range old {
-		if rest := withoutClaim(r.claims[t.prefix], key); len(rest) > 0 {
-			r.claims[t.prefix] = rest
-		} else {
-			delete(r.claims, t.prefix)
+		if _, ok := claims[t.prefix]; !ok {
+			claims[t.prefix] = r.claimants(t.prefix)
+			touched = append(touched, t.prefix)
 		}
-		touched = append(touched, t.prefix)
+		claims[t.prefix] = withoutClaim(claims[t.prefix], key)
 	}
 	for _, t := range targets {
-		r.claims[t.prefix] = append(withoutClaim(r.claims[t.prefix], key), t)
-		touched = append(touched, t.prefix)
+		if _, ok := claims[t.prefix]; !ok {
+			claims[t.prefix] = r.claimants(t.prefix)
+			touched = append(touched, t.prefix)
+		}
+		claims[t.prefix] = append(withoutClaim(claims[t.prefix], key), t)
 	}
 	r.tmu.Lock()
 	for _, prefix := range touched {
+		list := claims[prefix]
 		var best *target
-		for _, t := range r.claims[prefix] {
+		for _, t := range list {
 			if best == nil || wins(t, best) {
 				best = t
 			}
+		}
+		if len(list) > 1 {
+			r.contested[prefix] = list
+		} else {
+			delete(r.contested, prefix)
 		}
 		if best == nil {
 			delete(r.tbl.routes, prefix)
 			continue
 		}
-		if len(r.claims[prefix]) > 1 && best.ws != key {
+		if len(list) > 1 && best.ws != key {
 			r.log.Info("route prefix claimed by two workspaces; the older keeps it", "prefix", prefix, "kept", best.ws.String(), "refused", key.String())
 		}
 		r.tbl.routes[prefix] = best
@@ -206,10 +227,22 @@ func (r *router) rebuild(key wsKey) {
 		// the table changed, so a client that reconnects at once finds the workspace unavailable
 		// (closed before, a fast reconnect still reached the old route).
 		why := "workspace is unavailable: " + targets[0].status.Reason
-		for _, p := range r.pods[key] {
+		for _, p := range st.pods {
 			r.conns.closePod(p.UID, why)
 		}
 	}
+}
+
+// claimants are the targets (one per workspace) that claim prefix: the contested list, or the
+// table's one. Callers hold mu (the only writers of the table hold it too).
+func (r *router) claimants(prefix string) []*target {
+	if list, ok := r.contested[prefix]; ok {
+		return list
+	}
+	if t, ok := r.tbl.routes[prefix]; ok {
+		return []*target{t}
+	}
+	return nil
 }
 
 func podByUID(pods []*corev1.Pod, uid types.UID) *corev1.Pod {
