@@ -73,3 +73,20 @@ func BenchmarkList10k(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDescribe10k is workspace.Describe over 10,000 one-pod workspaces: what a list that
+// builds its values from the pods (rather than views kept per workspace) pays.
+func BenchmarkDescribe10k(b *testing.B) {
+	const n = 10000
+	pods := make([][]*corev1.Pod, n)
+	for i := range pods {
+		owner, id := fmt.Sprintf("user-%d", i%1000), fmt.Sprintf("ws-%05d", i)
+		pods[i] = []*corev1.Pod{pod(workspace.PodName(owner, id), owner, id, "1.0", t0, ready)}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, p := range pods {
+			_ = workspace.Describe(p, "", time.Time{})
+		}
+	}
+}

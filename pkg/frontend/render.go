@@ -103,7 +103,7 @@ func (e *entry) view(latest string, now time.Time) Workspace {
 	if e.clock.kind == clockOpaque {
 		return describe(e.pods, latest, now)
 	}
-	w := e.info
+	w := e.info()
 	w.LatestTemplateVersion = latest
 	w.IsOutdated = latest != "" && w.TemplateVersion != latest
 	w.Message += e.clock.note(now)

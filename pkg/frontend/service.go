@@ -282,7 +282,7 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*WorkspaceList, erro
 	if more {
 		last := entries[len(entries)-1]
 		if o.AllNamespaces {
-			l.Continue = encodeContinueAcross(o.AllUsers, last.info.Namespace, last.id)
+			l.Continue = encodeContinueAcross(o.AllUsers, last.pods[0].Namespace, last.id)
 		} else {
 			l.Continue = encodeContinue(o.AllUsers, last.id)
 		}

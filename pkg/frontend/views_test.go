@@ -191,7 +191,7 @@ func TestViewsFollowPodEvents(t *testing.T) {
 			t.Errorf("%s: alice's = %v, want %v", s.name, got, s.alice)
 		}
 		for id, phase := range s.wantPhase {
-			if e := v.get(id); e == nil || e.info.Phase != phase {
+			if e := v.get(id); e == nil || e.info().Phase != phase {
 				t.Errorf("%s: workspace %s: entry %+v, want phase %s", s.name, id, e, phase)
 			}
 		}
