@@ -114,9 +114,11 @@ func (a *activityRecorder) forget(pod *corev1.Pod) {
 	}
 }
 
-// touch records a forwarded request to pod uid of workspace key. Health checks do not count.
+// touch records a forwarded request to pod uid of workspace key. Health checks do not count, but
+// they make the pod's record like any request: a WebSocket opened through one counts while it is
+// open, as every open WebSocket does.
 func (a *activityRecorder) touch(key wsKey, uid types.UID, r *http.Request) {
-	if a == nil || r.Header.Get(HealthCheckHeader) != "" || strings.HasPrefix(r.UserAgent(), "kube-probe/") {
+	if a == nil {
 		return
 	}
 	v, ok := a.pods.Load(uid)
@@ -124,6 +126,9 @@ func (a *activityRecorder) touch(key wsKey, uid types.UID, r *http.Request) {
 		if v, ok = a.record(key, uid); !ok {
 			return
 		}
+	}
+	if r.Header.Get(HealthCheckHeader) != "" || strings.HasPrefix(r.UserAgent(), "kube-probe/") {
+		return
 	}
 	v.(*podActivity).seen.Store(a.opts.Now().UnixNano())
 }
