@@ -19,9 +19,11 @@ type PodInformer interface {
 }
 
 // views keeps one ready-made view per workspace, kept current from the pod informer's events. An
-// event recomputes only the workspace of the pod that changed (workspace.Describe over that
-// workspace's pods), so a list of 10,000 workspaces costs a copy of pointers under a read lock and
-// the JSON each view already encoded, instead of 10,000 Describe calls and a reflective encoding.
+// event recomputes only the workspace of the pod that changed (its pods, newest first, and the
+// clock note's kind), so a REST list of 10,000 workspaces costs a copy of pointers under a read
+// lock and the JSON each view encoded once, instead of grouping every pod and a reflective
+// encoding. A list that needs values (MCP, the UI) describes each workspace from its pods (about
+// 1.7 µs each): keeping the values too cost about 400 bytes per workspace.
 //
 // Entries are immutable once published: an event replaces the workspace's *entry, so a reader
 // that copied the pointers keeps a consistent snapshot without holding the lock.
