@@ -261,14 +261,6 @@ func run(o options) error {
 		return fmt.Errorf("set up templates: %w", err)
 	}
 	history := &templates.History{Reader: mgr.GetAPIReader(), Namespace: o.namespace, Policy: policy, NoTeamTemplates: !o.nsTemplates}
-	// The front end hands the upgrade intents it writes to this process's upgrade controller
-	// (when it runs here and leads), which starts them without waiting for their watch events.
-	var handoff *controllers.Handoff
-	var intents frontend.IntentSink
-	if components["controller"] {
-		handoff = controllers.NewHandoff()
-		intents = handoff
-	}
 	var spawn *spawner.Spawner
 	if components["api"] {
 		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, Namespaces: watched, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser, MaxStoppedPerUser: o.lifecycle.maxStopped})
@@ -298,7 +290,6 @@ func run(o options) error {
 			WriteTimeout: o.apiWriteTimeout,
 			Quota:        spawn,
 			History:      history,
-			Intents:      intents,
 			UI:           uiSetup(ctx, mgr, o, authn, registry, components["proxy"]),
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
@@ -354,7 +345,6 @@ func run(o options) error {
 			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, Timeout: o.upgradeTimeout, Keys: keys,
 			Lifecycle: controllers.LifecycleOptions{IdleTimeout: o.lifecycle.idleTimeout},
 			History:   history,
-			Handoff:   handoff,
 		}); err != nil {
 			return fmt.Errorf("set up upgrade controller: %w", err)
 		}

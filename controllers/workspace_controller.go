@@ -113,9 +113,6 @@ type UpgradeOptions struct {
 	// History reads kept earlier template versions for a rollback to one (nogoo9/target-version);
 	// nil: such a request fails with TemplateVersionNotKept.
 	History HistorySource
-	// Handoff, shared with the front end of the same process, starts an upgrade as soon as its
-	// intent is written instead of at the intent's watch event; nil: the watch alone.
-	Handoff *Handoff
 }
 
 func (o *UpgradeOptions) defaults() {
@@ -205,11 +202,7 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.every = every
 	registerCollector(r)
 	r.Templates.Subscribe(r.templateChanged)
-	b := ctrl.NewControllerManagedBy(mgr)
-	if r.Opts.Handoff != nil {
-		b = b.WatchesRawSource(handoffSource{r.Opts.Handoff})
-	}
-	return b.
+	return ctrl.NewControllerManagedBy(mgr).
 		Named(r.Opts.Name).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(WorkspaceRequest)).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimRequest)).
@@ -386,8 +379,6 @@ func (r *WorkspaceReconciler) observe(ctx context.Context, key types.NamespacedN
 		if !workspace.IsWorkspacePod(p) {
 			continue
 		}
-		// The pod as the front end's intent patch answered, when the cache is behind it.
-		p = r.Opts.Handoff.fresher(p)
 		obs.Pods = append(obs.Pods, p)
 		if tmplName == "" || p.DeletionTimestamp == nil {
 			if p.Labels[workspace.LabelTemplate] != "" {
@@ -549,8 +540,8 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: a.Gate})
 	}
 	if a.Strategy == upgrade.Recreate {
-		full, err := r.fullPod(ctx, old)
-		if err != nil {
+		var full corev1.Pod
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(old), &full); err != nil {
 			r.gate.release(key)
 			if apierrors.IsNotFound(err) {
 				return endMove, nil // gone meanwhile: the next pass sees it
@@ -561,7 +552,7 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 			r.gate.release(key)
 			return endMove, nil // being deleted or replaced meanwhile: the next pass sees it
 		}
-		spec, err := upgrade.RollbackSpec(full)
+		spec, err := upgrade.RollbackSpec(&full)
 		if err != nil {
 			return failStart("RollbackSpecFailed", err)
 		}
@@ -631,19 +622,6 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 		r.gate.release(key)
 		return 0, fmt.Errorf("create upgraded pod %s: %w", pod.Name, err)
 	}
-}
-
-// fullPod returns old with its full spec (the cache strips it): the pod as the front end's intent
-// patch answered when old is that version (the handoff), else read from the API server.
-func (r *WorkspaceReconciler) fullPod(ctx context.Context, old *corev1.Pod) (*corev1.Pod, error) {
-	if full := r.Opts.Handoff.full(old); full != nil {
-		return full, nil
-	}
-	var full corev1.Pod
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(old), &full); err != nil {
-		return nil, err
-	}
-	return &full, nil
 }
 
 // checkAfterCreate reads old, the pod that upgraded pod pod replaces, from the API server after

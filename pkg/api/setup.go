@@ -55,8 +55,6 @@ type Options struct {
 	UI func(*frontend.Service) (http.Handler, error)
 	// History reads kept template versions (rollback, list_templates); nil: none.
 	History frontend.HistoryReader
-	// Intents is told of every upgrade intent written (frontend.Config.Intents); nil: none.
-	Intents frontend.IntentSink
 
 	ui http.Handler
 }
@@ -102,7 +100,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 		Namespace: o.Namespace, Namespaces: o.Namespaces, Access: o.Access, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Events: cs,
 		Templates: o.Templates, Spawner: o.Spawner, Pods: pods, MaxFollowsPerUser: o.MaxFollowsPerUser,
 		Quota:   o.Quota,
-		History: o.History, WriteTimeout: o.WriteTimeout, Intents: o.Intents,
+		History: o.History, WriteTimeout: o.WriteTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)

@@ -76,11 +76,6 @@ type Config struct {
 	// write is on the critical path of a bulk upgrade: many small patches in flight at once
 	// finish sooner than a few at a time (docs/upgrades.md, "Tuning").
 	UpgradeAllWorkers int
-	// Intents, when set, is told of every upgrade intent written, with the pod as the API server
-	// answered the patch: the upgrade controller of this process (controllers.Handoff) then
-	// starts the upgrade without waiting for the intent's watch event. The intent on the pod
-	// stays the record that counts. nil: the controller's watch alone.
-	Intents IntentSink
 	// MaxFollowsPerUser caps one user's concurrent event follows (DefaultMaxFollowsPerUser when 0).
 	MaxFollowsPerUser int
 	// Quota bounds stops and starts (the spawner); nil: no limits.
@@ -91,12 +86,6 @@ type Config struct {
 	// (DefaultWriteTimeout when 0), so a caller gets an answer (503 Unavailable) even when the
 	// API server holds the write, e.g. while its etcd is down.
 	WriteTimeout time.Duration
-}
-
-// IntentSink is told of upgrade intents as they are written (Config.Intents). UpgradeRequested
-// must not block; it keeps pod.
-type IntentSink interface {
-	UpgradeRequested(pod *corev1.Pod)
 }
 
 // DefaultWriteTimeout is Config.WriteTimeout's default.
@@ -630,9 +619,6 @@ func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResu
 			return nil, errorf(CodeConflict, "pod %s of workspace %q is gone; list the workspace again and retry", active.Name, id)
 		}
 		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("recording the upgrade of workspace %q failed; try again", id), Err: err}
-	}
-	if s.cfg.Intents != nil {
-		s.cfg.Intents.UpgradeRequested(target)
 	}
 	ctrl.LoggerFrom(ctx).Info("upgrade requested", "workspace", id, "owner", owner, "pod", active.Name, "upgradePod", podName, "to", t.Version)
 	res.Status, res.PodName = "upgrading", podName
