@@ -250,3 +250,43 @@ func (g *gate) waitingCount() int {
 func ctrlObjectMeta(k types.NamespacedName) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}
 }
+
+// deletedTTL bounds how long a pod this process deleted is remembered (deletedPods): the cache
+// shows the deletion within a watch event; past this, a pass plans from the cache alone again.
+const deletedTTL = time.Minute
+
+// deletedPods remembers the pods (by UID) this process has deleted, like the ReplicaSet
+// controller's deletion expectations: a pass planned from a cache that does not show the delete
+// yet skips deleting the same pod again. A delete with a UID precondition that succeeded cannot be
+// undone, so skipping it loses nothing.
+type deletedPods struct {
+	mu  sync.Mutex
+	uid map[types.UID]time.Time
+}
+
+func (d *deletedPods) add(uid types.UID, now time.Time) {
+	if uid == "" {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.uid == nil {
+		d.uid = map[types.UID]time.Time{}
+	}
+	for u, at := range d.uid {
+		if now.Sub(at) >= deletedTTL {
+			delete(d.uid, u)
+		}
+	}
+	d.uid[uid] = now
+}
+
+func (d *deletedPods) recent(uid types.UID, now time.Time) bool {
+	if uid == "" {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	at, ok := d.uid[uid]
+	return ok && now.Sub(at) < deletedTTL
+}

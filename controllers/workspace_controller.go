@@ -164,6 +164,8 @@ type WorkspaceReconciler struct {
 	lag   templateLag
 	wake  chan event.GenericEvent
 	held  heldEvents
+	// deleted are the pods this process has deleted (by UID), until the cache shows it.
+	deleted deletedPods
 }
 
 // SetupWorkspaceReconciler adds the upgrade controller to mgr (leader only) with the template
@@ -736,6 +738,15 @@ func (r *WorkspaceReconciler) createRollbackPod(ctx context.Context, key types.N
 // going, the move stops, so nogoo9 never deletes a workspace's last pod. A Keep that this move
 // has just created needs no read: the create's answer is fresher than any read.
 func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.NamespacedName, mv *moveState, a upgrade.Action) (time.Duration, error) {
+	if (mv.unchecked == nil || mv.unchecked.old.UID != a.Pod.UID) && r.deleted.recent(a.Pod.UID, r.Opts.Now()) {
+		// This process has deleted this very pod (its UID) already and the cache does not show
+		// it yet (a Recreate start's delete, seen by the pass the new pod's event brings): a
+		// delete cannot be undone, so the read of the pod that stays and a second delete would
+		// be two round trips for nothing, ahead of the pass that removes the new pod's gate
+		// once the old pod is gone.
+		ctrl.LoggerFrom(ctx).V(1).Info("Pod already deleted by this process; waiting for the cache", "pod", klog.KObj(a.Pod))
+		return 0, nil
+	}
 	if k := a.Keep; k != nil && (k.UID != "" || mv.created[k.Name] == nil) {
 		var live corev1.Pod
 		err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(k), &live)
@@ -776,6 +787,7 @@ func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.Namespace
 	if err != nil {
 		return 0, fmt.Errorf("delete pod %s: %w", a.Pod.Name, err)
 	}
+	r.deleted.add(a.Pod.UID, r.Opts.Now())
 	ctrl.LoggerFrom(ctx).Info("Deleted pod", "pod", klog.KObj(a.Pod), "reason", a.Reason)
 	r.concluded(key, a)
 	return 0, nil
