@@ -255,8 +255,18 @@ func run(o options) error {
 	// Component wiring: each package exposes a Setup that adds its runnables to the manager.
 	// (wired by the component issues)
 
+	// The start-up serves reads first (docs/performance.md, "Fifth round"): the read path's
+	// components (templates, front end, UI, proxy) register their handlers through readers; the
+	// controllers, set up through held, start once those handlers have the initial lists, and
+	// /readyz waits for that too.
+	gate := podcache.NewStartupGate(mgr.GetCache())
+	readers, held := gate.Readers(mgr), gate.Hold(mgr)
+	if err := mgr.Add(gate); err != nil {
+		return err
+	}
+
 	// Templates and spawner (issue 3): every component reads templates; the api spawns.
-	registry, err := templates.Setup(mgr, templates.Options{Namespace: o.namespace, NamespaceTemplates: o.nsTemplates, TemplateDir: o.templateDir, Policy: &policy})
+	registry, err := templates.Setup(readers, templates.Options{Namespace: o.namespace, NamespaceTemplates: o.nsTemplates, TemplateDir: o.templateDir, Policy: &policy})
 	if err != nil {
 		return fmt.Errorf("set up templates: %w", err)
 	}
@@ -281,7 +291,7 @@ func run(o options) error {
 		if err != nil {
 			log.Info("no authorization server to announce in /.well-known/oauth-protected-resource; set --authorization-server", "reason", err.Error())
 		}
-		if _, err := api.Setup(ctx, mgr, api.Options{
+		if _, err := api.Setup(ctx, readers, api.Options{
 			Addr: o.apiAddr, Namespace: o.namespace, Version: version, Auth: authn,
 			Namespaces: watched, Access: &authz.SpawnAccess{Client: mgr.GetClient()},
 			Templates: frontend.FromRegistry(registry), Spawner: frontend.FromSpawner(spawn.Spawn),
@@ -290,7 +300,7 @@ func run(o options) error {
 			WriteTimeout: o.apiWriteTimeout,
 			Quota:        spawn,
 			History:      history,
-			UI:           uiSetup(ctx, mgr, o, authn, registry, components["proxy"]),
+			UI:           uiSetup(ctx, readers, o, authn, registry, components["proxy"]),
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
 		}
@@ -298,7 +308,7 @@ func run(o options) error {
 
 	// Workspace proxy (issue 6): routes from the pod informer; served on every replica.
 	if components["proxy"] {
-		if err := proxy.Setup(mgr, authn, proxy.Options{
+		if err := proxy.Setup(readers, authn, proxy.Options{
 			BindAddress:    o.proxyAddr,
 			AllowedOrigins: proxy.ParseOrigins(o.proxyOrigins),
 			NotReadyGrace:  o.proxyGrace,
@@ -327,7 +337,7 @@ func run(o options) error {
 
 	// Phase controller (issue 7): phase Events and the nogoo9_workspaces gauge; leader only.
 	if components["controller"] {
-		if err := controllers.SetupPhaseReconciler(mgr); err != nil {
+		if err := controllers.SetupPhaseReconciler(held); err != nil {
 			return fmt.Errorf("set up phase controller: %w", err)
 		}
 	}
@@ -341,7 +351,7 @@ func run(o options) error {
 		if keys == nil {
 			log.Info("No --integrity-key-file: upgrade records are signed with a random key, so a Recreate upgrade in flight across a restart cannot be rolled back automatically")
 		}
-		if err := controllers.SetupWorkspaceReconciler(mgr, registry, controllers.UpgradeOptions{
+		if err := controllers.SetupWorkspaceReconciler(held, registry, controllers.UpgradeOptions{
 			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, Timeout: o.upgradeTimeout, Keys: keys,
 			Lifecycle: controllers.LifecycleOptions{IdleTimeout: o.lifecycle.idleTimeout},
 			History:   history,
@@ -349,25 +359,29 @@ func run(o options) error {
 			return fmt.Errorf("set up upgrade controller: %w", err)
 		}
 		// Update policies and template history (issue 15): leader only.
-		if err := controllers.SetupPolicyRunner(mgr, registry, controllers.PolicyOptions{
+		if err := controllers.SetupPolicyRunner(held, registry, controllers.PolicyOptions{
 			Interval: o.updates.interval, PerInterval: o.updates.perInterval, MaxInFlight: o.maxConcurrentUpgr, IdleAfter: o.updates.idleAfter,
 			RetryAfter: o.updates.retryAfter,
 		}); err != nil {
 			return fmt.Errorf("set up update policies: %w", err)
 		}
-		if err := controllers.SetupHistoryRecorder(mgr, registry, o.namespace, o.updates.historyLimit); err != nil {
+		if err := controllers.SetupHistoryRecorder(held, registry, o.namespace, o.updates.historyLimit); err != nil {
 			return fmt.Errorf("set up template history: %w", err)
 		}
 	}
 
 	// The start-up's garbage goes back to the system once the start-up work is over (figure 5).
-	if err := mgr.Add(podcache.ReleaseAfterSync{Cache: mgr.GetCache(), StartupGCPercent: 25}); err != nil {
+	if err := mgr.Add(podcache.ReleaseAfterSync{Cache: gate, StartupGCPercent: 25}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	// Ready once the views, the proxy's routes and the templates hold the initial lists.
+	if err := mgr.AddReadyzCheck("startup", gate.Check); err != nil {
 		return err
 	}
 	// Not ready while the API server cannot be reached (docs/reliability.md): callers go to a

@@ -29,7 +29,8 @@ func StartProcess(name, bin string, args []string, logPath string, env ...string
 		return nil, fmt.Errorf("open log of %s: %w", name, err)
 	}
 	defer logFile.Close()
-	fmt.Fprintf(logFile, "=== %s %s %s\n", time.Now().Format(time.RFC3339), bin, strings.Join(args, " "))
+	// Milliseconds: the process's own log lines (ISO 8601, ms) are read against its start.
+	fmt.Fprintf(logFile, "=== %s %s %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"), bin, strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), env...)

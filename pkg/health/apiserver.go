@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/discovery"
@@ -19,6 +20,11 @@ const DefaultAPIServerTimeout = 2 * time.Second
 // ready itself (its /readyz includes etcd): nogoo9 then cannot spawn, upgrade or review tokens,
 // and a load balancer should send callers to a replica that can. The proxy and cached reads keep
 // working meanwhile; the process stays up (/healthz is unaffected).
+//
+// A success is remembered for DefaultAPIServerFresh: a probe within that time of the last success
+// answers at once (see Fresh). At start, the probe that turns the replica ready then waits for no
+// round trip to an API server still busy with the informers' initial lists (docs/performance.md,
+// "Fifth round"); an outage shows at the latest that much later.
 func APIServer(cfg *rest.Config, timeout time.Duration) (healthz.Checker, error) {
 	c := rest.CopyConfig(cfg)
 	c.Timeout = timeout
@@ -33,7 +39,7 @@ func APIServer(cfg *rest.Config, timeout time.Duration) (healthz.Checker, error)
 	if err != nil {
 		return nil, fmt.Errorf("readiness check of the API server: %w", err)
 	}
-	return func(req *http.Request) error {
+	return Fresh(func(req *http.Request) error {
 		ctx, cancel := context.WithTimeout(req.Context(), timeout)
 		defer cancel()
 		var code int
@@ -41,5 +47,26 @@ func APIServer(cfg *rest.Config, timeout time.Duration) (healthz.Checker, error)
 			return fmt.Errorf("the Kubernetes API server is not reachable or not ready (%d): %w", code, err)
 		}
 		return nil
-	}, nil
+	}, DefaultAPIServerFresh, time.Now), nil
+}
+
+// DefaultAPIServerFresh is how long APIServer's check remembers a success.
+const DefaultAPIServerFresh = time.Second
+
+// Fresh returns check that passes without running when check last passed less than maxAge ago
+// (by now); otherwise it runs check. A failure is never remembered: the next probe runs check.
+func Fresh(check healthz.Checker, maxAge time.Duration, now func() time.Time) healthz.Checker {
+	var last atomic.Int64 // UnixNano of the last success; 0: none
+	return func(req *http.Request) error {
+		if t := last.Load(); t != 0 && now().Sub(time.Unix(0, t)) < maxAge {
+			return nil
+		}
+		start := now()
+		if err := check(req); err != nil {
+			return err
+		}
+		// The success counts from when the check started: the API server was ready then.
+		last.Store(start.UnixNano())
+		return nil
+	}
 }

@@ -116,10 +116,10 @@ func namespacedWorkspaceID(obj any) ([]string, error) {
 // seconds). Without it the process keeps that peak as RSS until the Go runtime's background
 // scavenger gets to it, minutes later, and the heap in use holds garbage no GC has swept yet.
 //
-// When the cache has synced it releases the initial list's garbage, then runs the garbage
-// collector at StartupGCPercent (unless GOGC is set) while the controllers make their first pass,
-// so that peak stays near the live heap instead of twice it; the collector then goes back to its
-// default. After the cache has synced it samples the bytes allocated each Poll; when
+// When Cache has synced (main.go passes the StartupGate: the cache and the read path's handlers)
+// it runs the garbage collector at StartupGCPercent (unless GOGC is set) while the controllers
+// make their first pass, so that peak stays near the live heap instead of twice it; the
+// collector then goes back to its default. After the cache has synced it samples the bytes allocated each Poll; when
 // QuietPolls Polls in a row each allocated less than Quiet (the start-up is over: the controllers
 // begin their first pass only after the sync, so one quiet Poll is not enough), or after Max, it
 // collects and releases once (one forced GC, tens of milliseconds at 10,000 workspaces), restores
@@ -156,9 +156,10 @@ func (r ReleaseAfterSync) Start(ctx context.Context) error {
 	if !r.Cache.WaitForCacheSync(ctx) {
 		return nil
 	}
-	// The initial list is on the cold start's path: it runs at the default target, and its
-	// garbage goes at once; the controllers' first pass, after the sync, runs at the lower one.
-	debug.FreeOSMemory()
+	// The initial list and the read path's first handling of it are on the cold start's path:
+	// they run at the default target and nothing is released then (a forced collection there took
+	// the CPU the first list needed); the controllers' first pass, after the sync (after the
+	// StartupGate in main.go), runs at the lower one, and the release comes when it is over.
 	if r.StartupGCPercent > 0 && os.Getenv("GOGC") == "" {
 		defer debug.SetGCPercent(debug.SetGCPercent(r.StartupGCPercent))
 	}

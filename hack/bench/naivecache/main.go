@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +27,7 @@ import (
 )
 
 func main() {
+	fmt.Fprintf(os.Stderr, "%s main\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 	metricsAddr := flag.String("metrics-bind-address", "127.0.0.1:0", "Address of /metrics.")
 	probeAddr := flag.String("health-probe-bind-address", "127.0.0.1:0", "Address of /readyz (200 once every Pod is cached).")
 	qps := flag.Float64("kube-api-qps", 500, "Client QPS (the same as nogoo9's).")
@@ -63,6 +65,8 @@ func run(metricsAddr, probeAddr string, qps float32) error {
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		if mgr.GetCache().WaitForCacheSync(ctx) {
 			synced.Store(true)
+			// Read against the harness's start stamp in the log (where the cold start goes).
+			fmt.Fprintf(os.Stderr, "%s pod cache synced\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 		}
 		<-ctx.Done()
 		return nil

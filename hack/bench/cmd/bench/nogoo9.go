@@ -120,7 +120,8 @@ func (n *nogoo9Proc) stop() {
 	}
 }
 
-// call does an authenticated REST call and decodes a JSON answer into out (may be nil).
+// call does an authenticated REST call and decodes a JSON answer into out (may be nil; a
+// *[]byte gets the answer's bytes undecoded).
 func (n *nogoo9Proc) call(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
@@ -146,6 +147,10 @@ func (n *nogoo9Proc) call(ctx context.Context, method, path string, in, out any)
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode >= 300 {
 		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if raw, ok := out.(*[]byte); ok {
+		*raw = b
+		return nil
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {

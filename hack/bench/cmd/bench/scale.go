@@ -210,6 +210,7 @@ func naiveRound(ctx context.Context, c config, cl *localcluster.Cluster, bin str
 	if err := p.WaitHTTP(sctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]), nil); err != nil {
 		return err
 	}
+	logf("naive cache: /readyz answered %s after the process start", time.Since(t).Round(time.Millisecond))
 	res.Add(figR, "cold start until cache synced, naive cache of every Pod", "s", time.Since(t).Seconds())
 	measureMemory(ctx, res, figM, "naive cache of every Pod", p.PID(), fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0]))
 	return nil
@@ -261,12 +262,21 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 			saveProfile(ctx, pprofAddr, "profile?seconds=4", filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("cpu-start-%s-%d-%d.pprof", strings.ReplaceAll(subject, " ", "-"), c.scale, time.Now().Unix())))
 		}()
 	}
+	ready := time.Since(t)
+	end, lists := time.Now(), 0
 	if hasAPI {
 		for {
 			var out struct {
 				Workspaces []json.RawMessage `json:"workspaces"`
 			}
-			err := n.call(ctx, http.MethodGet, "/api/v1/workspaces?all=true", nil, &out)
+			// The cold start ends when the answer has arrived: decoding 10,000 workspaces here
+			// (tens of ms) is the harness's work, as the naive baseline's has none.
+			var b []byte
+			err := n.call(ctx, http.MethodGet, "/api/v1/workspaces?all=true", nil, &b)
+			end, lists = time.Now(), lists+1
+			if err == nil {
+				err = json.Unmarshal(b, &out)
+			}
 			if err == nil && len(out.Workspaces) >= c.scale {
 				break
 			}
@@ -276,7 +286,8 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	res.Add(figR, "cold start until ready and cache synced, "+subject, "s", time.Since(t).Seconds())
+	logf("%s: /readyz answered %s after the process start, a list returned every workspace after %s (%d list calls)", subject, ready.Round(time.Millisecond), end.Sub(t).Round(time.Millisecond), lists)
+	res.Add(figR, "cold start until ready and cache synced, "+subject, "s", end.Sub(t).Seconds())
 	// Measured like the baseline: 3 s after the cache synced, before any list call adds garbage.
 	measureMemory(ctx, res, figM, subject, n.proc.PID(), n.metrics)
 	if pprofAddr != "" {
