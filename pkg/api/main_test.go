@@ -148,7 +148,7 @@ func runWithEnv(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env.svc, err = frontend.New(frontend.Config{Namespace: ns, Namespaces: []string{ns, teamNS}, Cache: mgr.GetCache(), Client: mgr.GetClient(), Events: env.clientset, Templates: env.templates, Spawner: &podSpawner{c: env.k8s}, Pods: podInformer})
+	env.svc, err = frontend.New(frontend.Config{Namespace: ns, Namespaces: []string{ns, teamNS}, Cache: mgr.GetCache(), Client: mgr.GetClient(), Events: env.clientset.CoreV1(), Templates: env.templates, Spawner: &podSpawner{c: env.k8s}, Pods: podInformer})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

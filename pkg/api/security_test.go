@@ -217,7 +217,7 @@ func TestEventsReadOnlyTheWorkspacesOwnEvents(t *testing.T) {
 	rec := &recorder{}
 	cfg := restclient.CopyConfig(env.cfg)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { rec.next = rt; return rec }
-	svc, err := frontend.New(frontend.Config{Namespace: ns, Cache: env.mgrCache, Client: env.k8s, Events: kubernetes.NewForConfigOrDie(cfg), Templates: env.templates})
+	svc, err := frontend.New(frontend.Config{Namespace: ns, Cache: env.mgrCache, Client: env.k8s, Events: kubernetes.NewForConfigOrDie(cfg).CoreV1(), Templates: env.templates})
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithTimeout(auth.WithCaller(context.Background(), &auth.Caller{Subject: "ivy"}), 30*time.Second)
 	defer cancel()

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -88,7 +88,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 	if err := frontend.AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	cs, err := corev1client.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return nil, fmt.Errorf("api: events client: %w", err)
 	}

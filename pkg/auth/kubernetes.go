@@ -9,7 +9,7 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -84,13 +84,13 @@ func intersects(a, b []string) bool {
 // /.well-known/openid-configuration, which the default RBAC lets every service account read).
 // --auth=kubernetes names it as the authorization server in the protected-resource metadata.
 func KubernetesIssuer(ctx context.Context, cfg *rest.Config) (string, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return "", err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/.well-known/openid-configuration").DoRaw(ctx)
+	raw, err := dc.RESTClient().Get().AbsPath("/.well-known/openid-configuration").DoRaw(ctx)
 	if err != nil {
 		return "", fmt.Errorf("read the API server's /.well-known/openid-configuration: %w", err)
 	}

@@ -115,7 +115,7 @@ func sortEvents(evs []Event) {
 
 // listPodEvents lists one pod's events with a field selector, so the API server sends only those.
 func (s *Service) listPodEvents(ctx context.Context, pod string) ([]Event, string, error) {
-	list, err := s.cfg.Events.CoreV1().Events(s.nsOf(ctx)).List(ctx, metav1.ListOptions{FieldSelector: eventSelector(pod)})
+	list, err := s.cfg.Events.Events(s.nsOf(ctx)).List(ctx, metav1.ListOptions{FieldSelector: eventSelector(pod)})
 	if err != nil {
 		return nil, "", &Error{Code: CodeInternal, Message: "reading events failed; try again", Err: err}
 	}
@@ -131,7 +131,7 @@ func (s *Service) listPodEvents(ctx context.Context, pod string) ([]Event, strin
 // watchPodEvents watches one pod's events from resourceVersion and feeds them into es until ctx
 // ends.
 func (s *Service) watchPodEvents(ctx context.Context, es *EventStream, pod, resourceVersion string) error {
-	w, err := s.cfg.Events.CoreV1().Events(s.nsOf(ctx)).Watch(ctx, metav1.ListOptions{
+	w, err := s.cfg.Events.Events(s.nsOf(ctx)).Watch(ctx, metav1.ListOptions{
 		FieldSelector: eventSelector(pod), ResourceVersion: resourceVersion, AllowWatchBookmarks: true,
 	})
 	if err != nil {

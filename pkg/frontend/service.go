@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -61,8 +61,10 @@ type Config struct {
 	// APIReader reads straight from the API server where the cache may lag (the pods a delete
 	// removes). The Cache is used when nil.
 	APIReader client.Reader
-	// Events lists and watches core/v1 Events (not cached).
-	Events    kubernetes.Interface
+	// Events lists and watches core/v1 Events (not cached): the core/v1 client, not a whole
+	// clientset (holding a kubernetes.Interface links every API group's typed client into the
+	// binary; docs/performance.md, "Fifth round").
+	Events    corev1client.EventsGetter
 	Templates Templates
 	Spawner   Spawner
 	// Pods, when set, is the cache's pod informer: lists then read views kept current from its

@@ -130,7 +130,7 @@ func newFixtureConfig(t testing.TB, o Options, informer frontend.PodInformer, cf
 		WithIndex(&corev1.Pod{}, podcache.IndexWorkspaceID, podcache.WorkspaceID).Build()
 	tmpl := stubTemplates{"python": {Name: "python", Version: "2.0", Description: "Python 3",
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "ide", Env: []corev1.EnvVar{{Name: "REPO", Value: "${context.repo}"}, {Name: "LIT", Value: "$${context.literal}"}}}}}}}
-	fc := frontend.Config{Namespace: ns, Cache: c, Client: c, Events: kfake.NewClientset(), Templates: tmpl, Pods: informer}
+	fc := frontend.Config{Namespace: ns, Cache: c, Client: c, Events: kfake.NewClientset().CoreV1(), Templates: tmpl, Pods: informer}
 	if cfg != nil {
 		cfg(&fc)
 	}

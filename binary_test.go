@@ -1,0 +1,87 @@
+package main
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/nogoo9/no-crd"
+
+// linksEveryTypedClient lists import paths that, once imported by any of the binary's own
+// packages, link the typed client of every API group into bin/nogoo9: k8s.io/client-go/kubernetes
+// (a kubernetes.Interface held anywhere keeps each group's client and its methods alive). Without
+// it the binary is 47.6 MB instead of 56.6 MB and maps about 5 MiB fewer of its pages
+// (docs/performance.md, "Fifth round"). Use the one group's client instead, e.g.
+// k8s.io/client-go/kubernetes/typed/core/v1, or a discovery.DiscoveryClient.
+var linksEveryTypedClient = []string{"k8s.io/client-go/kubernetes"}
+
+// TestBinaryDoesNotImportTheWholeClientset walks the imports of package main and of every package
+// of this module it reaches (test files aside) and fails if one imports the clientset.
+func TestBinaryDoesNotImportTheWholeClientset(t *testing.T) {
+	seen := map[string]bool{}
+	queue := []string{module}
+	reached := 0
+	for len(queue) > 0 {
+		pkg := queue[0]
+		queue = queue[1:]
+		if seen[pkg] {
+			continue
+		}
+		seen[pkg] = true
+		reached++
+		dir := "." + strings.TrimPrefix(pkg, module)
+		imports, err := packageImports(dir)
+		if err != nil {
+			t.Fatalf("read the imports of %s: %v", pkg, err)
+		}
+		for imp, file := range imports {
+			for _, bad := range linksEveryTypedClient {
+				if imp == bad {
+					t.Errorf("%s imports %s, which links every API group's typed client into the binary; use the client of the one group it needs (e.g. k8s.io/client-go/kubernetes/typed/core/v1)", file, imp)
+				}
+			}
+			if imp == module || strings.HasPrefix(imp, module+"/") {
+				queue = append(queue, imp)
+			}
+		}
+	}
+	// The walk must have found the binary's packages, or it checked nothing.
+	if reached < 10 {
+		t.Fatalf("reached only %d packages of %s from package main; the walk is broken", reached, module)
+	}
+}
+
+// packageImports returns each import path of the non-test Go files in dir, with a file that
+// imports it.
+func packageImports(dir string) (map[string]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	fset := token.NewFileSet()
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return nil, err
+		}
+		for _, spec := range f.Imports {
+			imp, err := strconv.Unquote(spec.Path.Value)
+			if err != nil {
+				return nil, err
+			}
+			out[imp] = path
+		}
+	}
+	return out, nil
+}
