@@ -202,6 +202,9 @@ func pruneReservations(res map[string]time.Time, tries map[string]map[string]tim
 				delete(ts, tok)
 			}
 		}
+		if len(ts) == 0 {
+			delete(tries, rid)
+		}
 	}
 }
 

@@ -1,10 +1,14 @@
 package spawner
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -95,4 +99,66 @@ func TestAReservationOfACrashedTryExpires(t *testing.T) {
 	now = now.Add(31 * time.Second) // a minute after the crashed try reserved
 	_, err = s.reserve(ctx, "jane", "y")
 	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// TestQuotaHoldsWhenRetriesOfOneIDRaceOtherSpawns: tries of one id join its reservation, so
+// they must never take more than its one slot, on one replica or two: twenty spawns of one id
+// and twenty of distinct ids at once, a quota of 3, end with exactly three workspaces (one of
+// them the shared id, created once), everyone else refused, and an empty ledger.
+func TestQuotaHoldsWhenRetriesOfOneIDRaceOtherSpawns(t *testing.T) {
+	ctx, _, ns := setup(t)
+	g := NewWithT(t)
+	var spawners []*Spawner
+	for i := 0; i < 2; i++ {
+		c, err := client.New(cfg, client.Options{})
+		g.Expect(err).NotTo(HaveOccurred())
+		spawners = append(spawners, New(c, c, testTemplates(t), Options{Namespace: ns, MaxPerUser: 3}))
+	}
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		ok    []string
+		codes = map[Code]int{}
+		other []error
+	)
+	start := make(chan struct{})
+	for i := 0; i < 40; i++ {
+		id := "same"
+		if i%2 == 1 {
+			id = fmt.Sprintf("d%02d", i)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := spawners[i%2].Spawn(ctx, Request{Template: "plain", ID: id, Caller: Caller{Subject: "jane"}})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok = append(ok, id)
+			case CodeOf(err) != "":
+				codes[CodeOf(err)]++
+			default:
+				other = append(other, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	g.Expect(other).To(BeEmpty())
+	g.Expect(ok).To(HaveLen(3), "created: %v, refused: %v", ok, codes)
+	g.Expect(codes[QuotaExceeded]+codes[Conflict]).To(Equal(37), "%v", codes)
+	c, _ := client.New(cfg, client.Options{})
+	pods := podsWithLabels(ctx, g, c, ns, map[string]string{workspace.LabelType: workspace.TypeWorkspace})
+	g.Expect(pods).To(HaveLen(3))
+	ids := map[string]bool{}
+	for i := range pods {
+		ids[workspace.ID(&pods[i])] = true
+	}
+	g.Expect(ids).To(HaveLen(3), "one pod per workspace")
+	var ledger corev1.ConfigMap
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: LedgerName("jane")}, &ledger)).To(Succeed())
+	g.Expect(ledger.Data[ledgerDataKey]).To(Equal("{}"))
+	g.Expect(ledger.Data[ledgerTriesKey]).To(Equal("{}"))
 }
