@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/workspace"
@@ -29,10 +30,19 @@ import (
 // already a pod in its list. This holds across replicas, since the API server is the only shared
 // state. A reservation is removed when its spawn ends; one whose spawn died (a crashed replica)
 // expires after Options.ReservationTTL.
+//
+// Each spawn try holds its reservation by a token of its own (the ledger's "tries" key: id ->
+// token -> time). A retry of the same owner and id joins the reservation a failed try left behind
+// (that try may still be settling in the background, settle.go) instead of waiting for it to
+// expire: the workspace keeps one slot, and only one of the tries can create its pod, whose name
+// is deterministic. A release removes only its own token, and the reservation goes with its last
+// token, so a failed try's late release never frees the slot a retry still needs.
 const (
 	ledgerPrefix  = "nogoo9-quota-"
 	ledgerDataKey = "reservations"
-	maxAttempts   = 100
+	// ledgerTriesKey holds, per reservation, the tokens of the spawn tries that hold it.
+	ledgerTriesKey = "tries"
+	maxAttempts    = 100
 )
 
 // LedgerName is the quota ledger ConfigMap of owner.
@@ -81,13 +91,23 @@ func (s *Spawner) quotaNamespaces() []string {
 	return s.opts.Namespaces
 }
 
-// reserve records a reservation of id for owner in the ledger, or refuses with QuotaExceeded.
-func (s *Spawner) reserve(ctx context.Context, owner, id string) error {
+// reserve records a reservation of id for owner in the ledger, or refuses with QuotaExceeded. It
+// returns the try's token, which names this try's hold on the reservation (release removes only
+// it); the token is returned on error too, since a ledger write whose answer was lost may have
+// taken effect.
+//
+// A reservation of id that is live already (another try of the same workspace of this owner, in
+// flight or left by a try that failed while the API server did not answer) is joined, not
+// refused: the workspace holds one quota slot however many tries hold it, and its pod's name is
+// deterministic, so of two tries only one can create it. The reservation lasts until its last
+// try releases it (or until ReservationTTL after the last try joined, for a crashed replica).
+func (s *Spawner) reserve(ctx context.Context, owner, id string) (string, error) {
+	token := string(uuid.NewUUID())
 	key := client.ObjectKey{Namespace: s.opts.Namespace, Name: LedgerName(owner)}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		if attempt > 0 {
 			if err := sleepJitter(ctx, attempt); err != nil {
-				return err
+				return token, err
 			}
 		}
 		var cm corev1.ConfigMap
@@ -95,12 +115,12 @@ func (s *Spawner) reserve(ctx context.Context, owner, id string) error {
 		if err := s.apiReader.Get(ctx, key, &cm); apierrors.IsNotFound(err) {
 			exists = false
 		} else if err != nil {
-			return fmt.Errorf("read quota ledger %s: %w", key.Name, err)
+			return token, fmt.Errorf("read quota ledger %s: %w", key.Name, err)
 		}
-		res := readReservations(&cm)
+		res, tries := readReservations(&cm), readTries(&cm)
 		pods, err := s.ownerPods(ctx, owner)
 		if err != nil {
-			return err
+			return token, err
 		}
 		now := s.opts.Now()
 		live := map[string]bool{}
@@ -113,49 +133,87 @@ func (s *Spawner) reserve(ctx context.Context, owner, id string) error {
 				live[k] = true
 			}
 		}
-		for rid, at := range res {
-			if present[rid] || now.Sub(at) > s.opts.ReservationTTL {
-				delete(res, rid)
-				continue
-			}
-			live[rid] = true
-		}
 		if live[id] {
-			return errorf(Conflict, nil, "workspace %q is already being created by another request: wait for it, or choose another id", id)
+			return token, errorf(Conflict, nil, "workspace %q already exists: choose another id or delete it first", id)
 		}
-		if len(live) >= s.opts.MaxPerUser {
+		pruneReservations(res, tries, present, now, s.opts.ReservationTTL)
+		joined := false
+		for rid := range res {
+			live[rid] = true
+			joined = joined || rid == id
+		}
+		if !joined && len(live) >= s.opts.MaxPerUser {
 			ids := make([]string, 0, len(live))
 			for k := range live {
 				ids = append(ids, k)
 			}
 			sort.Strings(ids)
-			return errorf(QuotaExceeded, nil, "%s already has %d running or pending %s (%s) and the limit is %d per user: delete or stop one before creating another",
+			return token, errorf(QuotaExceeded, nil, "%s already has %d running or pending %s (%s) and the limit is %d per user: delete or stop one before creating another",
 				owner, len(live), plural(len(live), "workspace", "workspaces"), strings.Join(ids, ", "), s.opts.MaxPerUser)
 		}
+		if tries[id] == nil {
+			tries[id] = map[string]time.Time{}
+		}
+		if at, ok := res[id]; ok && len(tries[id]) == 0 {
+			// Joining a reservation written without tries (an older version): it keeps a
+			// hold of its own, which only the TTL ends.
+			tries[id][""] = at
+		}
 		res[id] = now
+		tries[id][token] = now
+		if !exists {
+			cm.ObjectMeta = ledgerMeta(key, owner)
+		}
 		writeReservations(&cm, res)
+		writeTries(&cm, tries)
 		if exists {
 			err = s.client.Update(ctx, &cm)
 		} else {
-			cm.ObjectMeta = ledgerMeta(key, owner)
-			writeReservations(&cm, res)
 			err = s.client.Create(ctx, &cm)
 		}
 		switch {
 		case err == nil:
-			return nil
+			return token, nil
 		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
 			continue // someone else wrote the ledger first: read it again
 		default:
-			return fmt.Errorf("write quota ledger %s: %w", key.Name, err)
+			return token, fmt.Errorf("write quota ledger %s: %w", key.Name, err)
 		}
 	}
-	return fmt.Errorf("quota ledger %s of %s stayed busy after %d attempts: retry the spawn", key.Name, owner, maxAttempts)
+	return token, fmt.Errorf("quota ledger %s of %s stayed busy after %d attempts: retry the spawn", key.Name, owner, maxAttempts)
 }
 
-// release removes owner's reservation of id. It runs when the spawn ends, created or not; if it
-// fails, the reservation expires after the TTL.
-func (s *Spawner) release(ctx context.Context, owner, id string) error {
+// pruneReservations drops the reservations whose workspace has a pod now (the pod counts itself)
+// or whose last try joined more than ttl ago, and the tries that expired or belong to no
+// reservation. A reservation without tries (written by a version without them) stays as it is.
+func pruneReservations(res map[string]time.Time, tries map[string]map[string]time.Time, present map[string]bool, now time.Time, ttl time.Duration) {
+	for rid, at := range res {
+		if present[rid] || now.Sub(at) > ttl {
+			delete(res, rid)
+		}
+	}
+	for rid, ts := range tries {
+		if _, ok := res[rid]; !ok {
+			delete(tries, rid)
+			continue
+		}
+		for tok, at := range ts {
+			if now.Sub(at) > ttl {
+				delete(ts, tok)
+			}
+		}
+		if len(ts) == 0 {
+			delete(tries, rid)
+		}
+	}
+}
+
+// release removes the try token's hold on owner's reservation of id; the reservation goes with
+// its last try. A reservation this try does not hold (it expired and another try reserved the id
+// again, or it was removed already) is left alone, so a late release of a failed try never drops
+// the reservation of a retry. It runs when the spawn ends, created or not; if it fails, the
+// reservation expires after the TTL.
+func (s *Spawner) release(ctx context.Context, owner, id, token string) error {
 	key := client.ObjectKey{Namespace: s.opts.Namespace, Name: LedgerName(owner)}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		if attempt > 0 {
@@ -169,12 +227,25 @@ func (s *Spawner) release(ctx context.Context, owner, id string) error {
 		} else if err != nil {
 			return err
 		}
-		res := readReservations(&cm)
-		if _, ok := res[id]; !ok {
+		res, tries := readReservations(&cm), readTries(&cm)
+		if _, ok := tries[id][token]; !ok {
 			return nil
 		}
-		delete(res, id)
+		delete(tries[id], token)
+		if len(tries[id]) == 0 {
+			delete(tries, id)
+			delete(res, id)
+		} else if _, ok := res[id]; ok {
+			var last time.Time // the reservation lasts as long as its latest remaining try
+			for _, at := range tries[id] {
+				if at.After(last) {
+					last = at
+				}
+			}
+			res[id] = last
+		}
 		writeReservations(&cm, res)
+		writeTries(&cm, tries)
 		err := s.client.Update(ctx, &cm)
 		if err == nil || apierrors.IsNotFound(err) {
 			return nil
@@ -205,6 +276,25 @@ func readReservations(cm *corev1.ConfigMap) map[string]time.Time {
 		_ = json.Unmarshal([]byte(raw), &out)
 	}
 	return out
+}
+
+// readTries reads which tries hold each reservation (reservation -> try token -> when it joined).
+// The reservations themselves stay in their own key, in the format of versions without tries,
+// which therefore still count them.
+func readTries(cm *corev1.ConfigMap) map[string]map[string]time.Time {
+	out := map[string]map[string]time.Time{}
+	if raw := cm.Data[ledgerTriesKey]; raw != "" {
+		_ = json.Unmarshal([]byte(raw), &out) // broken by hand: no try holds anything; the TTL cleans up
+	}
+	return out
+}
+
+func writeTries(cm *corev1.ConfigMap, tries map[string]map[string]time.Time) {
+	b, _ := json.Marshal(tries)
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[ledgerTriesKey] = string(b)
 }
 
 func writeReservations(cm *corev1.ConfigMap, res map[string]time.Time) {

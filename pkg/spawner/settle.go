@@ -67,11 +67,11 @@ func mayHaveHappened(err error) bool {
 // above). pod is the pod as built (its name is the workspace's); pvcs its claims; created the
 // claims this spawn is known to have created; since when the lost write was sent.
 func (s *Spawner) settle(parent context.Context, pod *corev1.Pod, pvcs, created []*corev1.PersistentVolumeClaim,
-	owner, id string, quota bool, since time.Time, log logr.Logger) {
+	owner, id string, quota bool, token string, since time.Time, log logr.Logger) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.opts.SettleTimeout)
 	defer cancel()
 	if quota {
-		defer s.releaseLater(parent, owner, s.claimKey(pod.Namespace, id), log)
+		defer s.releaseLater(parent, owner, s.claimKey(pod.Namespace, id), token, log)
 	}
 	key := client.ObjectKeyFromObject(pod)
 	template := pod.Labels[workspace.LabelTemplate]
@@ -142,15 +142,15 @@ func (s *Spawner) settleOnce(ctx context.Context, key client.ObjectKey, template
 	return true, nil
 }
 
-// releaseLater releases owner's reservation of id in the background, retrying while the API
-// server cannot be reached (bounded by SettleTimeout; the reservation expires by itself after
-// ReservationTTL anyway).
-func (s *Spawner) releaseLater(parent context.Context, owner, id string, log logr.Logger) {
+// releaseLater releases the try token's hold on owner's reservation of id in the background,
+// retrying while the API server cannot be reached (bounded by SettleTimeout; the reservation
+// expires by itself after ReservationTTL anyway).
+func (s *Spawner) releaseLater(parent context.Context, owner, id, token string, log logr.Logger) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.opts.SettleTimeout)
 	defer cancel()
 	for {
 		cctx, c := context.WithTimeout(ctx, 10*time.Second)
-		err := s.release(cctx, owner, id)
+		err := s.release(cctx, owner, id, token)
 		c()
 		if err == nil {
 			return

@@ -236,19 +236,20 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 			return nil, err
 		}
 	}
+	var token string // this try's hold on its quota reservation
 	if quota {
 		var err error
 		if s.opts.MaxClaimsPerUser > 0 && len(pvcs) > 0 {
-			err = s.reserve(ctx, owner, rid) // the owner's lock is already held
+			token, err = s.reserve(ctx, owner, rid) // the owner's lock is already held
 		} else {
 			unlock := s.locks.lock(owner)
-			err = s.reserve(ctx, owner, rid)
+			token, err = s.reserve(ctx, owner, rid)
 			unlock()
 		}
 		if err != nil {
 			if mayHaveHappened(err) {
 				// The ledger write's answer may be lost: the reservation may be there.
-				go s.releaseLater(ctx, owner, rid, log)
+				go s.releaseLater(ctx, owner, rid, token, log)
 			}
 			return nil, err
 		}
@@ -259,12 +260,12 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 			if ctx.Err() != nil {
 				// The caller's deadline passed (the API server is slow or its etcd down): answer
 				// now and release in the background.
-				go s.releaseLater(ctx, owner, rid, log)
+				go s.releaseLater(ctx, owner, rid, token, log)
 				return
 			}
 			cctx, cancel := cleanupContext(ctx)
 			defer cancel()
-			if err := s.release(cctx, owner, rid); err != nil {
+			if err := s.release(cctx, owner, rid, token); err != nil {
 				log.Error(err, "cannot release quota reservation; it expires by itself", "ttl", s.opts.ReservationTTL)
 			}
 		}()
@@ -285,7 +286,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 		}
 		if mayHaveHappened(err) {
 			settling = true
-			go s.settle(ctx, pod, pvcs, nil, owner, id, quota, s.opts.Now(), log)
+			go s.settle(ctx, pod, pvcs, nil, owner, id, quota, token, s.opts.Now(), log)
 		}
 		return nil, fmt.Errorf("create pod %s: %w", podName, err)
 	}
@@ -311,7 +312,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 				// The API server did not answer (in time): the pod exists, so finish the
 				// workspace in the background rather than leave half of it.
 				settling = true
-				go s.settle(ctx, pod, pvcs, created, owner, id, quota, s.opts.Now(), log)
+				go s.settle(ctx, pod, pvcs, created, owner, id, quota, token, s.opts.Now(), log)
 				return nil, err
 			}
 			undo()
@@ -326,7 +327,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	if other, err := s.otherPodWithID(ctx, ns, id, podName); err != nil || other != "" {
 		if err != nil && mayHaveHappened(err) {
 			settling = true
-			go s.settle(ctx, pod, pvcs, created, owner, id, quota, s.opts.Now(), log)
+			go s.settle(ctx, pod, pvcs, created, owner, id, quota, token, s.opts.Now(), log)
 			return nil, err
 		}
 		if err == nil {

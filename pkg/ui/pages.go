@@ -142,6 +142,7 @@ func (u *UI) listPage(w http.ResponseWriter, r *request) {
 	if u.o.Hub != nil {
 		v := f.values()
 		v.Set("since", strconv.FormatUint(seq, 10))
+		v.Set("rows", rowsDigest(rows)) // which rows the page shows: see listStream
 		d.StreamURL = "/stream?" + v.Encode()
 	}
 	u.render(w, r.Request, http.StatusOK, "list", u.page(r, title, nav, d))

@@ -3,10 +3,13 @@ package ui
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nogoo9/no-crd/pkg/frontend"
@@ -87,18 +90,28 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 	f := parseFilter(r.Request)
 	sub := u.o.Hub.Subscribe(since(r.Request))
 	defer sub.Close()
-	// Changes between the page and this stream are replayed, but the rows below are read after
-	// them: the page may still show a workspace that is gone by now (or lack one that came), and
-	// a row-by-row update cannot tell. The first update then sends the whole list instead.
-	replayed := sub.Pending()
 	// The rows the page shows (as far as this stream knows): a change to one of them is a row
-	// swap, a new matching workspace refreshes the list, so rows stay in order.
+	// swap, one that comes into the filter is inserted in order, one that leaves it is removed.
+	// They are read here, after the page: if the page shows other rows, a row-by-row update
+	// cannot tell (it would swap a row the page lacks, or keep one that is gone), so the first
+	// update is then the whole list. That is the case when
+	//   - changes between the page and this stream were replayed (the page is older than the
+	//     rows below);
+	//   - the browser reconnects (Last-Event-ID): the page has what the last stream sent, which
+	//     the page's own rows digest no longer describes;
+	//   - the rows below differ from the page's (its rows digest, in the stream's URL) although
+	//     nothing was replayed: the hub hears of a pod change after the cache holds it (it is
+	//     one more handler on the informer), so a change can be in the rows below and not yet in
+	//     the hub. Its notice comes later and would update row by row a page that never had
+	//     the row: the workspace would never appear (or never leave).
+	refreshFirst := sub.Pending() || r.Header.Get("Last-Event-ID") != ""
 	rows, _, err := u.rows(r, f)
 	if err != nil {
 		status, msg := message(r.Request, err)
 		http.Error(w, msg, status)
 		return
 	}
+	refreshFirst = refreshFirst || rowsDigest(rows) != r.URL.Query().Get("rows")
 	shown := map[string]bool{}
 	for _, row := range rows {
 		shown[row.Key] = true
@@ -122,10 +135,10 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 			return
 		}
 	}
-	u.streamLoop(r, sub, nil, func(ids []string, all bool, seq uint64) error {
+	flush := func(ids []string, all bool, seq uint64) error {
 		var buf bytes.Buffer
-		refresh := all || replayed
-		replayed = false
+		refresh := all || refreshFirst
+		refreshFirst = false
 		if !refresh {
 			sort.Strings(ids)
 			// The hub names a changed workspace by its id: look it up in every watched namespace.
@@ -185,7 +198,27 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 			return nil
 		}
 		return out.send(seq, buf.Bytes())
-	}, out)
+	}
+	if refreshFirst && !sub.Pending() {
+		// Nothing pending to bring the first update: send the list now. Without an id: it
+		// settles no change number.
+		if err := flush(nil, true, 0); err != nil {
+			return
+		}
+	}
+	u.streamLoop(r, sub, nil, flush, out)
+}
+
+// rowsDigest names the set of rows a list shows (their keys; their content does not matter: a
+// change of a row's content is a row swap, which works on any page that has the row).
+func rowsDigest(rows []rowView) string {
+	keys := make([]string, len(rows))
+	for i, row := range rows {
+		keys[i] = row.Key
+	}
+	sort.Strings(keys)
+	sum := sha256.Sum256([]byte(strings.Join(keys, "\n")))
+	return hex.EncodeToString(sum[:8])
 }
 
 // writeRow writes the out-of-band swap of one row: a replacement when the page shows it, else an

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"html"
 	"io"
 	"maps"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -173,10 +175,14 @@ func (f *fixture) browser(t *testing.T) *browser {
 
 // stream opens path as b's event stream, bounded to 20 s (ctx, for the test's own calls too), and
 // returns read: it reads until the stream has sent want and returns all the stream has sent so far.
-func (b *browser) stream(t *testing.T, path string) (read func(want string) string, ctx context.Context) {
+// hdr are more request headers, name then value (Last-Event-ID, as a reconnecting browser sends).
+func (b *browser) stream(t *testing.T, path string, hdr ...string) (read func(want string) string, ctx context.Context) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", b.url+path, nil)
 	req.Header.Set("Accept", "text/event-stream")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	resp, err := b.c.Do(req.WithContext(ctx))
@@ -197,6 +203,25 @@ func (b *browser) stream(t *testing.T, path string) (read func(want string) stri
 		}
 		return got.String()
 	}, ctx
+}
+
+var sseConnectRe = regexp.MustCompile(`sse-connect="([^"]+)"`)
+
+// streamURL loads the page at path and returns the URL of the stream it connects to.
+func (b *browser) streamURL(t *testing.T, path string) string {
+	t.Helper()
+	_, page := b.do("GET", path, nil)
+	m := sseConnectRe.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("GET %s has no stream:\n%s", path, page)
+	}
+	return html.UnescapeString(m[1])
+}
+
+// pageStream loads the page at path and opens its stream, as the browser does.
+func (b *browser) pageStream(t *testing.T, path string) (read func(want string) string, ctx context.Context) {
+	t.Helper()
+	return b.stream(t, b.streamURL(t, path))
 }
 
 func (b *browser) do(method, path string, form url.Values, hdr ...string) (*http.Response, string) {
@@ -456,7 +481,7 @@ func TestListStreamSendsTheChangedRowWithoutPolling(t *testing.T) {
 	f := newFixture(t, Options{InsecureCookie: true}, wsPod("alice", "a1", "1.0", true), wsPod("bob", "b1", "1.0", true))
 	b := f.browser(t)
 	b.login("alice-token")
-	read, ctx := b.stream(t, fmt.Sprintf("/stream?since=%d", f.hub.Seq()))
+	read, ctx := b.pageStream(t, "/")
 	read(": connected")
 	// Bob's workspace changes: alice's stream must not show it. Then alice's goes Terminating.
 	f.hub.changed("b1")
@@ -734,7 +759,7 @@ func TestListStreamUpdatesTheRowOfAWorkspaceInAnotherNamespace(t *testing.T) {
 	f := newFixtureConfig(t, Options{InsecureCookie: true}, nil, twoNamespaces, other)
 	b := f.browser(t)
 	b.login("alice-token")
-	read, ctx := b.stream(t, fmt.Sprintf("/stream?since=%d", f.hub.Seq()))
+	read, ctx := b.pageStream(t, "/")
 	read(": connected")
 	var p corev1.Pod
 	if err := f.k8s.Get(ctx, client.ObjectKey{Namespace: otherNS, Name: "ws-a1"}, &p); err != nil {
@@ -779,7 +804,7 @@ func TestNamespaceFilterKeepsToOneNamespaceInThePageAndItsStream(t *testing.T) {
 		{"a user's list without a filter covers every watched namespace", alice, "/", 200,
 			[]string{rowA1, rowA2, `<option value="">all namespaces</option>`, `id="namespace-filter"`}, []string{rowB1}},
 		{"a user's list of one namespace", alice, "/?namespace=team-b", 200,
-			[]string{rowA2, "<option selected>team-b</option>", "in namespace team-b", "/stream?namespace=team-b&amp;since="}, []string{rowA1, rowB1}},
+			[]string{rowA2, "<option selected>team-b</option>", "in namespace team-b", "/stream?namespace=team-b&amp;rows="}, []string{rowA1, rowB1}},
 		{"an admin's list of nogoo9's own namespace", admin, "/?all=1&namespace=ns", 200,
 			[]string{rowA1, "<option selected>ns</option>", `name="all" value="1"`}, []string{rowA2, rowB1}},
 		{"an admin's list of the team namespace holds every user's there", admin, "/?all=1&namespace=team-b", 200,
@@ -812,7 +837,7 @@ func TestNamespaceFilterKeepsToOneNamespaceInThePageAndItsStream(t *testing.T) {
 	}
 
 	t.Run("the stream of a filtered list sends the rows of that namespace only", func(t *testing.T) {
-		read, ctx := alice.stream(t, fmt.Sprintf("/stream?namespace=ns&since=%d", f.hub.Seq()))
+		read, ctx := alice.pageStream(t, "/?namespace=ns")
 		read(": connected")
 		for _, k := range []client.ObjectKey{{Namespace: otherNS, Name: "ws-a2"}, {Namespace: ns, Name: "ws-a1"}} {
 			var p corev1.Pod
@@ -853,6 +878,76 @@ func TestListStreamRemovesARowDeletedBeforeTheStreamConnected(t *testing.T) {
 	}
 	f.hub.changed("a2")
 	read, _ := b.stream(t, fmt.Sprintf("/stream?since=%d", seq))
+	got := read("</template>")
+	if !strings.Contains(got, `<tbody id="rows" hx-swap-oob="true">`) || !strings.Contains(got, `id="ws-a1"`) || strings.Contains(got, `id="ws-a2"`) {
+		t.Fatalf("want the whole list without a2:\n%s", got)
+	}
+}
+
+// The hub hears of a pod change after the cache holds it (it is one more handler on the pod
+// informer, and handlers run behind the cache, more so under load). A workspace created after its
+// list page was rendered can thus be in the rows the stream reads when it connects while the hub
+// has not heard of it yet: nothing is replayed, and the notice that comes later was sent as a
+// swap of a row the page never had, so the workspace never appeared on the page (nor did any of
+// its later changes: the e2e spec saw a workspace never show Ready). The stream compares its
+// rows with the page's (the rows digest in its URL) and sends the whole list when they differ.
+func TestListStreamShowsAWorkspaceTheCacheHeldBeforeTheHubHeardOfIt(t *testing.T) {
+	f := newFixture(t, Options{InsecureCookie: true}, wsPod("alice", "a1", "1.0", true))
+	b := f.browser(t)
+	b.login("alice-token")
+	stream := b.streamURL(t, "/") // the page shows a1 only
+	if err := f.k8s.Create(context.Background(), wsPod("alice", "a2", "1.0", true)); err != nil {
+		t.Fatal(err)
+	}
+	read, _ := b.stream(t, stream) // the cache has a2, the hub has not heard of it
+	read(": connected")
+	f.hub.changed("a2") // the hub's notice comes after the stream connected
+	got := read("</template>")
+	if !strings.Contains(got, `<tbody id="rows" hx-swap-oob="true">`) || !strings.Contains(got, `id="ws-a1"`) || !strings.Contains(got, `id="ws-a2"`) {
+		t.Fatalf("want the whole list with a2 (the page lacks a2's row: a row swap would do nothing):\n%s", got)
+	}
+}
+
+// The same race the other way: a workspace deleted after its list page was rendered, the hub
+// not told yet when the stream reads its rows. Row by row, the late notice removed nothing (the
+// stream's rows never had it) and the page kept a workspace that was gone.
+func TestListStreamRemovesARowTheCacheDroppedBeforeTheHubHeardOfIt(t *testing.T) {
+	f := newFixture(t, Options{InsecureCookie: true}, wsPod("alice", "a1", "1.0", true), wsPod("alice", "a2", "1.0", true))
+	b := f.browser(t)
+	b.login("alice-token")
+	stream := b.streamURL(t, "/") // the page shows a1 and a2
+	if err := f.k8s.Delete(context.Background(), wsPod("alice", "a2", "1.0", true)); err != nil {
+		t.Fatal(err)
+	}
+	read, _ := b.stream(t, stream)
+	read(": connected")
+	f.hub.changed("a2")
+	got := read("</template>")
+	if !strings.Contains(got, `<tbody id="rows" hx-swap-oob="true">`) || !strings.Contains(got, `id="ws-a1"`) || strings.Contains(got, `id="ws-a2"`) {
+		t.Fatalf("want the whole list without a2:\n%s", got)
+	}
+}
+
+// A browser that reconnects (Last-Event-ID) shows what its last stream sent, not what its page's
+// rows digest describes: the stream cannot compare, so it sends the whole list at once. Here the
+// last stream had added a2, a2 is deleted, and the hub has not heard of it when the browser
+// reconnects: the new stream's rows equal the page's (a1), yet the browser shows a2 too.
+func TestAReconnectingListStreamSendsTheWholeList(t *testing.T) {
+	f := newFixture(t, Options{InsecureCookie: true}, wsPod("alice", "a1", "1.0", true))
+	b := f.browser(t)
+	b.login("alice-token")
+	stream := b.streamURL(t, "/")
+	if err := f.k8s.Create(context.Background(), wsPod("alice", "a2", "1.0", true)); err != nil {
+		t.Fatal(err)
+	}
+	f.hub.changed("a2")
+	last := f.hub.Seq() // the last stream sent a2's row with this id, then ended
+	if err := f.k8s.Delete(context.Background(), wsPod("alice", "a2", "1.0", true)); err != nil {
+		t.Fatal(err)
+	}
+	read, _ := b.stream(t, stream, "Last-Event-ID", strconv.FormatUint(last, 10))
+	read(": connected")
+	f.hub.changed("a2")
 	got := read("</template>")
 	if !strings.Contains(got, `<tbody id="rows" hx-swap-oob="true">`) || !strings.Contains(got, `id="ws-a1"`) || strings.Contains(got, `id="ws-a2"`) {
 		t.Fatalf("want the whole list without a2:\n%s", got)
