@@ -47,17 +47,8 @@ func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) 
 	}
 	h := q.header
 	clear(h)
-	vals := make([]string, lines)
-	host, hosts := "", 0
-	for i := 0; len(rest) > 2; i++ {
-		var key, value string
-		key, value, rest = cutHeaderLine(rest)
-		if key == "Host" {
-			host, hosts = value, hosts+1
-			continue
-		}
-		addHeaderValue(h, vals, i, key, value)
-	}
+	// Host goes to the Request's Host, not its header.
+	host, hosts := fillHeader(h, rest, lines, "Host", false)
 	if hosts != 1 || host == "" || !httpguts.ValidHostHeader(host) {
 		return nil, false
 	}

@@ -33,22 +33,31 @@ func countHeaderLines(rest, special string) (lines int, ok bool) {
 	return lines, true
 }
 
-// cutHeaderLine cuts the next line from rest (checked by countHeaderLines, and not the final
-// blank line): its canonical key, its value without the blanks around it, and what follows.
-func cutHeaderLine(rest string) (key, value, more string) {
-	l, more, _ := strings.Cut(rest, "\r\n")
-	name, value, _ := strings.Cut(l, ":")
-	return textproto.CanonicalMIMEHeaderKey(name), strings.Trim(value, " \t"), more
-}
-
-// addHeaderValue adds value, the i-th header line's, to h[key]. vals holds a slot for every
-// line: a key's first value is the slice vals[i:i+1] (capacity 1, so a second value appends to
-// a copy), and the values of a whole head cost one allocation.
-func addHeaderValue(h http.Header, vals []string, i int, key, value string) {
-	vals[i] = value
-	if old, ok := h[key]; ok {
-		h[key] = append(old, value)
-	} else {
-		h[key] = vals[i : i+1 : i+1]
+// fillHeader adds the lines header lines in rest (checked by countHeaderLines) to h, values
+// without the blanks around them, except those of canonical key pick: it returns the value of the
+// last of those and how many there were, and adds them to h only with keepPick. A key's first
+// value is a slice of one array that holds a slot for every line (capacity 1, so a second value
+// appends to a copy): the values of a whole head cost one allocation.
+func fillHeader(h http.Header, rest string, lines int, pick string, keepPick bool) (picked string, n int) {
+	vals := make([]string, lines)
+	for i := 0; len(rest) > 2; i++ {
+		var l string
+		l, rest, _ = strings.Cut(rest, "\r\n")
+		name, value, _ := strings.Cut(l, ":")
+		value = strings.Trim(value, " \t")
+		key := textproto.CanonicalMIMEHeaderKey(name)
+		if key == pick {
+			picked, n = value, n+1
+			if !keepPick {
+				continue
+			}
+		}
+		vals[i] = value
+		if old, ok := h[key]; ok {
+			h[key] = append(old, value)
+		} else {
+			h[key] = vals[i : i+1 : i+1]
+		}
 	}
+	return picked, n
 }

@@ -42,22 +42,13 @@ func parseQuickResponse(head []byte) (res *http.Response, ok bool) {
 		return nil, false
 	}
 	h := make(http.Header, lines)
-	vals := make([]string, lines)
-	length, lengths := int64(0), 0
-	for i := 0; len(rest) > 2; i++ {
-		var key, value string
-		key, value, rest = cutHeaderLine(rest)
-		if key == "Content-Length" {
-			n, ok := parseLength(value)
-			if !ok || lengths > 0 {
-				return nil, false // invalid, or repeated (net/http's rules for those)
-			}
-			length, lengths = n, 1
-		}
-		addHeaderValue(h, vals, i, key, value)
-	}
+	value, lengths := fillHeader(h, rest, lines, "Content-Length", true)
 	if lengths == 0 {
 		return nil, false // chunked or read until the pod closes: http.ReadResponse
+	}
+	length, ok := parseLength(value)
+	if !ok || lengths > 1 {
+		return nil, false // invalid, or repeated (net/http's rules for those)
 	}
 	res = &http.Response{
 		Status:     line[9:],
