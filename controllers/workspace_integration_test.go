@@ -236,6 +236,22 @@ func (e *upgradeEnv) upgradedPod(id, from string) *corev1.Pod {
 	return up
 }
 
+// recreatedPod waits until id's one pod is another than from (a recreate upgrade has deleted
+// from and created the pod that replaces it), and returns it.
+func (e *upgradeEnv) recreatedPod(id, from string) *corev1.Pod {
+	e.t.Helper()
+	var up *corev1.Pod
+	e.g.Eventually(func(g gomega.Gomega) {
+		pods := e.pods(g, id)
+		g.Expect(pods).To(gomega.HaveLen(1))
+		for _, p := range pods {
+			up = p
+		}
+		g.Expect(up.Name).NotTo(gomega.Equal(from))
+	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	return up
+}
+
 // events returns the reasons of the Events on pod name.
 func (e *upgradeEnv) events(g gomega.Gomega, name string) []string {
 	var list corev1.EventList
@@ -383,15 +399,7 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 		e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
 		yes := "true"
 		e.annotate(old.Name, workspace.AnnUpgradeRequested, &yes)
-		var up *corev1.Pod
-		e.g.Eventually(func(g gomega.Gomega) {
-			pods := e.pods(g, "ml")
-			g.Expect(pods).To(gomega.HaveLen(1))
-			for _, p := range pods {
-				up = p
-			}
-			g.Expect(up.Name).NotTo(gomega.Equal(old.Name))
-		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		up := e.recreatedPod("ml", old.Name)
 
 		e.setWaiting(up.Name, "CrashLoopBackOff", "back-off 5m0s restarting failed container")
 		e.clock.Add(11 * time.Minute)
