@@ -11,14 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/upgrade"
@@ -52,28 +48,15 @@ func TestBulkUpgradeWritesTwoEventsPerWorkspace(t *testing.T) {
 	newest := olds[n-1].CreationTimestamp.Time
 	e.g.Eventually(func() bool { return time.Now().Truncate(time.Second).After(newest) }).WithTimeout(5 * time.Second).Should(gomega.BeTrue())
 
-	logs := &syncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(logs.String())
-		}
-	})
 	events := NewEventBroadcaster()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Logger:                 zap.New(zap.WriteTo(logs)),
-		Scheme:                 clientgoscheme.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		EventBroadcaster:       events, //nolint:staticcheck // as main.go
-		Cache: cache.Options{
+	t.Cleanup(events.Shutdown) // after the manager has stopped (runManager's clean-up runs first)
+	mgr := newTestManager(t, cfg, func(o *ctrl.Options) {
+		o.EventBroadcaster = events //nolint:staticcheck // as main.go
+		o.Cache = cache.Options{
 			DefaultNamespaces: map[string]cache.Config{ns: {}},
 			ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: podcache.Pods()},
-		},
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// As SetupPhaseReconciler, with a gauge of its own to wait on.
 	gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "test_workspaces"}, []string{"phase"})
 	phases := &PhaseReconciler{Reader: mgr.GetCache(), Recorder: mgr.GetEventRecorderFor(PhaseControllerName), Gauge: gauge} //nolint:staticcheck // as SetupPhaseReconciler
@@ -83,16 +66,7 @@ func TestBulkUpgradeWritesTwoEventsPerWorkspace(t *testing.T) {
 	if err := SetupWorkspaceReconciler(mgr, reg, UpgradeOptions{Now: e.clock.Now, Name: UpgradeControllerName + "-bulk"}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-		events.Shutdown()
-	})
+	runManager(t, context.Background(), mgr)
 	// The phase controller has seen every workspace Ready (quietly) before the upgrade starts.
 	e.g.Eventually(func() float64 { return gaugeValue(gauge, workspace.PhaseReady) }).WithTimeout(30 * time.Second).Should(gomega.BeNumerically("==", n))
 

@@ -1,53 +1,78 @@
 package controllers
 
 import (
-	"os"
-	"path/filepath"
-	"runtime"
+	"context"
 	"testing"
 
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-)
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-// envtestAssets is KUBEBUILDER_ASSETS or the repository's bin/ (make tools).
-func envtestAssets(t *testing.T) string {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir
-	}
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "bin")
-	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
-		t.Fatalf("no kube-apiserver in %s: run `make tools` or set KUBEBUILDER_ASSETS", dir)
-	}
-	return dir
-}
+	"github.com/nogoo9/no-crd/test/apiserver"
+)
 
 // startAPIServer starts a kube-apiserver (with its etcd) for the test, stops it when the test ends,
 // and returns its config and an uncached client of it. configure, if any, adjusts the environment
 // (the API server's flags, say) before it starts.
 func startAPIServer(t *testing.T, configure ...func(*envtest.Environment)) (*rest.Config, client.Client) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: needs kube-apiserver (run without -short)")
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
-	for _, f := range configure {
-		f(env)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
+	return apiserver.Start(t, configure...)
+}
+
+// newTestManager builds a manager on cfg for a test: metrics and health probes off, controller
+// names allowed again (go test -count=N, or several managers in one test, build the same
+// controller again in this process), and its logs in a buffer shown only when the test fails (a
+// global logger would outlive the test and its t). set, if any, fills in the rest of the options
+// (the cache, say).
+func newTestManager(t *testing.T, cfg *rest.Config, set ...func(*ctrl.Options)) ctrl.Manager {
+	t.Helper()
+	logs := &syncBuffer{}
 	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop envtest: %v", err)
+		if t.Failed() {
+			t.Log(logs.String())
 		}
 	})
-	c, err := client.New(cfg, client.Options{})
+	opts := ctrl.Options{
+		Logger:                 zap.New(zap.WriteTo(logs)),
+		Scheme:                 clientgoscheme.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+	for _, f := range set {
+		f(&opts)
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cfg, c
+	return mgr
+}
+
+// runManager starts mgr under ctx and stops it when the test ends, or earlier by the stop it
+// returns (which waits for the manager to end; calling it again does nothing).
+func runManager(t *testing.T, ctx context.Context, mgr ctrl.Manager) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
 }

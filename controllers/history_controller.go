@@ -66,10 +66,7 @@ func (h *HistoryRecorder) Start(ctx context.Context) error {
 		return nil
 	}
 	for _, i := range h.Templates.List() {
-		if i.Namespace == h.Namespace {
-			i.Namespace = "" // nogoo9's templates are keyed by name
-		}
-		h.enqueue(workspace.JoinTemplateKey(i.Namespace, i.Name))
+		h.enqueue(templates.Key(i.Namespace, i.Name, h.Namespace))
 	}
 	log := ctrl.Log.WithName("template-history")
 	for {

@@ -145,15 +145,7 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 		old := e.spawn("jane", "ml")
 		e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
 		e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
-		var up *corev1.Pod
-		e.g.Eventually(func(g gomega.Gomega) {
-			pods := e.pods(g, "ml")
-			g.Expect(pods).To(gomega.HaveLen(1))
-			for _, p := range pods {
-				up = p
-			}
-			g.Expect(up.Name).NotTo(gomega.Equal(old.Name))
-		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		up := e.recreatedPod("ml", old.Name)
 		// The forger's pod: the workspace's identity, nogoo9's own service account, another image.
 		forged := fmt.Sprintf(`{"metadata":{"labels":{%q:"workspace",%q:"ml"}},"spec":{"serviceAccountName":"nogoo9","containers":[{"name":"x","image":"evil:1"}]}}`,
 			workspace.LabelType, workspace.LabelWorkspaceID)
@@ -178,15 +170,7 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 		old := e.spawn("jane", "refused")
 		e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
 		e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
-		var up *corev1.Pod
-		e.g.Eventually(func(g gomega.Gomega) {
-			pods := e.pods(g, "refused")
-			g.Expect(pods).To(gomega.HaveLen(1))
-			for _, p := range pods {
-				up = p
-			}
-			g.Expect(up.Name).NotTo(gomega.Equal(old.Name))
-		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		up := e.recreatedPod("refused", old.Name)
 		// A spec nogoo9 itself signed that the API server refuses (an invalid container name, as
 		// a field that stopped validating would be): the refusal is final.
 		full := e.get(up.Name)
@@ -272,15 +256,7 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 		e.annotate(old.Name, workspace.AnnMaintenance, str("disk migration"))
 		e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
 		e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
-		var up *corev1.Pod
-		e.g.Eventually(func(g gomega.Gomega) {
-			pods := e.pods(g, "rwo")
-			g.Expect(pods).To(gomega.HaveLen(1))
-			for _, p := range pods {
-				up = p
-			}
-			g.Expect(up.Name).NotTo(gomega.Equal(old.Name))
-		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		up := e.recreatedPod("rwo", old.Name)
 		e.g.Expect(up.Annotations[workspace.AnnMaintenance]).To(gomega.Equal("disk migration"))
 		e.setWaiting(up.Name, "CrashLoopBackOff", "back-off")
 		e.clock.Add(11 * time.Minute)

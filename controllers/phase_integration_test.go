@@ -13,13 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -33,39 +27,13 @@ func TestPhaseControllerOnAPIServer(t *testing.T) {
 		t.Skip("integration test: needs kube-apiserver (run without -short)")
 	}
 	g := gomega.NewWithT(t)
-	// The manager's own logger writes to a buffer shown only on failure: the global logger would
-	// outlive this test (and t) in other tests of the package.
-	logs := &syncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(logs.String())
-		}
-	})
 	cfg, _ := startAPIServer(t)
-
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 clientgoscheme.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Logger:                 zap.New(zap.WriteTo(logs)),
-		// go test -count=N builds the same controller again in this process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := newTestManager(t, cfg)
 	if err := SetupPhaseReconciler(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	ctx := context.Background()
+	runManager(t, ctx, mgr)
 
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {

@@ -11,12 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
@@ -75,16 +72,7 @@ func (s *snapshotReader) changed() []string {
 // last step mutates a listed pod on purpose and expects the check to see it, so the check can fail.
 func TestPhaseReconcilerNeverMutatesTheCache(t *testing.T) {
 	cfg, c := startAPIServer(t)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 clientgoscheme.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  podcache.Options("default"),
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := newTestManager(t, cfg, func(o *ctrl.Options) { o.Cache = podcache.Options("default") })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := podcache.AddWorkspaceIDIndex(ctx, mgr.GetFieldIndexer()); err != nil {
@@ -97,15 +85,7 @@ func TestPhaseReconcilerNeverMutatesTheCache(t *testing.T) {
 		Gauge:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "test_readonly_workspaces"}, []string{"phase"}),
 	}
 	r.init() // started before the pods: every first sighting is announced with an Event
-	mctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	runManager(t, context.Background(), mgr)
 
 	type ws struct {
 		id, pod     string
@@ -201,15 +181,7 @@ func TestCollectorNeverMutatesTheCache(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}); err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 clientgoscheme.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  podcache.OptionsFor([]string{"default", "team"}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := newTestManager(t, cfg, func(o *ctrl.Options) { o.Cache = podcache.OptionsFor([]string{"default", "team"}) })
 	every, err := podcache.NewEvery(ctx, mgr.GetCache())
 	if err != nil {
 		t.Fatal(err)
@@ -222,15 +194,7 @@ func TestCollectorNeverMutatesTheCache(t *testing.T) {
 	gatherer := prometheus.NewPedanticRegistry()
 	gatherer.MustRegister(workspaceCollector{})
 
-	mctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	runManager(t, context.Background(), mgr)
 
 	create := func(ns, name, id, version string, ann map[string]string) *corev1.Pod {
 		t.Helper()

@@ -17,15 +17,11 @@ import (
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/upgrade"
@@ -253,39 +249,19 @@ func TestWatchExpiryRelist(t *testing.T) {
 	rcfg := rest.CopyConfig(cfg)
 	rcfg.Host = "https://" + rl.addr
 	rcfg.Wrap(log.wrap)
-	logs := &syncBuffer{}
-	t.Cleanup(func() {
+	mgr := newTestManager(t, rcfg, func(o *ctrl.Options) { o.Cache = podcache.Options(ns) })
+	t.Cleanup(func() { // before the manager's logs (newTestManager's clean-up runs after this one)
 		if t.Failed() {
 			log.mu.Lock()
 			t.Log(strings.Join(log.trace, "\n"))
 			log.mu.Unlock()
-			t.Log(logs.String())
 		}
 	})
-	mgr, err := ctrl.NewManager(rcfg, ctrl.Options{
-		Logger:                 zap.New(zap.WriteTo(logs)),
-		Scheme:                 clientgoscheme.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:                  podcache.Options(ns),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts := UpgradeOptions{Now: e.clock.Now, Name: UpgradeControllerName + "-relist"}
 	if err := SetupWorkspaceReconciler(mgr, reg, opts); err != nil {
 		t.Fatal(err)
 	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	runManager(t, ctx, mgr)
 
 	// The cache equals the API server: same pods, same resource versions.
 	cacheIsWorld := func(g gomega.Gomega) map[string]*corev1.Pod {

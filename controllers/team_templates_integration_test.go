@@ -11,14 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/spawner"
@@ -57,22 +52,9 @@ type teamEnv struct {
 func startTeamEnv(t *testing.T, cfg *rest.Config, c client.Client, home, team string, nsTemplates bool) *teamEnv {
 	t.Helper()
 	e := &teamEnv{t: t, g: gomega.NewWithT(t), c: c, home: home, team: team}
-	logs := &syncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(logs.String())
-		}
-	})
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Logger:                 zap.New(zap.WriteTo(logs)),
-		Scheme:                 clientgoscheme.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:                  podcache.OptionsFor([]string{home, team}),
-	})
-	e.g.Expect(err).NotTo(gomega.HaveOccurred())
+	mgr := newTestManager(t, cfg, func(o *ctrl.Options) { o.Cache = podcache.OptionsFor([]string{home, team}) })
 	policy := templates.DefaultPolicy()
+	var err error
 	e.reg, err = templates.Setup(mgr, templates.Options{Namespace: home, NamespaceTemplates: nsTemplates, Policy: &policy})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	history := &templates.History{Reader: mgr.GetAPIReader(), Namespace: home, Policy: policy}
@@ -84,14 +66,8 @@ func startTeamEnv(t *testing.T, cfg *rest.Config, c client.Client, home, team st
 	e.g.Expect(SetupWorkspaceReconciler(mgr, e.reg, UpgradeOptions{Name: name, History: history})).To(gomega.Succeed())
 	e.g.Expect(SetupHistoryRecorder(mgr, e.reg, home, 0)).To(gomega.Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	t.Cleanup(cancel)
+	runManager(t, ctx, mgr)
 	syncCtx, stop := context.WithTimeout(ctx, 30*time.Second)
 	defer stop()
 	e.g.Expect(e.reg.WaitForSync(syncCtx)).To(gomega.BeTrue())

@@ -14,15 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/spawner"
@@ -115,30 +110,14 @@ var managerSeq struct {
 // start runs a manager like main.go's (stripped pod cache, one namespace) with the controller.
 func (e *upgradeEnv) start() {
 	e.t.Helper()
-	// The manager's logs go to a buffer shown only when the story fails (a global logger would
-	// outlive the story's t).
-	logs := &syncBuffer{}
-	e.t.Cleanup(func() {
-		if e.t.Failed() {
-			e.t.Log(logs.String())
-		}
-	})
-	mgr, err := ctrl.NewManager(e.cfg, ctrl.Options{
-		Logger:                 zap.New(zap.WriteTo(logs)),
-		Scheme:                 clientgoscheme.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache: cache.Options{
+	mgr := newTestManager(e.t, e.cfg, func(o *ctrl.Options) {
+		o.Cache = cache.Options{
 			DefaultNamespaces: map[string]cache.Config{e.ns: {}},
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Pod{}: podcache.Pods(),
 			},
-		},
+		}
 	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	opts := e.opts
 	opts.Now = e.clock.Now
 	managerSeq.Lock()
@@ -148,21 +127,7 @@ func (e *upgradeEnv) start() {
 	if err := SetupWorkspaceReconciler(mgr, e.reg, opts); err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	stopped := false
-	e.stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("manager: %v", err)
-		}
-	}
-	e.t.Cleanup(e.stop)
+	e.stop = runManager(e.t, context.Background(), mgr)
 }
 
 // spawn creates a Ready workspace of owner with id from the current template, as the spawner would.
@@ -267,6 +232,22 @@ func (e *upgradeEnv) upgradedPod(id, from string) *corev1.Pod {
 			}
 		}
 		g.Expect(up).NotTo(gomega.BeNil())
+	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	return up
+}
+
+// recreatedPod waits until id's one pod is another than from (a recreate upgrade has deleted
+// from and created the pod that replaces it), and returns it.
+func (e *upgradeEnv) recreatedPod(id, from string) *corev1.Pod {
+	e.t.Helper()
+	var up *corev1.Pod
+	e.g.Eventually(func(g gomega.Gomega) {
+		pods := e.pods(g, id)
+		g.Expect(pods).To(gomega.HaveLen(1))
+		for _, p := range pods {
+			up = p
+		}
+		g.Expect(up.Name).NotTo(gomega.Equal(from))
 	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
 	return up
 }
@@ -418,15 +399,7 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 		e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
 		yes := "true"
 		e.annotate(old.Name, workspace.AnnUpgradeRequested, &yes)
-		var up *corev1.Pod
-		e.g.Eventually(func(g gomega.Gomega) {
-			pods := e.pods(g, "ml")
-			g.Expect(pods).To(gomega.HaveLen(1))
-			for _, p := range pods {
-				up = p
-			}
-			g.Expect(up.Name).NotTo(gomega.Equal(old.Name))
-		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		up := e.recreatedPod("ml", old.Name)
 
 		e.setWaiting(up.Name, "CrashLoopBackOff", "back-off 5m0s restarting failed container")
 		e.clock.Add(11 * time.Minute)

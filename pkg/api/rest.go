@@ -101,17 +101,6 @@ type errorBody struct {
 	Code  string `json:"code"`
 }
 
-var statusOf = map[frontend.Code]int{
-	frontend.CodeInvalid:         http.StatusBadRequest,
-	frontend.CodeForbidden:       http.StatusForbidden,
-	frontend.CodeNotFound:        http.StatusNotFound,
-	frontend.CodeConflict:        http.StatusConflict,
-	frontend.CodeQuotaExceeded:   http.StatusTooManyRequests,
-	frontend.CodeTooManyRequests: http.StatusTooManyRequests,
-	frontend.CodeInternal:        http.StatusInternalServerError,
-	frontend.CodeUnavailable:     http.StatusServiceUnavailable,
-}
-
 // CodeUnavailable is the error code of a request that failed because the Kubernetes API server
 // could not be reached or did not answer in time (HTTP 503 with Retry-After).
 const CodeUnavailable = "Unavailable"
@@ -144,10 +133,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 			msg = "internal error; try again"
 		}
 	}
-	status, ok := statusOf[code]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
+	status := code.HTTPStatus()
 	writeJSON(w, status, errorBody{Error: msg, Code: string(code)})
 }
 

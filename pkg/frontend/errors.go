@@ -3,6 +3,7 @@ package frontend
 import (
 	"errors"
 	"fmt"
+	"net/http"
 )
 
 // Code classifies an Error; each front end maps it to its own status (HTTP code, MCP tool error).
@@ -21,6 +22,26 @@ const (
 	// answer in time; the request may be retried (503 with Retry-After).
 	CodeUnavailable Code = "Unavailable" // 503
 )
+
+var httpStatus = map[Code]int{
+	CodeInvalid:         http.StatusBadRequest,
+	CodeForbidden:       http.StatusForbidden,
+	CodeNotFound:        http.StatusNotFound,
+	CodeConflict:        http.StatusConflict,
+	CodeQuotaExceeded:   http.StatusTooManyRequests,
+	CodeTooManyRequests: http.StatusTooManyRequests,
+	CodeInternal:        http.StatusInternalServerError,
+	CodeUnavailable:     http.StatusServiceUnavailable,
+}
+
+// HTTPStatus is the HTTP status the REST API and the web UI answer an error of code c with (500
+// for a code this list does not know).
+func (c Code) HTTPStatus() int {
+	if s, ok := httpStatus[c]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
 
 // Error is a failure with a message meant for the caller: what happened and what to do.
 type Error struct {

@@ -178,12 +178,13 @@ func (s *Service) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
 	return out, nil
 }
 
-// spawnKey is the registry key a spawn of template name in ns follows: ns's own template of
+// SpawnKey is the registry key a spawn of template name in ns follows: ns's own template of
 // that name when ns offers one, else nogoo9's (templates.LookupNamespace, as the spawner does).
-func (s *Service) spawnKey(ns, name string) string {
+// It reads what Templates offers ns, from memory.
+func (s *Service) SpawnKey(ns, name string) string {
 	for _, i := range s.cfg.Templates.Infos(ns) {
 		if i.Name == name && i.Namespace != "" && i.Namespace != s.cfg.Namespace {
-			return workspace.JoinTemplateKey(i.Namespace, name)
+			return templates.Key(i.Namespace, name, s.cfg.Namespace)
 		}
 	}
 	return name
@@ -452,7 +453,7 @@ func (s *Service) Spawn(ctx context.Context, in SpawnInput) (*Workspace, error) 
 		return nil, err
 	}
 	// An early, clear refusal; the spawner looks the template up again and builds the pod from it.
-	if t, ok := s.cfg.Templates.Get(s.spawnKey(ns, in.Template)); !ok || t == nil {
+	if t, ok := s.cfg.Templates.Get(s.SpawnKey(ns, in.Template)); !ok || t == nil {
 		return nil, errorf(CodeNotFound, "template %q not found (or not valid) for namespace %s: list_templates shows the available ones", in.Template, ns)
 	}
 	id := in.ID

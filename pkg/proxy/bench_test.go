@@ -189,3 +189,30 @@ func BenchmarkLeanKeepAlive(b *testing.B) {
 		exchange()
 	}
 }
+
+// BenchmarkQuickParse is the lean server's request parser alone (no connection), for a browser's
+// keep-alive GET.
+func BenchmarkQuickParse(b *testing.B) {
+	head := []byte("GET /ws/jane/demo/static/app.js?v=3 HTTP/1.1\r\nHost: ide.example.com\r\nUser-Agent: Mozilla/5.0\r\n" +
+		"Accept: */*\r\nAccept-Encoding: gzip, deflate, br\r\nAccept-Language: en-GB,en;q=0.9\r\nCookie: a=1; b=2\r\n" +
+		"Referer: https://ide.example.com/ws/jane/demo/\r\nAuthorization: Bearer bench\r\n\r\n")
+	q := newQuickReq()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := q.quickParse(head, "192.0.2.1:1"); !ok {
+			b.Fatal("not taken")
+		}
+	}
+}
+
+// BenchmarkQuickResponse is the pod transport's answer parser alone (no connection).
+func BenchmarkQuickResponse(b *testing.B) {
+	head := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\n" +
+		"Cache-Control: no-cache\r\nEtag: \"abc\"\r\nVary: Accept-Encoding\r\nContent-Length: 1024\r\n\r\n")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := parseQuickResponse(head); !ok {
+			b.Fatal("not taken")
+		}
+	}
+}

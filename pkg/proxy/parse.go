@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/http"
-	"net/textproto"
 	"net/url"
 	"strings"
 
@@ -38,45 +37,18 @@ func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) 
 	if !ok1 || !ok2 || proto != "HTTP/1.1" || !validMethod(method) || method == http.MethodConnect || !quickURI(uri) {
 		return nil, false
 	}
-	lines := 0
-	for r := rest; len(r) > 2; lines++ {
-		var l string
-		l, r, _ = strings.Cut(r, "\r\n")
-		name, value, ok := strings.Cut(l, ":")
-		if !ok || !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(value) {
-			return nil, false
-		}
-		switch len(name) {
-		case 6, 7, 14: // Pragma, Trailer, Content-Length: http.ReadRequest's special cases
-			if strings.EqualFold(name, "Pragma") || strings.EqualFold(name, "Trailer") || strings.EqualFold(name, "Content-Length") {
-				return nil, false
-			}
-		}
+	// Pragma, Trailer and Content-Length are http.ReadRequest's special cases.
+	lines, ok := countHeaderLines(rest, "Content-Length")
+	if !ok {
+		return nil, false
 	}
 	if q.header == nil {
 		q.header = make(http.Header, lines)
 	}
 	h := q.header
 	clear(h)
-	vals := make([]string, lines)
-	host, hosts := "", 0
-	for i := 0; len(rest) > 2; i++ {
-		var l string
-		l, rest, _ = strings.Cut(rest, "\r\n")
-		name, value, _ := strings.Cut(l, ":")
-		value = strings.Trim(value, " \t")
-		key := textproto.CanonicalMIMEHeaderKey(name)
-		if key == "Host" {
-			host, hosts = value, hosts+1
-			continue
-		}
-		vals[i] = value
-		if old, ok := h[key]; ok {
-			h[key] = append(old, value)
-		} else {
-			h[key] = vals[i : i+1 : i+1]
-		}
-	}
+	// Host goes to the Request's Host, not its header.
+	host, hosts := fillHeader(h, rest, lines, "Host", false)
 	if hosts != 1 || host == "" || !httpguts.ValidHostHeader(host) {
 		return nil, false
 	}

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/http"
-	"net/textproto"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
@@ -37,46 +36,19 @@ func parseQuickResponse(head []byte) (res *http.Response, ok bool) {
 	if len(line) > 12 && (line[12] != ' ' || !httpguts.ValidHeaderFieldValue(line[13:])) {
 		return nil, false
 	}
-	lines := 0
-	for r := rest; len(r) > 2; lines++ {
-		var l string
-		l, r, _ = strings.Cut(r, "\r\n")
-		name, value, ok := strings.Cut(l, ":")
-		if !ok || !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(value) {
-			return nil, false
-		}
-		switch len(name) {
-		case 6, 7, 17: // Pragma, Trailer, Transfer-Encoding: http.ReadResponse's special cases
-			if strings.EqualFold(name, "Pragma") || strings.EqualFold(name, "Trailer") || strings.EqualFold(name, "Transfer-Encoding") {
-				return nil, false
-			}
-		}
+	// Pragma, Trailer and Transfer-Encoding are http.ReadResponse's special cases.
+	lines, ok := countHeaderLines(rest, "Transfer-Encoding")
+	if !ok {
+		return nil, false
 	}
 	h := make(http.Header, lines)
-	vals := make([]string, lines)
-	length, lengths := int64(0), 0
-	for i := 0; len(rest) > 2; i++ {
-		var l string
-		l, rest, _ = strings.Cut(rest, "\r\n")
-		name, value, _ := strings.Cut(l, ":")
-		value = strings.Trim(value, " \t")
-		key := textproto.CanonicalMIMEHeaderKey(name)
-		if key == "Content-Length" {
-			n, ok := parseLength(value)
-			if !ok || lengths > 0 {
-				return nil, false // invalid, or repeated (net/http's rules for those)
-			}
-			length, lengths = n, 1
-		}
-		vals[i] = value
-		if old, ok := h[key]; ok {
-			h[key] = append(old, value)
-		} else {
-			h[key] = vals[i : i+1 : i+1]
-		}
-	}
+	value, lengths := fillHeader(h, rest, lines, "Content-Length", true)
 	if lengths == 0 {
 		return nil, false // chunked or read until the pod closes: http.ReadResponse
+	}
+	length, ok := parseLength(value)
+	if !ok || lengths > 1 {
+		return nil, false // invalid, or repeated (net/http's rules for those)
 	}
 	res = &http.Response{
 		Status:     line[9:],

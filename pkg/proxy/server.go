@@ -131,7 +131,7 @@ func (s *leanServer) watchSlowRequests(stop <-chan struct{}) {
 func (s *leanServer) newConn(ctx context.Context, c net.Conn) *leanConn {
 	connCtx := context.WithValue(ctx, http.ServerContextKey, s.srv)
 	connCtx = context.WithValue(connCtx, http.LocalAddrContextKey, c.LocalAddr())
-	lc := &leanConn{s: s, c: c, remote: c.RemoteAddr().String()}
+	lc := &leanConn{s: s, c: c, rdl: readDeadline{conn: c}, remote: c.RemoteAddr().String()}
 	lc.ctx = &leanCtx{}
 	lc.ctx.Context, lc.cancel = context.WithCancel(connCtx)
 	// One AfterFunc for the connection's life instead of one per request (transport.go).
@@ -189,8 +189,8 @@ type leanConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idle   atomic.Bool
-	// rdl is the read deadline last set on c by this goroutine (zero: none).
-	rdl time.Time
+	// rdl is c's read deadline (set only by this goroutine).
+	rdl readDeadline
 	// header is the handler's response header map, cleared and reused for every request.
 	header http.Header
 
@@ -330,25 +330,14 @@ func (lc *leanConn) serve() {
 	}
 }
 
-// armIdleDeadline makes the connection end after idle without a request. Re-arming a timer
-// for every request costs as much as parsing it, so a deadline set less than idle/8 ago is kept:
-// an idle connection is closed after 7/8 of idle at the earliest, and after idle at the latest.
+// armIdleDeadline makes the connection end after idle without a request: an idle connection
+// is closed after 7/8 of idle at the earliest, and after idle at the latest (readDeadline.arm).
 func (lc *leanConn) armIdleDeadline(idle time.Duration) {
 	if idle <= 0 {
-		if !lc.rdl.IsZero() {
-			lc.setReadDeadline(time.Time{})
-		}
+		lc.rdl.clear()
 		return
 	}
-	now := time.Now()
-	if lc.rdl.IsZero() || lc.rdl.Sub(now) < idle-idle/8 {
-		lc.setReadDeadline(now.Add(idle))
-	}
-}
-
-func (lc *leanConn) setReadDeadline(t time.Time) {
-	lc.rdl = t
-	_ = lc.c.SetReadDeadline(t)
+	lc.rdl.arm(idle)
 }
 
 func deadline(d time.Duration) time.Time {
@@ -374,7 +363,7 @@ func (lc *leanConn) headerEnd(timeout time.Duration) (n int, ok bool, err error)
 		}
 		from = max(len(buf)-len(crlfcrlf)+1, 0)
 		if first {
-			lc.setReadDeadline(deadline(timeout))
+			lc.rdl.set(deadline(timeout))
 		}
 		if _, err := lc.br.Peek(len(buf) + 1); err != nil {
 			if errors.Is(err, bufio.ErrBufferFull) {
@@ -503,7 +492,7 @@ func validForServer(req *http.Request) bool {
 // handOff gives the connection, with its unread bytes, to the net/http server.
 func (lc *leanConn) handOff() bool {
 	lc.s.handedOff.Add(1)
-	lc.setReadDeadline(time.Time{}) // net/http sets its own
+	lc.rdl.set(time.Time{}) // net/http sets its own
 	return lc.s.handoff.give(&handoffConn{Conn: lc.c, r: lc.br})
 }
 
@@ -590,7 +579,7 @@ func (lc *leanConn) endWatch() bool {
 	}
 	_ = lc.c.SetReadDeadline(aLongTimeAgo)
 	<-done
-	lc.setReadDeadline(time.Time{})
+	lc.rdl.set(time.Time{})
 	return lc.r.err == nil
 }
 

@@ -111,8 +111,8 @@ type persistConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt time.Time
-	// rdl is the read deadline last set on conn (zero: none); see armHeaderDeadline.
-	rdl time.Time
+	// rdl is conn's read deadline; see armHeaderDeadline.
+	rdl readDeadline
 }
 
 func newSyncTransport(fallback http.RoundTripper, dial func(ctx context.Context, network, addr string) (net.Conn, error), limits responseLimits, maxIdlePerHost int, idleTimeout time.Duration) *syncTransport {
@@ -294,11 +294,11 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 		}
 	}
 	pc.lr.n = noLimit
-	if !pc.rdl.IsZero() && !bodyBuffered(res, pc.br) {
+	if !bodyBuffered(res, pc.br) {
 		// The body may take any time (an event stream): no deadline while it is read. A body
 		// that is all in the buffer already is read without touching the connection, so the
 		// deadline can stay for the next request (armHeaderDeadline).
-		pc.setReadDeadline(time.Time{})
+		pc.rdl.clear()
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		// Upgrades go to the fallback transport; a pod that switches protocols unasked is broken.
@@ -367,19 +367,11 @@ func (pc *persistConn) readErr(err error) error {
 func (pc *persistConn) abort() { _ = pc.conn.Close() }
 
 // armHeaderDeadline bounds the wait for the response headers by timeout. Re-arming the deadline
-// costs a timer update, twice per request (set, then cleared for the body), about what parsing
-// the answer costs; so a deadline still armed from an earlier request is kept while it is at
-// least 7/8 of timeout away: the pod gets between 7/8 of timeout and timeout to answer.
+// would cost a timer update twice per request (set, then cleared for the body); a deadline still
+// armed from an earlier request is kept while it is at least 7/8 of timeout away
+// (readDeadline.arm): the pod gets between 7/8 of timeout and timeout to answer.
 func (pc *persistConn) armHeaderDeadline(timeout time.Duration) {
-	now := time.Now()
-	if pc.rdl.IsZero() || pc.rdl.Sub(now) < timeout-timeout/8 {
-		pc.setReadDeadline(now.Add(timeout))
-	}
-}
-
-func (pc *persistConn) setReadDeadline(t time.Time) {
-	pc.rdl = t
-	_ = pc.conn.SetReadDeadline(t)
+	pc.rdl.arm(timeout)
 }
 
 // bodyBuffered reports whether res's whole body is in br already (or there is none), so reading
@@ -492,7 +484,7 @@ func (t *syncTransport) dialConn(ctx context.Context, addr string) (*persistConn
 	if err != nil {
 		return nil, err
 	}
-	pc := &persistConn{t: t, addr: addr, conn: c, lr: limitedConnReader{conn: c, n: noLimit}, bw: bufio.NewWriterSize(c, 4<<10)}
+	pc := &persistConn{t: t, addr: addr, conn: c, rdl: readDeadline{conn: c}, lr: limitedConnReader{conn: c, n: noLimit}, bw: bufio.NewWriterSize(c, 4<<10)}
 	pc.br = bufio.NewReaderSize(&pc.lr, 16<<10)
 	if sc, ok := c.(syscall.Conn); ok {
 		pc.raw, _ = sc.SyscallConn()
@@ -535,11 +527,9 @@ func (pc *persistConn) alive() bool {
 	if pc.raw == nil {
 		return true
 	}
-	if !pc.rdl.IsZero() {
-		// A header deadline left from the last answer (armHeaderDeadline) may have passed: the
-		// peek would fail on it, not on the connection.
-		pc.setReadDeadline(time.Time{})
-	}
+	// A header deadline left from the last answer (armHeaderDeadline) may have passed: the
+	// peek would fail on it, not on the connection.
+	pc.rdl.clear()
 	var buf [1]byte
 	ok := false
 	err := pc.raw.Read(func(fd uintptr) bool {

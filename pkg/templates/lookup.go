@@ -41,6 +41,16 @@ func Visible(all []Info, ns, home string) []Info {
 	return out
 }
 
+// Key is the registry key (Registry.Get) of template name found in namespace ns, as Info and
+// the front end's lists name it: the name alone for nogoo9's namespace home (or ""),
+// "<ns>/<name>" for a team template (workspace.JoinTemplateKey). keyNamespace undoes it.
+func Key(ns, name, home string) string {
+	if ns == home {
+		ns = ""
+	}
+	return workspace.JoinTemplateKey(ns, name)
+}
+
 // keyNamespace is the namespace part of a registry key, "" for nogoo9's namespace home (also
 // when the key names home explicitly).
 func keyNamespace(key, home string) (ns, name string) {

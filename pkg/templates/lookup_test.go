@@ -36,6 +36,27 @@ func TestLookupNamespace(t *testing.T) {
 	}
 }
 
+func TestKeyNamesNogoo9sTemplatesByNameAndTeamTemplatesWithTheirNamespace(t *testing.T) {
+	const home = "nogoo9-system"
+	for _, tc := range []struct {
+		name, ns, want, wantNS string
+	}{
+		{name: "a template listed in nogoo9's namespace is keyed by its name", ns: home, want: "python"},
+		{name: "a template with no namespace is nogoo9's, keyed by its name", ns: "", want: "python"},
+		{name: "a team template is keyed <namespace>/<name>", ns: "team-a", want: "team-a/python", wantNS: "team-a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := Key(tc.ns, "python", home)
+			if key != tc.want {
+				t.Fatalf("Key(%q, python) = %q, want %q", tc.ns, key, tc.want)
+			}
+			if ns, name := keyNamespace(key, home); ns != tc.wantNS || name != "python" {
+				t.Errorf("keyNamespace(%q) = %q, %q; want %q, python", key, ns, name, tc.wantNS)
+			}
+		})
+	}
+}
+
 func TestVisibleOffersTheNamespacesTemplatesThenNogoo9sNotShadowed(t *testing.T) {
 	const home = "nogoo9-system"
 	all := []Info{

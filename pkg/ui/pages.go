@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -444,10 +445,7 @@ func (u *UI) requiredContext(key string) []string {
 // templateKey is the registry key of a template offered to a spawn: the name for nogoo9's own,
 // <namespace>/<name> for a team namespace's (templates.md, "Where a template is looked up").
 func (u *UI) templateKey(t frontend.TemplateInfo) string {
-	if t.Namespace == "" || t.Namespace == u.svc.HomeNamespace() {
-		return t.Name
-	}
-	return workspace.JoinTemplateKey(t.Namespace, t.Name)
+	return templates.Key(t.Namespace, t.Name, u.svc.HomeNamespace())
 }
 
 // templatesFor lists the templates a spawn in ns can use: that namespace's own and nogoo9's not
@@ -531,13 +529,7 @@ func (u *UI) spawn(w http.ResponseWriter, r *request) {
 	// Only the chosen template's keys go to the service: the form shows every template's. The
 	// template is the one a spawn in the chosen namespace finds (its own first, then nogoo9's).
 	// The registry answers this from memory; the service checks the namespace itself.
-	key := form.Template
-	for _, t := range u.o.Templates.Infos(form.Namespace) {
-		if t.Name == form.Template {
-			key = u.templateKey(t)
-		}
-	}
-	need := u.requiredContext(key)
+	need := u.requiredContext(u.svc.SpawnKey(form.Namespace, form.Template))
 	ctx := map[string]string{}
 	for _, k := range need {
 		if v, ok := form.Context[k]; ok {

@@ -214,17 +214,6 @@ func upgradable(w *frontend.Workspace) bool {
 	return w.IsOutdated && w.Phase != workspace.PhaseTerminating
 }
 
-var statusOf = map[frontend.Code]int{
-	frontend.CodeInvalid:         http.StatusBadRequest,
-	frontend.CodeForbidden:       http.StatusForbidden,
-	frontend.CodeNotFound:        http.StatusNotFound,
-	frontend.CodeConflict:        http.StatusConflict,
-	frontend.CodeQuotaExceeded:   http.StatusTooManyRequests,
-	frontend.CodeTooManyRequests: http.StatusTooManyRequests,
-	frontend.CodeInternal:        http.StatusInternalServerError,
-	frontend.CodeUnavailable:     http.StatusServiceUnavailable,
-}
-
 // message is the text of a service error as REST and MCP show it.
 func message(r *http.Request, err error) (int, string) {
 	code := frontend.CodeOf(err)
@@ -239,10 +228,7 @@ func message(r *http.Request, err error) (int, string) {
 		ctrl.LoggerFrom(r.Context()).WithName("ui").Info("request failed: the API server is unavailable", "method", r.Method, "path", r.URL.Path, "error", err.Error())
 		return http.StatusServiceUnavailable, "The Kubernetes API server cannot be reached or did not answer in time, so nogoo9 could not complete this; try again in a few seconds and reload to see whether it took effect."
 	}
-	status, ok := statusOf[code]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
+	status := code.HTTPStatus()
 	return status, err.Error()
 }
 

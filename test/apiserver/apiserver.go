@@ -1,0 +1,56 @@
+// Package apiserver starts a real kube-apiserver (with its etcd, controller-runtime's envtest)
+// for the integration tests of several packages, so they share one set-up. Only tests import it.
+package apiserver
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Assets is KUBEBUILDER_ASSETS or the repository's bin/ (make tools).
+func Assets(t testing.TB) string {
+	t.Helper()
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir
+	}
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "bin")
+	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
+		t.Fatalf("no kube-apiserver in %s: run `make tools` or set KUBEBUILDER_ASSETS", dir)
+	}
+	return dir
+}
+
+// Start starts a kube-apiserver (with its etcd) for the test, stops it when the test ends, and
+// returns its config and an uncached client of it. configure, if any, adjusts the environment
+// (the API server's flags, say) before it starts. With -short the test is skipped.
+func Start(t testing.TB, configure ...func(*envtest.Environment)) (*rest.Config, client.Client) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver (run without -short)")
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: Assets(t)}
+	for _, f := range configure {
+		f(env)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop envtest: %v", err)
+		}
+	})
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, c
+}
