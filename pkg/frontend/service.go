@@ -126,6 +126,20 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// OnViewChange makes fn hear of every change to a workspace of the home namespace after the
+// views serve it, and reports whether the service has views (false: fn is never called). The
+// views are one handler of the pod informer among others, each run in its own goroutine, so a
+// handler of that informer can hear of a change before the views apply it; a live page told of
+// the change by such a handler could read the workspace's old view and keep it. One fn: a later
+// call replaces it.
+func (s *Service) OnViewChange(fn func(id string)) bool {
+	if s.views == nil {
+		return false
+	}
+	s.views.changed.Store(&fn)
+	return true
+}
+
 func caller(ctx context.Context) (*auth.Caller, error) {
 	c, ok := auth.CallerFrom(ctx)
 	if !ok || c.Subject == "" {

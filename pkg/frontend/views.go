@@ -35,6 +35,10 @@ type views struct {
 	all     []*entry            // every entry, sorted by id
 	byOwner map[string][]*entry // each owner's entries, sorted by id
 
+	// changed, when set (Service.OnViewChange), is called with each workspace id an event
+	// changed, after the views have applied it and outside the lock.
+	changed atomic.Pointer[func(id string)]
+
 	reg toolscache.ResourceEventHandlerRegistration
 }
 
@@ -95,12 +99,20 @@ func (v *views) setPod(before, now any) {
 		return
 	}
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	if prevID != "" && prevID != id {
 		v.rebuild(prevID, withPod(v.byID[prevID], prev.Name, nil))
 	}
 	if id != "" {
 		v.rebuild(id, withPod(v.byID[id], pod.Name, pod))
+	}
+	v.mu.Unlock()
+	if fn := v.changed.Load(); fn != nil {
+		if prevID != "" && prevID != id {
+			(*fn)(prevID)
+		}
+		if id != "" {
+			(*fn)(id)
+		}
 	}
 }
 

@@ -234,3 +234,50 @@ func TestSnapshotPages(t *testing.T) {
 		})
 	}
 }
+
+// TestViewChangeIsHeardAfterTheViewsApplyIt: the function given to OnViewChange is called for each
+// workspace an event changed, and by then the views serve the change (a live page told of it reads
+// the new view, never the old one), including both workspaces of a relabelled pod.
+func TestViewChangeIsHeardAfterTheViewsApplyIt(t *testing.T) {
+	v := newViews("ns")
+	s := &Service{views: v}
+	a := pod("ws-a", "alice", "a", "1.0", t0, ready)
+	b := pod("ws-b", "bob", "b", "1.0", t0)
+	v.OnAdd(b, true)
+	var heard []string
+	if !s.OnViewChange(func(id string) {
+		e := v.get(id)
+		switch id {
+		case "a":
+			if e == nil || len(e.pods) != 1 || e.pods[0].Annotations[workspace.AnnUpgradeRequested] != "now" {
+				t.Errorf("told of %q before the views applied the intent: %+v", id, e)
+			}
+		case "b":
+			if e != nil {
+				t.Errorf("told of %q before the views dropped it", id)
+			}
+		case "d":
+			if e == nil {
+				t.Errorf("told of %q before the views filed it", id)
+			}
+		}
+		heard = append(heard, id)
+	}) {
+		t.Fatal("a service with views reports none")
+	}
+	up := a.DeepCopy()
+	up.Annotations[workspace.AnnUpgradeRequested] = "now"
+	v.OnAdd(up, false)
+	moved := b.DeepCopy()
+	moved.Labels[workspace.LabelWorkspaceID] = "d"
+	v.OnUpdate(b, moved)
+	other := pod("ws-x", "alice", "x", "1.0", t0)
+	other.Namespace = "elsewhere"
+	v.OnAdd(other, false)
+	if want := []string{"a", "b", "d"}; !slices.Equal(heard, want) {
+		t.Fatalf("heard %v, want %v (another namespace's pod is not the views')", heard, want)
+	}
+	if (&Service{}).OnViewChange(func(string) {}) {
+		t.Fatal("a service without views reports some")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	"github.com/nogoo9/no-crd/pkg/frontend"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -21,6 +22,10 @@ const maxPending = 2048
 // workspace itself through frontend.Service, with its own caller, so it sees what that caller
 // may see and nothing more.
 type Hub struct {
+	// viewsNamespace is the namespace whose changes the hub hears from the front end's views
+	// (FromViews) instead of from the informer: "" for none.
+	viewsNamespace string
+
 	mu   sync.Mutex
 	seq  uint64
 	ring [ringSize]change
@@ -46,11 +51,21 @@ func (h *Hub) onPod(obj any) {
 		obj = d.Obj
 	}
 	p, ok := obj.(*corev1.Pod)
-	if !ok || p == nil || !workspace.IsWorkspacePod(p) {
+	if !ok || p == nil || !workspace.IsWorkspacePod(p) || p.Namespace == h.viewsNamespace {
 		return
 	}
 	if id := workspace.ID(p); id != "" {
 		h.changed(id)
+	}
+}
+
+// FromViews makes the hub hear of changes to ns's workspaces from svc's views, after they apply
+// them, instead of from the pod informer: a stream reads that namespace's workspaces from the
+// views, and the informer may tell the hub first (frontend.Service.OnViewChange). Call it before
+// registering the hub on the informer. Without views it changes nothing.
+func (h *Hub) FromViews(svc *frontend.Service) {
+	if svc.OnViewChange(h.changed) {
+		h.viewsNamespace = svc.HomeNamespace()
 	}
 }
 

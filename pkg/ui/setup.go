@@ -34,6 +34,7 @@ type Config struct {
 func Setup(ctx context.Context, mgr manager.Manager, c Config) func(*frontend.Service) (http.Handler, error) {
 	return func(svc *frontend.Service) (http.Handler, error) {
 		hub := NewHub()
+		hub.FromViews(svc)
 		pods, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
 		if err != nil {
 			return nil, fmt.Errorf("ui: pod informer: %w", err)
