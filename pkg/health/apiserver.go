@@ -55,18 +55,22 @@ const DefaultAPIServerFresh = time.Second
 
 // Fresh returns check that passes without running when check last passed less than maxAge ago
 // (by now); otherwise it runs check. A failure is never remembered: the next probe runs check.
+// The success's time is kept whole, so with time.Now the age is measured on the monotonic clock;
+// an age below zero (a clock without a monotonic reading stepped back) runs check too.
 func Fresh(check healthz.Checker, maxAge time.Duration, now func() time.Time) healthz.Checker {
-	var last atomic.Int64 // UnixNano of the last success; 0: none
+	var last atomic.Pointer[time.Time] // when the last success's check started; nil: none
 	return func(req *http.Request) error {
-		if t := last.Load(); t != 0 && now().Sub(time.Unix(0, t)) < maxAge {
-			return nil
+		if t := last.Load(); t != nil {
+			if age := now().Sub(*t); age >= 0 && age < maxAge {
+				return nil
+			}
 		}
 		start := now()
 		if err := check(req); err != nil {
 			return err
 		}
 		// The success counts from when the check started: the API server was ready then.
-		last.Store(start.UnixNano())
+		last.Store(&start)
 		return nil
 	}
 }

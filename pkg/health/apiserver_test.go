@@ -87,4 +87,6 @@ func TestFreshRemembersOnlySuccess(t *testing.T) {
 	step(time.Millisecond, true, 4)      // a failure is not remembered
 	fail = false
 	step(time.Millisecond, false, 5)
+	fail = true
+	step(-time.Hour, true, 6) // the clock stepped back after a success: not taken as fresh
 }

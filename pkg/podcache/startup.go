@@ -11,6 +11,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
@@ -104,10 +105,18 @@ func (g *StartupGate) wait(ctx context.Context) {
 	g.mu.Lock()
 	regs := append([]toolscache.ResourceEventHandlerRegistration(nil), g.regs...)
 	g.mu.Unlock()
-	for _, r := range regs {
+	for i, r := range regs {
 		select {
 		case <-r.HasSyncedChecker().Done():
 		case <-deadline.C:
+			pending := 0
+			for _, r := range regs[i:] {
+				if !r.HasSynced() {
+					pending++
+				}
+			}
+			logf.FromContext(ctx).Info("start-up gate opened without every read-path handler's initial list: the controllers start and /readyz passes; lists may be incomplete until those handlers catch up",
+				"waited", max, "handlersPending", pending, "handlers", len(regs))
 			g.openGate()
 			return
 		case <-ctx.Done():

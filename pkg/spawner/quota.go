@@ -154,10 +154,12 @@ func (s *Spawner) reserve(ctx context.Context, owner, id string) (string, error)
 		if tries[id] == nil {
 			tries[id] = map[string]time.Time{}
 		}
-		if at, ok := res[id]; ok && len(tries[id]) == 0 {
-			// Joining a reservation written without tries (an older version): it keeps a
-			// hold of its own, which only the TTL ends.
-			tries[id][""] = at
+		if _, ok := res[id]; ok && len(tries[id]) == 0 {
+			// A reservation written without tries, by an older version during a rolling
+			// upgrade: its release deletes the reservation whatever tries joined it, so this
+			// try would then hold no slot and quota could admit one more. Refused, as that
+			// version refuses it.
+			return token, errorf(Conflict, nil, "workspace %q is already being created by another request: wait for it, or choose another id", id)
 		}
 		res[id] = now
 		tries[id][token] = now

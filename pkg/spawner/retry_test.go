@@ -162,3 +162,25 @@ func TestQuotaHoldsWhenRetriesOfOneIDRaceOtherSpawns(t *testing.T) {
 	g.Expect(ledger.Data[ledgerDataKey]).To(Equal("{}"))
 	g.Expect(ledger.Data[ledgerTriesKey]).To(Equal("{}"))
 }
+
+// TestAReservationOfAnOlderVersionIsNotJoined: during a rolling upgrade of nogoo9 an older replica
+// writes reservations without tries, and its release deletes the reservation whatever joined it.
+// A retry that joined such a reservation would then hold no slot while it still creates its pod,
+// and quota could admit one more; so it is refused as the older version refuses it, and the
+// older replica's reservation and slot stay as they were.
+func TestAReservationOfAnOlderVersionIsNotJoined(t *testing.T) {
+	ctx, c, ns := setup(t)
+	g := NewWithT(t)
+	ledger := corev1.ConfigMap{ObjectMeta: ledgerMeta(client.ObjectKey{Namespace: ns, Name: LedgerName("jane")}, "jane")}
+	writeReservations(&ledger, map[string]time.Time{"x": time.Now()})
+	g.Expect(c.Create(ctx, &ledger)).To(Succeed())
+
+	s := New(c, c, testTemplates(t), Options{Namespace: ns, MaxPerUser: 1, ReservationTTL: 10 * time.Minute})
+	_, err := s.reserve(ctx, "jane", "x")
+	g.Expect(CodeOf(err)).To(Equal(Conflict), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("already being created by another request"))
+	_, err = s.reserve(ctx, "jane", "y")
+	g.Expect(CodeOf(err)).To(Equal(QuotaExceeded), "the older try still holds the only slot: %v", err)
+	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(&ledger), &ledger)).To(Succeed())
+	g.Expect(ledger.Data).NotTo(HaveKey(ledgerTriesKey), "nothing was written")
+}
