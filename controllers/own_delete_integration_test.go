@@ -2,21 +2,17 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/nogoo9/no-crd/pkg/spawner"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -34,34 +30,8 @@ func TestAPassFromACacheBehindItsOwnDeleteDoesNotDeleteAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := fmt.Sprintf("own-delete-%d", time.Now().UnixNano())
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	reg := &fakeTemplates{}
-	reg.set(ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod))
-	tmpl, _ := reg.Get("ide")
-	old, claims, err := spawner.BuildPod(tmpl, spawner.Identity{Owner: "hal", ID: "vault", Namespace: ns}, workspace.PodName("hal", "vault"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cl := range claims {
-		cl.Namespace = ns
-		if err := c.Create(ctx, cl); err != nil {
-			t.Fatal(err)
-		}
-	}
-	old.Namespace = ns
-	old.Annotations[workspace.AnnUpgradeRequested] = "true"
-	// The kubelet's part: the deleted pod stays terminating, as on a real node, until released.
-	old.Finalizers = []string{"test.nogoo9/hold"}
-	if err := c.Create(ctx, old); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Patch(ctx, old, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
-	})
-	reg.set(ideTemplate("v2", "ide:2", corev1.ReadWriteOncePod))
+	// The deleted pod stays terminating, as on a real node, until released.
+	ns, reg, old, claims := outdatedWorkspace(t, c, "own-delete", "hal", "vault", corev1.ReadWriteOncePod, true)
 	var deletes atomic.Int32
 	hooked := interceptor.NewClient(cw, interceptor.Funcs{
 		Delete: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
@@ -70,11 +40,7 @@ func TestAPassFromACacheBehindItsOwnDeleteDoesNotDeleteAgain(t *testing.T) {
 		},
 	})
 	api := &countingReader{Reader: c}
-	r := &WorkspaceReconciler{Client: hooked, Reader: snapshotCache{pods: []*corev1.Pod{old}, claims: claims}, APIReader: api,
-		Templates: reg, Recorder: record.NewFakeRecorder(100), Opts: UpgradeOptions{Name: "own-delete-test"}}
-	r.Opts.defaults()
-	r.wake = make(chan event.GenericEvent, 16)
-	r.gate = newGate(0, r.Reader, r.wake)
+	r := snapshotReconciler("own-delete-test", hooked, snapshotCache{pods: []*corev1.Pod{old}, claims: claims}, api, reg, record.NewFakeRecorder(100), nil)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "vault"}}
 
 	if _, err := r.Reconcile(ctx, req); err != nil {

@@ -73,7 +73,6 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const hold = "test.nogoo9/hold" // the kubelet's part: a deleted pod stays terminating while set
 	cases := []struct {
 		name string
 		// ownerDeletes runs right after the upgraded pod's create (nil: nobody deletes).
@@ -105,35 +104,7 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := fmt.Sprintf("recreate-start-%d-%d", i, time.Now().UnixNano())
-			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-				t.Fatal(err)
-			}
-			reg := &fakeTemplates{}
-			reg.set(ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod))
-			tmpl, _ := reg.Get("ide")
-			old, claims, err := spawner.BuildPod(tmpl, spawner.Identity{Owner: "erin", ID: "disk", Namespace: ns}, workspace.PodName("erin", "disk"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, cl := range claims {
-				cl.Namespace = ns
-				if err := c.Create(ctx, cl); err != nil {
-					t.Fatal(err)
-				}
-			}
-			old.Namespace = ns
-			old.Annotations[workspace.AnnUpgradeRequested] = "true"
-			if tc.terminating {
-				old.Finalizers = []string{hold}
-			}
-			if err := c.Create(ctx, old); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				_ = c.Patch(ctx, old, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
-			})
-			reg.set(ideTemplate("v2", "ide:2", corev1.ReadWriteOncePod))
+			ns, reg, old, claims := outdatedWorkspace(t, c, fmt.Sprintf("recreate-start-%d", i), "erin", "disk", corev1.ReadWriteOncePod, tc.terminating)
 			newName := workspace.NextPodName(old, "v2")
 
 			var claimCreates atomic.Int32
@@ -155,11 +126,7 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 			if tc.claimCached {
 				snap.claims = claims
 			}
-			r := &WorkspaceReconciler{Client: hooked, Reader: snap, APIReader: api,
-				Templates: reg, Recorder: rec, Opts: UpgradeOptions{Name: "recreate-start-test"}}
-			r.Opts.defaults()
-			r.wake = make(chan event.GenericEvent, 16)
-			r.gate = newGate(0, r.Reader, r.wake)
+			r := snapshotReconciler("recreate-start-test", hooked, snap, api, reg, rec, nil)
 
 			if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "disk"}}); err != nil {
 				t.Fatalf("reconcile: %v", err)
@@ -218,23 +185,7 @@ func TestAPassFromACacheBehindItsOwnCreateDoesNotStartTheUpgradeAgain(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := fmt.Sprintf("stale-pass-%d", time.Now().UnixNano())
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	reg := &fakeTemplates{}
-	reg.set(ideTemplate("v1", "ide:1", ""))
-	tmpl, _ := reg.Get("ide")
-	old, _, err := spawner.BuildPod(tmpl, spawner.Identity{Owner: "fay", ID: "box", Namespace: ns}, workspace.PodName("fay", "box"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	old.Namespace = ns
-	old.Annotations[workspace.AnnUpgradeRequested] = "true"
-	if err := c.Create(ctx, old); err != nil {
-		t.Fatal(err)
-	}
-	reg.set(ideTemplate("v2", "ide:2", ""))
+	ns, reg, old, _ := outdatedWorkspace(t, c, "stale-pass", "fay", "box", "", false)
 	var creates atomic.Int32
 	hooked := interceptor.NewClient(cw, interceptor.Funcs{
 		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
@@ -247,11 +198,7 @@ func TestAPassFromACacheBehindItsOwnCreateDoesNotStartTheUpgradeAgain(t *testing
 	api := &countingReader{Reader: c}
 	clock := &testClock{now: time.Now()}
 	stale := snapshotCache{pods: []*corev1.Pod{old}} // the cache before it has seen the create
-	r := &WorkspaceReconciler{Client: hooked, Reader: stale, APIReader: api,
-		Templates: reg, Recorder: record.NewFakeRecorder(100), Opts: UpgradeOptions{Name: "stale-pass-test", Now: clock.Now}}
-	r.Opts.defaults()
-	r.wake = make(chan event.GenericEvent, 16)
-	r.gate = newGate(0, r.Reader, r.wake)
+	r := snapshotReconciler("stale-pass-test", hooked, stale, api, reg, record.NewFakeRecorder(100), clock.Now)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "box"}}
 
 	if _, err := r.Reconcile(ctx, req); err != nil {
@@ -296,4 +243,57 @@ func TestAPassFromACacheBehindItsOwnCreateDoesNotStartTheUpgradeAgain(t *testing
 	if _, _, waiting := r.gate.awaiting(types.NamespacedName{Namespace: ns, Name: "other"}, clock.Now()); waiting {
 		t.Errorf("still awaiting a create after %s", awaitCreate)
 	}
+}
+
+// outdatedWorkspace creates, in a new namespace named after nsPrefix and the time, the claims and
+// the pod of owner's workspace id from the v1 ide template (its claim's access mode mode, ""
+// for none), with the upgrade intent on the pod and, when hold, a finalizer that keeps the pod
+// terminating once deleted (the kubelet's part; removed when the test ends). Then it raises the
+// template to v2, so the pod is outdated.
+func outdatedWorkspace(t *testing.T, c client.Client, nsPrefix, owner, id string, mode corev1.PersistentVolumeAccessMode, hold bool) (string, *fakeTemplates, *corev1.Pod, []*corev1.PersistentVolumeClaim) {
+	t.Helper()
+	ctx := context.Background()
+	ns := fmt.Sprintf("%s-%d", nsPrefix, time.Now().UnixNano())
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	reg := &fakeTemplates{}
+	reg.set(ideTemplate("v1", "ide:1", mode))
+	tmpl, _ := reg.Get("ide")
+	old, claims, err := spawner.BuildPod(tmpl, spawner.Identity{Owner: owner, ID: id, Namespace: ns}, workspace.PodName(owner, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range claims {
+		cl.Namespace = ns
+		if err := c.Create(ctx, cl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old.Namespace = ns
+	old.Annotations[workspace.AnnUpgradeRequested] = "true"
+	if hold {
+		old.Finalizers = []string{"test.nogoo9/hold"}
+	}
+	if err := c.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if hold {
+		t.Cleanup(func() {
+			_ = c.Patch(ctx, old, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+		})
+	}
+	reg.set(ideTemplate("v2", "ide:2", mode))
+	return ns, reg, old, claims
+}
+
+// snapshotReconciler is an upgrade controller that plans from snap (a fixed view of the cache),
+// writes through cl and reads full pods from the API server through api.
+func snapshotReconciler(name string, cl client.Client, snap snapshotCache, api client.Reader, reg *fakeTemplates, rec record.EventRecorder, now func() time.Time) *WorkspaceReconciler {
+	r := &WorkspaceReconciler{Client: cl, Reader: snap, APIReader: api, Templates: reg, Recorder: rec,
+		Opts: UpgradeOptions{Name: name, Now: now}}
+	r.Opts.defaults()
+	r.wake = make(chan event.GenericEvent, 16)
+	r.gate = newGate(0, r.Reader, r.wake)
+	return r
 }
