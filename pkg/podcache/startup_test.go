@@ -3,9 +3,6 @@ package podcache_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,41 +10,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
+	"github.com/nogoo9/no-crd/test/apiserver"
 )
-
-func startEnvtest(t *testing.T) *rest.Config {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: needs kube-apiserver (run without -short)")
-	}
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		_, file, _, _ := runtime.Caller(0)
-		dir = filepath.Join(filepath.Dir(file), "..", "..", "bin")
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: dir}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest (KUBEBUILDER_ASSETS or bin/ must hold kube-apiserver and etcd): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop envtest: %v", err)
-		}
-	})
-	return cfg
-}
 
 // blockingHandler counts the pods it was handed; each add waits until release is closed.
 type blockingHandler struct {
@@ -66,7 +39,7 @@ func (h *blockingHandler) OnDelete(any)      {}
 // handler has it, the held runnable starts (having seen every pod through the handler) and the
 // check passes. A held runnable keeps its leader-election choice.
 func TestStartupGateHoldsControllersUntilReadersHaveTheList(t *testing.T) {
-	cfg := startEnvtest(t)
+	cfg, _ := apiserver.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := client.New(cfg, client.Options{})
