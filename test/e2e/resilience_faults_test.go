@@ -388,9 +388,13 @@ var _ = Describe("Resilience: more faults of the control plane", Label("resilien
 			}
 			return strings.Join(out, "\n")
 		})
-		code, _, body, err := pxDo(proc.ProxyURL+info["watch-up"].WorkspacePath, alice)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(code).To(Equal(http.StatusOK), body)
+		// The upgraded pod's server is the test's stand-in, which starts serving on the pod's
+		// IP when its own watch (also broken by the restart) sees the pod: wait for it, bounded.
+		Eventually(func(g Gomega) {
+			code, _, body, err := pxDo(proc.ProxyURL+info["watch-up"].WorkspacePath, alice)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(code).To(Equal(http.StatusOK), body)
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
 		By("nothing acted twice: one new pod and one UpgradeStarted for the upgraded workspace, nothing for the others")
 		Expect(upPods).To(HaveLen(2), "pods seen for watch-up: %v", upPods)
