@@ -3,16 +3,13 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/nogoo9/no-crd/pkg/frontend"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -60,18 +57,7 @@ var _ = Describe("Leader election with three replicas", Label("leaders"), func()
 			ids[i] = fmt.Sprintf("l-%02d", i)
 			hist.NoOutage(ids[i])
 		}
-		Expect(inParallel(8, n, func(i int) error {
-			_, err := erin.call(ctx, http.MethodPost, "/api/v1/workspaces", frontend.SpawnInput{Template: "plain", ID: ids[i]}, nil)
-			return err
-		})).To(BeEmpty())
-		Eventually(func(g Gomega) {
-			var list corev1.PodList
-			g.Expect(K8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
-			g.Expect(list.Items).To(HaveLen(n))
-			for i := range list.Items {
-				g.Expect(podReadyNow(&list.Items[i])).To(BeTrue(), "pod %s", list.Items[i].Name)
-			}
-		}).WithTimeout(2 * time.Minute).Should(Succeed())
+		erin.spawnAllReady(ctx, ns, ids, plainTemplate)
 
 		bumpTemplate(ctx, upgradeTemplate(ns, "plain", "2.0", "example.com/ide:2.0", ""))
 		erin.waitOutdated(ctx, ids[0], "2.0")

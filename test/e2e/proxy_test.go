@@ -471,6 +471,26 @@ func pxAPI(p *Nogoo9Process, token, method, path string, body any) (int, []byte)
 	return resp.StatusCode, data
 }
 
+// pxSpawnReachable spawns n workspaces of template, with ids prefix-0 .. prefix-(n-1), waits until
+// each is Ready and answers 200 through the proxy (bounded), and returns them by id.
+func pxSpawnReachable(p *Nogoo9Process, token, template, prefix string, n int) map[string]workspace.Info {
+	GinkgoHelper()
+	out := map[string]workspace.Info{}
+	for i := range n {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		out[id] = pxSpawn(p, token, template, id)
+	}
+	for id, w := range out {
+		pxExpectPhase(p, token, id, workspace.PhaseReady, "", "")
+		Eventually(func(g Gomega) {
+			code, _, body, err := pxDo(p.ProxyURL+w.WorkspacePath, token)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(code).To(Equal(http.StatusOK), body)
+		}).Should(Succeed())
+	}
+	return out
+}
+
 // pxSpawn spawns workspace id from template as the token's user and returns the API's view of it.
 func pxSpawn(p *Nogoo9Process, token, template, id string) workspace.Info {
 	GinkgoHelper()

@@ -48,19 +48,7 @@ var _ = Describe("Resilience: more faults of the control plane", Label("resilien
 			"--oidc-issuer-url="+Cluster.IssuerURL, "--oidc-client-id=nogoo9", "--oidc-ca-file="+Cluster.CAFile)
 		Eventually(func() string { return proc.LogTail(2000) }).Should(ContainSubstring("Successfully acquired lease"))
 		StartStandin(ns)
-		before := map[string]workspace.Info{}
-		for i := range n {
-			id := fmt.Sprintf("etcd-%d", i)
-			before[id] = pxSpawn(proc, alice, "py", id)
-		}
-		for id, w := range before {
-			pxExpectPhase(proc, alice, id, workspace.PhaseReady, "", "")
-			Eventually(func(g Gomega) {
-				code, _, body, err := pxDo(proc.ProxyURL+w.WorkspacePath, alice)
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(code).To(Equal(http.StatusOK), body)
-			}).Should(Succeed())
-		}
+		before := pxSpawnReachable(proc, alice, "py", "etcd", n)
 
 		By(fmt.Sprintf("stopping etcd for %s while spawning, listing and proxying", outage))
 		Expect(Cluster.StopProcess(localcluster.Etcd)).To(Succeed())

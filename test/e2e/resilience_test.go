@@ -99,19 +99,7 @@ var _ = Describe("Resilience: faults of the control plane", Label("resilience"),
 		StartStandin(ns)
 
 		By(fmt.Sprintf("spawning %d workspaces and reaching each through the proxy", n))
-		before := map[string]workspace.Info{}
-		for i := range n {
-			id := fmt.Sprintf("res-%d", i)
-			before[id] = pxSpawn(proc, alice, "py", id)
-		}
-		for id, w := range before {
-			pxExpectPhase(proc, alice, id, workspace.PhaseReady, "", "")
-			Eventually(func(g Gomega) {
-				code, _, body, err := pxDo(proc.ProxyURL+w.WorkspacePath, alice)
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(code).To(Equal(http.StatusOK), body)
-			}).Should(Succeed())
-		}
+		before := pxSpawnReachable(proc, alice, "py", "res", n)
 
 		By("raising the template and asking for every upgrade, then stopping kube-apiserver at once")
 		tmpl.Annotations[workspace.AnnTemplateVersion] = "2"

@@ -341,18 +341,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 			ids[i] = fmt.Sprintf("w-%02d", i)
 			hist.NoOutage(ids[i])
 		}
-		Expect(inParallel(8, n, func(i int) error {
-			_, err := erin.call(ctx, http.MethodPost, "/api/v1/workspaces", frontend.SpawnInput{Template: "plain", ID: ids[i]}, nil)
-			return err
-		})).To(BeEmpty())
-		Eventually(func(g Gomega) {
-			var list corev1.PodList
-			g.Expect(K8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
-			g.Expect(list.Items).To(HaveLen(n))
-			for i := range list.Items {
-				g.Expect(podReadyNow(&list.Items[i])).To(BeTrue(), "pod %s", list.Items[i].Name)
-			}
-		}).Should(Succeed())
+		erin.spawnAllReady(ctx, ns, ids, plainTemplate)
 
 		By("raising the version and annotating every outdated pod with kubectl, as docs/upgrades.md shows")
 		bumpTemplate(ctx, upgradeTemplate(ns, "plain", "2.0", "example.com/ide:2.0", ""))
@@ -414,18 +403,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		})).To(BeEmpty())
 		p := StartNogoo9("--namespace=" + ns)
 		frank := userClient(ctx, p, ns, "frank")
-		Expect(inParallel(8, n, func(i int) error {
-			_, err := frank.call(ctx, http.MethodPost, "/api/v1/workspaces", frontend.SpawnInput{Template: "t-" + ids[i], ID: ids[i]}, nil)
-			return err
-		})).To(BeEmpty())
-		Eventually(func(g Gomega) {
-			var list corev1.PodList
-			g.Expect(K8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
-			g.Expect(list.Items).To(HaveLen(n))
-			for i := range list.Items {
-				g.Expect(podReadyNow(&list.Items[i])).To(BeTrue(), "pod %s", list.Items[i].Name)
-			}
-		}).Should(Succeed())
+		frank.spawnAllReady(ctx, ns, ids, func(i int) string { return "t-" + ids[i] })
 
 		By("stopping nogoo9, raising every version and annotating every pod with kubectl")
 		p.Stop()
@@ -464,18 +442,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		for i := range ids {
 			ids[i] = fmt.Sprintf("w-%02d", i)
 		}
-		Expect(inParallel(8, n, func(i int) error {
-			_, err := gina.call(ctx, http.MethodPost, "/api/v1/workspaces", frontend.SpawnInput{Template: "plain", ID: ids[i]}, nil)
-			return err
-		})).To(BeEmpty())
-		Eventually(func(g Gomega) {
-			var list corev1.PodList
-			g.Expect(K8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
-			g.Expect(list.Items).To(HaveLen(n))
-			for i := range list.Items {
-				g.Expect(podReadyNow(&list.Items[i])).To(BeTrue(), "pod %s", list.Items[i].Name)
-			}
-		}).Should(Succeed())
+		gina.spawnAllReady(ctx, ns, ids, plainTemplate)
 		bumpTemplate(ctx, upgradeTemplate(ns, "plain", "2.0", "example.com/ide:2.0", ""))
 		gina.waitOutdated(ctx, ids[0], "2.0")
 
@@ -1031,6 +998,27 @@ func inParallel(workers, n int, fn func(i int) error) []error {
 	wg.Wait()
 	return errs
 }
+
+// spawnAllReady spawns one workspace per id through c, from template tmpl(i), 8 at a time, and
+// waits (bounded, 2 min) until namespace ns holds exactly those pods, every one Running and Ready.
+func (c *apiClient) spawnAllReady(ctx context.Context, ns string, ids []string, tmpl func(i int) string) {
+	GinkgoHelper()
+	Expect(inParallel(8, len(ids), func(i int) error {
+		_, err := c.call(ctx, http.MethodPost, "/api/v1/workspaces", frontend.SpawnInput{Template: tmpl(i), ID: ids[i]}, nil)
+		return err
+	})).To(BeEmpty())
+	Eventually(func(g Gomega) {
+		var list corev1.PodList
+		g.Expect(K8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).To(HaveLen(len(ids)))
+		for i := range list.Items {
+			g.Expect(podReadyNow(&list.Items[i])).To(BeTrue(), "pod %s", list.Items[i].Name)
+		}
+	}).WithTimeout(2 * time.Minute).Should(Succeed())
+}
+
+// plainTemplate names template "plain" for every workspace (spawnAllReady).
+func plainTemplate(int) string { return "plain" }
 
 // apiClient calls nogoo9's REST API with one service account's token.
 type apiClient struct {
