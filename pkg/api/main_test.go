@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -29,7 +28,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -39,6 +37,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/workspace"
+	"github.com/nogoo9/no-crd/test/apiserver"
 )
 
 const (
@@ -62,31 +61,20 @@ var env struct {
 }
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	os.Exit(runWithEnv(m))
+	apiserver.Main(m, func(cfg *restclient.Config) int {
+		if cfg == nil {
+			return m.Run()
+		}
+		return runWithEnv(m, cfg)
+	})
 }
 
-func runWithEnv(m *testing.M) int {
+func runWithEnv(m *testing.M, cfg *restclient.Config) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		if _, err := os.Stat("../../bin/kube-apiserver"); err == nil {
-			abs, _ := filepath.Abs("../../bin")
-			os.Setenv("KUBEBUILDER_ASSETS", abs)
-		}
-	}
-	te := &envtest.Environment{}
-	cfg, err := te.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start envtest (set KUBEBUILDER_ASSETS=<repo>/bin):", err)
-		return 1
-	}
-	defer te.Stop()
 
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
+	var err error
 	env.k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -3,9 +3,7 @@ package spawner
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,38 +14,27 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/workspace"
+	"github.com/nogoo9/no-crd/test/apiserver"
 )
 
-// One kube-apiserver for the package's integration tests.
+// One kube-apiserver for the package's integration tests (nil with -short).
 var (
-	cfg    *rest.Config
-	envErr error
-	nsSeq  atomic.Int32
+	cfg   *rest.Config
+	nsSeq atomic.Int32
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	var env *envtest.Environment
-	if !testing.Short() {
-		assets := os.Getenv("KUBEBUILDER_ASSETS")
-		if assets == "" {
-			assets = "../../bin"
-		}
-		env = &envtest.Environment{BinaryAssetsDirectory: assets}
-		if cfg, envErr = env.Start(); envErr == nil {
+	apiserver.Main(m, func(c *rest.Config) int {
+		cfg = c
+		if cfg != nil {
 			// 50 concurrent spawns must not queue behind client-go's default 5 requests/s.
 			cfg.QPS, cfg.Burst = 1000, 2000
 		}
-	}
-	code := m.Run()
-	if env != nil && envErr == nil {
-		_ = env.Stop()
-	}
-	os.Exit(code)
+		return m.Run()
+	})
 }
 
 // setup gives a test its own namespace and a direct client.
@@ -55,9 +42,6 @@ func setup(t *testing.T) (context.Context, client.Client, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs kube-apiserver (run without -short)")
-	}
-	if envErr != nil {
-		t.Fatalf("envtest did not start (KUBEBUILDER_ASSETS=%s): %v", os.Getenv("KUBEBUILDER_ASSETS"), envErr)
 	}
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {

@@ -2,7 +2,6 @@ package templates
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -20,45 +19,30 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nogoo9/no-crd/pkg/workspace"
+	"github.com/nogoo9/no-crd/test/apiserver"
 )
 
-// One kube-apiserver for the package's integration tests.
+// One kube-apiserver for the package's integration tests (nil with -short).
 var (
-	cfg    *rest.Config
-	envErr error
-	nsSeq  atomic.Int32
+	cfg   *rest.Config
+	nsSeq atomic.Int32
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	var env *envtest.Environment
-	if !testing.Short() {
-		assets := os.Getenv("KUBEBUILDER_ASSETS")
-		if assets == "" {
-			assets = "../../bin"
-		}
-		env = &envtest.Environment{BinaryAssetsDirectory: assets}
-		cfg, envErr = env.Start()
-	}
-	code := m.Run()
-	if env != nil && envErr == nil {
-		_ = env.Stop()
-	}
-	os.Exit(code)
+	apiserver.Main(m, func(c *rest.Config) int {
+		cfg = c
+		return m.Run()
+	})
 }
 
 func needAPIServer(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs kube-apiserver (run without -short)")
-	}
-	if envErr != nil {
-		t.Fatalf("envtest did not start (KUBEBUILDER_ASSETS=%s): %v", os.Getenv("KUBEBUILDER_ASSETS"), envErr)
 	}
 }
 

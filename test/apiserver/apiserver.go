@@ -3,6 +3,8 @@
 package apiserver
 
 import (
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,15 +18,51 @@ import (
 // Assets is KUBEBUILDER_ASSETS or the repository's bin/ (make tools).
 func Assets(t testing.TB) string {
 	t.Helper()
+	dir, err := assets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func assets() (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir
+		return dir, nil
 	}
 	_, file, _, _ := runtime.Caller(0)
 	dir := filepath.Join(filepath.Dir(file), "..", "..", "bin")
 	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
-		t.Fatalf("no kube-apiserver in %s: run `make tools` or set KUBEBUILDER_ASSETS", dir)
+		return "", fmt.Errorf("no kube-apiserver in %s: run `make tools` or set KUBEBUILDER_ASSETS", dir)
 	}
-	return dir
+	return dir, nil
+}
+
+// Main runs a package's tests (call it from TestMain) with one kube-apiserver they all share: it
+// starts it, calls run with its config (run calls m.Run and returns its code), stops it and exits
+// with run's code. With -short it starts nothing and run gets a nil config (the integration tests
+// skip themselves). A failed start exits 1 with the reason.
+func Main(m *testing.M, run func(cfg *rest.Config) int) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(run(nil))
+	}
+	os.Exit(withAPIServer(run))
+}
+
+func withAPIServer(run func(cfg *rest.Config) int) int {
+	dir, err := assets()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: dir}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "start kube-apiserver (assets in %s): %v\n", dir, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	return run(cfg)
 }
 
 // Start starts a kube-apiserver (with its etcd) for the test, stops it when the test ends, and
