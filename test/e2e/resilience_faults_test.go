@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -23,12 +22,7 @@ import (
 )
 
 // resEtcdOutage is how long etcd stays down (NOGOO9_E2E_ETCD_OUTAGE, default 15s).
-func resEtcdOutage() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("NOGOO9_E2E_ETCD_OUTAGE")); err == nil && d > 0 {
-		return d
-	}
-	return 15 * time.Second
-}
+func resEtcdOutage() time.Duration { return envDuration("NOGOO9_E2E_ETCD_OUTAGE", 15*time.Second) }
 
 var _ = Describe("Resilience: more faults of the control plane", Label("resilience"), func() {
 	It("etcd down under spawns and proxied traffic: every spawn answers (503 saying what happened), the proxy keeps serving, and everything converges", func(ctx SpecContext) {

@@ -21,11 +21,14 @@ import (
 
 // resOutage is how long the API server stays down (NOGOO9_E2E_OUTAGE, default 20s): longer than
 // the token cache (10s) and the lease renew deadline (10s), so whatever depends on them shows.
-func resOutage() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("NOGOO9_E2E_OUTAGE")); err == nil && d > 0 {
+func resOutage() time.Duration { return envDuration("NOGOO9_E2E_OUTAGE", 20*time.Second) }
+
+// envDuration is the positive duration in environment variable name, or def.
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d > 0 {
 		return d
 	}
-	return 20 * time.Second
+	return def
 }
 
 // resClient bounds every call: an answer that does not come within 15 s counts as a hang.
