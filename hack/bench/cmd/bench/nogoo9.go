@@ -210,6 +210,17 @@ type wsSet struct {
 	rev       int
 	// timeline is the last roll's milestones per workspace (bench.Timeline).
 	timeline *bench.Timeline
+	// specBytes and podBytes are the largest nogoo9/rollback-spec value and the largest new pod
+	// carrying one (protobuf, as the API server stores and sends it) the last roll's watch saw.
+	specBytes, podBytes int
+}
+
+// sizes describes the last roll's rollback specs, for the log.
+func (s *wsSet) sizes() string {
+	if s.specBytes == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; largest %s %d bytes, on a new pod of %d bytes (protobuf)", workspace.AnnRollbackSpec, s.specBytes, s.podBytes)
 }
 
 func (s *wsSet) configMap() *corev1.ConfigMap {
@@ -325,6 +336,7 @@ func (s *wsSet) roll(ctx context.Context, timeout time.Duration) (time.Duration,
 	start := time.Now()
 	tl := bench.NewTimeline(start, "upgrade-all answered", "intent", "created", "old deleting", "old gone", "ungated", "scheduled", "Ready")
 	s.timeline = tl
+	s.specBytes, s.podBytes = 0, 0
 	answered := make(chan error, 1)
 	go func() {
 		answered <- s.n.call(ctx, http.MethodPost, "/api/v1/upgrade-all", nil, nil)
@@ -359,6 +371,9 @@ func (s *wsSet) roll(ctx context.Context, timeout time.Duration) (time.Duration,
 				}
 			case want:
 				tl.Mark("created", id, now)
+				if n := len(p.Annotations[workspace.AnnRollbackSpec]); n > s.specBytes {
+					s.specBytes, s.podBytes = n, p.Size()
+				}
 				if len(p.Spec.SchedulingGates) == 0 {
 					tl.Mark("ungated", id, now)
 				}
