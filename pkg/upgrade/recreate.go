@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -195,10 +196,9 @@ const maxRollbackSpecJSON = 4 << 20
 // fifth to a third of the JSON's size, measured in docs/performance.md, "Sixth round").
 func EncodeRollbackSpec(podJSON []byte) (string, error) {
 	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	if err != nil {
-		return "", err
-	}
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(&buf)
 	if _, err := zw.Write(podJSON); err != nil {
 		return "", fmt.Errorf("compress rollback spec: %w", err)
 	}
@@ -207,6 +207,15 @@ func EncodeRollbackSpec(podJSON []byte) (string, error) {
 	}
 	return rollbackSpecGzip + base64.StdEncoding.EncodeToString(buf.Bytes()), nil
 }
+
+// gzipWriters are reused: a new writer allocates about 800 KB of tables, ten times the time of
+// compressing a pod's JSON, and garbage the collector then works through in the middle of a bulk
+// upgrade (the first build of this round spent 0.1 of nogoo9's 0.7 CPU-s per 100 Recreate starts
+// there).
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(nil, gzip.BestCompression) // the level is valid: no error
+	return zw
+}}
 
 // DecodeRollbackSpec returns the pod JSON of a nogoo9/rollback-spec value in either format
 // (compressed, or the plain JSON of older replicas).
