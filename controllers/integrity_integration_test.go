@@ -174,7 +174,10 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 		// A spec nogoo9 itself signed that the API server refuses (an invalid container name, as
 		// a field that stopped validating would be): the refusal is final.
 		full := e.get(up.Name)
-		spec := strings.Replace(full.Annotations[workspace.AnnRollbackSpec], `"name":"ide"`, `"name":"Not_A_DNS_Label"`, 1)
+		js, err := upgrade.DecodeRollbackSpec(full.Annotations[workspace.AnnRollbackSpec])
+		e.g.Expect(err).NotTo(gomega.HaveOccurred())
+		spec, err := upgrade.EncodeRollbackSpec([]byte(strings.Replace(string(js), `"name":"ide"`, `"name":"Not_A_DNS_Label"`, 1)))
+		e.g.Expect(err).NotTo(gomega.HaveOccurred())
 		full.Annotations[workspace.AnnRollbackSpec] = spec
 		e.patchMeta(up.Name, nil, map[string]*string{workspace.AnnRollbackSpec: &spec,
 			workspace.AnnUpgradeHMAC: str(keys.Sign(e.ns, up.Name, full.Annotations, spec))})
@@ -188,6 +191,42 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 			g.Expect(p.Annotations).NotTo(gomega.HaveKey(workspace.AnnUpgradeStartedAt))
 		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
 		untouched(e, e.get(up.Name))
+	})
+
+	t.Run("a Recreate upgrade an older replica started, its rollback spec plain JSON, is still rolled back", func(t *testing.T) {
+		keys := upgrade.RandomKeyring()
+		e := newEnv(t, ideTemplate("v1", "ide:1", corev1.ReadWriteOnce), UpgradeOptions{Timeout: 10 * time.Minute, Keys: keys})
+		e.start()
+		old := e.spawn("jane", "older")
+		e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
+		e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
+		up := e.recreatedPod("older", old.Name)
+		// The record as a replica of an earlier release wrote it (the same keys, as across a
+		// rolling update of nogoo9): the spec as plain JSON, signed.
+		full := e.get(up.Name)
+		js, err := upgrade.DecodeRollbackSpec(full.Annotations[workspace.AnnRollbackSpec])
+		e.g.Expect(err).NotTo(gomega.HaveOccurred())
+		spec := string(js)
+		e.g.Expect(spec).To(gomega.HavePrefix("{"))
+		full.Annotations[workspace.AnnRollbackSpec] = spec
+		e.patchMeta(up.Name, nil, map[string]*string{workspace.AnnRollbackSpec: &spec,
+			workspace.AnnUpgradeHMAC: str(keys.Sign(e.ns, up.Name, full.Annotations, spec))})
+		e.setWaiting(up.Name, "CrashLoopBackOff", "back-off")
+		e.clock.Add(11 * time.Minute)
+		e.poke(up.Name)
+		e.g.Eventually(func(g gomega.Gomega) {
+			pods := e.pods(g, "older")
+			g.Expect(pods).To(gomega.HaveLen(1))
+			var back *corev1.Pod
+			for _, p := range pods {
+				back = p
+			}
+			g.Expect(back.Name).NotTo(gomega.Equal(up.Name))
+			g.Expect(back.Annotations[workspace.AnnUpgradeStrategy]).To(gomega.Equal(string(upgrade.Rollback)))
+			g.Expect(workspace.TemplateVersion(back)).To(gomega.Equal("v1"))
+			g.Expect(back.Spec.Containers[0].Image).To(gomega.Equal("ide:1"))
+			g.Expect(back.Annotations[workspace.AnnLastUpgradeError]).To(gomega.ContainSubstring("CrashLoopBackOff"))
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
 	})
 
 	t.Run("a rollback planned from a stale cache after the owner deleted the workspace creates nothing", func(t *testing.T) {

@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -283,8 +285,114 @@ func outdatedWorkspace(t *testing.T, c client.Client, nsPrefix, owner, id string
 			_ = c.Patch(ctx, old, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
 		})
 	}
+	// The informer a real pass plans from is fed by the API server's watch cache, which has
+	// therefore seen the pod; this snapshot comes from the create's answer instead: wait for it.
+	waitWatchCache(t, c, old)
 	reg.set(ideTemplate("v2", "ide:2", mode))
 	return ns, reg, old, claims
+}
+
+// waitWatchCache waits (bounded) until the API server's watch cache serves p at p's
+// resourceVersion.
+func waitWatchCache(t *testing.T, c client.Reader, p *corev1.Pod) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got corev1.Pod
+		err := c.Get(context.Background(), client.ObjectKeyFromObject(p), &got, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
+		if err == nil && got.ResourceVersion == p.ResourceVersion {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the API server's watch cache did not serve pod %s at resourceVersion %s within 10s (last: %q, %v)", p.Name, p.ResourceVersion, got.ResourceVersion, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readLog records, for each read from the API server, the resourceVersion it asked for ("" is a
+// quorum read from etcd, "0" the API server's watch cache).
+type readLog struct {
+	client.Reader
+	mu  sync.Mutex
+	rvs []string
+}
+
+func (l *readLog) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	var o client.GetOptions
+	o.ApplyOptions(opts)
+	rv := ""
+	if o.Raw != nil {
+		rv = o.Raw.ResourceVersion
+	}
+	l.mu.Lock()
+	l.rvs = append(l.rvs, rv)
+	l.mu.Unlock()
+	return l.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (l *readLog) reads() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.rvs)
+}
+
+// TestRecreateStartReadsTheOldPodsSpecFromTheWatchCache: a Recreate start reads the old pod in
+// full for its rollback spec. It asks the API server's watch cache (no etcd read); a copy at the
+// resourceVersion the pass planned from is the version the old pod's delete is preconditioned
+// on, so it is used. A copy at any other version is followed by a quorum read, as before.
+func TestRecreateStartReadsTheOldPodsSpecFromTheWatchCache(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	ctx := context.Background()
+	cw, err := client.NewWithWatch(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name string
+		// changeAfterPlan writes to the old pod after the pass's view of the cache was taken.
+		changeAfterPlan bool
+		wantReads       []string
+		wantOldDeleted  bool
+	}{
+		{name: "the watch cache has the version the pass planned from: one read, from the watch cache",
+			wantReads: []string{"0"}, wantOldDeleted: true},
+		{name: "the old pod changed after the plan: the watch cache's copy is newer, so a quorum read follows; the delete's precondition stops the move",
+			changeAfterPlan: true, wantReads: []string{"0", "", ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns, reg, old, claims := outdatedWorkspace(t, c, fmt.Sprintf("spec-read-%d", i), "fay", "lab", corev1.ReadWriteOncePod, false)
+			if tc.changeAfterPlan {
+				var live corev1.Pod
+				if err := c.Get(ctx, client.ObjectKeyFromObject(old), &live); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Patch(ctx, &live, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"example.com/note":"edited"}}}`))); err != nil {
+					t.Fatal(err)
+				}
+				waitWatchCache(t, c, &live)
+			}
+			api := &readLog{Reader: c}
+			r := snapshotReconciler("spec-read-test", cw, snapshotCache{pods: []*corev1.Pod{old}, claims: claims}, api, reg, record.NewFakeRecorder(100), nil)
+			if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "lab"}}); err != nil {
+				t.Fatalf("reconcile: %v", err)
+			}
+			if got := api.reads(); !slices.Equal(got, tc.wantReads) {
+				t.Errorf("reads from the API server asked for resourceVersions %q, want %q (\"0\": the watch cache, \"\": etcd)", got, tc.wantReads)
+			}
+			var up corev1.Pod
+			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: workspace.NextPodName(old, "v2")}, &up); err != nil {
+				t.Fatalf("upgraded pod: %v", err)
+			}
+			js, err := upgrade.DecodeRollbackSpec(up.Annotations[workspace.AnnRollbackSpec])
+			if err != nil || !strings.Contains(string(js), `"image":"ide:1"`) {
+				t.Errorf("upgraded pod's rollback spec is not the old pod's (%v): %s", err, js)
+			}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(old), &corev1.Pod{}); apierrors.IsNotFound(err) != tc.wantOldDeleted {
+				t.Errorf("old pod deleted = %v, want %v", apierrors.IsNotFound(err), tc.wantOldDeleted)
+			}
+		})
+	}
 }
 
 // snapshotReconciler is an upgrade controller that plans from snap (a fixed view of the cache),

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -542,7 +543,7 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 	}
 	if a.Strategy == upgrade.Recreate {
 		var full corev1.Pod
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(old), &full); err != nil {
+		if err := r.readForRollback(ctx, old, &full); err != nil {
 			r.gate.release(key)
 			if apierrors.IsNotFound(err) {
 				return endMove, nil // gone meanwhile: the next pass sees it
@@ -623,6 +624,25 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 		r.gate.release(key)
 		return 0, fmt.Errorf("create upgraded pod %s: %w", pod.Name, err)
 	}
+}
+
+// readForRollback reads old in full (the cache strips its spec), for the rollback spec of a
+// Recreate start. It asks the API server's watch cache first (resourceVersion "0": no etcd read,
+// and the API server has the object decoded already). A copy at exactly the resourceVersion this
+// pass planned from is the version that the old pod's delete, next in the move, has as its
+// precondition: if that delete succeeds, the spec is the deleted pod's, as a quorum read would
+// have given. Any other answer (the watch cache behind or ahead of nogoo9's cache, another API
+// server replica, not found) is followed by a quorum read, as before.
+func (r *WorkspaceReconciler) readForRollback(ctx context.Context, old, full *corev1.Pod) error {
+	key := client.ObjectKeyFromObject(old)
+	if old.ResourceVersion != "" {
+		err := r.APIReader.Get(ctx, key, full, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
+		if err == nil && full.UID == old.UID && full.ResourceVersion == old.ResourceVersion {
+			return nil
+		}
+		*full = corev1.Pod{}
+	}
+	return r.APIReader.Get(ctx, key, full)
 }
 
 // checkAfterCreate reads old, the pod that upgraded pod pod replaces, from the API server after

@@ -375,7 +375,10 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 			g.Expect(up).NotTo(gomega.BeNil())
 		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
 		e.g.Expect(up.Annotations[workspace.AnnUpgradeStrategy]).To(gomega.Equal(string(upgrade.Recreate)))
-		e.g.Expect(up.Annotations[workspace.AnnRollbackSpec]).To(gomega.ContainSubstring(`"image":"ide:1"`))
+		e.g.Expect(up.Annotations[workspace.AnnRollbackSpec]).To(gomega.HavePrefix("gzip+base64:"), "the spec is written compressed")
+		spec, err := upgrade.DecodeRollbackSpec(up.Annotations[workspace.AnnRollbackSpec])
+		e.g.Expect(err).NotTo(gomega.HaveOccurred())
+		e.g.Expect(string(spec)).To(gomega.ContainSubstring(`"image":"ide:1"`))
 		e.expectIdentity(e.g, up, old)
 
 		e.setReady(name)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -92,4 +93,78 @@ func CountEventWrites(ctx context.Context, cs kubernetes.Interface) (float64, er
 		return 0, fmt.Errorf("scrape kube-apiserver /metrics: %w", err)
 	}
 	return sumWritesOf(body, func(resource string) bool { return resource == "events" })
+}
+
+// PodTraffic is what the API server did for pods, from its own counters: requests by verb (every
+// subresource: bindings and status writes too) and the watch events it sent to every pod watcher
+// (kube-scheduler, the controller-managers, kwok, nogoo9, the benchmark) with their bytes.
+type PodTraffic struct {
+	Requests                   map[string]float64
+	WatchEvents, WatchEventSum float64
+}
+
+// ScrapePodTraffic reads PodTraffic from kube-apiserver's /metrics.
+func ScrapePodTraffic(ctx context.Context, cs kubernetes.Interface) (PodTraffic, error) {
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return PodTraffic{}, fmt.Errorf("scrape kube-apiserver /metrics: %w", err)
+	}
+	return parsePodTraffic(body)
+}
+
+func parsePodTraffic(body []byte) (PodTraffic, error) {
+	t := PodTraffic{Requests: map[string]float64{}}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		open, end := strings.IndexByte(line, '{'), strings.LastIndexByte(line, '}')
+		if open < 0 || end < open {
+			continue
+		}
+		name := line[:open]
+		if name != "apiserver_request_total" && name != "apiserver_watch_events_sizes_sum" && name != "apiserver_watch_events_sizes_count" {
+			continue
+		}
+		labels := parseLabels(line[open+1 : end])
+		if labels["resource"] != "pods" || labels["group"] != "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[end+1:]), 64)
+		if err != nil {
+			return PodTraffic{}, fmt.Errorf("metrics line %q: value: %w", line, err)
+		}
+		switch name {
+		case "apiserver_request_total":
+			if labels["verb"] != "WATCH" {
+				t.Requests[labels["verb"]] += v
+			}
+		case "apiserver_watch_events_sizes_sum":
+			t.WatchEventSum += v
+		case "apiserver_watch_events_sizes_count":
+			t.WatchEvents += v
+		}
+	}
+	return t, sc.Err()
+}
+
+// PerUnit is one line describing after minus t divided by n (workspaces): pod requests by verb,
+// watch events sent and their mean size.
+func (t PodTraffic) PerUnit(after PodTraffic, n int) string {
+	var verbs []string
+	total := 0.0
+	for v, a := range after.Requests {
+		if d := a - t.Requests[v]; d > 0 {
+			verbs = append(verbs, fmt.Sprintf("%s %.2f", v, d/float64(n)))
+			total += d
+		}
+	}
+	slices.Sort(verbs)
+	ev, sum := after.WatchEvents-t.WatchEvents, after.WatchEventSum-t.WatchEventSum
+	mean := 0.0
+	if ev > 0 {
+		mean = sum / ev
+	}
+	return fmt.Sprintf("pod requests %.2f per workspace (%s); pod watch events sent %.1f per workspace, %.0f bytes each on average, %.1f KB per workspace",
+		total/float64(n), strings.Join(verbs, ", "), ev/float64(n), mean, sum/float64(n)/1000)
 }

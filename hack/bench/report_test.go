@@ -125,3 +125,26 @@ func TestFormatNumber(t *testing.T) {
 		}
 	}
 }
+
+func TestPodTrafficCountsOnlyCorePodsAndSubtracts(t *testing.T) {
+	before, err := parsePodTraffic([]byte(`# HELP apiserver_request_total x
+apiserver_request_total{code="201",component="apiserver",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 10
+apiserver_request_total{code="200",component="apiserver",group="",resource="pods",scope="resource",subresource="binding",verb="POST",version="v1"} 5
+apiserver_request_total{code="0",component="apiserver",group="",resource="pods",scope="resource",subresource="",verb="WATCH",version="v1"} 7
+apiserver_request_total{code="200",component="apiserver",group="",resource="configmaps",scope="resource",subresource="",verb="PATCH",version="v1"} 99
+apiserver_watch_events_sizes_sum{group="",resource="pods",version="v1"} 1000
+apiserver_watch_events_sizes_count{group="",resource="pods",version="v1"} 4
+apiserver_watch_events_sizes_sum{group="policy",resource="pods",version="v1"} 5000
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Requests["POST"] != 15 || len(before.Requests) != 1 || before.WatchEvents != 4 || before.WatchEventSum != 1000 {
+		t.Fatalf("parsed %+v, want POST 15 only (watches and other resources left out), 4 events of 1000 bytes", before)
+	}
+	after := PodTraffic{Requests: map[string]float64{"POST": 35, "PATCH": 10}, WatchEvents: 24, WatchEventSum: 41000}
+	want := "pod requests 3.00 per workspace (PATCH 1.00, POST 2.00); pod watch events sent 2.0 per workspace, 2000 bytes each on average, 4.0 KB per workspace"
+	if got := before.PerUnit(after, 10); got != want {
+		t.Errorf("PerUnit =\n%s\nwant\n%s", got, want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -33,6 +34,8 @@ type nogoo9Proc struct {
 	cs                         kubernetes.Interface
 	http                       *http.Client
 	sideBySide, recreate       *wsSet
+	// pprof is the address of its /debug/pprof endpoints ("": not served).
+	pprof string
 	// started is when the process was started (after the harness's own set-up: namespaces,
 	// token, flag checks), where a cold start begins, as the naive baseline's does.
 	started time.Time
@@ -173,10 +176,22 @@ func startNogoo9Upgrade(ctx context.Context, c config, cl *localcluster.Cluster,
 	if err := ensureNS(ctx, cs, ns); err != nil {
 		return nil, err
 	}
-	n, err := startNogoo9(ctx, c, cl, ns, "nogoo9-upgrade")
+	var extra []string
+	pprofAddr := ""
+	if os.Getenv("BENCH_PPROF_DIR") != "" {
+		// A CPU profile of nogoo9 during each of its rollouts (wsSet.roll).
+		ports, err := localcluster.FreePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+		extra = append(extra, "--pprof-bind-address="+pprofAddr)
+	}
+	n, err := startNogoo9(ctx, c, cl, ns, "nogoo9-upgrade", extra...)
 	if err != nil {
 		return nil, err
 	}
+	n.pprof = pprofAddr
 	if !c.figures[1] && !c.figures[2] {
 		return n, nil
 	}
@@ -210,6 +225,17 @@ type wsSet struct {
 	rev       int
 	// timeline is the last roll's milestones per workspace (bench.Timeline).
 	timeline *bench.Timeline
+	// specBytes and podBytes are the largest nogoo9/rollback-spec value and the largest new pod
+	// carrying one (protobuf, as the API server stores and sends it) the last roll's watch saw.
+	specBytes, podBytes int
+}
+
+// sizes describes the last roll's rollback specs, for the log.
+func (s *wsSet) sizes() string {
+	if s.specBytes == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; largest %s %d bytes, on a new pod of %d bytes (protobuf)", workspace.AnnRollbackSpec, s.specBytes, s.podBytes)
 }
 
 func (s *wsSet) configMap() *corev1.ConfigMap {
@@ -322,9 +348,15 @@ func (s *wsSet) roll(ctx context.Context, timeout time.Duration) (time.Duration,
 	}
 	defer w.Close()
 	want, prev := strconv.Itoa(s.rev), strconv.Itoa(s.rev-1)
+	if s.n.pprof != "" {
+		// Four seconds from the clock's start: the rollout (2-4 s at N=100) and a little after.
+		path := filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("cpu-rollout-%s-%d-%d.pprof", s.template, s.rev, time.Now().Unix()))
+		go saveProfile(context.WithoutCancel(ctx), s.n.pprof, "profile?seconds=4", path)
+	}
 	start := time.Now()
 	tl := bench.NewTimeline(start, "upgrade-all answered", "intent", "created", "old deleting", "old gone", "ungated", "scheduled", "Ready")
 	s.timeline = tl
+	s.specBytes, s.podBytes = 0, 0
 	answered := make(chan error, 1)
 	go func() {
 		answered <- s.n.call(ctx, http.MethodPost, "/api/v1/upgrade-all", nil, nil)
@@ -359,6 +391,9 @@ func (s *wsSet) roll(ctx context.Context, timeout time.Duration) (time.Duration,
 				}
 			case want:
 				tl.Mark("created", id, now)
+				if n := len(p.Annotations[workspace.AnnRollbackSpec]); n > s.specBytes {
+					s.specBytes, s.podBytes = n, p.Size()
+				}
 				if len(p.Spec.SchedulingGates) == 0 {
 					tl.Mark("ungated", id, now)
 				}

@@ -79,6 +79,11 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 		res.Fail(fig, subject, "s", err)
 		return
 	}
+	trafficBefore, err := bench.ScrapePodTraffic(ctx, cs)
+	if err != nil {
+		res.Fail(fig, subject, "s", err)
+		return
+	}
 	cpuBefore := bench.CPUByCommand()
 	d, err := roll(ctx)
 	cpu := bench.CPUDelta(cpuBefore, bench.CPUByCommand())
@@ -92,14 +97,18 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 	if tl != nil {
 		logf("%s: %s: timeline (first seen by the benchmark's watch, from the start): %s", fig, subject, tl())
 	}
-	if fig != titleUpgrade(c.n) || !c.figures[2] {
-		return
-	}
-	// Writes that follow the last observable step (status updates) belong to the rollout too.
+	// Writes that follow the last observable step (status updates, nogoo9's removal of a
+	// Recreate's rollback spec) belong to the rollout too.
 	select {
 	case <-ctx.Done():
 		return
 	case <-time.After(2 * time.Second):
+	}
+	if after, err := bench.ScrapePodTraffic(ctx, cs); err == nil {
+		logf("%s: %s: API server, until 2 s after the end: %s", fig, subject, trafficBefore.PerUnit(after, n))
+	}
+	if fig != titleUpgrade(c.n) || !c.figures[2] {
+		return
 	}
 	after, err := bench.CountWrites(ctx, cs)
 	if err != nil {
@@ -219,7 +228,7 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 		if nog != nil && nog.recreate != nil {
 			measured(ctx, res, c, cs, figR, subjNogoo9Recr, c.n, func(ctx context.Context) (time.Duration, error) {
 				return nog.recreate.roll(ctx, timeout)
-			}, func() string { return nog.recreate.timeline.String() })
+			}, func() string { return nog.recreate.timeline.String() + nog.recreate.sizes() })
 		}
 	}
 	res.Compare(fig, subjDeployRaised, subjDeployDefault)

@@ -1,0 +1,124 @@
+package upgrade
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// richPod is an old pod of the size real workspaces have: several containers, environment,
+// mounts, probes and the defaults the API server fills in.
+func richPod() *corev1.Pod {
+	return with(wsPod("ws-old", "uid-old", "v1", t0), claim("data"), func(p *corev1.Pod) {
+		c := &p.Spec.Containers[0]
+		for _, k := range []string{"HOME", "SHELL", "EDITOR", "GIT_AUTHOR_NAME", "JUPYTER_PORT", "WORKSPACE_ID"} {
+			c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: "value-of-" + strings.ToLower(k)})
+		}
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/home/jane"}}
+		c.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}
+		c.TerminationMessagePath, c.TerminationMessagePolicy = "/dev/termination-log", corev1.TerminationMessageReadFile
+		c.ImagePullPolicy = corev1.PullIfNotPresent
+		side := c.DeepCopy()
+		side.Name, side.Image = "sidecar", "sidecar:v1"
+		p.Spec.Containers = append(p.Spec.Containers, *side)
+		p.Spec.RestartPolicy, p.Spec.DNSPolicy, p.Spec.SchedulerName = corev1.RestartPolicyAlways, corev1.DNSClusterFirst, "default-scheduler"
+		for _, k := range []string{"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"} {
+			secs := int64(300)
+			p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: k, Operator: corev1.TolerationOpExists,
+				Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &secs})
+		}
+	})
+}
+
+// TestRollbackSpecIsWrittenCompressedAndBothFormatsRestoreTheSamePod: nogoo9 writes the spec
+// compressed (it rides on every write and watch event of the new pod until Ready), and a spec an
+// older replica wrote as plain JSON still restores exactly the same pod.
+func TestRollbackSpecIsWrittenCompressedAndBothFormatsRestoreTheSamePod(t *testing.T) {
+	old := richPod()
+	spec, err := RollbackSpec(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(spec, rollbackSpecGzip) {
+		t.Fatalf("rollback spec is not written compressed: %.40q", spec)
+	}
+	plain, err := DecodeRollbackSpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec) >= len(plain)*2/3 {
+		t.Errorf("compressed spec is %d bytes for %d bytes of JSON: not smaller by a third", len(spec), len(plain))
+	}
+	t.Logf("rollback spec: %d bytes of JSON, %d bytes written", len(plain), len(spec))
+
+	restore := func(value string) *corev1.Pod {
+		t.Helper()
+		failed := upgraded(old, "ws-new", "uid-new", "v2", Recreate, t0)
+		failed.Annotations[workspace.AnnRollbackSpec] = value
+		p, err := RollbackPod(failed, "ws-rb", map[string]string{workspace.AnnUpgradeStrategy: string(Rollback)})
+		if err != nil {
+			t.Fatalf("restore from %.20q...: %v", value, err)
+		}
+		return p
+	}
+	fromNew, fromOld := restore(spec), restore(string(plain))
+	if !reflect.DeepEqual(fromNew, fromOld) {
+		t.Errorf("the two formats restore different pods:\n%+v\n%+v", fromNew, fromOld)
+	}
+	if len(fromNew.Spec.Containers) != 2 || fromNew.Spec.Containers[1].Image != "sidecar:v1" || len(fromNew.Spec.Containers[0].Env) != 6 {
+		t.Errorf("restored pod lost its spec: %+v", fromNew.Spec.Containers)
+	}
+}
+
+func TestDecodeRollbackSpecRejectsBadValuesNamingTheKey(t *testing.T) {
+	gz := func(b []byte) string {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		_, _ = zw.Write(b)
+		_ = zw.Close()
+		return rollbackSpecGzip + base64.StdEncoding.EncodeToString(buf.Bytes())
+	}
+	for _, tc := range []struct{ name, value, want string }{
+		{"neither format", "spec: yes", "starts with neither"},
+		{"not base64 after the prefix", rollbackSpecGzip + "!!!", "not base64"},
+		{"base64 of something that is not gzip", rollbackSpecGzip + base64.StdEncoding.EncodeToString([]byte("plain text")), "not gzip"},
+		{"truncated gzip", gz([]byte(`{"spec":{}}`))[:len(rollbackSpecGzip)+12], "not"},
+		{"inflates beyond the bound", gz(bytes.Repeat([]byte(" "), maxRollbackSpecJSON+1)), "more than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeRollbackSpec(tc.value)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), workspace.AnnRollbackSpec) {
+				t.Errorf("error = %v, want one naming %s and saying %q", err, workspace.AnnRollbackSpec, tc.want)
+			}
+		})
+	}
+}
+
+// TestEncodingARollbackSpecReusesItsCompressor: a new gzip writer allocates about 800 KB of tables
+// in some twenty allocations; during a bulk upgrade of hundreds of Recreate workspaces that garbage
+// kept nogoo9's collector busy. The writers are pooled, so an encoding allocates only its output.
+func TestEncodingARollbackSpecReusesItsCompressor(t *testing.T) {
+	spec, err := RollbackSpec(richPod())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := DecodeRollbackSpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := EncodeRollbackSpec(js); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 10 {
+		t.Errorf("EncodeRollbackSpec made %.1f allocations per call, want at most 10 (a pooled compressor)", allocs)
+	}
+}
