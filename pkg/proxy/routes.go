@@ -169,6 +169,11 @@ func normalizePrefix(p string) (string, error) {
 	if strings.ContainsAny(p, "?#%\\ ") {
 		return "", fmt.Errorf("path %q contains one of ?#%%\\ or a space: use plain path segments", p)
 	}
+	if isClean(p) && strings.HasSuffix(p, "/") && p != "/" && !strings.HasPrefix(p, ReservedPrefix) {
+		// Already a prefix (the usual annotation, "/ws/<user>/<id>/"): the route keeps the
+		// annotation's own string, which the cached pod holds anyway, instead of a copy per route.
+		return p, nil
+	}
 	c := path.Clean(p)
 	if c == "/" {
 		return "", fmt.Errorf("path %q is the root: a workspace needs its own prefix such as /ws/<user>/<id>/", p)
