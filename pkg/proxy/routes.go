@@ -117,6 +117,12 @@ func routesFor(key wsKey, pods []*corev1.Pod, now time.Time) ([]*target, []error
 	sorted := workspace.NewestFirst(append([]*corev1.Pod(nil), pods...))
 	active := workspace.Active(sorted)
 	status := workspace.Phase(sorted, now)
+	if status.Phase.Served() {
+		// A served workspace's reason and message are never read (they explain a 503:
+		// unavailable, serveStopped), and a ready pod's message names the pod: about 50 bytes
+		// per workspace that the route would hold for nothing.
+		status = workspace.Status{Phase: status.Phase}
+	}
 	created := sorted[len(sorted)-1].CreationTimestamp.Time
 	ann := active.Annotations
 	var out []*target

@@ -6,7 +6,13 @@ import (
 	"path"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nogoo9/no-crd/pkg/podcache/podcachetest"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // normalizePrefixSlow is normalizePrefix as it was before it returned an already-clean
@@ -57,6 +63,29 @@ func TestNormalizePrefixKeepsTheAnnotationsString(t *testing.T) {
 		want, werr := normalizePrefixSlow(in)
 		if got != want || (err == nil) != (werr == nil) {
 			t.Fatalf("normalizePrefix(%q) = %q, %v; cleaning gives %q, %v", in, got, err, want, werr)
+		}
+	}
+}
+
+// TestServedRoutesHoldNoMessage checks that a served workspace's routes hold only its phase (its
+// reason and message, which name the pod, are read only to explain a 503), and that a workspace
+// that is not served keeps both for that answer.
+func TestServedRoutesHoldNoMessage(t *testing.T) {
+	now := podcachetest.T0.Add(time.Hour)
+	for _, ws := range podcachetest.Workspaces() {
+		pods := ws.Pods
+		key := wsKey{pods[0].Namespace, workspace.ID(pods[0])}
+		full := workspace.Phase(workspace.NewestFirst(append([]*corev1.Pod(nil), pods...)), now)
+		targets, _ := routesFor(key, pods, now)
+		for _, tg := range targets {
+			switch {
+			case tg.status.Phase != full.Phase:
+				t.Errorf("%s: route phase %s, workspace phase %s", ws.Name, tg.status.Phase, full.Phase)
+			case full.Phase.Served() && (tg.status.Reason != "" || tg.status.Message != ""):
+				t.Errorf("%s: served route holds %+v", ws.Name, tg.status)
+			case !full.Phase.Served() && tg.status != full:
+				t.Errorf("%s: route status %+v, want %+v (its 503 explains it)", ws.Name, tg.status, full)
+			}
 		}
 	}
 }
