@@ -20,7 +20,8 @@ import (
 // owner references); spec: node name, PVC volumes, readiness gates, scheduling gates (a
 // Recreate's volume-release gate, a stopped workspace's gate); status: phase, reason, message,
 // pod IP, conditions other than the kubelet's Initialized, ContainersReady and
-// PodReadyToStartContainers (type, status, reason, message, transition time) and container and
+// PodReadyToStartContainers and a bound pod's PodScheduled=True (type, status, reason, message,
+// transition time) and container and
 // init-container statuses (name, ready, started, restart count, state, last termination state).
 //
 // Dropped: managed fields, every other spec field, containers included (the controller and the
@@ -46,23 +47,37 @@ func Transform(obj any) (any, error) {
 	for i := range pod.Spec.Volumes {
 		pod.Spec.Volumes[i].Name = intern(pod.Spec.Volumes[i].Name)
 	}
-	pod.Status = stripStatus(pod.Status)
+	pod.Status = stripStatus(pod.Status, pod.Spec.NodeName != "")
 	return pod, nil
 }
 
 // stripStatus keeps the status fields workspace.Phase, workspace.IsReady, the upgrade deadline's
-// failure diagnosis and the proxy's routes read.
-func stripStatus(s corev1.PodStatus) corev1.PodStatus {
+// failure diagnosis and the proxy's routes read. bound says the pod has a node: its PodScheduled
+// condition, when True, is then read by nothing (workspace.Phase reads it only of a pod without a
+// node, the upgrade deadline only when False), and costs the pod 120 bytes of conditions.
+func stripStatus(s corev1.PodStatus, bound bool) corev1.PodStatus {
 	out := corev1.PodStatus{
 		Phase:   corev1.PodPhase(intern(string(s.Phase))),
 		Reason:  intern(s.Reason),
 		Message: s.Message,
 		PodIP:   s.PodIP,
 	}
-	if len(s.Conditions) > 0 {
-		out.Conditions = make([]corev1.PodCondition, 0, len(s.Conditions))
-		for _, c := range s.Conditions {
-			if unreadConditions[c.Type] {
+	read := func(c *corev1.PodCondition) bool {
+		return !unreadConditions[c.Type] && !(bound && c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue)
+	}
+	n := 0
+	for i := range s.Conditions {
+		if read(&s.Conditions[i]) {
+			n++
+		}
+	}
+	if n > 0 {
+		// At its exact size: a slice as long as the decoded one (four or five conditions from a
+		// kubelet, one or two kept) took 512 or 640 bytes where one kept condition needs 128.
+		out.Conditions = make([]corev1.PodCondition, 0, n)
+		for i := range s.Conditions {
+			c := &s.Conditions[i]
+			if !read(c) {
 				continue
 			}
 			out.Conditions = append(out.Conditions, corev1.PodCondition{
@@ -86,7 +101,7 @@ func stripContainerStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatu
 	out := make([]corev1.ContainerStatus, len(in))
 	for i, c := range in {
 		out[i] = corev1.ContainerStatus{
-			Name: intern(c.Name), Ready: c.Ready, Started: c.Started, RestartCount: c.RestartCount,
+			Name: intern(c.Name), Ready: c.Ready, Started: sharedBool(c.Started), RestartCount: c.RestartCount,
 			State: stripState(c.State), LastTerminationState: stripState(c.LastTerminationState),
 		}
 	}
@@ -109,6 +124,20 @@ func stripState(s corev1.ContainerState) corev1.ContainerState {
 	}
 	return out
 }
+
+// sharedBool is b as one of two pointers every cached pod shares (cached pods are read only):
+// the decoded one is a separate allocation per container status.
+func sharedBool(b *bool) *bool {
+	switch {
+	case b == nil:
+		return nil
+	case *b:
+		return &sharedTrue
+	}
+	return &sharedFalse
+}
+
+var sharedTrue, sharedFalse = true, false
 
 // unreadConditions are the kubelet's conditions no component reads: workspace.Phase and the
 // upgrade deadline read PodScheduled and PodReady, the phase and routes nogoo9's own Workspace*

@@ -117,6 +117,12 @@ func routesFor(key wsKey, pods []*corev1.Pod, now time.Time) ([]*target, []error
 	sorted := workspace.NewestFirst(append([]*corev1.Pod(nil), pods...))
 	active := workspace.Active(sorted)
 	status := workspace.Phase(sorted, now)
+	if status.Phase.Served() {
+		// A served workspace's reason and message are never read (they explain a 503:
+		// unavailable, serveStopped), and a ready pod's message names the pod: about 50 bytes
+		// per workspace that the route would hold for nothing.
+		status = workspace.Status{Phase: status.Phase}
+	}
 	created := sorted[len(sorted)-1].CreationTimestamp.Time
 	ann := active.Annotations
 	var out []*target
@@ -168,6 +174,11 @@ func normalizePrefix(p string) (string, error) {
 	}
 	if strings.ContainsAny(p, "?#%\\ ") {
 		return "", fmt.Errorf("path %q contains one of ?#%%\\ or a space: use plain path segments", p)
+	}
+	if isClean(p) && strings.HasSuffix(p, "/") && p != "/" && !strings.HasPrefix(p, ReservedPrefix) {
+		// Already a prefix (the usual annotation, "/ws/<user>/<id>/"): the route keeps the
+		// annotation's own string, which the cached pod holds anyway, instead of a copy per route.
+		return p, nil
 	}
 	c := path.Clean(p)
 	if c == "/" {

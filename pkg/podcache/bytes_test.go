@@ -1,0 +1,83 @@
+package podcache
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/nogoo9/no-crd/pkg/podcache/podcachetest"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// BenchmarkBytesPerWorkspace reports what the cache holds per workspace pod, exactly (heap
+// allocated after two collections, not a sampled profile): the pod as Transform leaves it and
+// the informer store's entry with controller-runtime's namespace index and the workspace-id
+// index. The pods are decoded from protobuf like the informer's, ready, with a kubelet's four
+// conditions. docs/performance.md ("Sixth round") quotes it; it asserts nothing.
+//
+//	go test -run '^$' -bench BytesPerWorkspace -benchtime 1x ./pkg/podcache/
+func BenchmarkBytesPerWorkspace(b *testing.B) {
+	const n = 10000
+	var base *corev1.Pod
+	for _, w := range podcachetest.Workspaces() {
+		if w.Name == "ready" {
+			base = w.Pods[0]
+		}
+	}
+	raw := make([][]byte, n)
+	for i := range raw {
+		p := base.DeepCopy()
+		id, owner := fmt.Sprintf("ws-%d", i), fmt.Sprintf("user-%d", i%100)
+		p.Name = workspace.PodName(owner, id)
+		p.Labels[workspace.LabelWorkspaceID] = id
+		p.Annotations[workspace.AnnOwner] = owner
+		p.Annotations[workspace.AnnWorkspacePath] = "/ws/" + owner + "/" + id + "/"
+		p.Status.PodIP = fmt.Sprintf("127.1.%d.%d", i/256, i%256)
+		var err error
+		if raw[i], err = p.Marshal(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	heap := func() float64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return float64(m.HeapAlloc)
+	}
+	for b.Loop() {
+		h0 := heap()
+		pods := make([]*corev1.Pod, n)
+		for i := range pods {
+			p := &corev1.Pod{}
+			if err := p.Unmarshal(raw[i]); err != nil {
+				b.Fatal(err)
+			}
+			o, err := Transform(p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pods[i] = o.(*corev1.Pod)
+		}
+		h1 := heap()
+		store := toolscache.NewIndexer(toolscache.DeletionHandlingMetaNamespaceKeyFunc,
+			toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
+		for _, p := range pods {
+			if err := store.Add(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+		h2 := heap()
+		if err := store.AddIndexers(toolscache.Indexers{"field:" + IndexWorkspaceID: namespacedWorkspaceID}); err != nil {
+			b.Fatal(err)
+		}
+		h3 := heap()
+		b.ReportMetric((h1-h0)/n, "pod-B/workspace")
+		b.ReportMetric((h2-h1)/n, "store-B/workspace")
+		b.ReportMetric((h3-h2)/n, "id-index-B/workspace")
+		runtime.KeepAlive(store)
+	}
+}
