@@ -43,6 +43,7 @@ func runBench(args []string) error {
 	only := fs.String("rows", "direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv", "rows to measure (comma-separated: direct, nogoo9, nginx, httputil, nogoo9std, nogoo9rp, nogoo9srv)")
 	cutRounds := fs.Int("cutover-rounds", 5, "rounds of figure 7 (cutover; needs kube-apiserver and etcd in $KUBEBUILDER_ASSETS or ./bin); 0 skips it")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of nogoo9's proxy (all rounds) to this file")
+	base := fs.String("base", "", "another proxybench binary (e.g. built from main) whose nogoo9 proxy is measured in the same rounds as the row \"nogoo9 proxy (base)\" (row key base)")
 	_ = fs.Parse(args)
 
 	for _, tool := range []string{"wrk", "nginx", "taskset"} {
@@ -129,6 +130,11 @@ func runBench(args []string) error {
 	if err := start("127.0.0.1:18086", self, "nogoo9", "-listen", "127.0.0.1:18086", "-backend", backend, "-standard-server"); err != nil {
 		return err
 	}
+	if *base != "" {
+		if err := start("127.0.0.1:18087", *base, "nogoo9", "-listen", "127.0.0.1:18087", "-backend", backend); err != nil {
+			return fmt.Errorf("-base %s: %w", *base, err)
+		}
+	}
 	conf := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(conf, []byte(nginxConf(dir, backend)), 0o644); err != nil {
 		return err
@@ -145,15 +151,19 @@ func runBench(args []string) error {
 		{"nogoo9 with http.Transport", "http://127.0.0.1:18084/ws/bench/demo/", "ws://127.0.0.1:18084/ws/bench/demo/echo", "127.0.0.1:18084"},
 		{"nogoo9 without fast path", "http://127.0.0.1:18085/ws/bench/demo/", "ws://127.0.0.1:18085/ws/bench/demo/echo", "127.0.0.1:18085"},
 		{"nogoo9 on net/http's server", "http://127.0.0.1:18086/ws/bench/demo/", "ws://127.0.0.1:18086/ws/bench/demo/echo", "127.0.0.1:18086"},
+		{"nogoo9 proxy (base)", "http://127.0.0.1:18087/ws/bench/demo/", "ws://127.0.0.1:18087/ws/bench/demo/echo", "127.0.0.1:18087"},
 	}
 	var rows []row
-	for i, key := range []string{"direct", "nogoo9", "nginx", "httputil", "nogoo9std", "nogoo9rp", "nogoo9srv"} {
-		if strings.Contains(","+*only+",", ","+key+",") {
+	for i, key := range []string{"direct", "nogoo9", "nginx", "httputil", "nogoo9std", "nogoo9rp", "nogoo9srv", "base"} {
+		if key == "base" && *base == "" {
+			continue
+		}
+		if key == "base" || strings.Contains(","+*only+",", ","+key+",") {
 			rows = append(rows, all[i])
 		}
 	}
 	if len(rows) == 0 {
-		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv", *only)
+		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv (with -base, the base row is always measured)", *only)
 	}
 	httpS := map[string][]sample{}
 	idleS := map[string][]sample{}
