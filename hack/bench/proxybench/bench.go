@@ -43,7 +43,7 @@ func runBench(args []string) error {
 	only := fs.String("rows", "direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv", "rows to measure (comma-separated: direct, nogoo9, nginx, httputil, nogoo9std, nogoo9rp, nogoo9srv)")
 	cutRounds := fs.Int("cutover-rounds", 5, "rounds of figure 7 (cutover; needs kube-apiserver and etcd in $KUBEBUILDER_ASSETS or ./bin); 0 skips it")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of nogoo9's proxy (all rounds) to this file")
-	base := fs.String("base", "", "another proxybench binary (e.g. built from main) whose nogoo9 proxy is measured in the same rounds as the row \"nogoo9 proxy (base)\" (row key base)")
+	base := fs.String("base", "", "other proxybench binaries, comma-separated (e.g. one built from main): the nogoo9 proxy of each is measured in the same rounds, as the row \"nogoo9 proxy (base N: file name)\", always")
 	_ = fs.Parse(args)
 
 	for _, tool := range []string{"wrk", "nginx", "taskset"} {
@@ -130,9 +130,14 @@ func runBench(args []string) error {
 	if err := start("127.0.0.1:18086", self, "nogoo9", "-listen", "127.0.0.1:18086", "-backend", backend, "-standard-server"); err != nil {
 		return err
 	}
+	var baseRows []row
 	if *base != "" {
-		if err := start("127.0.0.1:18087", *base, "nogoo9", "-listen", "127.0.0.1:18087", "-backend", backend); err != nil {
-			return fmt.Errorf("-base %s: %w", *base, err)
+		for i, bin := range strings.Split(*base, ",") {
+			addr := fmt.Sprintf("127.0.0.1:%d", 18087+i)
+			if err := start(addr, bin, "nogoo9", "-listen", addr, "-backend", backend); err != nil {
+				return fmt.Errorf("-base %s: %w", bin, err)
+			}
+			baseRows = append(baseRows, row{fmt.Sprintf("nogoo9 proxy (base %d: %s)", i+1, filepath.Base(bin)), "http://" + addr + "/ws/bench/demo/", "ws://" + addr + "/ws/bench/demo/echo", addr})
 		}
 	}
 	conf := filepath.Join(dir, "nginx.conf")
@@ -151,19 +156,16 @@ func runBench(args []string) error {
 		{"nogoo9 with http.Transport", "http://127.0.0.1:18084/ws/bench/demo/", "ws://127.0.0.1:18084/ws/bench/demo/echo", "127.0.0.1:18084"},
 		{"nogoo9 without fast path", "http://127.0.0.1:18085/ws/bench/demo/", "ws://127.0.0.1:18085/ws/bench/demo/echo", "127.0.0.1:18085"},
 		{"nogoo9 on net/http's server", "http://127.0.0.1:18086/ws/bench/demo/", "ws://127.0.0.1:18086/ws/bench/demo/echo", "127.0.0.1:18086"},
-		{"nogoo9 proxy (base)", "http://127.0.0.1:18087/ws/bench/demo/", "ws://127.0.0.1:18087/ws/bench/demo/echo", "127.0.0.1:18087"},
 	}
 	var rows []row
-	for i, key := range []string{"direct", "nogoo9", "nginx", "httputil", "nogoo9std", "nogoo9rp", "nogoo9srv", "base"} {
-		if key == "base" && *base == "" {
-			continue
-		}
-		if key == "base" || strings.Contains(","+*only+",", ","+key+",") {
+	for i, key := range []string{"direct", "nogoo9", "nginx", "httputil", "nogoo9std", "nogoo9rp", "nogoo9srv"} {
+		if strings.Contains(","+*only+",", ","+key+",") {
 			rows = append(rows, all[i])
 		}
 	}
+	rows = append(rows, baseRows...)
 	if len(rows) == 0 {
-		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv (with -base, the base row is always measured)", *only)
+		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv (rows of -base binaries are always measured)", *only)
 	}
 	httpS := map[string][]sample{}
 	idleS := map[string][]sample{}
