@@ -154,11 +154,14 @@ func (l responseLimits) withDefaults() responseLimits {
 
 // handles reports whether req is a plain HTTP/1.1 exchange syncTransport does itself.
 func handles(req *http.Request) bool {
-	if req.URL.Scheme != "http" || req.Header["Upgrade"] != nil || req.Header["Expect"] != nil {
+	if req.URL.Scheme != "http" || req.Header["Expect"] != nil {
 		return false
 	}
 	if req.Body == nil || req.Body == http.NoBody {
-		return true
+		return true // an upgrade too: its connection is the answer's body (upgradedConn)
+	}
+	if req.Header["Upgrade"] != nil {
+		return false
 	}
 	return req.ContentLength > 0 && req.ContentLength <= maxSyncBody
 }
@@ -327,8 +330,15 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 		pc.rdl.clear()
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
-		// Upgrades go to the fallback transport; a pod that switches protocols unasked is broken.
-		return nil, fmt.Errorf("pod %s switched protocols without an Upgrade request", pc.addr), false
+		if req.Header["Upgrade"] == nil {
+			// A pod that switches protocols unasked is broken.
+			return nil, fmt.Errorf("pod %s switched protocols without an Upgrade request", pc.addr), false
+		}
+		// The connection is the answer's body from now on, never pooled; it is closed when the
+		// request's context ends (ReverseProxy closes it too), and reads have no deadline.
+		pc.rdl.clear()
+		res.Body = &upgradedConn{pc: pc}
+		return res, nil, false
 	}
 	// The fast path never asks the pod to close: the client's Connection header is hop-by-hop.
 	reuse := !res.Close && (ex != nil || !req.Close)

@@ -8,12 +8,14 @@ import (
 	"syscall"
 )
 
-// The client-to-pod half of an upgraded (WebSocket) connection. httputil.ReverseProxy copies it
-// with io.Copy(backend, client), which calls the backend's ReadFrom: trackedConn.ReadFrom. A
-// plain copy loop reads the client, writes the pod and reads the client again, and in a
-// request-answer exchange (a keystroke and its echo) that second read always finds nothing: one
-// system call per message for nothing. When the client side is a TCP connection with nothing
-// buffered, the whole copy runs inside one syscall.RawConn.Read: the runtime resets the read
+// The two halves of an upgraded (WebSocket) connection. httputil.ReverseProxy copies them with
+// io.Copy(backend, client) and io.Copy(client, backend), which call the backend's ReadFrom and
+// WriteTo: trackedConn's. A plain copy loop reads one side, writes the other and reads the first
+// side again, and in a request-answer exchange (a keystroke and its echo) that second read always
+// finds nothing: one system call per message and direction for nothing. When the side read is a
+// TCP connection with nothing buffered (the client's, possibly under the lean server's hand-off
+// and the per-client limit; the pod's, when the synchronous transport made the upgrade), the
+// whole copy runs inside one syscall.RawConn.Read: the runtime resets the read
 // readiness once, at the start, and never again until the copy ends, so after a read that
 // emptied the socket the loop waits for readiness instead of reading again, and no readiness
 // notice can be lost (a notice for data already read costs one read that finds nothing). Closing
@@ -34,8 +36,44 @@ func (c *trackedConn) ReadFrom(src io.Reader) (int64, error) {
 	return io.Copy(onlyWriter{c.ReadWriteCloser}, src)
 }
 
-// onlyWriter hides a writer's ReadFrom (io.Copy would call it back).
-type onlyWriter struct{ io.Writer }
+// WriteTo copies the pod's side to dst until the pod ends it.
+func (c *trackedConn) WriteTo(dst io.Writer) (int64, error) {
+	u, ok := c.ReadWriteCloser.(*upgradedConn)
+	if !ok || u.pc.lr.raw == nil {
+		return io.Copy(dst, onlyReader{c.ReadWriteCloser})
+	}
+	var n int64
+	if b := u.pc.br.Buffered(); b > 0 {
+		// What the pod sent with its 101 answer.
+		buf, _ := u.pc.br.Peek(b)
+		m, err := dst.Write(buf)
+		_, _ = u.pc.br.Discard(m)
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+	}
+	c.reg.rawCopies.Add(1)
+	c.reg.rawActive.Add(1)
+	defer c.reg.rawActive.Add(-1)
+	m, err := copyRaw(dst, u.pc.lr.raw)
+	return n + m, err
+}
+
+// onlyWriter hides a writer's ReadFrom and onlyReader a reader's WriteTo (io.Copy would call them
+// back).
+type (
+	onlyWriter struct{ io.Writer }
+	onlyReader struct{ io.Reader }
+)
+
+// upgradedConn is a pod connection the synchronous transport upgraded (101 Switching Protocols):
+// the answer's body, never pooled.
+type upgradedConn struct{ pc *persistConn }
+
+func (u *upgradedConn) Read(p []byte) (int, error)  { return u.pc.br.Read(p) }
+func (u *upgradedConn) Write(p []byte) (int, error) { return u.pc.conn.Write(p) }
+func (u *upgradedConn) Close() error                { return u.pc.conn.Close() }
 
 // rawSource is the RawConn under r when r is a TCP connection (possibly wrapped by the lean
 // server's hand-off or the per-client connection limit) with nothing buffered above it.

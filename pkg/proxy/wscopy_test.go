@@ -71,9 +71,13 @@ func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts Options
+		// raw is how many halves read their socket directly: the client's always, the pod's
+		// when the synchronous transport made the upgrade.
+		raw int64
 	}{
-		{"lean server, per-client limit", Options{}},
-		{"net/http's server", Options{StandardServer: true}},
+		{"lean server, per-client limit", Options{}, 2},
+		{"net/http's server", Options{StandardServer: true}, 2},
+		{"net/http's transport", Options{StandardTransport: true}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, addr := startProxy(t, tc.opts, host, port)
@@ -95,7 +99,7 @@ func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
 				}
 				echo(msg)
 			}
-			waitFor(t, "the copy reading the client's socket", func() bool { return p.conns.rawCopies.Load() == before+1 })
+			waitFor(t, "the copies reading the sockets", func() bool { return p.conns.rawCopies.Load() == before+tc.raw })
 			// Messages that arrive while the copy is busy with the one before.
 			var all []byte
 			for i := 0; i < 50; i++ {
@@ -121,10 +125,10 @@ func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
 			if b, err := io.ReadAll(br); err != nil || len(b) != 0 {
 				t.Fatalf("after the client's end: %q, %v; want the end", b, err)
 			}
-			waitFor(t, "the copy ending", func() bool { return p.conns.rawActive.Load() == 0 })
+			waitFor(t, "the copies ending", func() bool { return p.conns.rawActive.Load() == 0 })
 		})
 	}
-	t.Run("closing the pod's connections ends a copy waiting on the client", func(t *testing.T) {
+	t.Run("closing the pod's connections ends the copies waiting on either side", func(t *testing.T) {
 		p, addr := startProxy(t, Options{}, host, port)
 		c, br := openUpgraded(t, addr)
 		if _, err := io.WriteString(c, "ping"); err != nil {
@@ -134,11 +138,38 @@ func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
 		if _, err := io.ReadFull(br, got); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the copy to wait on the client", func() bool { return p.conns.rawActive.Load() == 1 })
+		waitFor(t, "the copies to wait", func() bool { return p.conns.rawActive.Load() == 2 })
 		p.conns.closePod("uid-lean", "test")
 		if _, err := br.ReadByte(); err == nil {
 			t.Fatal("the client's connection is still open after its pod's connections were closed")
 		}
-		waitFor(t, "the copy ending", func() bool { return p.conns.rawActive.Load() == 0 })
+		waitFor(t, "the copies ending", func() bool { return p.conns.rawActive.Load() == 0 })
+	})
+	t.Run("what the pod sends with its 101 answer reaches the client", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			if _, err := readHead(bufio.NewReader(c)); err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nhello")
+			_, _ = io.WriteString(c, " world")
+			_, _ = io.Copy(io.Discard, c)
+		}()
+		h, pt, _ := net.SplitHostPort(ln.Addr().String())
+		_, addr := startProxy(t, Options{}, h, pt)
+		_, br := openUpgraded(t, addr)
+		got := make([]byte, len("hello world"))
+		if _, err := io.ReadFull(br, got); err != nil || string(got) != "hello world" {
+			t.Fatalf("got %q, %v; want hello world", got, err)
+		}
 	})
 }
