@@ -39,7 +39,7 @@ func (c *trackedConn) ReadFrom(src io.Reader) (int64, error) {
 // WriteTo copies the pod's side to dst until the pod ends it.
 func (c *trackedConn) WriteTo(dst io.Writer) (int64, error) {
 	u, ok := c.ReadWriteCloser.(*upgradedConn)
-	if !ok || !u.pc.tcp || u.pc.raw == nil {
+	if !ok || u.pc.lr.raw == nil {
 		return io.Copy(dst, onlyReader{c.ReadWriteCloser})
 	}
 	var n int64
@@ -56,7 +56,7 @@ func (c *trackedConn) WriteTo(dst io.Writer) (int64, error) {
 	c.reg.rawCopies.Add(1)
 	c.reg.rawActive.Add(1)
 	defer c.reg.rawActive.Add(-1)
-	m, err := copyRaw(dst, u.pc.raw)
+	m, err := copyRaw(dst, u.pc.lr.raw)
 	return n + m, err
 }
 

@@ -173,18 +173,3 @@ func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
 		}
 	})
 }
-
-// readHead reads one request's headers (the transport's GETs have no body).
-func readHead(br *bufio.Reader) (string, error) {
-	var b strings.Builder
-	for {
-		line, err := br.ReadString('\n')
-		b.WriteString(line)
-		if err != nil {
-			return b.String(), err
-		}
-		if line == "\r\n" {
-			return b.String(), nil
-		}
-	}
-}
