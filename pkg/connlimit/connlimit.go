@@ -118,6 +118,9 @@ func (c *conn) CloseWrite() error {
 	return nil
 }
 
+// NetConn is the accepted connection under c (the proxy's WebSocket copy reads its socket).
+func (c *conn) NetConn() net.Conn { return c.Conn }
+
 func (c *conn) Close() error {
 	c.once.Do(func() { c.l.release(c.ip) })
 	return c.Conn.Close()

@@ -82,6 +82,15 @@ func too1xxError(max int) error {
 type limitedConnReader struct {
 	conn net.Conn
 	n    int64 // bytes left; noLimit while reading a body
+	// The write-then-wait read (rawread.go): raw is conn's RawConn (nil when conn is not a
+	// *net.TCPConn, in tests), flush the request writer the next Read sends first.
+	raw   syscall.RawConn
+	rawFn func(fd uintptr) bool // r.rawRead, bound once per connection
+	flush *bufio.Writer
+	werr  error  // the flush's error
+	p     []byte // the read's buffer while in raw.Read
+	rn    int
+	rerr  error
 }
 
 const noLimit = math.MaxInt64
@@ -93,7 +102,13 @@ func (r *limitedConnReader) Read(p []byte) (int, error) {
 	if int64(len(p)) > r.n {
 		p = p[:r.n]
 	}
-	n, err := r.conn.Read(p)
+	var n int
+	var err error
+	if r.flush != nil {
+		n, err = r.writeThenRead(p)
+	} else {
+		n, err = r.conn.Read(p)
+	}
 	r.n -= int64(n)
 	return n, err
 }
@@ -139,11 +154,14 @@ func (l responseLimits) withDefaults() responseLimits {
 
 // handles reports whether req is a plain HTTP/1.1 exchange syncTransport does itself.
 func handles(req *http.Request) bool {
-	if req.URL.Scheme != "http" || req.Header["Upgrade"] != nil || req.Header["Expect"] != nil {
+	if req.URL.Scheme != "http" || req.Header["Expect"] != nil {
 		return false
 	}
 	if req.Body == nil || req.Body == http.NoBody {
-		return true
+		return true // an upgrade too: its connection is the answer's body (upgradedConn)
+	}
+	if req.Header["Upgrade"] != nil {
+		return false
 	}
 	return req.ContentLength > 0 && req.ContentLength <= maxSyncBody
 }
@@ -248,8 +266,13 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 	if err != nil {
 		return nil, fmt.Errorf("write request to %s: %w", pc.addr, err), true
 	}
-	if err := pc.bw.Flush(); err != nil {
-		return nil, fmt.Errorf("write request to %s: %w", pc.addr, err), true
+	// The request is sent by the first read of the answer when it can (rawread.go): one
+	// system call less per request than a write and a read that finds nothing yet.
+	rawWrite := pc.lr.raw != nil && pc.br.Buffered() == 0
+	if !rawWrite {
+		if err := pc.bw.Flush(); err != nil {
+			return nil, fmt.Errorf("write request to %s: %w", pc.addr, err), true
+		}
 	}
 	lim := &pc.t.limits
 	if lim.headerTimeout > 0 {
@@ -258,7 +281,13 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 	// Everything the pod sends from here until the final response's headers end counts against
 	// maxHeaderBytes (a pooled connection has nothing buffered: put checks).
 	pc.lr.n = lim.maxHeaderBytes
+	if rawWrite {
+		pc.lr.flush, pc.lr.werr = pc.bw, nil
+	}
 	if _, err := pc.br.Peek(1); err != nil {
+		if rawWrite && pc.lr.werr != nil {
+			return nil, fmt.Errorf("write request to %s: %w", pc.addr, pc.lr.werr), true
+		}
 		// Closed before any byte of an answer: stale, the request may be sent again. A timeout
 		// is not: the pod has had the request for the whole header timeout (sending it again
 		// would double the wait).
@@ -301,8 +330,15 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 		pc.rdl.clear()
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
-		// Upgrades go to the fallback transport; a pod that switches protocols unasked is broken.
-		return nil, fmt.Errorf("pod %s switched protocols without an Upgrade request", pc.addr), false
+		if req.Header["Upgrade"] == nil {
+			// A pod that switches protocols unasked is broken.
+			return nil, fmt.Errorf("pod %s switched protocols without an Upgrade request", pc.addr), false
+		}
+		// The connection is the answer's body from now on, never pooled; it is closed when the
+		// request's context ends (ReverseProxy closes it too), and reads have no deadline.
+		pc.rdl.clear()
+		res.Body = &upgradedConn{pc: pc}
+		return res, nil, false
 	}
 	// The fast path never asks the pod to close: the client's Connection header is hop-by-hop.
 	reuse := !res.Close && (ex != nil || !req.Close)
@@ -488,6 +524,10 @@ func (t *syncTransport) dialConn(ctx context.Context, addr string) (*persistConn
 	pc.br = bufio.NewReaderSize(&pc.lr, 16<<10)
 	if sc, ok := c.(syscall.Conn); ok {
 		pc.raw, _ = sc.SyscallConn()
+	}
+	if _, ok := c.(*net.TCPConn); ok && pc.raw != nil {
+		pc.lr.raw = pc.raw
+		pc.lr.rawFn = pc.lr.rawRead
 	}
 	return pc, nil
 }

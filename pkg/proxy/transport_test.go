@@ -203,8 +203,8 @@ func TestSyncTransportLeavesUpgradesAndUnknownLengthsToTheFallback(t *testing.T)
 		name string
 		req  func() *http.Request
 	}{
-		{"a WebSocket upgrade", func() *http.Request {
-			r, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+		{"an upgrade with a request body", func() *http.Request {
+			r, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("abc"))
 			r.Header.Set("Connection", "Upgrade")
 			r.Header.Set("Upgrade", "websocket")
 			return r

@@ -3,6 +3,7 @@ package proxy
 import (
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -16,6 +17,9 @@ type connRegistry struct {
 	mu    sync.Mutex
 	byPod map[types.UID]map[*trackedConn]struct{}
 	log   logr.Logger
+	// rawCopies counts client-to-pod copies that read the client's socket directly (wscopy.go),
+	// rawActive those still running (tests).
+	rawCopies, rawActive atomic.Int64
 }
 
 func newConnRegistry(log logr.Logger) *connRegistry {

@@ -43,6 +43,7 @@ func runBench(args []string) error {
 	only := fs.String("rows", "direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv", "rows to measure (comma-separated: direct, nogoo9, nginx, httputil, nogoo9std, nogoo9rp, nogoo9srv)")
 	cutRounds := fs.Int("cutover-rounds", 5, "rounds of figure 7 (cutover; needs kube-apiserver and etcd in $KUBEBUILDER_ASSETS or ./bin); 0 skips it")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of nogoo9's proxy (all rounds) to this file")
+	base := fs.String("base", "", "other proxybench binaries, comma-separated (e.g. one built from main): the nogoo9 proxy of each is measured in the same rounds, as the row \"nogoo9 proxy (base N: file name)\", always")
 	_ = fs.Parse(args)
 
 	for _, tool := range []string{"wrk", "nginx", "taskset"} {
@@ -129,6 +130,16 @@ func runBench(args []string) error {
 	if err := start("127.0.0.1:18086", self, "nogoo9", "-listen", "127.0.0.1:18086", "-backend", backend, "-standard-server"); err != nil {
 		return err
 	}
+	var baseRows []row
+	if *base != "" {
+		for i, bin := range strings.Split(*base, ",") {
+			addr := fmt.Sprintf("127.0.0.1:%d", 18087+i)
+			if err := start(addr, bin, "nogoo9", "-listen", addr, "-backend", backend); err != nil {
+				return fmt.Errorf("-base %s: %w", bin, err)
+			}
+			baseRows = append(baseRows, row{fmt.Sprintf("nogoo9 proxy (base %d: %s)", i+1, filepath.Base(bin)), "http://" + addr + "/ws/bench/demo/", "ws://" + addr + "/ws/bench/demo/echo", addr})
+		}
+	}
 	conf := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(conf, []byte(nginxConf(dir, backend)), 0o644); err != nil {
 		return err
@@ -152,14 +163,18 @@ func runBench(args []string) error {
 			rows = append(rows, all[i])
 		}
 	}
+	rows = append(rows, baseRows...)
 	if len(rows) == 0 {
-		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv", *only)
+		return fmt.Errorf("-rows %q names no row: use some of direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv (rows of -base binaries are always measured)", *only)
 	}
 	httpS := map[string][]sample{}
 	idleS := map[string][]sample{}
 	wsS := map[string][]sample{}
 	for r := 0; r < *rounds; r++ {
-		for _, rw := range rows {
+		// Each round starts one row further on: a row measured right after another (after
+		// direct, which leaves the shared CPU's caches full of the backend) is not always the same.
+		for i := range rows {
+			rw := rows[(i+r)%len(rows)]
 			cpu0 := groupCPU(pgids[rw.proc])
 			s, err := wrk(rw.httpURL, *conns, *dur)
 			if err != nil {
@@ -187,7 +202,7 @@ func runBench(args []string) error {
 	var b strings.Builder
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Fprintf(&b, "### Proxy (figure 6): %d interleaved rounds, median (min-max); wrk -t1 -c%d -d%s, 1 KiB bodies; load on CPU 0, backend and proxy on CPU 1; backend on %s; load average at the end: %s\n\n", *rounds, *conns, *dur, *podIP, strings.Join(strings.Fields(string(load))[:3], " "))
-	b.WriteString("\"vs direct\" and \"vs nginx\" are medians over rounds of each round's ratio (rows of a round run back to back, so a busy machine slows both sides of a ratio alike). \"added\" is the unloaded (1 connection) p50 minus direct's. \"CPU\" is the user+system CPU time of the row's own process (nginx: master and worker; direct: the backend) per request or round trip, in microseconds, median over rounds.\n\n")
+	b.WriteString("\"vs direct\" and \"vs nginx\" are medians over rounds of each round's ratio (rows of a round run back to back, starting one row further on each round, so a busy machine slows both sides of a ratio alike). \"added\" is the unloaded (1 connection) p50 minus direct's. \"CPU\" is the user+system CPU time of the row's own process (nginx: master and worker; direct: the backend) per request or round trip, in microseconds, median over rounds.\n\n")
 	b.WriteString("| path | HTTP req/s | vs direct | vs nginx | CPU us/req | p50 ms | p99 ms | unloaded p50 ms (added) | WebSocket round trips/s | vs direct | vs nginx | CPU us/round trip | WS p50 ms | WS p99 ms |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	dI := median(idleS["direct"], p50)

@@ -9,6 +9,7 @@
 //
 // Usage: go run ./hack/bench/proxybench [-rounds 3] [-duration 5s] [-cutover-rounds 5]
 // [-rows direct,nogoo9,nginx,httputil,nogoo9std,nogoo9rp,nogoo9srv] [-cpuprofile f] [-out bench/proxy.md]
+// [-base /tmp/proxybench-main] (other builds' proxies as extra rows of the same rounds)
 // Needs wrk, nginx and taskset (Debian: apt-get install wrk nginx util-linux), and for figure 7
 // kube-apiserver and etcd in $KUBEBUILDER_ASSETS or ./bin.
 //

@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+)
+
+// The write-then-wait read of a pod's answer. net.Conn.Read tries the socket before it waits for
+// the poller, and right after the request is written the pod has not answered yet (on a busy
+// node it has not even run): that first read always finds nothing (EAGAIN), one system call per
+// request for nothing. Skipping it is safe only if no readiness notice can be lost, and
+// syscall.RawConn.Read resets the connection's read readiness before it calls its function: a
+// notice for data that arrived earlier is forgotten, and a wait after it would last until more
+// data comes (with a client that pipelines, a hang). So the request is written inside the read:
+// raw.Read resets readiness, the function writes the request and returns false, the runtime
+// waits for readiness, and the function reads once. The answer can only arrive after the
+// request, so its notice comes after the reset and is never lost. Read deadlines apply (the
+// runtime's wait honours them) and closing the connection (the client went away, the proxy
+// stops) ends the wait, as with net.Conn.Read.
+//
+// What the pod sent before the request (nothing, for an HTTP/1.1 server: the pooled connection
+// was left with its last answer read to the end) is not lost either: it is read together with the
+// answer, whose arrival wakes the wait. A pod that sends something unasked and then never answers
+// waits out the response header timeout, as a pod that never answers does.
+
+// writeThenRead writes r.flush and then reads into p once the connection is readable.
+func (r *limitedConnReader) writeThenRead(p []byte) (int, error) {
+	r.p, r.rn, r.rerr = p, 0, nil
+	err := r.raw.Read(r.rawFn)
+	r.p = nil
+	if r.flush != nil {
+		// raw.Read failed before calling rawRead (the connection is closed): nothing was
+		// written.
+		r.flush = nil
+		r.werr = err
+		return 0, err
+	}
+	if r.werr != nil {
+		return 0, r.werr
+	}
+	if err != nil {
+		return 0, err // a deadline, or the connection was closed while waiting
+	}
+	if r.rerr != nil {
+		return r.rn, r.rerr
+	}
+	return r.rn, nil
+}
+
+// rawRead is raw.Read's function: the first call writes the request and asks to wait; later
+// calls read, and ask to wait again when there is nothing (a stale readiness notice).
+func (r *limitedConnReader) rawRead(fd uintptr) bool {
+	if bw := r.flush; bw != nil {
+		r.flush = nil
+		if r.werr = bw.Flush(); r.werr != nil {
+			return true
+		}
+		return false
+	}
+	for {
+		n, err := syscall.Read(int(fd), r.p)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case errors.Is(err, syscall.EAGAIN):
+			return false
+		case err != nil:
+			r.rerr = &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: os.NewSyscallError("read", err)}
+		case n == 0 && len(r.p) > 0:
+			r.rerr = io.EOF
+		default:
+			r.rn = n
+		}
+		return true
+	}
+}

@@ -1,0 +1,175 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// upgradeEcho is a pod that switches protocols on any request and echoes the raw bytes.
+func upgradeEcho(t *testing.T) (host, port string) {
+	t.Helper()
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		_, _ = io.Copy(c, brw.Reader)
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+	}))
+	t.Cleanup(backend.Close)
+	host, port, _ = net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
+	return host, port
+}
+
+// openUpgraded opens an upgraded connection through the proxy at addr.
+func openUpgraded(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c, "GET /ws/jane/demo/echo HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer bench\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	return c, br
+}
+
+// waitFor polls cond for at most 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The client-to-pod half of an upgraded connection reads the client's socket inside one
+// RawConn.Read and waits for readiness after a read that emptied it (wscopy.go). These are the
+// cases a lost readiness notice or a missed wake-up would break.
+func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
+	host, port := upgradeEcho(t)
+	for _, tc := range []struct {
+		name string
+		opts Options
+		// raw is how many halves read their socket directly: the client's always, the pod's
+		// when the synchronous transport made the upgrade.
+		raw int64
+	}{
+		{"lean server, per-client limit", Options{}, 2},
+		{"net/http's server", Options{StandardServer: true}, 2},
+		{"net/http's transport", Options{StandardTransport: true}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, addr := startProxy(t, tc.opts, host, port)
+			before := p.conns.rawCopies.Load()
+			c, br := openUpgraded(t, addr)
+			echo := func(msg []byte) {
+				t.Helper()
+				got := make([]byte, len(msg))
+				if _, err := io.ReadFull(br, got); err != nil || !bytes.Equal(got, msg) {
+					t.Fatalf("echo of %d bytes: %d bytes back, %v", len(msg), len(got), err)
+				}
+			}
+			// Messages one at a time, each after the last one's echo: every read but the
+			// first waits for readiness.
+			for i := 0; i < 200; i++ {
+				msg := []byte(strings.Repeat(string(rune('a'+i%26)), 1+i%50))
+				if _, err := c.Write(msg); err != nil {
+					t.Fatal(err)
+				}
+				echo(msg)
+			}
+			waitFor(t, "the copies reading the sockets", func() bool { return p.conns.rawCopies.Load() == before+tc.raw })
+			// Messages that arrive while the copy is busy with the one before.
+			var all []byte
+			for i := 0; i < 50; i++ {
+				msg := []byte(strings.Repeat("m", 10+i))
+				all = append(all, msg...)
+				if _, err := c.Write(msg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			echo(all)
+			// A message larger than the copy buffer, sent while its echo is read.
+			big := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
+			errc := make(chan error, 1)
+			go func() { _, err := c.Write(big); errc <- err }()
+			echo(big)
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			// The client half-closes: the pod sees the end, ends its side, the client sees it.
+			if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := io.ReadAll(br); err != nil || len(b) != 0 {
+				t.Fatalf("after the client's end: %q, %v; want the end", b, err)
+			}
+			waitFor(t, "the copies ending", func() bool { return p.conns.rawActive.Load() == 0 })
+		})
+	}
+	t.Run("closing the pod's connections ends the copies waiting on either side", func(t *testing.T) {
+		p, addr := startProxy(t, Options{}, host, port)
+		c, br := openUpgraded(t, addr)
+		if _, err := io.WriteString(c, "ping"); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 4)
+		if _, err := io.ReadFull(br, got); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the copies to wait", func() bool { return p.conns.rawActive.Load() == 2 })
+		p.conns.closePod("uid-lean", "test")
+		if _, err := br.ReadByte(); err == nil {
+			t.Fatal("the client's connection is still open after its pod's connections were closed")
+		}
+		waitFor(t, "the copies ending", func() bool { return p.conns.rawActive.Load() == 0 })
+	})
+	t.Run("what the pod sends with its 101 answer reaches the client", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			if _, err := readHead(bufio.NewReader(c)); err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nhello")
+			_, _ = io.WriteString(c, " world")
+			_, _ = io.Copy(io.Discard, c)
+		}()
+		h, pt, _ := net.SplitHostPort(ln.Addr().String())
+		_, addr := startProxy(t, Options{}, h, pt)
+		_, br := openUpgraded(t, addr)
+		got := make([]byte, len("hello world"))
+		if _, err := io.ReadFull(br, got); err != nil || string(got) != "hello world" {
+			t.Fatalf("got %q, %v; want hello world", got, err)
+		}
+	})
+}
