@@ -17,7 +17,11 @@ import (
 // data comes (with a client that pipelines, a hang). So the request is written inside the read:
 // raw.Read resets readiness, the function writes the request and returns false, the runtime
 // waits for readiness, and the function reads once. The answer can only arrive after the
-// request, so its notice comes after the reset and is never lost. Read deadlines apply (the
+// request, so its notice comes after the reset and is never lost. That holds only when all of
+// the request is written inside the read: a request larger than the writer's buffer (headers or
+// a body over 4 KiB) went out in part while it was written, the pod may answer before the rest
+// (a 401 to an upload), and such a request is flushed and its answer read the usual way
+// (roundTrip checks sentCounter). Read deadlines apply (the
 // runtime's wait honours them) and closing the connection (the client went away, the proxy
 // stops) ends the wait, as with net.Conn.Read.
 //

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -133,6 +135,50 @@ func TestSyncTransportWritesTheRequestInTheAnswersRead(t *testing.T) {
 			t.Fatalf("error %v, want the read of the response named", err)
 		}
 	})
+	t.Run("an answer to a request that went out in part before its last flush", func(t *testing.T) {
+		// A slow upload: the headers and most of the body fill the writer and go out, the pod
+		// answers at once (it does not read the body), and the body's last byte comes 200 ms
+		// later, as from a slow client. The answer's readiness notice came before the last flush:
+		// writing that flush inside the answer's read would forget it and wait out the header
+		// timeout.
+		answered := make(chan struct{})
+		addr := rawPod(t, func(c net.Conn, br *bufio.Reader) {
+			if _, err := readHead(br); err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n"))
+			close(answered)
+			_, _ = io.Copy(io.Discard, br)
+		})
+		tr, _ := newTestTransport(t, 5*time.Second)
+		const size = 16 << 10
+		body := io.MultiReader(bytes.NewReader(make([]byte, size-1)), readerFunc(func(p []byte) (int, error) {
+			select {
+			case <-answered:
+			case <-time.After(10 * time.Second):
+				return 0, errors.New("the pod did not answer the request's headers within 10s")
+			}
+			time.Sleep(200 * time.Millisecond) // the slow client's last byte
+			p[0] = 'x'
+			return 1, io.EOF
+		}))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/upload", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = size
+		start := time.Now()
+		res, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("error %v after %s, want the pod's 401", err, time.Since(start).Round(time.Millisecond))
+		}
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("status %d, want 401", res.StatusCode)
+		}
+	})
 	t.Run("the request header timeout ends the wait", func(t *testing.T) {
 		got := make(chan string, 1)
 		addr := rawPod(t, func(c net.Conn, br *bufio.Reader) {
@@ -150,3 +196,7 @@ func TestSyncTransportWritesTheRequestInTheAnswersRead(t *testing.T) {
 		}
 	})
 }
+
+type readerFunc func(p []byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

@@ -24,10 +24,10 @@ import (
 // (readLoop, writeLoop) and hands every request and response across channels between them and the
 // caller; on a busy proxy those hand-offs cost more than the proxying itself.
 //
-// Requests it does not handle go to fallback (the standard Transport): protocol upgrades
-// (WebSocket), "Expect: 100-continue", request bodies of unknown length or larger than
-// maxSyncBody (a large upload must be read concurrently with the response, in case the pod answers
-// early), and anything that is not plain http.
+// Requests it does not handle go to fallback (the standard Transport): protocol upgrades that
+// carry a body (a WebSocket handshake has none and stays here), "Expect: 100-continue", request
+// bodies of unknown length or larger than maxSyncBody (a large upload must be read concurrently
+// with the response, in case the pod answers early), and anything that is not plain http.
 type syncTransport struct {
 	fallback       http.RoundTripper
 	dial           func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -124,10 +124,26 @@ type persistConn struct {
 	lr     limitedConnReader
 	raw    syscall.RawConn // nil when conn is not a *net.TCPConn (tests)
 	br     *bufio.Reader
-	bw     *bufio.Writer
+	bw     *bufio.Writer // writes to cw
+	cw     sentCounter
 	idleAt time.Time
 	// rdl is conn's read deadline; see armHeaderDeadline.
 	rdl readDeadline
+}
+
+// sentCounter is the request writer's destination: the pod connection, counting the bytes that
+// went out. A request whose headers or body filled the writer reached the pod in part before its
+// last flush, and the pod may answer (a 401, a 404) before the rest: such a request is not written
+// inside the read of its answer (rawread.go), whose readiness reset would forget that answer.
+type sentCounter struct {
+	conn net.Conn
+	n    int64
+}
+
+func (w *sentCounter) Write(p []byte) (int, error) {
+	n, err := w.conn.Write(p)
+	w.n += int64(n)
+	return n, err
 }
 
 func newSyncTransport(fallback http.RoundTripper, dial func(ctx context.Context, network, addr string) (net.Conn, error), limits responseLimits, maxIdlePerHost int, idleTimeout time.Duration) *syncTransport {
@@ -258,6 +274,7 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 			stop.do()
 		}
 	}()
+	sentBefore := pc.cw.n
 	if ex != nil {
 		err = ex.writeRequest(pc.bw)
 	} else {
@@ -267,8 +284,9 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 		return nil, fmt.Errorf("write request to %s: %w", pc.addr, err), true
 	}
 	// The request is sent by the first read of the answer when it can (rawread.go): one
-	// system call less per request than a write and a read that finds nothing yet.
-	rawWrite := pc.lr.raw != nil && pc.br.Buffered() == 0
+	// system call less per request than a write and a read that finds nothing yet. It can only
+	// when none of it has gone out yet (a request larger than the writer's buffer has).
+	rawWrite := pc.lr.raw != nil && pc.br.Buffered() == 0 && pc.cw.n == sentBefore
 	if !rawWrite {
 		if err := pc.bw.Flush(); err != nil {
 			return nil, fmt.Errorf("write request to %s: %w", pc.addr, err), true
@@ -520,7 +538,8 @@ func (t *syncTransport) dialConn(ctx context.Context, addr string) (*persistConn
 	if err != nil {
 		return nil, err
 	}
-	pc := &persistConn{t: t, addr: addr, conn: c, rdl: readDeadline{conn: c}, lr: limitedConnReader{conn: c, n: noLimit}, bw: bufio.NewWriterSize(c, 4<<10)}
+	pc := &persistConn{t: t, addr: addr, conn: c, rdl: readDeadline{conn: c}, lr: limitedConnReader{conn: c, n: noLimit}, cw: sentCounter{conn: c}}
+	pc.bw = bufio.NewWriterSize(&pc.cw, 4<<10)
 	pc.br = bufio.NewReaderSize(&pc.lr, 16<<10)
 	if sc, ok := c.(syscall.Conn); ok {
 		pc.raw, _ = sc.SyscallConn()
@@ -666,7 +685,7 @@ func (t *syncTransport) idleCount(addr string) int {
 	return 0
 }
 
-// limit1xx wraps the standard Transport (upgrades, large uploads) with the cap on informational
+// limit1xx wraps the standard Transport (upgrades with a body, large uploads) with the cap on informational
 // answers: ReverseProxy forwards every 1xx it is told about, and net/http's own header limit
 // starts over for each one it delivers, so a pod could otherwise send them forever.
 type limit1xx struct {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -88,7 +89,9 @@ func rawSource(r io.Reader) (syscall.RawConn, bool) {
 		case *net.TCPConn:
 			raw, err := c.SyscallConn()
 			return raw, err == nil
-		case interface{ NetConn() net.Conn }:
+		case *tls.Conn:
+			return nil, false // its NetConn carries ciphertext
+		case interface{ NetConn() net.Conn }: // pkg/connlimit's conn
 			r = c.NetConn()
 		default:
 			return nil, false

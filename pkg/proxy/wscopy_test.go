@@ -118,7 +118,8 @@ func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
 			if err := <-errc; err != nil {
 				t.Fatal(err)
 			}
-			// The client half-closes: the pod sees the end, ends its side, the client sees it.
+			// The client half-closes: the proxy ends the WebSocket (trackedConn has no CloseWrite, so
+			// ReverseProxy closes both connections) and the client sees the end.
 			if err := c.(*net.TCPConn).CloseWrite(); err != nil {
 				t.Fatal(err)
 			}

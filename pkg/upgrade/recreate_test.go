@@ -105,6 +105,9 @@ func TestDecodeRollbackSpecRejectsBadValuesNamingTheKey(t *testing.T) {
 // in some twenty allocations; during a bulk upgrade of hundreds of Recreate workspaces that garbage
 // kept nogoo9's collector busy. The writers are pooled, so an encoding allocates only its output.
 func TestEncodingARollbackSpecReusesItsCompressor(t *testing.T) {
+	if raceDetector {
+		t.Skip("under -race sync.Pool drops pooled items at random: an allocation count means nothing there (it runs in make test, which has no -race)")
+	}
 	spec, err := RollbackSpec(richPod())
 	if err != nil {
 		t.Fatal(err)

@@ -1000,7 +1000,7 @@ func inParallel(workers, n int, fn func(i int) error) []error {
 }
 
 // spawnAllReady spawns one workspace per id through c, from template tmpl(i), 8 at a time, and
-// waits (bounded, 2 min) until namespace ns holds exactly those pods, every one Running and Ready.
+// waits (bounded, 2 min) until namespace ns holds as many pods as ids, every one Running and Ready.
 func (c *apiClient) spawnAllReady(ctx context.Context, ns string, ids []string, tmpl func(i int) string) {
 	GinkgoHelper()
 	Expect(inParallel(8, len(ids), func(i int) error {
