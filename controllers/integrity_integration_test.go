@@ -38,6 +38,19 @@ func (e *upgradeEnv) patchMeta(name string, labels, annotations map[string]*stri
 
 func str(s string) *string { return &s }
 
+// resignRollbackSpec replaces pod name's nogoo9/rollback-spec with rewrite(the spec's pod JSON)
+// and signs the upgrade record again with keys, as nogoo9 would have signed that value.
+func (e *upgradeEnv) resignRollbackSpec(keys *upgrade.Keyring, name string, rewrite func(js string) string) {
+	e.t.Helper()
+	full := e.get(name)
+	js, err := upgrade.DecodeRollbackSpec(full.Annotations[workspace.AnnRollbackSpec])
+	e.g.Expect(err).NotTo(gomega.HaveOccurred())
+	spec := rewrite(string(js))
+	full.Annotations[workspace.AnnRollbackSpec] = spec
+	e.patchMeta(name, nil, map[string]*string{workspace.AnnRollbackSpec: &spec,
+		workspace.AnnUpgradeHMAC: str(keys.Sign(e.ns, name, full.Annotations, spec))})
+}
+
 func mustJSON(v any) string {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -173,14 +186,11 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 		up := e.recreatedPod("refused", old.Name)
 		// A spec nogoo9 itself signed that the API server refuses (an invalid container name, as
 		// a field that stopped validating would be): the refusal is final.
-		full := e.get(up.Name)
-		js, err := upgrade.DecodeRollbackSpec(full.Annotations[workspace.AnnRollbackSpec])
-		e.g.Expect(err).NotTo(gomega.HaveOccurred())
-		spec, err := upgrade.EncodeRollbackSpec([]byte(strings.Replace(string(js), `"name":"ide"`, `"name":"Not_A_DNS_Label"`, 1)))
-		e.g.Expect(err).NotTo(gomega.HaveOccurred())
-		full.Annotations[workspace.AnnRollbackSpec] = spec
-		e.patchMeta(up.Name, nil, map[string]*string{workspace.AnnRollbackSpec: &spec,
-			workspace.AnnUpgradeHMAC: str(keys.Sign(e.ns, up.Name, full.Annotations, spec))})
+		e.resignRollbackSpec(keys, up.Name, func(js string) string {
+			spec, err := upgrade.EncodeRollbackSpec([]byte(strings.Replace(js, `"name":"ide"`, `"name":"Not_A_DNS_Label"`, 1)))
+			e.g.Expect(err).NotTo(gomega.HaveOccurred())
+			return spec
+		})
 		e.setWaiting(up.Name, "CrashLoopBackOff", "back-off")
 		e.clock.Add(11 * time.Minute)
 		e.poke(up.Name)
@@ -203,30 +213,14 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 		up := e.recreatedPod("older", old.Name)
 		// The record as a replica of an earlier release wrote it (the same keys, as across a
 		// rolling update of nogoo9): the spec as plain JSON, signed.
-		full := e.get(up.Name)
-		js, err := upgrade.DecodeRollbackSpec(full.Annotations[workspace.AnnRollbackSpec])
-		e.g.Expect(err).NotTo(gomega.HaveOccurred())
-		spec := string(js)
-		e.g.Expect(spec).To(gomega.HavePrefix("{"))
-		full.Annotations[workspace.AnnRollbackSpec] = spec
-		e.patchMeta(up.Name, nil, map[string]*string{workspace.AnnRollbackSpec: &spec,
-			workspace.AnnUpgradeHMAC: str(keys.Sign(e.ns, up.Name, full.Annotations, spec))})
+		e.resignRollbackSpec(keys, up.Name, func(js string) string {
+			e.g.Expect(js).To(gomega.HavePrefix("{"))
+			return js
+		})
 		e.setWaiting(up.Name, "CrashLoopBackOff", "back-off")
 		e.clock.Add(11 * time.Minute)
 		e.poke(up.Name)
-		e.g.Eventually(func(g gomega.Gomega) {
-			pods := e.pods(g, "older")
-			g.Expect(pods).To(gomega.HaveLen(1))
-			var back *corev1.Pod
-			for _, p := range pods {
-				back = p
-			}
-			g.Expect(back.Name).NotTo(gomega.Equal(up.Name))
-			g.Expect(back.Annotations[workspace.AnnUpgradeStrategy]).To(gomega.Equal(string(upgrade.Rollback)))
-			g.Expect(workspace.TemplateVersion(back)).To(gomega.Equal("v1"))
-			g.Expect(back.Spec.Containers[0].Image).To(gomega.Equal("ide:1"))
-			g.Expect(back.Annotations[workspace.AnnLastUpgradeError]).To(gomega.ContainSubstring("CrashLoopBackOff"))
-		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		e.g.Eventually(func(g gomega.Gomega) { e.rolledBack(g, "older", up) }).WithTimeout(30 * time.Second).Should(gomega.Succeed())
 	})
 
 	t.Run("a rollback planned from a stale cache after the owner deleted the workspace creates nothing", func(t *testing.T) {

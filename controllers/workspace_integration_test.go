@@ -252,6 +252,23 @@ func (e *upgradeEnv) recreatedPod(id, from string) *corev1.Pod {
 	return up
 }
 
+// rolledBack checks that id's one pod is the rollback of the failed upgraded pod up (an
+// ide:1 pod of version v1 that names the CrashLoopBackOff), and returns it.
+func (e *upgradeEnv) rolledBack(g gomega.Gomega, id string, up *corev1.Pod) *corev1.Pod {
+	pods := e.pods(g, id)
+	g.Expect(pods).To(gomega.HaveLen(1))
+	var back *corev1.Pod
+	for _, p := range pods {
+		back = p
+	}
+	g.Expect(back.Name).NotTo(gomega.Equal(up.Name))
+	g.Expect(back.Annotations[workspace.AnnUpgradeStrategy]).To(gomega.Equal(string(upgrade.Rollback)))
+	g.Expect(workspace.TemplateVersion(back)).To(gomega.Equal("v1"))
+	g.Expect(back.Spec.Containers[0].Image).To(gomega.Equal("ide:1"))
+	g.Expect(back.Annotations[workspace.AnnLastUpgradeError]).To(gomega.ContainSubstring("CrashLoopBackOff"))
+	return back
+}
+
 // events returns the reasons of the Events on pod name.
 func (e *upgradeEnv) events(g gomega.Gomega, name string) []string {
 	var list corev1.EventList
@@ -408,18 +425,7 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 		e.clock.Add(11 * time.Minute)
 		e.poke(up.Name)
 		e.g.Eventually(func(g gomega.Gomega) {
-			pods := e.pods(g, "ml")
-			g.Expect(pods).To(gomega.HaveLen(1))
-			var back *corev1.Pod
-			for _, p := range pods {
-				back = p
-			}
-			g.Expect(back.Name).NotTo(gomega.Equal(up.Name))
-			g.Expect(back.Annotations[workspace.AnnUpgradeStrategy]).To(gomega.Equal(string(upgrade.Rollback)))
-			g.Expect(workspace.TemplateVersion(back)).To(gomega.Equal("v1"))
-			g.Expect(back.Spec.Containers[0].Image).To(gomega.Equal("ide:1"))
-			g.Expect(back.Annotations[workspace.AnnLastUpgradeError]).To(gomega.ContainSubstring("CrashLoopBackOff"))
-			e.expectIdentity(g, back, old)
+			e.expectIdentity(g, e.rolledBack(g, "ml", up), old)
 		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
 	})
 

@@ -1,7 +1,6 @@
 package podcache_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -9,13 +8,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
-	"github.com/nogoo9/no-crd/test/apiserver"
 )
 
 // TestEveryFollowsTheInformer runs Every on controller-runtime's cache over a real kube-apiserver,
@@ -25,21 +21,8 @@ import (
 // watch's deletion hands over the pod's final state, not the object handed over before: an
 // Every keyed by the object itself keeps every deleted pod, and this test fails on it.
 func TestEveryFollowsTheInformer(t *testing.T) {
-	cfg, c := apiserver.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	namespaces := []string{"team-a", "team-b"}
-	for _, ns := range namespaces {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	opts := podcache.OptionsFor(namespaces)
-	opts.Scheme = clientgoscheme.Scheme
-	ca, err := cache.New(cfg, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, _, c, ca := newPodCache(t, namespaces...)
 	every, err := podcache.NewEvery(ctx, ca)
 	if err != nil {
 		t.Fatal(err)

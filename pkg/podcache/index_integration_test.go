@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,21 +26,7 @@ import (
 // pod under one key only (controller-runtime's IndexField files it under two, which is what this
 // index saves).
 func TestWorkspaceIDIndexOneKeyPerPod(t *testing.T) {
-	cfg, c := apiserver.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	namespaces := []string{"team-a", "team-b"}
-	for _, ns := range namespaces {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	opts := podcache.OptionsFor(namespaces)
-	opts.Scheme = clientgoscheme.Scheme
-	ca, err := cache.New(cfg, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cfg, c, ca := newPodCache(t, "team-a", "team-b")
 	if err := podcache.AddWorkspaceIDIndex(ctx, ca); err != nil {
 		t.Fatal(err)
 	}
@@ -123,4 +110,26 @@ func TestWorkspaceIDIndexOneKeyPerPod(t *testing.T) {
 	if want := []string{"team-a/demo", "team-a/other", "team-b/demo"}; !slices.Equal(keys, want) {
 		t.Errorf("index keys: got %v, want %v (one namespaced key per workspace)", keys, want)
 	}
+}
+
+// newPodCache starts a kube-apiserver with the given namespaces and returns a context bounded at
+// 2 minutes, the API server's config, a direct client and nogoo9's pod cache over those
+// namespaces, not started yet.
+func newPodCache(t *testing.T, namespaces ...string) (context.Context, *rest.Config, client.Client, cache.Cache) {
+	t.Helper()
+	cfg, c := apiserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	for _, ns := range namespaces {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := podcache.OptionsFor(namespaces)
+	opts.Scheme = clientgoscheme.Scheme
+	ca, err := cache.New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, cfg, c, ca
 }
