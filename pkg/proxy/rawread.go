@@ -64,20 +64,33 @@ func (r *limitedConnReader) rawRead(fd uintptr) bool {
 		}
 		return false
 	}
+	n, empty, err := readFD(fd, r.p)
+	switch {
+	case empty:
+		return false
+	case err != nil:
+		r.rerr = &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: err}
+	case n == 0 && len(r.p) > 0:
+		r.rerr = io.EOF
+	default:
+		r.rn = n
+	}
+	return true
+}
+
+// readFD reads the socket fd into p once, inside a syscall.RawConn.Read: empty when it has
+// nothing now (EAGAIN: wait for readiness), else what read(2) gave (EINTR is retried).
+func readFD(fd uintptr, p []byte) (n int, empty bool, err error) {
 	for {
-		n, err := syscall.Read(int(fd), r.p)
+		n, err := syscall.Read(int(fd), p)
 		switch {
 		case errors.Is(err, syscall.EINTR):
 			continue
 		case errors.Is(err, syscall.EAGAIN):
-			return false
+			return 0, true, nil
 		case err != nil:
-			r.rerr = &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: os.NewSyscallError("read", err)}
-		case n == 0 && len(r.p) > 0:
-			r.rerr = io.EOF
-		default:
-			r.rn = n
+			return 0, false, os.NewSyscallError("read", err)
 		}
-		return true
+		return n, false, nil
 	}
 }

@@ -2,10 +2,8 @@ package proxy
 
 import (
 	"crypto/tls"
-	"errors"
 	"io"
 	"net"
-	"os"
 	"syscall"
 )
 
@@ -108,14 +106,12 @@ func copyRaw(dst io.Writer, raw syscall.RawConn) (int64, error) {
 	)
 	err := raw.Read(func(fd uintptr) bool {
 		for {
-			n, err := syscall.Read(int(fd), buf)
+			n, empty, err := readFD(fd, buf)
 			switch {
-			case errors.Is(err, syscall.EINTR):
-				continue
-			case errors.Is(err, syscall.EAGAIN):
+			case empty:
 				return false
 			case err != nil:
-				rerr = os.NewSyscallError("read", err)
+				rerr = err
 				return true
 			case n == 0:
 				return true // the client closed its side
