@@ -21,9 +21,9 @@ var excludedResources = map[string]bool{"leases": true, "events": true}
 // CountWrites scrapes the API server's /metrics (with the client's admin credentials) and returns
 // the sum of apiserver_request_total over write verbs, leaving out leases and events.
 func CountWrites(ctx context.Context, cs kubernetes.Interface) (float64, error) {
-	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	body, err := scrapeMetrics(ctx, cs)
 	if err != nil {
-		return 0, fmt.Errorf("scrape kube-apiserver /metrics: %w", err)
+		return 0, err
 	}
 	return SumWrites(body)
 }
@@ -37,28 +37,45 @@ func SumWrites(body []byte) (float64, error) {
 // sumWritesOf sums the write samples whose resource counts.
 func sumWritesOf(body []byte, counts func(resource string) bool) (float64, error) {
 	var total float64
+	err := eachSample(body, []string{"apiserver_request_total"}, func(_ string, labels map[string]string, v float64) {
+		if writeVerbs[labels["verb"]] && counts(labels["resource"]) {
+			total += v
+		}
+	})
+	return total, err
+}
+
+// scrapeMetrics reads kube-apiserver's /metrics with the client's (admin) credentials.
+func scrapeMetrics(ctx context.Context, cs kubernetes.Interface) ([]byte, error) {
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("scrape kube-apiserver /metrics: %w", err)
+	}
+	return body, nil
+}
+
+// eachSample calls fn with every labelled sample of the metrics named in names, in the
+// Prometheus text exposition body.
+func eachSample(body []byte, names []string, fn func(name string, labels map[string]string, v float64)) error {
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
+		open := strings.IndexByte(line, '{')
+		if open < 0 || !slices.Contains(names, line[:open]) {
 			continue
 		}
 		end := strings.LastIndexByte(line, '}')
-		if end < 0 {
-			return 0, fmt.Errorf("malformed metrics line %q", line)
-		}
-		labels := parseLabels(line[len("apiserver_request_total{"):end])
-		if !writeVerbs[labels["verb"]] || !counts(labels["resource"]) {
-			continue
+		if end < open {
+			return fmt.Errorf("malformed metrics line %q", line)
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(line[end+1:]), 64)
 		if err != nil {
-			return 0, fmt.Errorf("metrics line %q: value: %w", line, err)
+			return fmt.Errorf("metrics line %q: value: %w", line, err)
 		}
-		total += v
+		fn(line[:open], parseLabels(line[open+1:end]), v)
 	}
-	return total, sc.Err()
+	return sc.Err()
 }
 
 // parseLabels reads `a="x",b="y"` (label values in the API server's metrics have no escaped quotes
@@ -88,9 +105,9 @@ func parseLabels(s string) map[string]string {
 // CountEventWrites is CountWrites for Events only (resource "events", core and events.k8s.io):
 // what the components' Event recorders cost the API server.
 func CountEventWrites(ctx context.Context, cs kubernetes.Interface) (float64, error) {
-	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	body, err := scrapeMetrics(ctx, cs)
 	if err != nil {
-		return 0, fmt.Errorf("scrape kube-apiserver /metrics: %w", err)
+		return 0, err
 	}
 	return sumWritesOf(body, func(resource string) bool { return resource == "events" })
 }
@@ -105,34 +122,19 @@ type PodTraffic struct {
 
 // ScrapePodTraffic reads PodTraffic from kube-apiserver's /metrics.
 func ScrapePodTraffic(ctx context.Context, cs kubernetes.Interface) (PodTraffic, error) {
-	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	body, err := scrapeMetrics(ctx, cs)
 	if err != nil {
-		return PodTraffic{}, fmt.Errorf("scrape kube-apiserver /metrics: %w", err)
+		return PodTraffic{}, err
 	}
 	return parsePodTraffic(body)
 }
 
 func parsePodTraffic(body []byte) (PodTraffic, error) {
 	t := PodTraffic{Requests: map[string]float64{}}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		open, end := strings.IndexByte(line, '{'), strings.LastIndexByte(line, '}')
-		if open < 0 || end < open {
-			continue
-		}
-		name := line[:open]
-		if name != "apiserver_request_total" && name != "apiserver_watch_events_sizes_sum" && name != "apiserver_watch_events_sizes_count" {
-			continue
-		}
-		labels := parseLabels(line[open+1 : end])
+	names := []string{"apiserver_request_total", "apiserver_watch_events_sizes_sum", "apiserver_watch_events_sizes_count"}
+	err := eachSample(body, names, func(name string, labels map[string]string, v float64) {
 		if labels["resource"] != "pods" || labels["group"] != "" {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(line[end+1:]), 64)
-		if err != nil {
-			return PodTraffic{}, fmt.Errorf("metrics line %q: value: %w", line, err)
+			return
 		}
 		switch name {
 		case "apiserver_request_total":
@@ -144,8 +146,11 @@ func parsePodTraffic(body []byte) (PodTraffic, error) {
 		case "apiserver_watch_events_sizes_count":
 			t.WatchEvents += v
 		}
+	})
+	if err != nil {
+		return PodTraffic{}, err
 	}
-	return t, sc.Err()
+	return t, nil
 }
 
 // PerUnit is one line describing after minus t divided by n (workspaces): pod requests by verb,
