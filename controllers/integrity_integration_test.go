@@ -156,16 +156,12 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 		e := newEnv(t, ideTemplate("v1", "ide:1", corev1.ReadWriteOnce), UpgradeOptions{Timeout: 10 * time.Minute})
 		e.start()
 		old := e.spawn("jane", "ml")
-		e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
-		e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
-		up := e.recreatedPod("ml", old.Name)
+		up := e.recreateOntoBroken(old)
 		// The forger's pod: the workspace's identity, nogoo9's own service account, another image.
 		forged := fmt.Sprintf(`{"metadata":{"labels":{%q:"workspace",%q:"ml"}},"spec":{"serviceAccountName":"nogoo9","containers":[{"name":"x","image":"evil:1"}]}}`,
 			workspace.LabelType, workspace.LabelWorkspaceID)
 		e.annotate(up.Name, workspace.AnnRollbackSpec, &forged)
-		e.setWaiting(up.Name, "CrashLoopBackOff", "back-off 5m0s restarting failed container")
-		e.clock.Add(11 * time.Minute)
-		e.poke(up.Name)
+		e.failPastDeadline(up.Name, "CrashLoopBackOff", "back-off 5m0s restarting failed container")
 		e.g.Eventually(func(g gomega.Gomega) {
 			p := e.pods(g, "ml")[up.Name]
 			g.Expect(p).NotTo(gomega.BeNil())
@@ -181,9 +177,7 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 		e := newEnv(t, ideTemplate("v1", "ide:1", corev1.ReadWriteOnce), UpgradeOptions{Timeout: 10 * time.Minute, Keys: keys})
 		e.start()
 		old := e.spawn("jane", "refused")
-		e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
-		e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
-		up := e.recreatedPod("refused", old.Name)
+		up := e.recreateOntoBroken(old)
 		// A spec nogoo9 itself signed that the API server refuses (an invalid container name, as
 		// a field that stopped validating would be): the refusal is final.
 		e.resignRollbackSpec(keys, up.Name, func(js string) string {
@@ -191,9 +185,7 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 			e.g.Expect(err).NotTo(gomega.HaveOccurred())
 			return spec
 		})
-		e.setWaiting(up.Name, "CrashLoopBackOff", "back-off")
-		e.clock.Add(11 * time.Minute)
-		e.poke(up.Name)
+		e.failPastDeadline(up.Name, "CrashLoopBackOff", "back-off")
 		e.g.Eventually(func(g gomega.Gomega) {
 			p := e.pods(g, "refused")[up.Name]
 			g.Expect(p).NotTo(gomega.BeNil())
@@ -208,18 +200,14 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 		e := newEnv(t, ideTemplate("v1", "ide:1", corev1.ReadWriteOnce), UpgradeOptions{Timeout: 10 * time.Minute, Keys: keys})
 		e.start()
 		old := e.spawn("jane", "older")
-		e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
-		e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
-		up := e.recreatedPod("older", old.Name)
+		up := e.recreateOntoBroken(old)
 		// The record as a replica of an earlier release wrote it (the same keys, as across a
 		// rolling update of nogoo9): the spec as plain JSON, signed.
 		e.resignRollbackSpec(keys, up.Name, func(js string) string {
 			e.g.Expect(js).To(gomega.HavePrefix("{"))
 			return js
 		})
-		e.setWaiting(up.Name, "CrashLoopBackOff", "back-off")
-		e.clock.Add(11 * time.Minute)
-		e.poke(up.Name)
+		e.failPastDeadline(up.Name, "CrashLoopBackOff", "back-off")
 		e.g.Eventually(func(g gomega.Gomega) { e.rolledBack(g, "older", up) }).WithTimeout(30 * time.Second).Should(gomega.Succeed())
 	})
 
@@ -287,13 +275,9 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 		e.start()
 		old := e.spawn("jane", "rwo")
 		e.annotate(old.Name, workspace.AnnMaintenance, str("disk migration"))
-		e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
-		e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
-		up := e.recreatedPod("rwo", old.Name)
+		up := e.recreateOntoBroken(old)
 		e.g.Expect(up.Annotations[workspace.AnnMaintenance]).To(gomega.Equal("disk migration"))
-		e.setWaiting(up.Name, "CrashLoopBackOff", "back-off")
-		e.clock.Add(11 * time.Minute)
-		e.poke(up.Name)
+		e.failPastDeadline(up.Name, "CrashLoopBackOff", "back-off")
 		e.g.Eventually(func(g gomega.Gomega) {
 			pods := e.pods(g, "rwo")
 			g.Expect(pods).To(gomega.HaveLen(1))

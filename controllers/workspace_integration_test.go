@@ -252,6 +252,24 @@ func (e *upgradeEnv) recreatedPod(id, from string) *corev1.Pod {
 	return up
 }
 
+// recreateOntoBroken publishes v2 of the ReadWriteOnce template with an image that never starts,
+// asks for old's upgrade and returns the pod that replaced old (the Recreate upgrade's new pod).
+func (e *upgradeEnv) recreateOntoBroken(old *corev1.Pod) *corev1.Pod {
+	e.t.Helper()
+	e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
+	e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
+	return e.recreatedPod(old.Labels[workspace.LabelWorkspaceID], old.Name)
+}
+
+// failPastDeadline leaves pod name waiting with reason and msg, moves the clock past the
+// 10-minute upgrade deadline and wakes the controller (any change to the pod does).
+func (e *upgradeEnv) failPastDeadline(name, reason, msg string) {
+	e.t.Helper()
+	e.setWaiting(name, reason, msg)
+	e.clock.Add(11 * time.Minute)
+	e.poke(name)
+}
+
 // rolledBack checks that id's one pod is the rollback of the failed upgraded pod up (an
 // ide:1 pod of version v1 that names the CrashLoopBackOff), and returns it.
 func (e *upgradeEnv) rolledBack(g gomega.Gomega, id string, up *corev1.Pod) *corev1.Pod {
@@ -358,10 +376,8 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 			g.Expect(e.pods(g, "api")).To(gomega.HaveLen(2))
 		}).WithTimeout(time.Second).Should(gomega.Succeed())
 
-		// Eleven minutes later; any change to the pod wakes the controller.
-		e.setWaiting(up.Name, "ErrImagePull", `failed to pull image "registry.invalid/ide:2": not found`)
-		e.clock.Add(11 * time.Minute)
-		e.poke(up.Name)
+		// Eleven minutes later.
+		e.failPastDeadline(up.Name, "ErrImagePull", `failed to pull image "registry.invalid/ide:2": not found`)
 		e.g.Eventually(func(g gomega.Gomega) {
 			pods := e.pods(g, "api")
 			g.Expect(pods).To(gomega.HaveLen(1))
@@ -416,14 +432,8 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 		e := newEnv(t, ideTemplate("v1", "ide:1", corev1.ReadWriteOnce), UpgradeOptions{Timeout: 10 * time.Minute})
 		e.start()
 		old := e.spawn("dave", "ml")
-		e.reg.set(ideTemplate("v2", "ide:broken", corev1.ReadWriteOnce))
-		yes := "true"
-		e.annotate(old.Name, workspace.AnnUpgradeRequested, &yes)
-		up := e.recreatedPod("ml", old.Name)
-
-		e.setWaiting(up.Name, "CrashLoopBackOff", "back-off 5m0s restarting failed container")
-		e.clock.Add(11 * time.Minute)
-		e.poke(up.Name)
+		up := e.recreateOntoBroken(old)
+		e.failPastDeadline(up.Name, "CrashLoopBackOff", "back-off 5m0s restarting failed container")
 		e.g.Eventually(func(g gomega.Gomega) {
 			e.expectIdentity(g, e.rolledBack(g, "ml", up), old)
 		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())

@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"bufio"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,10 +23,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -37,6 +35,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/proxy"
 	"github.com/nogoo9/no-crd/pkg/workspace"
+	"github.com/nogoo9/no-crd/test/apiserver"
 )
 
 // One envtest API server and one manager with the proxy for every integration test here.
@@ -73,27 +72,16 @@ func (stubAuth) VerifyToken(_ context.Context, token string) (*auth.Caller, erro
 }
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	os.Exit(runWithEnv(m))
+	apiserver.Main(m, func(cfg *rest.Config) int {
+		if cfg == nil {
+			return m.Run()
+		}
+		return runWithEnv(m, cfg)
+	})
 }
 
-func runWithEnv(m *testing.M) int {
+func runWithEnv(m *testing.M, cfg *rest.Config) int {
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets, _ = filepath.Abs("../../bin")
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "start envtest (KUBEBUILDER_ASSETS=%s): %v\n", assets, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -453,6 +441,18 @@ func dialWS(path, origin, token string) (*websocket.Conn, error) {
 	return websocket.DialConfig(cfg)
 }
 
+// dialJanes opens a WebSocket to jane's workspace id through the proxy as jane, from the proxy's
+// own origin, retrying until the route is there (30 s at most).
+func dialJanes(g *WithT, id string) *websocket.Conn {
+	var c *websocket.Conn
+	g.Eventually(func() error {
+		var err error
+		c, err = dialWS("/ws/jane/"+id+"/ws", "http://"+proxyHost, "jane-token")
+		return err
+	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
+	return c
+}
+
 func echo(c *websocket.Conn, msg string) (string, error) {
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	if err := websocket.Message.Send(c, msg); err != nil {
@@ -470,12 +470,7 @@ func TestWebSocketStaysOnItsPodAndClosesWhenThePodIsDeleted(t *testing.T) {
 	id := uniq("wsc")
 	old := createPod(t, g, id, id, "jane", "127.1.3.1", nil)
 	origin := "http://" + proxyHost
-	var c1 *websocket.Conn
-	g.Eventually(func() error {
-		var err error
-		c1, err = dialWS("/ws/jane/"+id+"/ws", origin, "jane-token")
-		return err
-	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
+	c1 := dialJanes(g, id)
 	defer c1.Close()
 	g.Expect(echo(c1, "a")).To(Equal("old:a"))
 
@@ -490,22 +485,8 @@ func TestWebSocketStaysOnItsPodAndClosesWhenThePodIsDeleted(t *testing.T) {
 	defer c2.Close()
 	g.Expect(echo(c2, "c")).To(Equal("new:c"))
 
-	// Reading blocks until the proxy closes the old pod's connection.
-	closed := make(chan time.Time, 1)
-	go func() {
-		_ = c1.SetReadDeadline(time.Now().Add(60 * time.Second))
-		var s string
-		_ = websocket.Message.Receive(c1, &s)
-		closed <- time.Now()
-	}()
-	deletedAt := time.Now()
 	deletePod(g, old)
-	select {
-	case at := <-closed:
-		t.Logf("WebSocket closed %v after the old pod's deletion", at.Sub(deletedAt))
-	case <-time.After(30 * time.Second):
-		t.Fatal("the WebSocket on the deleted pod was not closed within 30s")
-	}
+	waitClosed(t, c1, "its pod was deleted")
 	g.Expect(echo(c2, "d")).To(Equal("new:d"), "the WebSocket on the new pod must stay open")
 	c3, err := dialWS("/ws/jane/"+id+"/ws", origin, "jane-token")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -519,27 +500,11 @@ func TestWebSocketClosesWhenItsPodStaysNotReady(t *testing.T) {
 	startBackend(t, "127.1.3.3", "flaky", 8080)
 	id := uniq("wsg")
 	pod := createPod(t, g, id, id, "jane", "127.1.3.3", nil)
-	var c *websocket.Conn
-	g.Eventually(func() error {
-		var err error
-		c, err = dialWS("/ws/jane/"+id+"/ws", "http://"+proxyHost, "jane-token")
-		return err
-	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
+	c := dialJanes(g, id)
 	defer c.Close()
 	g.Expect(echo(c, "a")).To(Equal("flaky:a"))
 	setReady(g, pod, "127.1.3.3", false) // grace is 2s in this suite
-	closed := make(chan struct{})
-	go func() {
-		_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
-		var s string
-		_ = websocket.Message.Receive(c, &s)
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the WebSocket of a pod not-ready past the grace period was not closed within 30s")
-	}
+	waitClosed(t, c, "its pod stayed not-ready past the grace period")
 }
 
 func TestServerSentEventsAreFlushedAtOnce(t *testing.T) {
@@ -616,12 +581,7 @@ func TestWebSocketsCloseWhenTheWorkspaceTurnsUnavailable(t *testing.T) {
 	pod := createPod(t, g, id, id, "jane", "127.1.5.2", nil)
 	origin := "http://" + proxyHost
 	open := func() *websocket.Conn {
-		var c *websocket.Conn
-		g.Eventually(func() error {
-			var err error
-			c, err = dialWS("/ws/jane/"+id+"/ws", origin, "jane-token")
-			return err
-		}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
+		c := dialJanes(g, id)
 		g.Expect(echo(c, "a")).To(Equal("repair:a"))
 		return c
 	}
