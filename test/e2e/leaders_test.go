@@ -8,7 +8,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -93,13 +92,7 @@ var _ = Describe("Leader election with three replicas", Label("leaders"), func()
 		}
 
 		By("the last replica finishes every upgrade")
-		for _, id := range ids {
-			waitSinglePod(ns, id, func(g Gomega, pod *corev1.Pod) {
-				g.Expect(workspace.TemplateVersion(pod)).To(Equal("2.0"))
-				g.Expect(podReadyNow(pod)).To(BeTrue())
-				g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested))
-			})
-		}
+		waitAllUpgraded(ns, ids, "2.0")
 		Expect(hist.Violations()).To(BeEmpty())
 
 		By("never two leaders acting: each replica wrote only while it held the lease, and the terms do not overlap")

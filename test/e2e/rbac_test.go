@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -143,22 +141,7 @@ var _ = Describe("RBAC of config/default", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		call := func(method, path string, body any) (int, []byte) {
 			GinkgoHelper()
-			var rd io.Reader
-			if body != nil {
-				b, err := json.Marshal(body)
-				Expect(err).NotTo(HaveOccurred())
-				rd = bytes.NewReader(b)
-			}
-			req, err := http.NewRequestWithContext(ctx, method, proc.APIURL+path, rd)
-			Expect(err).NotTo(HaveOccurred())
-			req.Header.Set("Authorization", "Bearer "+userToken)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := http.DefaultClient.Do(req)
-			Expect(err).NotTo(HaveOccurred(), "%s %s: is the api component wired in main.go?", method, path)
-			defer resp.Body.Close()
-			data, err := io.ReadAll(resp.Body)
-			Expect(err).NotTo(HaveOccurred())
-			return resp.StatusCode, data
+			return pxAPI(proc, userToken, method, path, body)
 		}
 
 		By("spawning (pods and quota ledger ConfigMaps)")

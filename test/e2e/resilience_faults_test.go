@@ -45,14 +45,8 @@ var _ = Describe("Resilience: more faults of the control plane", Label("resilien
 		before := pxSpawnReachable(proc, alice, "py", "etcd", n)
 
 		By(fmt.Sprintf("stopping etcd for %s while spawning, listing and proxying", outage))
-		Expect(Cluster.StopProcess(localcluster.Etcd)).To(Succeed())
+		startEtcd := stopProcess(localcluster.Etcd)
 		down := time.Now()
-		restarted := false
-		DeferCleanup(func(ctx SpecContext) {
-			if !restarted {
-				Expect(Cluster.StartProcess(ctx, localcluster.Etcd)).To(Succeed())
-			}
-		}, NodeTimeout(2*time.Minute))
 		statuses := map[string]map[int]int{}
 		note := func(what string, code int) {
 			if statuses[what] == nil {
@@ -105,8 +99,7 @@ var _ = Describe("Resilience: more faults of the control plane", Label("resilien
 		Expect(notReady).To(BeTrue(), "/readyz never said not ready while etcd was down")
 
 		By("starting etcd again: ready again, one pod per workspace, identities unchanged, spawns work")
-		Expect(Cluster.StartProcess(ctx, localcluster.Etcd)).To(Succeed())
-		restarted = true
+		startEtcd(ctx)
 		Eventually(func() (int, error) { return resProbe(proc, "/readyz") }, 2*time.Minute).Should(Equal(http.StatusOK))
 		Expect(proc.Exited()).To(BeFalse(), "nogoo9 exited:\n%s", proc.LogTail(40))
 		Eventually(func(g Gomega) {
@@ -320,15 +313,7 @@ var _ = Describe("Resilience: more faults of the control plane", Label("resilien
 		}).Should(Succeed())
 
 		By("restarting kube-apiserver, then changing workspaces before nogoo9's watches are back")
-		Expect(Cluster.StopProcess(localcluster.KubeAPIServer)).To(Succeed())
-		restarted := false
-		DeferCleanup(func(ctx SpecContext) {
-			if !restarted {
-				Expect(Cluster.StartProcess(ctx, localcluster.KubeAPIServer)).To(Succeed())
-			}
-		}, NodeTimeout(2*time.Minute))
-		Expect(Cluster.StartProcess(ctx, localcluster.KubeAPIServer)).To(Succeed())
-		restarted = true
+		stopProcess(localcluster.KubeAPIServer)(ctx)
 		// A person puts one workspace in maintenance by hand, deletes another's pod and asks for
 		// the upgrade of the third by hand.
 		m := podOf["watch-maint"]

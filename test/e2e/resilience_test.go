@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,23 @@ import (
 // resOutage is how long the API server stays down (NOGOO9_E2E_OUTAGE, default 20s): longer than
 // the token cache (10s) and the lease renew deadline (10s), so whatever depends on them shows.
 func resOutage() time.Duration { return envDuration("NOGOO9_E2E_OUTAGE", 20*time.Second) }
+
+// stopProcess stops the local cluster's process name for an outage and returns what starts it
+// again. If the spec ends before that is called, a cleanup starts it, so no later spec runs
+// without it.
+func stopProcess(name string) (start func(ctx context.Context)) {
+	Expect(Cluster.StopProcess(name)).To(Succeed())
+	started := false
+	DeferCleanup(func(ctx SpecContext) {
+		if !started {
+			Expect(Cluster.StartProcess(ctx, name)).To(Succeed())
+		}
+	}, NodeTimeout(2*time.Minute))
+	return func(ctx context.Context) {
+		Expect(Cluster.StartProcess(ctx, name)).To(Succeed())
+		started = true
+	}
+}
 
 // envDuration is the positive duration in environment variable name, or def.
 func envDuration(name string, def time.Duration) time.Duration {
@@ -116,14 +134,8 @@ var _ = Describe("Resilience: faults of the control plane", Label("resilience"),
 			g.Expect(json.Unmarshal(body, &res)).To(Succeed())
 			g.Expect(res.Upgrades).To(HaveLen(n), string(body))
 		}).Should(Succeed())
-		Expect(Cluster.StopProcess(localcluster.KubeAPIServer)).To(Succeed())
+		startAPIServer := stopProcess(localcluster.KubeAPIServer)
 		down := time.Now()
-		restarted := false
-		DeferCleanup(func(ctx SpecContext) {
-			if !restarted {
-				Expect(Cluster.StartProcess(ctx, localcluster.KubeAPIServer)).To(Succeed())
-			}
-		}, NodeTimeout(2*time.Minute))
 
 		By("while it is down: /readyz says not ready, /healthz stays up, writes get 503, reads and the proxy keep working")
 		Eventually(func() (string, error) { return resProbeBody(proc, "/readyz?verbose=1") }, 30*time.Second).Should(ContainSubstring("[-]apiserver failed"))
@@ -172,8 +184,7 @@ var _ = Describe("Resilience: faults of the control plane", Label("resilience"),
 		AddReportEntry("api-server outage answers", fmt.Sprint(statuses))
 
 		By("starting kube-apiserver again: everything converges with the invariants intact")
-		Expect(Cluster.StartProcess(ctx, localcluster.KubeAPIServer)).To(Succeed())
-		restarted = true
+		startAPIServer(ctx)
 		back := time.Now()
 		Eventually(func() (int, error) { return resProbe(proc, "/readyz") }, 2*time.Minute).Should(Equal(http.StatusOK))
 		GinkgoWriter.Printf("ready again %s after the API server\n", time.Since(back).Round(time.Millisecond))

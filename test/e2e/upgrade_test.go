@@ -357,13 +357,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		GinkgoWriter.Printf("leader killed with %d of %d upgraded pods created\n", killed, n)
 
 		By("the standby takes the lease and finishes every upgrade")
-		for _, id := range ids {
-			waitSinglePod(ns, id, func(g Gomega, pod *corev1.Pod) {
-				g.Expect(workspace.TemplateVersion(pod)).To(Equal("2.0"))
-				g.Expect(podReadyNow(pod)).To(BeTrue())
-				g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested))
-			})
-		}
+		waitAllUpgraded(ns, ids, "2.0")
 		Expect(hist.Violations()).To(BeEmpty())
 
 		By("the standby wrote nothing before it held the lease")
@@ -927,6 +921,19 @@ func metricValue(g Gomega, p *Nogoo9Process, name string, labels ...string) floa
 func workspacePodsNow(ns, id string) []*corev1.Pod {
 	GinkgoHelper()
 	return workspacePods(Default, ns, id)
+}
+
+// waitAllUpgraded waits until each workspace of ids is one Ready pod on template version, its
+// upgrade intent gone.
+func waitAllUpgraded(ns string, ids []string, version string) {
+	GinkgoHelper()
+	for _, id := range ids {
+		waitSinglePod(ns, id, func(g Gomega, pod *corev1.Pod) {
+			g.Expect(workspace.TemplateVersion(pod)).To(Equal(version))
+			g.Expect(podReadyNow(pod)).To(BeTrue())
+			g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested))
+		})
+	}
 }
 
 // waitSinglePod waits until workspace id has exactly one pod (none terminating) that also passes
