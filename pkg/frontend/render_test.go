@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -104,5 +105,13 @@ func TestCachedJSONHoldsOnlyWhatIsTheWorkspacesOwn(t *testing.T) {
 				t.Fatalf("workspace %s holds %s itself: %q", e.id, shared, enc.vals)
 			}
 		}
+	}
+}
+
+// TestEntryFitsItsSizeClass keeps a view's entry at 96 bytes, the size class it is allocated in
+// (112 with the clock note's time as a time.Time).
+func TestEntryFitsItsSizeClass(t *testing.T) {
+	if got := unsafe.Sizeof(entry{}); got > 96 {
+		t.Errorf("entry is %d bytes, want at most 96 (one per workspace)", got)
 	}
 }
