@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"strings"
 	"time"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -24,9 +27,22 @@ const (
 	clockOpaque                   // depends on the clock some other way: Describe at read time
 )
 
+// clockNote is how a view's message depends on the clock. since is a Unix time in nanoseconds
+// rather than a time.Time (24 bytes): that keeps a view's entry in the 96-byte size class
+// instead of 112 (docs/performance.md, "Seventh round").
 type clockNote struct {
 	kind  clockKind
-	since time.Time
+	since int64
+}
+
+// noteSince is the clockNote of kind from t; clockOpaque when t does not fit in int64
+// nanoseconds (before 1678 or after 2262).
+func noteSince(kind clockKind, t time.Time) clockNote {
+	n := t.UnixNano()
+	if !time.Unix(0, n).Equal(t) {
+		return clockNote{kind: clockOpaque}
+	}
+	return clockNote{kind: kind, since: n}
 }
 
 // pendingNote and graceNote mirror the notes workspace.Phase appends. probeClock checks the
@@ -55,9 +71,9 @@ func graceNote(deleted, now time.Time) string {
 func (c clockNote) note(now time.Time) string {
 	switch c.kind {
 	case clockPending:
-		return pendingNote(c.since, now)
+		return pendingNote(time.Unix(0, c.since), now)
 	case clockGrace:
-		return graceNote(c.since, now)
+		return graceNote(time.Unix(0, c.since), now)
 	}
 	return ""
 }
@@ -88,10 +104,10 @@ func probeClock(pods []*corev1.Pod, base workspace.Info) clockNote {
 	}
 	for _, p := range pods {
 		if msg == base.Message+pendingNote(p.CreationTimestamp.Time, probe) {
-			return clockNote{kind: clockPending, since: p.CreationTimestamp.Time}
+			return noteSince(clockPending, p.CreationTimestamp.Time)
 		}
 		if p.DeletionTimestamp != nil && msg == base.Message+graceNote(p.DeletionTimestamp.Time, probe) {
-			return clockNote{kind: clockGrace, since: p.DeletionTimestamp.Time}
+			return noteSince(clockGrace, p.DeletionTimestamp.Time)
 		}
 	}
 	return clockNote{kind: clockOpaque}
@@ -110,11 +126,45 @@ func (e *entry) view(latest string, now time.Time) Workspace {
 	return w
 }
 
-// encoded is an entry's JSON for one latest template version. With a clock note, the note's
-// (JSON-escaped) text goes between head and tail; without, head is the whole object.
+// encoded is an entry's JSON for one latest template version, kept compact: the members whose
+// values many workspaces share (their keys, the namespace, template and version, the phase) are
+// in shape, one interned copy per combination, and only the values that are the workspace's own
+// (id, names, owner, paths, times, message) in vals. Together they are what json.Marshal of the
+// view gives: shape's literal parts with vals' runs (ending at ends) in the holes between them.
+// With a clock note, noteByte in a value stands for the note's JSON-escaped text. For a typical
+// workspace this holds about 240 bytes instead of 420 with the whole JSON (docs/performance.md,
+// "Seventh round").
 type encoded struct {
-	latest     string
-	head, tail []byte
+	latest string
+	shape  unique.Handle[shape]
+	vals   string
+	ends   [maxHoles]uint16
+}
+
+// shape is the part of a view's JSON that many workspaces share: literal parts, with a hole for
+// a run of the workspace's own members between each two. Consecutive members of a workspace's
+// own make one run, their keys included: fewer parts make the list's writing faster (each part
+// is a copy), at the price of those keys' bytes.
+type shape struct {
+	lits  [maxHoles + 1]string
+	holes int
+}
+
+// maxHoles is the most runs of its own members a view's JSON may have to be kept compact; a view
+// with more, or more than 64 KiB of its own, is encoded at read time. Info's members make two:
+// id to userLabel, message to lastActivity.
+const maxHoles = 3
+
+// noteByte marks the clock note's place in a value. encoding/json escapes every control
+// character inside a string and writes none outside one, so it never occurs in its output.
+const noteByte = 1
+
+// sharedMembers are the members written whole into an encoding's shape: values from a small set
+// that many workspaces share. Every other member's value is the workspace's own.
+var sharedMembers = map[string]bool{
+	"namespace": true, "template": true, "templateNamespace": true, "templateVersion": true,
+	"latestTemplateVersion": true, "isOutdated": true, "phase": true, "reason": true,
+	"pinned": true, "updatePolicy": true, "updateWindow": true,
 }
 
 // noteMark stands for the clock note while encoding: JSON writes it as \u0000, which no
@@ -133,20 +183,141 @@ func (e *entry) encoding(latest string) *encoded {
 		return nil
 	}
 	w := e.view(latest, time.Time{})
-	enc := &encoded{latest: latest}
-	if e.clock.kind == clockNone {
-		enc.head, _ = json.Marshal(w)
-	} else {
+	if e.clock.kind != clockNone {
 		w.Message += noteMark
-		b, _ := json.Marshal(w)
+	}
+	b, _ := json.Marshal(w)
+	if e.clock.kind != clockNone {
 		i := bytes.Index(b, noteMarkJSON)
 		if i < 0 || bytes.Count(b, noteMarkJSON) != 1 {
 			return nil
 		}
-		enc.head, enc.tail = b[:i:i], b[i+len(noteMarkJSON):]
+		b = append(append(b[:i:i], noteByte), b[i+len(noteMarkJSON):]...)
 	}
+	enc := compact(b)
+	if enc == nil {
+		return nil
+	}
+	enc.latest = latest
 	e.enc.Store(enc)
 	return enc
+}
+
+// compact splits the JSON object b (json.Marshal's output: no spaces, flat members) into its
+// shape and its own values; nil when b is not such an object or has too many runs of its own,
+// so the entry is encoded at read time.
+func compact(b []byte) *encoded {
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return nil
+	}
+	var (
+		s    shape
+		enc  encoded
+		vals = make([]byte, 0, len(b))
+		lit  = make([]byte, 0, len(b)) // the literal part being built
+		open bool                      // a run of the workspace's own is being built
+	)
+	lit = append(lit, '{')
+	for i := 1; i < len(b)-1; {
+		start := i // the member with its comma
+		if b[i] == ',' {
+			i++
+		}
+		// The key: encoding/json's field names need no escapes.
+		if b[i] != '"' {
+			return nil
+		}
+		k := bytes.IndexByte(b[i+1:], '"')
+		if k < 0 || i+k+2 >= len(b) || b[i+k+2] != ':' {
+			return nil
+		}
+		key := b[i+1 : i+1+k]
+		i += k + 3
+		end := valueEnd(b, i)
+		if end < 0 {
+			return nil
+		}
+		v := b[i:end]
+		switch {
+		case sharedMembers[string(key)] && bytes.IndexByte(v, noteByte) < 0:
+			if open {
+				if s.holes == maxHoles || len(vals) > math.MaxUint16 {
+					return nil
+				}
+				s.lits[s.holes], enc.ends[s.holes] = string(lit), uint16(len(vals))
+				s.holes++
+				lit, open = lit[:0], false
+			}
+			lit = append(lit, b[start:end]...)
+		case open:
+			vals = append(vals, b[start:end]...)
+		default:
+			lit = append(lit, b[start:i]...)
+			vals = append(vals, v...)
+			open = true
+		}
+		i = end
+	}
+	if open {
+		if s.holes == maxHoles || len(vals) > math.MaxUint16 {
+			return nil
+		}
+		s.lits[s.holes], enc.ends[s.holes] = string(lit), uint16(len(vals))
+		s.holes++
+		lit = lit[:0]
+	}
+	s.lits[s.holes] = string(append(lit, '}'))
+	enc.shape, enc.vals = unique.Make(s), string(vals)
+	return &enc
+}
+
+// valueEnd is the end of the flat JSON value (a string, a number, true, false or null) that
+// starts at b[i], or -1.
+func valueEnd(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	if b[i] != '"' {
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case ',', '}':
+				return j
+			case '"', '{', '[':
+				return -1
+			}
+		}
+		return -1
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// appendTo appends the JSON enc stands for; note, when not nil, is the clock note's
+// JSON-escaped text, put in its place.
+func (enc *encoded) appendTo(buf []byte, note []byte) []byte {
+	s := enc.shape.Value()
+	start := 0
+	for i := range s.holes {
+		buf = append(buf, s.lits[i]...)
+		end := int(enc.ends[i])
+		v := enc.vals[start:end]
+		start = end
+		if note != nil {
+			if k := strings.IndexByte(v, noteByte); k >= 0 {
+				buf = append(append(buf, v[:k]...), note...)
+				v = v[k+1:]
+			}
+		}
+		buf = append(buf, v...)
+	}
+	return append(buf, s.lits[s.holes]...)
 }
 
 // WorkspaceList is a consistent snapshot of workspace views, ready to encode.
@@ -208,17 +379,15 @@ func (l *WorkspaceList) appendEntry(buf []byte, e *entry, notes map[clockNote][]
 		b, _ := json.Marshal(e.view(latest, l.now))
 		return append(buf, b...)
 	}
-	buf = append(buf, enc.head...)
 	if e.clock.kind == clockNone {
-		return buf
+		return enc.appendTo(buf, nil)
 	}
 	note, ok := notes[e.clock]
 	if !ok {
 		note = jsonStringContent(e.clock.note(l.now))
 		notes[e.clock] = note
 	}
-	buf = append(buf, note...)
-	return append(buf, enc.tail...)
+	return enc.appendTo(buf, note)
 }
 
 // jsonStringContent is s escaped as inside a JSON string, without the quotes.

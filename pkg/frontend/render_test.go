@@ -1,0 +1,117 @@
+package frontend
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// TestCompactWritesWhatJSONWrites splits the JSON of 2,000 random views, every member set or
+// empty at random, with strings that look like JSON members, escapes, quotes, HTML and non-ASCII
+// text, and checks that the compact form writes back exactly json.Marshal's bytes, or is nil only
+// where it must be (a run of the workspace's own over 64 KiB).
+func TestCompactWritesWhatJSONWrites(t *testing.T) {
+	rng := rand.New(rand.NewPCG(16, 7))
+	nasty := []string{
+		"", "plain", `","namespace":"evil`, `{"id":"x"}`, `back\slash`, `quote"d`, "tab\there", "<b>&amp;</b>",
+		"ünïcödé ✓", "\u2028line\u2029", "null", "true", "12", ",", ":", "}", `\"`, "\x01\x1f",
+	}
+	str := func() string {
+		if rng.IntN(3) == 0 {
+			return ""
+		}
+		return nasty[rng.IntN(len(nasty))] + fmt.Sprint(rng.IntN(1000))
+	}
+	for i := range 2000 {
+		w := workspace.Info{
+			Namespace: str(), ID: str(), Name: str(), Owner: str(), UserLabel: str(), Template: str(),
+			TemplateNamespace: str(), TemplateVersion: str(), LatestTemplateVersion: str(), IsOutdated: rng.IntN(2) == 0,
+			Status:    workspace.Status{Phase: workspace.PhaseName(str()), Reason: str(), Message: str()},
+			ActivePod: str(), WorkspacePath: str(), PreviewPath: str(), LastUpgradeError: str(), UpgradePod: str(),
+			Maintenance: str(), CreatedAt: t0.Add(time.Duration(rng.IntN(1e6)) * time.Second), LastActivity: str(),
+			Pinned: rng.IntN(2) == 0, UpdatePolicy: str(), UpdateWindow: str(),
+		}
+		if i%500 == 0 {
+			w.Message = strings.Repeat("m", 70000)
+		}
+		b, err := json.Marshal(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc := compact(b)
+		if enc == nil {
+			if i%500 != 0 {
+				t.Fatalf("view %d not kept compact:\n%s", i, b)
+			}
+			continue
+		}
+		if i%500 == 0 {
+			t.Fatalf("view %d kept compact with a 70,000-byte message", i)
+		}
+		if got := enc.appendTo(nil, nil); !bytes.Equal(got, b) {
+			t.Fatalf("view %d:\n%s\nwant\n%s", i, got, b)
+		}
+	}
+}
+
+// TestCachedJSONHoldsOnlyWhatIsTheWorkspacesOwn checks that the REST list's cached JSON of 10,000
+// ready workspaces of one template shares one shape (the keys and the shared values) and holds
+// well under the 417 bytes per workspace that a whole cached JSON object took (measured exactly:
+// heap allocated after two collections; about 240 bytes compact).
+func TestCachedJSONHoldsOnlyWhatIsTheWorkspacesOwn(t *testing.T) {
+	const n = 10000
+	entries := make([]*entry, n)
+	for i := range entries {
+		owner, id := fmt.Sprintf("user-%d", i%100), fmt.Sprintf("ws-%d", i)
+		entries[i] = newEntry([]*corev1.Pod{pod(workspace.PodName(owner, id), owner, id, "1.0", t0.Add(time.Duration(i)*time.Second), ready)})
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	for _, e := range entries {
+		if e.encoding("1.0") == nil {
+			t.Fatalf("workspace %s encoded at read time", e.id)
+		}
+	}
+	perWorkspace := float64(heap()-before) / n
+	runtime.KeepAlive(entries)
+	t.Logf("cached JSON: %.0f bytes per workspace", perWorkspace)
+	if perWorkspace > 320 {
+		t.Errorf("cached JSON takes %.0f bytes per workspace, want at most 320", perWorkspace)
+	}
+	first := entries[0].enc.Load()
+	for _, e := range entries {
+		enc := e.enc.Load()
+		if enc.shape != first.shape {
+			t.Fatalf("workspace %s has its own shape %q, want the one all share %q", e.id, enc.shape.Value().lits, first.shape.Value().lits)
+		}
+		for _, shared := range []string{`"namespace"`, `"templateVersion"`, `"phase"`, `"python"`} {
+			if strings.Contains(enc.vals, shared) {
+				t.Fatalf("workspace %s holds %s itself: %q", e.id, shared, enc.vals)
+			}
+		}
+	}
+}
+
+// TestEntryFitsItsSizeClass keeps a view's entry at 96 bytes, the size class it is allocated in
+// (112 with the clock note's time as a time.Time).
+func TestEntryFitsItsSizeClass(t *testing.T) {
+	if got := unsafe.Sizeof(entry{}); got > 96 {
+		t.Errorf("entry is %d bytes, want at most 96 (one per workspace)", got)
+	}
+}
