@@ -17,7 +17,8 @@ import (
 const awaitSeen = 5 * time.Second
 
 // seenPods tells a pass when the informer cache has caught up with a pod this process has just
-// created. The pod informer is one watch, whose events come in the order the API server
+// created. The pod informer is one watch (one per namespace when nogoo9 watches several; an
+// upgraded pod is in its old pod's namespace), whose events come in the order the API server
 // committed the writes, and the informer applies each event to its store before it hands it to
 // the handlers. So once a handler has been given an event of the new pod (its creation, or any
 // later one), the store holds every pod write committed before that create: a look at the old
