@@ -106,6 +106,13 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 		res.Fail(fig, subject, "s", err)
 		return
 	}
+	if dir := os.Getenv("BENCH_PPROF_DIR"); dir != "" {
+		// kube-apiserver's own CPU profile over the 4 s from the start (the admin credentials may
+		// read its /debug/pprof): where its time goes for this subject's requests and events.
+		name := strings.NewReplacer(" ", "-", "(", "", ")", "", ",", "").Replace(subject)
+		path := filepath.Join(dir, fmt.Sprintf("kube-apiserver-%s-%d.pprof", name, time.Now().Unix()))
+		go saveAPIServerProfile(context.WithoutCancel(ctx), cs, path)
+	}
 	cpuBefore := bench.CPUByCommand()
 	d, err := roll(ctx)
 	cpu := bench.CPUDelta(cpuBefore, bench.CPUByCommand())
@@ -325,4 +332,17 @@ func loadAverage() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// saveAPIServerProfile saves a 4 s CPU profile of kube-apiserver to path.
+func saveAPIServerProfile(ctx context.Context, cs kubernetes.Interface, path string) {
+	b, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "4").DoRaw(ctx)
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		logf("kube-apiserver profile: %v", err)
+		return
+	}
+	logf("profile of kube-apiserver written to %s", path)
 }
