@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -52,22 +53,38 @@ func (l *namedReads) of(name string) int {
 // request per upgrade; it now waits for its informer cache to show the new pod, when the cache
 // holds every pod write committed before the create, and looks at the old pod there. A workspace
 // deleted before the create must still stay deleted (the new pod goes), whether its pod is
-// removed at once or left terminating, and none of the cases reads the old pod from the API
-// server.
+// removed at once or left terminating; only the pod the cache no longer shows is read from the
+// API server.
 func TestSideBySideStartChecksTheOldPodInTheCache(t *testing.T) {
 	cfg, c := startAPIServer(t)
 	ctx := context.Background()
+	ownerDeletes := func(t *testing.T, old *corev1.Pod) {
+		if err := c.Delete(ctx, old, client.Preconditions{UID: &old.UID}); err != nil {
+			t.Errorf("owner's delete: %v", err)
+		}
+	}
 	for i, tc := range []struct {
 		name string
-		// ownerDeletes: the owner deletes the old pod after the pass planned, before its create.
-		ownerDeletes bool
+		// beforeCreate, if set, runs after the pass planned, right before its create: the owner's
+		// delete, say.
+		beforeCreate func(t *testing.T, old *corev1.Pod)
 		// terminating: the old pod is left terminating (finalizer) rather than removed.
 		terminating  bool
 		wantUpgraded bool
+		// wantReads of the old pod from the API server: a pod the cache no longer shows may be
+		// gone or only relabelled (the cache selects workspace pods by label), so it is read.
+		wantReads int
 	}{
 		{name: "nobody deletes the workspace: the new pod stays, UpgradeStarted, no read of the old pod", wantUpgraded: true},
-		{name: "the owner deletes the workspace before the create, pod removed at once: the new pod goes too", ownerDeletes: true},
-		{name: "the owner deletes the workspace before the create, pod still terminating: the new pod goes too", ownerDeletes: true, terminating: true},
+		{name: "the owner deletes the workspace before the create, pod removed at once: the new pod goes too, after a read", beforeCreate: ownerDeletes, wantReads: 1},
+		{name: "the owner deletes the workspace before the create, pod still terminating: the new pod goes too, no read", beforeCreate: ownerDeletes, terminating: true},
+		{name: "the old pod loses its workspace label before the create (the cache drops it, the API server still has it live): the new pod stays, after a read",
+			beforeCreate: func(t *testing.T, old *corev1.Pod) {
+				patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"kept-by-hand"}}}`, workspace.LabelType)
+				if err := c.Patch(ctx, old, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+					t.Errorf("relabel: %v", err)
+				}
+			}, wantUpgraded: true, wantReads: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns, reg, old, _ := outdatedWorkspace(t, c, fmt.Sprintf("create-check-%d", i), "gil", "desk", "", tc.terminating)
@@ -81,12 +98,8 @@ func TestSideBySideStartChecksTheOldPodInTheCache(t *testing.T) {
 			var createdNew, deletedNew atomic.Bool
 			hooked := interceptor.NewClient(cw, interceptor.Funcs{
 				Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-					if obj.GetName() == newName && tc.ownerDeletes {
-						once.Do(func() {
-							if err := c.Delete(ctx, old, client.Preconditions{UID: &old.UID}); err != nil {
-								t.Errorf("owner's delete: %v", err)
-							}
-						})
+					if obj.GetName() == newName && tc.beforeCreate != nil {
+						once.Do(func() { tc.beforeCreate(t, old) })
 					}
 					err := cl.Create(ctx, obj, opts...)
 					if err == nil && obj.GetName() == newName {
@@ -153,8 +166,8 @@ func TestSideBySideStartChecksTheOldPodInTheCache(t *testing.T) {
 					t.Errorf("old pod %s not live while its side-by-side upgrade starts: %v", old.Name, err)
 				}
 			}
-			if got := api.of(old.Name); got != 0 {
-				t.Errorf("the check after the create read the old pod %d times from the API server, want 0 (the cache shows it)", got)
+			if got := api.of(old.Name); got != tc.wantReads {
+				t.Errorf("the check after the create read the old pod %d times from the API server, want %d", got, tc.wantReads)
 			}
 		})
 	}

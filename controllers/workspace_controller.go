@@ -683,15 +683,14 @@ func (r *WorkspaceReconciler) checkAfterCreate(ctx context.Context, key types.Na
 // for the informer cache to show pod (seenPods): the cache then holds every pod write committed
 // before the create, so old as the cache shows it answers without a read from the API server (a
 // delete committed after the create is the front end's to find: it lists again after its own
-// delete, and sees pod). When the cache does not show pod in time, old is read from the API
-// server (deletedMeanwhile), as a pass without the cache's notice does.
+// delete, and sees pod). Only a live old pod of the same UID, or one being deleted or replaced,
+// is taken from the cache; when the cache does not show old at all (removed, or no longer
+// labelled as a workspace pod, which the cache cannot tell apart) or does not show pod in time,
+// old is read from the API server (deletedMeanwhile), as a pass without the cache's notice does.
 func (r *WorkspaceReconciler) deletedBeforeCreate(ctx context.Context, pod, old *corev1.Pod) (bool, error) {
 	if r.seen != nil && r.seen.wait(ctx, r.Reader, pod, awaitSeen) {
 		var cached corev1.Pod
-		switch err := r.Reader.Get(ctx, client.ObjectKeyFromObject(old), &cached); {
-		case apierrors.IsNotFound(err):
-			return true, nil
-		case err == nil:
+		if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(old), &cached); err == nil {
 			return cached.DeletionTimestamp != nil || cached.UID != old.UID, nil
 		}
 	}

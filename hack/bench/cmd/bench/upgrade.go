@@ -66,11 +66,17 @@ func rotated(subjects []rollout, r int) []rollout {
 func startCluster(ctx context.Context, c config, name string) (*localcluster.Cluster, error) {
 	logf("starting local cluster %s", name)
 	t := time.Now()
+	var apiFlags []string
+	if os.Getenv("BENCH_PPROF_DIR") != "" {
+		// kube-apiserver's /debug/pprof, for its profile of each rollout (measured).
+		apiFlags = []string{"--profiling=true"}
+	}
 	cl, err := localcluster.Start(ctx, localcluster.Options{
 		BinDir:                      c.binDir,
 		Dir:                         filepath.Join(c.workDir, name),
 		NodePods:                    c.scale + c.other + 2*c.n + 1000,
 		ExtraControllerManagerFlags: bench.ClusterControllerManagerFlags,
+		ExtraAPIServerFlags:         apiFlags,
 	})
 	if err != nil {
 		return nil, err
