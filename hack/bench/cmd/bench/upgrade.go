@@ -117,7 +117,13 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 		// read its /debug/pprof): where its time goes for this subject's requests and events.
 		name := strings.NewReplacer(" ", "-", "(", "", ")", "", ",", "").Replace(subject)
 		path := filepath.Join(dir, fmt.Sprintf("kube-apiserver-%s-%d.pprof", name, time.Now().Unix()))
-		go saveAPIServerProfile(context.WithoutCancel(ctx), cs, path)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			saveAPIServerProfile(context.WithoutCancel(ctx), cs, path)
+		}()
+		// One CPU profile at a time: the next rollout starts once this one is saved.
+		defer func() { <-done }()
 	}
 	cpuBefore := bench.CPUByCommand()
 	d, err := roll(ctx)
