@@ -819,7 +819,7 @@ func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.Namespace
 		mv.unchecked = nil
 		if err != nil || pre.ResourceVersion == nil {
 			// Not proven live by the delete (gone, changed, replaced, or the request failed):
-			// read it, as a create without this delete does.
+			// check it (checkAfterCreate), as a create without this delete does.
 			if wait, cerr := r.checkAfterCreate(ctx, key, u.pod, u.old); cerr != nil || wait != 0 {
 				return wait, cerr
 			}
