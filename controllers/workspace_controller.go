@@ -167,6 +167,9 @@ type WorkspaceReconciler struct {
 	held  heldEvents
 	// deleted are the pods this process has deleted (by UID), until the cache shows it.
 	deleted deletedPods
+	// seen tells when the cache has caught up with a pod this process created (nil: never
+	// asked; the check after a create then reads the API server).
+	seen *seenPods
 }
 
 // SetupWorkspaceReconciler adds the upgrade controller to mgr (leader only) with the template
@@ -202,6 +205,14 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.every = every
 	r.gate.cached = every.Pods
+	inf, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("pod informer: %w", err)
+	}
+	r.seen = newSeenPods()
+	if _, err := inf.AddEventHandler(r.seen); err != nil {
+		return fmt.Errorf("watch the pod informer for the pods this controller creates: %w", err)
+	}
 	registerCollector(r)
 	r.Templates.Subscribe(r.templateChanged)
 	return ctrl.NewControllerManagedBy(mgr).
@@ -645,13 +656,14 @@ func (r *WorkspaceReconciler) readForRollback(ctx context.Context, old, full *co
 	return r.APIReader.Get(ctx, key, full)
 }
 
-// checkAfterCreate reads old, the pod that upgraded pod pod replaces, from the API server after
-// pod's create. When the owner deleted the workspace while this pass still saw it in the cache,
+// checkAfterCreate looks at old, the pod that upgraded pod pod replaces, as it was when pod was
+// created: in the cache once the cache shows pod, else read from the API server
+// (deletedBeforeCreate). When the owner deleted the workspace while this pass still saw it in the cache,
 // pod must not outlive it and bring the workspace back: it is deleted and the move ends
 // (endMove). The front end's delete does the mirror image (it deletes, then lists again), so
 // whatever the interleaving one of the two sees the other's write. 0: old is live, go on.
 func (r *WorkspaceReconciler) checkAfterCreate(ctx context.Context, key types.NamespacedName, pod, old *corev1.Pod) (time.Duration, error) {
-	gone, err := r.deletedMeanwhile(ctx, old)
+	gone, err := r.deletedBeforeCreate(ctx, pod, old)
 	if err == nil && !gone {
 		return 0, nil
 	}
@@ -664,6 +676,25 @@ func (r *WorkspaceReconciler) checkAfterCreate(ctx context.Context, key types.Na
 		}
 	}
 	return 0, fmt.Errorf("check pod %s after creating %s: %w", old.Name, pod.Name, err)
+}
+
+// deletedBeforeCreate reports whether old was gone, being deleted or replaced when pod, its
+// upgrade, was created: what the owner's delete race needs to know (checkAfterCreate). It waits
+// for the informer cache to show pod (seenPods): the cache then holds every pod write committed
+// before the create, so old as the cache shows it answers without a read from the API server (a
+// delete committed after the create is the front end's to find: it lists again after its own
+// delete, and sees pod). Only a live old pod of the same UID, or one being deleted or replaced,
+// is taken from the cache; when the cache does not show old at all (removed, or no longer
+// labelled as a workspace pod, which the cache cannot tell apart) or does not show pod in time,
+// old is read from the API server (deletedMeanwhile), as a pass without the cache's notice does.
+func (r *WorkspaceReconciler) deletedBeforeCreate(ctx context.Context, pod, old *corev1.Pod) (bool, error) {
+	if r.seen != nil && r.seen.wait(ctx, r.Reader, pod, awaitSeen) {
+		var cached corev1.Pod
+		if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(old), &cached); err == nil {
+			return cached.DeletionTimestamp != nil || cached.UID != old.UID, nil
+		}
+	}
+	return r.deletedMeanwhile(ctx, old)
 }
 
 // permanent tells a refusal that retrying will not heal (an invalid object, quota, an admission
@@ -788,7 +819,7 @@ func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.Namespace
 		mv.unchecked = nil
 		if err != nil || pre.ResourceVersion == nil {
 			// Not proven live by the delete (gone, changed, replaced, or the request failed):
-			// read it, as a create without this delete does.
+			// check it (checkAfterCreate), as a create without this delete does.
 			if wait, cerr := r.checkAfterCreate(ctx, key, u.pod, u.old); cerr != nil || wait != 0 {
 				return wait, cerr
 			}

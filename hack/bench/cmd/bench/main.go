@@ -30,8 +30,9 @@ import (
 type config struct {
 	n, scale, other, rounds int
 	binDir, nogoo9, out     string
-	// before is an earlier nogoo9 binary measured beside nogoo9 in figures 4-5 (cold start and
-	// memory only), so a change is compared in one run, on one cluster, round by round.
+	// before is an earlier nogoo9 binary measured beside nogoo9 in figures 1-2 (its own
+	// workspaces, in the same rounds) and 4-5 (cold start and memory only), so a change is
+	// compared in one run, on one cluster, round by round.
 	before  string
 	workDir string
 	root    string // the module root (where go.mod is): go build/run run there
@@ -49,7 +50,7 @@ func main() {
 	flag.IntVar(&c.rounds, "rounds", envInt("BENCH_ROUNDS", 3), "Rounds per figure, interleaved baseline/candidate (env BENCH_ROUNDS).")
 	flag.StringVar(&c.binDir, "bin", "bin", "Directory with etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok (make tools).")
 	flag.StringVar(&c.nogoo9, "nogoo9", "bin/nogoo9", "The nogoo9 binary (make build).")
-	flag.StringVar(&c.before, "nogoo9-before", os.Getenv("BENCH_NOGOO9_BEFORE"), "An earlier nogoo9 binary whose cold start and memory figures 4-5 also measure, interleaved, as \"nogoo9 before\" (env BENCH_NOGOO9_BEFORE; empty: none).")
+	flag.StringVar(&c.before, "nogoo9-before", os.Getenv("BENCH_NOGOO9_BEFORE"), "An earlier nogoo9 binary that figures 1-2 (bulk upgrades of workspaces of its own) and 4-5 (cold start and memory) also measure, interleaved, as \"nogoo9 before\" (env BENCH_NOGOO9_BEFORE; empty: none).")
 	flag.StringVar(&c.out, "out", "bench/results.md", "Markdown file the results are written to.")
 	flag.StringVar(&c.workDir, "work-dir", "", "Directory for cluster data and logs (default: a new temporary directory, removed unless -keep).")
 	flag.BoolVar(&c.keep, "keep", false, "Keep the work directory (logs) after the run.")

@@ -163,22 +163,22 @@ func (n *nogoo9Proc) call(ctx context.Context, method, path string, in, out any)
 	return nil
 }
 
-// startNogoo9Upgrade starts nogoo9 for figure 1 and spawns its N side-by-side and N recreate-style
-// workspaces through the REST API.
-func startNogoo9Upgrade(ctx context.Context, c config, cl *localcluster.Cluster, cs kubernetes.Interface) (*nogoo9Proc, error) {
+// startNogoo9Upgrade starts nogoo9 (the binary c.nogoo9) for figure 1, managing namespace ns
+// only, and spawns its N side-by-side and N recreate-style workspaces there through the REST
+// API. logName names its log; profile saves a CPU profile of each rollout (BENCH_PPROF_DIR).
+func startNogoo9Upgrade(ctx context.Context, c config, cl *localcluster.Cluster, cs kubernetes.Interface, ns, logName string, profile bool) (*nogoo9Proc, error) {
 	if !c.figures[1] && !c.figures[2] && !c.figures[3] {
 		return nil, fmt.Errorf("not needed")
 	}
 	if err := nogoo9Supports(c.nogoo9, "--auth"); err != nil {
 		return nil, err
 	}
-	const ns = "bench-ws"
 	if err := ensureNS(ctx, cs, ns); err != nil {
 		return nil, err
 	}
 	var extra []string
 	pprofAddr := ""
-	if os.Getenv("BENCH_PPROF_DIR") != "" {
+	if profile && os.Getenv("BENCH_PPROF_DIR") != "" {
 		// A CPU profile of nogoo9 during each of its rollouts (wsSet.roll).
 		ports, err := localcluster.FreePorts(1)
 		if err != nil {
@@ -187,7 +187,7 @@ func startNogoo9Upgrade(ctx context.Context, c config, cl *localcluster.Cluster,
 		pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 		extra = append(extra, "--pprof-bind-address="+pprofAddr)
 	}
-	n, err := startNogoo9(ctx, c, cl, ns, "nogoo9-upgrade", extra...)
+	n, err := startNogoo9(ctx, c, cl, ns, logName, extra...)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func startNogoo9Upgrade(ctx context.Context, c config, cl *localcluster.Cluster,
 		return n, nil
 	}
 	n.sideBySide = &wsSet{n: n, cs: cs, template: "bench-sbs", count: c.n}
-	n.recreate = &wsSet{n: n, cs: cs, template: "bench-rwop", count: c.n, rwopClass: "bench-ws-rwop"}
+	n.recreate = &wsSet{n: n, cs: cs, template: "bench-rwop", count: c.n, rwopClass: ns + "-rwop"}
 	for _, s := range []*wsSet{n.sideBySide, n.recreate} {
 		if err := s.setup(ctx); err != nil {
 			n.stop()

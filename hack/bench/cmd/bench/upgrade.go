@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,18 +38,45 @@ const (
 	subjFloorRecr     = "floor recreate (bare client, QPS 500)"
 	subjNogoo9        = "nogoo9"
 	subjNogoo9Recr    = "nogoo9 (Recreate)"
+	// The -nogoo9-before binary (BENCH_NOGOO9_BEFORE), measured in the same rounds.
+	subjBefore     = "nogoo9 before"
+	subjBeforeRecr = "nogoo9 before (Recreate)"
 )
+
+// rollout is one subject's measured rollout in a round.
+type rollout struct {
+	subject string
+	roll    func(ctx context.Context) (time.Duration, error)
+	tl      func() string
+}
+
+// rotated returns subjects in the order of round r (from 1): each round starts one further along,
+// so no subject always follows the same one (a rollout leaves work behind on the API server, the
+// scheduler and kwok: status writes, Events, garbage) or always comes first.
+func rotated(subjects []rollout, r int) []rollout {
+	if len(subjects) == 0 {
+		return nil
+	}
+	k := (r - 1) % len(subjects)
+	return append(slices.Clone(subjects[k:]), subjects[:k]...)
+}
 
 // startCluster starts a fresh local cluster in dir whose controller-manager leaves Deployments to
 // the benchmark's own (RolloutKCM).
 func startCluster(ctx context.Context, c config, name string) (*localcluster.Cluster, error) {
 	logf("starting local cluster %s", name)
 	t := time.Now()
+	var apiFlags []string
+	if os.Getenv("BENCH_PPROF_DIR") != "" {
+		// kube-apiserver's /debug/pprof, for its profile of each rollout (measured).
+		apiFlags = []string{"--profiling=true"}
+	}
 	cl, err := localcluster.Start(ctx, localcluster.Options{
 		BinDir:                      c.binDir,
 		Dir:                         filepath.Join(c.workDir, name),
 		NodePods:                    c.scale + c.other + 2*c.n + 1000,
 		ExtraControllerManagerFlags: bench.ClusterControllerManagerFlags,
+		ExtraAPIServerFlags:         apiFlags,
 	})
 	if err != nil {
 		return nil, err
@@ -83,6 +111,19 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 	if err != nil {
 		res.Fail(fig, subject, "s", err)
 		return
+	}
+	if dir := os.Getenv("BENCH_PPROF_DIR"); dir != "" {
+		// kube-apiserver's own CPU profile over the 4 s from the start (the admin credentials may
+		// read its /debug/pprof): where its time goes for this subject's requests and events.
+		name := strings.NewReplacer(" ", "-", "(", "", ")", "", ",", "").Replace(subject)
+		path := filepath.Join(dir, fmt.Sprintf("kube-apiserver-%s-%d.pprof", name, time.Now().Unix()))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			saveAPIServerProfile(context.WithoutCancel(ctx), cs, path)
+		}()
+		// One CPU profile at a time: the next rollout starts once this one is saved.
+		defer func() { <-done }()
 	}
 	cpuBefore := bench.CPUByCommand()
 	d, err := roll(ctx)
@@ -176,12 +217,28 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 			return err
 		}
 	}
-	nog, nogErr := startNogoo9Upgrade(ctx, c, cl, cs)
+	nog, nogErr := startNogoo9Upgrade(ctx, c, cl, cs, "bench-ws", "nogoo9-upgrade", true)
 	if nogErr != nil {
 		logf("nogoo9 candidate unavailable: %v", nogErr)
 		res.Fail(fig, subjNogoo9, "s", nogErr)
 	} else {
 		defer nog.stop()
+	}
+	// The earlier binary, if any, in a namespace of its own (each nogoo9 watches only its
+	// namespace, so neither sees the other's pods), measured in the same rounds.
+	var before *nogoo9Proc
+	if c.before != "" && do1 {
+		bc := c
+		bc.nogoo9 = c.before
+		b, err := startNogoo9Upgrade(ctx, bc, cl, cs, "bench-ws-before", "nogoo9-upgrade-before", false)
+		if err != nil {
+			logf("nogoo9 before unavailable: %v", err)
+			res.Fail(fig, subjBefore, "s", err)
+		} else {
+			before = b
+			defer before.stop()
+			res.Note(fig, "nogoo9 before: %s, in namespace bench-ws-before; floor, nogoo9 and nogoo9 before run in an order that rotates from round to round (figure 1b too)", c.before)
+		}
 	}
 
 	timeout := time.Duration(c.n)*time.Second + 2*time.Minute
@@ -203,13 +260,31 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 				return err
 			}
 		}
-		measured(ctx, res, c, cs, fig, subjFloor, c.n, func(ctx context.Context) (time.Duration, error) {
+		sbs := []rollout{{subjFloor, func(ctx context.Context) (time.Duration, error) {
 			return floor.Roll(ctx, timeout)
-		}, func() string { return floor.Timeline.String() })
-		if nog != nil {
-			measured(ctx, res, c, cs, fig, subjNogoo9, c.n, func(ctx context.Context) (time.Duration, error) {
-				return nog.sideBySide.roll(ctx, timeout)
-			}, func() string { return nog.sideBySide.timeline.String() })
+		}, func() string { return floor.Timeline.String() }}}
+		recr := []rollout{{subjFloorRecr, func(ctx context.Context) (time.Duration, error) {
+			return floorR.Roll(ctx, timeout)
+		}, func() string { return floorR.Timeline.String() }}}
+		for _, p := range []struct {
+			n         *nogoo9Proc
+			sbs, recr string
+		}{{nog, subjNogoo9, subjNogoo9Recr}, {before, subjBefore, subjBeforeRecr}} {
+			if p.n == nil {
+				continue
+			}
+			n := p.n
+			sbs = append(sbs, rollout{p.sbs, func(ctx context.Context) (time.Duration, error) {
+				return n.sideBySide.roll(ctx, timeout)
+			}, func() string { return n.sideBySide.timeline.String() }})
+			if n.recreate != nil {
+				recr = append(recr, rollout{p.recr, func(ctx context.Context) (time.Duration, error) {
+					return n.recreate.roll(ctx, timeout)
+				}, func() string { return n.recreate.timeline.String() + n.recreate.sizes() }})
+			}
+		}
+		for _, s := range rotated(sbs, r) {
+			measured(ctx, res, c, cs, fig, s.subject, c.n, s.roll, s.tl)
 		}
 		// Recreate-style: Deployments with strategy Recreate (raised kcm), floor, nogoo9.
 		if err := kcm.Start(ctx, bench.RaisedKCMFlags, ports); err != nil {
@@ -222,13 +297,8 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 				return err
 			}
 		}
-		measured(ctx, res, c, cs, figR, subjFloorRecr, c.n, func(ctx context.Context) (time.Duration, error) {
-			return floorR.Roll(ctx, timeout)
-		}, func() string { return floorR.Timeline.String() })
-		if nog != nil && nog.recreate != nil {
-			measured(ctx, res, c, cs, figR, subjNogoo9Recr, c.n, func(ctx context.Context) (time.Duration, error) {
-				return nog.recreate.roll(ctx, timeout)
-			}, func() string { return nog.recreate.timeline.String() + nog.recreate.sizes() })
+		for _, s := range rotated(recr, r) {
+			measured(ctx, res, c, cs, figR, s.subject, c.n, s.roll, s.tl)
 		}
 	}
 	res.Compare(fig, subjDeployRaised, subjDeployDefault)
@@ -236,6 +306,14 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 	res.Compare(fig, subjNogoo9, subjFloor, subjDeployRaised)
 	res.Compare(figR, subjFloorRecr, subjDeployRecr)
 	res.Compare(figR, subjNogoo9Recr, subjFloorRecr, subjDeployRecr)
+	if before != nil {
+		res.Compare(fig, subjBefore, subjFloor, subjDeployRaised)
+		res.Compare(fig, subjNogoo9, subjBefore)
+		res.Compare(figR, subjBeforeRecr, subjFloorRecr, subjDeployRecr)
+		res.Compare(figR, subjNogoo9Recr, subjBeforeRecr)
+		res.Compare(figW, subjBefore, subjFloor)
+		res.Compare(titleEvents(c.n), subjBefore, subjFloor)
+	}
 	res.Compare(figW, subjNogoo9, subjFloor, subjDeployRaised)
 	res.Compare(figW, subjDeployDefault, subjFloor)
 	res.Compare(figW, subjDeployRaised, subjFloor)
@@ -266,4 +344,17 @@ func loadAverage() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// saveAPIServerProfile saves a 4 s CPU profile of kube-apiserver to path.
+func saveAPIServerProfile(ctx context.Context, cs kubernetes.Interface, path string) {
+	b, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "4").DoRaw(ctx)
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		logf("kube-apiserver profile: %v", err)
+		return
+	}
+	logf("profile of kube-apiserver written to %s", path)
 }
