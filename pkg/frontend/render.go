@@ -151,7 +151,7 @@ type shape struct {
 }
 
 // maxHoles is the most runs of its own members a view's JSON may have to be kept compact; a view
-// with more, or more than 64 KiB of its own, is encoded at read time. Info's members make two:
+// with more, or more than 64 KiB of its own, is kept whole instead (as one run). Info's members make two:
 // id to userLabel, message to lastActivity.
 const maxHoles = 3
 
@@ -194,18 +194,25 @@ func (e *entry) encoding(latest string) *encoded {
 		}
 		b = append(append(b[:i:i], noteByte), b[i+len(noteMarkJSON):]...)
 	}
-	enc := compact(b)
-	if enc == nil {
-		return nil
-	}
+	enc := encode(b)
 	enc.latest = latest
 	e.enc.Store(enc)
 	return enc
 }
 
+// encode is b's compact form, or b kept whole, as one run of its own, when it cannot be split
+// (more runs of its own than maxHoles, or over 64 KiB of them: an oversized annotation set by
+// hand), so that a list still encodes such a view once per template version.
+func encode(b []byte) *encoded {
+	if enc := compact(b); enc != nil {
+		return enc
+	}
+	return &encoded{shape: unique.Make(shape{holes: 1}), vals: string(b)}
+}
+
 // compact splits the JSON object b (json.Marshal's output: no spaces, flat members) into its
-// shape and its own values; nil when b is not such an object or has too many runs of its own,
-// so the entry is encoded at read time.
+// shape and its own values; nil when b is not such an object or has too many runs of its own
+// (the caller keeps it whole then).
 func compact(b []byte) *encoded {
 	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
 		return nil
@@ -306,7 +313,10 @@ func (enc *encoded) appendTo(buf []byte, note []byte) []byte {
 	start := 0
 	for i := range s.holes {
 		buf = append(buf, s.lits[i]...)
-		end := int(enc.ends[i])
+		end := len(enc.vals) // the last run ends with vals (ends may not hold it: a whole object)
+		if i < s.holes-1 {
+			end = int(enc.ends[i])
+		}
 		v := enc.vals[start:end]
 		start = end
 		if note != nil {

@@ -24,7 +24,7 @@ func TestCompactWritesWhatJSONWrites(t *testing.T) {
 	rng := rand.New(rand.NewPCG(16, 7))
 	nasty := []string{
 		"", "plain", `","namespace":"evil`, `{"id":"x"}`, `back\slash`, `quote"d`, "tab\there", "<b>&amp;</b>",
-		"ünïcödé ✓", "\u2028line\u2029", "null", "true", "12", ",", ":", "}", `\"`, "\x01\x1f",
+		"ünïcödé ✓", "\u2028line\u2029", "null", "true", "12", ",", ":", "}", `\"`, "\x01\x1f", "\xff", `\u0000`,
 	}
 	str := func() string {
 		if rng.IntN(3) == 0 {
@@ -48,18 +48,37 @@ func TestCompactWritesWhatJSONWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		enc := compact(b)
-		if enc == nil {
-			if i%500 != 0 {
-				t.Fatalf("view %d not kept compact:\n%s", i, b)
-			}
-			continue
-		}
-		if i%500 == 0 {
-			t.Fatalf("view %d kept compact with a 70,000-byte message", i)
+		enc := encode(b)
+		if whole := enc.shape.Value().holes == 1 && enc.vals == string(b); whole != (i%500 == 0) {
+			t.Fatalf("view %d kept whole: %v, want %v (a 70,000-byte message and only then)", i, whole, i%500 == 0)
 		}
 		if got := enc.appendTo(nil, nil); !bytes.Equal(got, b) {
 			t.Fatalf("view %d:\n%s\nwant\n%s", i, got, b)
+		}
+
+		// With a clock note, as encoding builds it: the note's place marked in the message,
+		// the note's text put there when the list is written.
+		if w.Message == "" {
+			continue // probeClock gives an empty message no note
+		}
+		note := str() + "(for 3m)"
+		w.Message += noteMark
+		marked, err := json.Marshal(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Count(marked, noteMarkJSON) != 1 {
+			continue // encoding describes such a view at read time
+		}
+		k := bytes.Index(marked, noteMarkJSON)
+		marked = append(append(marked[:k:k], noteByte), marked[k+len(noteMarkJSON):]...)
+		w.Message = strings.TrimSuffix(w.Message, noteMark) + note
+		want, err := json.Marshal(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := encode(marked).appendTo(nil, jsonStringContent(note)); !bytes.Equal(got, want) {
+			t.Fatalf("view %d with note %q:\n%s\nwant\n%s", i, note, got, want)
 		}
 	}
 }

@@ -28,6 +28,7 @@ func resOutage() time.Duration { return envDuration("NOGOO9_E2E_OUTAGE", 20*time
 // again. If the spec ends before that is called, a cleanup starts it, so no later spec runs
 // without it.
 func stopProcess(name string) (start func(ctx context.Context)) {
+	GinkgoHelper()
 	Expect(Cluster.StopProcess(name)).To(Succeed())
 	started := false
 	DeferCleanup(func(ctx SpecContext) {
@@ -36,6 +37,7 @@ func stopProcess(name string) (start func(ctx context.Context)) {
 		}
 	}, NodeTimeout(2*time.Minute))
 	return func(ctx context.Context) {
+		GinkgoHelper()
 		Expect(Cluster.StartProcess(ctx, name)).To(Succeed())
 		started = true
 	}
