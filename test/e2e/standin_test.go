@@ -58,8 +58,15 @@ var _ = Describe("Demo stand-in: a workspace you can open on kwok", Label("stand
 		))
 
 		By("the page through the proxy names the workspace, its owner, its pod and its template version")
-		page := stGet(p.ProxyURL+w.WorkspacePath, alice, "text/html")
-		Expect(page.code).To(Equal(http.StatusOK), "%s", page.body)
+		// The pod is Ready in the API server; the proxy's cache sees it a moment later (503
+		// "starting" until then).
+		var page stResponse
+		Eventually(func(g Gomega) {
+			var err error
+			page, err = stDo(p.ProxyURL+w.WorkspacePath, alice, "text/html")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(page.code).To(Equal(http.StatusOK), "%s", page.body)
+		}).Should(Succeed())
 		Expect(page.contentType).To(HavePrefix("text/html"))
 		for _, want := range []string{"Alice demo", ">box<", owner, oldPod.Name, ">1.0<"} {
 			Expect(page.body).To(ContainSubstring(want))
