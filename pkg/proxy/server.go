@@ -155,7 +155,7 @@ func (s *leanServer) newConn(ctx context.Context, c net.Conn) *leanConn {
 	lc.r.raw, _ = rawSource(c)
 	lc.r.waits = &s.waits
 	lc.br = bufio.NewReaderSize(&lc.r, leanHeaderBuf)
-	lc.bw = bufio.NewWriterSize(c, 4<<10)
+	lc.bw = bufio.NewWriterSize(clientWriter{lc}, 4<<10)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shutdown.Load() {
@@ -336,6 +336,17 @@ func (r *watchedReader) Read(p []byte) (int, error) {
 	}
 	r.drained = n < len(p)
 	return n, nil
+}
+
+// clientWriter is the answer writer's destination: the client connection, written with writeFD
+// while the loop runs inside the connection's RawConn.Read (rawread.go, readFD).
+type clientWriter struct{ lc *leanConn }
+
+func (w clientWriter) Write(p []byte) (int, error) {
+	if r := &w.lc.r; r.inRaw {
+		return writeRaw(w.lc.c, r.fd, p)
+	}
+	return w.lc.c.Write(p)
 }
 
 // The client's next request. net.Conn.Read tries the socket before it waits, and after an
