@@ -228,6 +228,26 @@ func TestLeanServerWaitsOnTheClientSocket(t *testing.T) {
 		})
 	}
 
+	t.Run("a client gone while its 1 MiB answer is written", func(t *testing.T) {
+		// The answer's writes (write(2) on the socket) fail with EPIPE or ECONNRESET: the
+		// connection ends, the process does not (SIGPIPE), and the next client is served.
+		for _, reset := range []bool{false, true} {
+			c, _ := dial(t)
+			if _, err := io.WriteString(c, leanGet("big")+leanGet("big")); err != nil {
+				t.Fatal(err)
+			}
+			if reset {
+				_ = c.(*net.TCPConn).SetLinger(0)
+			}
+			_ = c.Close()
+		}
+		c, br := dial(t)
+		if _, err := io.WriteString(c, leanGet("still")); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, c, br, "200 answer to /still")
+	})
+
 	t.Run("a client that leaves pipelined bytes while the pod is slow", func(t *testing.T) {
 		// The watch ends when the next request is already there; the request is still answered.
 		c, br := dial(t)
