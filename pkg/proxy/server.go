@@ -9,11 +9,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -52,6 +54,9 @@ type leanServer struct {
 	now func() time.Time
 	// served and handedOff count requests served and connections handed to net/http (tests).
 	served, handedOff atomic.Int64
+	// rawConns counts connections served inside their RawConn.Read, waits the waits for
+	// readiness there that no read before them found nothing (tests).
+	rawConns, waits atomic.Int64
 }
 
 // defaultWatchAfter: a pod answering later than this is a slow request; its client leaving is
@@ -111,6 +116,7 @@ var errTemporaryAccept = errors.New("temporary accept error") // tests
 func (s *leanServer) watchSlowRequests(stop <-chan struct{}) {
 	t := time.NewTicker(s.watchAfter / 2)
 	defer t.Stop()
+	var slow []*leanConn
 	for {
 		select {
 		case <-stop:
@@ -118,13 +124,20 @@ func (s *leanServer) watchSlowRequests(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		now := s.now().UnixNano()
+		slow = slow[:0]
 		s.mu.Lock()
 		for lc := range s.conns {
 			if since := lc.busySince.Load(); since != 0 && now-since >= int64(s.watchAfter) {
-				lc.startWatch()
+				slow = append(slow, lc)
 			}
 		}
 		s.mu.Unlock()
+		// Outside the lock: a watch of a connection read inside its RawConn.Read is a system
+		// call.
+		for _, lc := range slow {
+			lc.startWatch()
+		}
+		clear(slow)
 	}
 }
 
@@ -139,8 +152,10 @@ func (s *leanServer) newConn(ctx context.Context, c net.Conn) *leanConn {
 	lc.quick.base = (&http.Request{}).WithContext(lc.ctx)
 	lc.quick.req = new(http.Request)
 	lc.r.c = c
+	lc.r.raw, _ = rawSource(c)
+	lc.r.waits = &s.waits
 	lc.br = bufio.NewReaderSize(&lc.r, leanHeaderBuf)
-	lc.bw = bufio.NewWriterSize(c, 4<<10)
+	lc.bw = bufio.NewWriterSize(clientWriter{lc}, 4<<10)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shutdown.Load() {
@@ -170,7 +185,11 @@ func (s *leanServer) close(ctx context.Context) error {
 	case <-ctx.Done():
 		s.mu.Lock()
 		for lc := range s.conns {
-			_ = lc.c.Close()
+			// A connection served inside its RawConn.Read is closed only when that read ends
+			// (Close waits for it): the request's context ends first, which frees a request
+			// waiting for its pod, and the close does not hold the lock.
+			lc.cancel()
+			go func(c net.Conn) { _ = c.Close() }(lc.c)
 		}
 		s.mu.Unlock()
 		return ctx.Err()
@@ -189,6 +208,9 @@ type leanConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idle   atomic.Bool
+	// headerArmed: the header deadline of the request being read is set; handOffNow: the loop
+	// ended to hand the connection to net/http.
+	headerArmed, handOffNow bool
 	// rdl is c's read deadline (set only by this goroutine).
 	rdl readDeadline
 	// header is the handler's response header map, cleared and reused for every request.
@@ -206,6 +228,8 @@ type leanConn struct {
 	watchMu   sync.Mutex
 	watching  bool
 	watchDone chan struct{}
+	// watchOver: pollGone has seen the client leave, or its next request (raw connections).
+	watchOver bool
 
 	res leanResponse // reused for every request
 	// quick is the request quickParse fills in, reused for every request (parse.go).
@@ -256,14 +280,33 @@ func (c *leanCtx) abortPod() {
 	}
 }
 
-// watchedReader is the reader under the connection's bufio.Reader: it returns first the byte a
-// client-gone watch read, if any.
+// watchedReader is the reader under the connection's bufio.Reader. Inside the connection's
+// RawConn.Read (inRaw) it reads the socket itself and answers errWouldBlock instead of reading
+// when the last read emptied the socket: the loop then waits for readiness (server.go, "The
+// client's next request"). Otherwise it reads c, first returning the byte a client-gone watch
+// read, if any.
 type watchedReader struct {
 	c       net.Conn
 	pending []byte // 0 or 1 byte
-	err     error  // what the watch's read returned (not a deadline)
+	err     error  // what the watch's read returned (not a deadline), or what its poll saw
 	b       [1]byte
+
+	// raw is the socket under c when it is a TCP connection (possibly under the per-client
+	// limit); nil otherwise (the connection is then read with c.Read).
+	raw syscall.RawConn
+	// waits is the server's count of waits without a read before them (tests).
+	waits *atomic.Int64
+	// fd is the socket while inRaw: the loop runs inside raw.Read.
+	fd    int
+	inRaw bool
+	// drained: the last read returned less than it asked for, so the socket was empty then; the
+	// next read waits for readiness first.
+	drained bool
 }
+
+// errWouldBlock: the socket has nothing now; the loop returns from its RawConn.Read function to
+// wait for readiness, and is called again when the socket is readable.
+var errWouldBlock = errors.New("proxy: would block")
 
 func (r *watchedReader) Read(p []byte) (int, error) {
 	if len(r.pending) > 0 && len(p) > 0 {
@@ -274,8 +317,50 @@ func (r *watchedReader) Read(p []byte) (int, error) {
 	if r.err != nil {
 		return 0, r.err
 	}
-	return r.c.Read(p)
+	if !r.inRaw {
+		return r.c.Read(p)
+	}
+	if r.drained {
+		r.drained = false
+		r.waits.Add(1)
+		return 0, errWouldBlock
+	}
+	n, empty, err := readFD(uintptr(r.fd), p)
+	switch {
+	case empty:
+		return 0, errWouldBlock
+	case err != nil:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: err}
+	case n == 0 && len(p) > 0:
+		return 0, io.EOF
+	}
+	r.drained = n < len(p)
+	return n, nil
 }
+
+// clientWriter is the answer writer's destination: the client connection, written with writeFD
+// while the loop runs inside the connection's RawConn.Read (rawread.go, readFD).
+type clientWriter struct{ lc *leanConn }
+
+func (w clientWriter) Write(p []byte) (int, error) {
+	if r := &w.lc.r; r.inRaw {
+		return writeRaw(w.lc.c, r.fd, p)
+	}
+	return w.lc.c.Write(p)
+}
+
+// The client's next request. net.Conn.Read tries the socket before it waits, and after an
+// answer the client's next request has not arrived yet: that read finds nothing, one system call
+// per request. So a TCP connection is served inside one syscall.RawConn.Read for its whole life
+// (until it ends or is handed to net/http): the runtime resets the read readiness once, when the
+// connection's loop starts, and never again, so no readiness notice can be lost. After a read
+// that emptied the socket the loop does not read again: it returns false from the function, the
+// runtime waits for readiness (or the read deadline, or a close), and calls it again; the loop
+// resumes where it waited (waiting for a request, or for the rest of its headers). Data that
+// arrived before the wait (a pipelined request, the rest of the headers) left a readiness notice
+// that nothing reset, so the wait returns at once; a notice for data already read costs one read
+// that finds nothing. The handler runs inside the function too, so nothing else may read the
+// socket meanwhile: the client-gone watch looks at the socket without reading it (startWatch).
 
 func (lc *leanConn) serve() {
 	handedOff := false
@@ -294,38 +379,69 @@ func (lc *leanConn) serve() {
 		lc.s.mu.Unlock()
 		lc.s.wg.Done()
 	}()
+	if raw := lc.r.raw; raw != nil {
+		lc.s.rawConns.Add(1)
+		// An error here is a deadline (idle, headers, the proxy stopping) or a close: the
+		// connection ends.
+		_ = raw.Read(func(fd uintptr) bool {
+			lc.r.fd, lc.r.inRaw = int(fd), true
+			wait := lc.loop()
+			lc.r.inRaw = false
+			return !wait
+		})
+	} else {
+		lc.loop()
+	}
+	if lc.handOffNow {
+		handedOff = lc.handOff()
+	}
+}
+
+// loop serves requests until the connection ends or must go to net/http (handOffNow), and
+// returns false then; inside the connection's RawConn.Read it returns true when it must wait for
+// the client, and is called again to resume.
+func (lc *leanConn) loop() (wait bool) {
 	srv := lc.s.srv
 	for {
 		// Wait for the next request; an idle client loses the connection after IdleTimeout.
 		// Its headers must arrive within ReadHeaderTimeout; a deadline is set only when they do
 		// not arrive in one piece.
 		if lc.br.Buffered() == 0 {
-			lc.idle.Store(true)
-			if lc.s.shutdown.Load() {
-				return
+			if !lc.idle.Load() {
+				lc.idle.Store(true)
+				if lc.s.shutdown.Load() {
+					return false
+				}
+				lc.armIdleDeadline(srv.IdleTimeout)
 			}
-			lc.armIdleDeadline(srv.IdleTimeout)
 			_, err := lc.br.Peek(1)
+			if err == errWouldBlock { //nolint:errorlint // returned as is
+				return true
+			}
 			lc.idle.Store(false)
 			if err != nil {
-				return
+				return false
 			}
 		}
 		n, ok, err := lc.headerEnd(srv.ReadHeaderTimeout)
+		if err == errWouldBlock { //nolint:errorlint // returned as is
+			return true
+		}
+		lc.headerArmed = false
 		if err != nil {
-			return
+			return false
 		}
 		if !ok {
-			handedOff = lc.handOff()
-			return
+			lc.handOffNow = true
+			return false
 		}
 		req, ok := lc.readRequest(n)
 		if !ok {
-			handedOff = lc.handOff()
-			return
+			lc.handOffNow = true
+			return false
 		}
 		if !lc.serveRequest(req) || lc.s.shutdown.Load() {
-			return
+			return false
 		}
 	}
 }
@@ -353,7 +469,7 @@ var crlfcrlf = []byte("\r\n\r\n")
 // length with the final blank line. ok is false when they do not fit in the buffer.
 func (lc *leanConn) headerEnd(timeout time.Duration) (n int, ok bool, err error) {
 	from := 0
-	for first := true; ; first = false {
+	for {
 		buf, _ := lc.br.Peek(lc.br.Buffered())
 		if i := bytes.Index(buf[from:], crlfcrlf); i >= 0 {
 			return from + i + len(crlfcrlf), true, nil
@@ -362,10 +478,15 @@ func (lc *leanConn) headerEnd(timeout time.Duration) (n int, ok bool, err error)
 			return 0, false, nil
 		}
 		from = max(len(buf)-len(crlfcrlf)+1, 0)
-		if first {
+		if !lc.headerArmed {
+			// Once per request: the loop comes back here after each wait.
+			lc.headerArmed = true
 			lc.rdl.set(deadline(timeout))
 		}
 		if _, err := lc.br.Peek(len(buf) + 1); err != nil {
+			if err == errWouldBlock { //nolint:errorlint // returned as is
+				return 0, false, err
+			}
 			if errors.Is(err, bufio.ErrBufferFull) {
 				return 0, false, nil
 			}
@@ -537,6 +658,10 @@ func (lc *leanConn) serveRequest(req *http.Request) (keep bool) {
 func (lc *leanConn) startWatch() {
 	lc.watchMu.Lock()
 	defer lc.watchMu.Unlock()
+	if lc.r.raw != nil {
+		lc.pollGone()
+		return
+	}
 	if lc.busySince.Load() == 0 || lc.watching {
 		return // done already
 	}
@@ -566,6 +691,46 @@ func (lc *leanConn) startWatch() {
 	}()
 }
 
+// pollGone is the client-gone watch of a connection served inside its RawConn.Read, where
+// nothing else may read the socket: at every tick of watchSlowRequests while the request waits,
+// it looks at the socket without reading it (recv with MSG_PEEK and MSG_DONTWAIT, from
+// RawConn.Control, which the read does not lock out). The end of the stream or an error (the
+// client closed or reset the connection) cancels the request, as the watch's read does; bytes
+// waiting (the client sent its next request early) end the watch, as they end the read. Called
+// with watchMu held.
+func (lc *leanConn) pollGone() {
+	if lc.busySince.Load() == 0 || lc.watchOver || lc.br.Buffered() > 0 {
+		return
+	}
+	var (
+		n   int
+		err error
+	)
+	if cerr := lc.r.raw.Control(func(fd uintptr) {
+		for {
+			n, _, err = syscall.Recvfrom(int(fd), lc.r.b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			if !errors.Is(err, syscall.EINTR) {
+				return
+			}
+		}
+	}); cerr != nil {
+		return // closed: the loop's read or write fails
+	}
+	switch {
+	case errors.Is(err, syscall.EAGAIN):
+		return // still there
+	case err != nil:
+		lc.r.err = &net.OpError{Op: "read", Net: "tcp", Source: lc.c.LocalAddr(), Addr: lc.c.RemoteAddr(), Err: os.NewSyscallError("recvfrom", err)}
+	case n == 0:
+		lc.r.err = io.EOF
+	default:
+		lc.watchOver = true
+		return
+	}
+	lc.watchOver = true
+	lc.cancel()
+}
+
 // endWatch stops the request's client-gone watch and waits for its read to end. It reports
 // whether the connection is still good for another request.
 func (lc *leanConn) endWatch() bool {
@@ -573,6 +738,13 @@ func (lc *leanConn) endWatch() bool {
 	lc.busySince.Store(0)
 	watching, done := lc.watching, lc.watchDone
 	lc.watching, lc.watchDone = false, nil
+	if lc.r.raw != nil {
+		// pollGone sets r.err under watchMu.
+		gone := lc.r.err != nil
+		lc.watchOver = false
+		lc.watchMu.Unlock()
+		return !gone
+	}
 	lc.watchMu.Unlock()
 	if !watching {
 		return true

@@ -87,8 +87,9 @@ type limitedConnReader struct {
 	raw   syscall.RawConn
 	rawFn func(fd uintptr) bool // r.rawRead, bound once per connection
 	flush *bufio.Writer
-	werr  error  // the flush's error
-	p     []byte // the read's buffer while in raw.Read
+	cw    *sentCounter // flush's destination: written with writeFD inside the read
+	werr  error        // the flush's error
+	p     []byte       // the read's buffer while in raw.Read
 	rn    int
 	rerr  error
 }
@@ -138,9 +139,17 @@ type persistConn struct {
 type sentCounter struct {
 	conn net.Conn
 	n    int64
+	// fd is conn's socket while the request is written inside the read of its answer
+	// (rawread.go), -1 otherwise.
+	fd int
 }
 
 func (w *sentCounter) Write(p []byte) (int, error) {
+	if w.fd >= 0 {
+		n, err := writeRaw(w.conn, w.fd, p)
+		w.n += int64(n)
+		return n, err
+	}
 	n, err := w.conn.Write(p)
 	w.n += int64(n)
 	return n, err
@@ -538,7 +547,7 @@ func (t *syncTransport) dialConn(ctx context.Context, addr string) (*persistConn
 	if err != nil {
 		return nil, err
 	}
-	pc := &persistConn{t: t, addr: addr, conn: c, rdl: readDeadline{conn: c}, lr: limitedConnReader{conn: c, n: noLimit}, cw: sentCounter{conn: c}}
+	pc := &persistConn{t: t, addr: addr, conn: c, rdl: readDeadline{conn: c}, lr: limitedConnReader{conn: c, n: noLimit}, cw: sentCounter{conn: c, fd: -1}}
 	pc.bw = bufio.NewWriterSize(&pc.cw, 4<<10)
 	pc.br = bufio.NewReaderSize(&pc.lr, 16<<10)
 	if sc, ok := c.(syscall.Conn); ok {
@@ -547,6 +556,7 @@ func (t *syncTransport) dialConn(ctx context.Context, addr string) (*persistConn
 	if _, ok := c.(*net.TCPConn); ok && pc.raw != nil {
 		pc.lr.raw = pc.raw
 		pc.lr.rawFn = pc.lr.rawRead
+		pc.lr.cw = &pc.cw
 	}
 	return pc, nil
 }

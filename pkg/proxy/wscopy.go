@@ -97,13 +97,58 @@ func rawSource(r io.Reader) (syscall.RawConn, bool) {
 	}
 }
 
-// copyRaw copies from raw's socket to dst inside one raw.Read (see above).
+// rawSink is the RawConn under w when w writes straight to a TCP connection: the pod's side of
+// an upgraded connection, or the client's (under the lean server's hand-off and the per-client
+// limit).
+func rawSink(w io.Writer) (syscall.RawConn, bool) {
+	for {
+		switch c := w.(type) {
+		case *upgradedConn:
+			w = c.pc.conn
+		case *handoffConn:
+			w = c.Conn
+		case *net.TCPConn:
+			raw, err := c.SyscallConn()
+			return raw, err == nil
+		case interface{ NetConn() net.Conn }: // pkg/connlimit's conn
+			if _, ok := c.(*tls.Conn); ok {
+				return nil, false
+			}
+			w = c.NetConn()
+		default:
+			return nil, false
+		}
+	}
+}
+
+// copyRaw copies from raw's socket to dst inside one raw.Read (see above). When dst is a TCP
+// connection its writes are made with writeFD inside dst's RawConn.Write (rawread.go, readFD:
+// the runtime's monitor does not hand the processor off during them).
 func copyRaw(dst io.Writer, raw syscall.RawConn) (int64, error) {
 	buf := make([]byte, wsCopyBuf)
 	var (
 		written    int64
 		rerr, werr error
 	)
+	if wraw, ok := rawSink(dst); ok {
+		var out []byte
+		writeOut := func(fd uintptr) bool {
+			m, again, err := writeFD(int(fd), out)
+			out = out[m:]
+			if err != nil {
+				werr = err
+				return true
+			}
+			return !again
+		}
+		dst = writerFunc(func(p []byte) (int, error) {
+			out = p
+			if err := wraw.Write(writeOut); err != nil && werr == nil {
+				werr = err // closed, or a deadline
+			}
+			return len(p) - len(out), werr
+		})
+	}
 	err := raw.Read(func(fd uintptr) bool {
 		for {
 			n, empty, err := readFD(fd, buf)
@@ -136,3 +181,8 @@ func copyRaw(dst io.Writer, raw syscall.RawConn) (int64, error) {
 	}
 	return written, err
 }
+
+// writerFunc is a func as an io.Writer.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
