@@ -27,10 +27,12 @@ const wsCopyBuf = 32 << 10
 // ReadFrom copies src to the pod until src ends (io.EOF is not an error, as for io.Copy).
 func (c *trackedConn) ReadFrom(src io.Reader) (int64, error) {
 	if raw, ok := rawSource(src); ok {
-		c.reg.rawCopies.Add(1)
-		c.reg.rawActive.Add(1)
-		defer c.reg.rawActive.Add(-1)
-		return copyRaw(c.ReadWriteCloser, raw)
+		if wraw, ok := rawSink(c.ReadWriteCloser); ok {
+			c.reg.rawCopies.Add(1)
+			c.reg.rawActive.Add(1)
+			defer c.reg.rawActive.Add(-1)
+			return copyRaw(c.ReadWriteCloser, wraw, raw)
+		}
 	}
 	return io.Copy(onlyWriter{c.ReadWriteCloser}, src)
 }
@@ -38,7 +40,8 @@ func (c *trackedConn) ReadFrom(src io.Reader) (int64, error) {
 // WriteTo copies the pod's side to dst until the pod ends it.
 func (c *trackedConn) WriteTo(dst io.Writer) (int64, error) {
 	u, ok := c.ReadWriteCloser.(*upgradedConn)
-	if !ok || u.pc.lr.raw == nil {
+	wraw, sink := rawSink(dst)
+	if !ok || u.pc.lr.raw == nil || !sink {
 		return io.Copy(dst, onlyReader{c.ReadWriteCloser})
 	}
 	var n int64
@@ -55,7 +58,7 @@ func (c *trackedConn) WriteTo(dst io.Writer) (int64, error) {
 	c.reg.rawCopies.Add(1)
 	c.reg.rawActive.Add(1)
 	defer c.reg.rawActive.Add(-1)
-	m, err := copyRaw(dst, u.pc.lr.raw)
+	m, err := copyRaw(dst, wraw, u.pc.lr.raw)
 	return n + m, err
 }
 
@@ -121,68 +124,73 @@ func rawSink(w io.Writer) (syscall.RawConn, bool) {
 	}
 }
 
-// copyRaw copies from raw's socket to dst inside one raw.Read (see above). When dst is a TCP
-// connection its writes are made with writeFD inside dst's RawConn.Write (rawread.go, readFD:
-// the runtime's monitor does not hand the processor off during them).
-func copyRaw(dst io.Writer, raw syscall.RawConn) (int64, error) {
+// copyRaw copies from raw's socket to dst, whose socket is wraw's, inside raw.Read (see above).
+// Each chunk read is written with writeFD inside dst's RawConn.Write, which never waits (the
+// runtime's monitor does not hand the processor off during these calls: rawread.go, readFD).
+// What does not fit in dst's send buffer at once (dst's reader is slow, or not reading) is
+// written after leaving raw.Read, with dst.Write, which waits for room: a wait for dst inside
+// raw.Read would hold raw's socket, and closing it (the pod deleted, the client gone) waits for
+// every operation on it to end, so it would wait as long as dst's reader does. raw.Read is
+// entered again after that write; its first call reads before it waits, so no readiness notice
+// is lost.
+func copyRaw(dst io.Writer, wraw, raw syscall.RawConn) (int64, error) {
 	buf := make([]byte, wsCopyBuf)
 	var (
 		written    int64
 		rerr, werr error
+		rest       []byte // read, not yet written: for dst.Write after raw.Read
 	)
-	if wraw, ok := rawSink(dst); ok {
-		var out []byte
-		writeOut := func(fd uintptr) bool {
-			m, again, err := writeFD(int(fd), out)
-			out = out[m:]
-			if err != nil {
-				werr = err
-				return true
-			}
-			return !again
-		}
-		dst = writerFunc(func(p []byte) (int, error) {
-			out = p
-			if err := wraw.Write(writeOut); err != nil && werr == nil {
-				werr = err // closed, or a deadline
-			}
-			return len(p) - len(out), werr
-		})
-	}
-	err := raw.Read(func(fd uintptr) bool {
-		for {
-			n, empty, err := readFD(fd, buf)
-			switch {
-			case empty:
-				return false
-			case err != nil:
-				rerr = err
-				return true
-			case n == 0:
-				return true // the client closed its side
-			}
-			m, err := dst.Write(buf[:n])
+	// tryWrite writes as much of p to dst as its send buffer takes now; the rest is left in rest.
+	tryWrite := func(p []byte) {
+		err := wraw.Write(func(fd uintptr) bool {
+			m, _, err := writeFD(int(fd), p)
 			written += int64(m)
+			p = p[m:]
 			if err != nil {
 				werr = err
-				return true
 			}
-			if n < len(buf) {
-				// The socket is empty: wait for readiness rather than read again.
-				return false
-			}
+			return true // never wait here
+		})
+		if err != nil && werr == nil {
+			werr = err // closed
 		}
-	})
-	switch {
-	case werr != nil:
-		return written, werr
-	case rerr != nil:
-		return written, rerr
+		rest = p
 	}
-	return written, err
+	for {
+		err := raw.Read(func(fd uintptr) bool {
+			for {
+				n, empty, err := readFD(fd, buf)
+				switch {
+				case empty:
+					return false
+				case err != nil:
+					rerr = err
+					return true
+				case n == 0:
+					return true // the other end closed its side
+				}
+				if tryWrite(buf[:n]); werr != nil || len(rest) > 0 {
+					return true
+				}
+				if n < len(buf) {
+					// The socket is empty: wait for readiness rather than read again.
+					return false
+				}
+			}
+		})
+		switch {
+		case werr != nil:
+			return written, werr
+		case rerr != nil:
+			return written, rerr
+		case err != nil || len(rest) == 0:
+			return written, err
+		}
+		m, err := dst.Write(rest)
+		written += int64(m)
+		if err != nil {
+			return written, err
+		}
+		rest = nil
+	}
 }
-
-// writerFunc is a func as an io.Writer.
-type writerFunc func(p []byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -71,13 +71,14 @@ func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts Options
-		// raw is how many halves read their socket directly: the client's always, the pod's
-		// when the synchronous transport made the upgrade.
+		// raw is how many halves read their socket directly: both when the synchronous
+		// transport made the upgrade; none through http.Transport's, whose pod connection is
+		// not a socket the copy can write without waiting (copyRaw).
 		raw int64
 	}{
 		{"lean server, per-client limit", Options{}, 2},
 		{"net/http's server", Options{StandardServer: true}, 2},
-		{"net/http's transport", Options{StandardTransport: true}, 1},
+		{"net/http's transport", Options{StandardTransport: true}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, addr := startProxy(t, tc.opts, host, port)
@@ -146,6 +147,26 @@ func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
 		}
 		waitFor(t, "the copies ending", func() bool { return p.conns.rawActive.Load() == 0 })
 	})
+	// A reader that stops reading backs the copy up to the other socket. The copy must not wait
+	// for that socket while it holds its source's: closing the source (the pod deleted, or
+	// ReverseProxy ending the WebSocket) would wait as long as the reader that does not read.
+	t.Run("closing the pod's connections is not held up by a client that stopped reading", func(t *testing.T) {
+		stuck := make(chan struct{})
+		host, port := upgradePod(t, func(c net.Conn) {
+			flood(c, stuck)
+			_, _ = io.Copy(io.Discard, c)
+		})
+		p, addr := startProxy(t, Options{}, host, port)
+		openUpgraded(t, addr) // and never read
+		<-stuck
+		closed := make(chan struct{})
+		go func() { p.conns.closePod("uid-lean", "test"); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("closing the pod's WebSocket connections did not return within 10s: the copy to the client holds the pod's socket")
+		}
+	})
 	t.Run("what the pod sends with its 101 answer reaches the client", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -173,4 +194,48 @@ func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
 			t.Fatalf("got %q, %v; want hello world", got, err)
 		}
 	})
+}
+
+// upgradePod is a pod that answers one request with 101 Switching Protocols and then hands the
+// connection to then.
+func upgradePod(t *testing.T, then func(c net.Conn)) (host, port string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if _, err := readHead(bufio.NewReader(c)); err != nil {
+			return
+		}
+		if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"); err != nil {
+			return
+		}
+		then(c)
+	}()
+	host, port, _ = net.SplitHostPort(ln.Addr().String())
+	return host, port
+}
+
+// flood writes to c until at least 1 MiB went out and then a write makes no progress for
+// 300 ms (everything between c and its reader is full), closes stuck, and stops. It gives up
+// after 30 s.
+func flood(c net.Conn, stuck chan<- struct{}) {
+	defer close(stuck)
+	chunk := make([]byte, 64<<10)
+	total := 0
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		_ = c.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+		n, err := c.Write(chunk)
+		total += n
+		if err != nil && total >= 1<<20 {
+			return
+		}
+	}
 }
