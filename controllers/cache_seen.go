@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	clientfeatures "k8s.io/client-go/features"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -24,6 +25,13 @@ const awaitSeen = 5 * time.Second
 // later one), the store holds every pod write committed before that create: a look at the old
 // pod in the cache then tells what a read from the API server right after the create would
 // have told about every delete made before the create (checkAfterCreate), without the read.
+//
+// That holds only while the informer applies a relist to its store whole, before it notifies
+// (client-go's AtomicFIFO feature gate, on by default, and InOrderInformers, locked on): with
+// AtomicFIFO off, a relist is applied one pod at a time while the handlers already run, so the
+// new pod's event can come while the store still shows an old pod that the relist has as
+// deleted. With the gate off (KUBE_FEATURE_AtomicFIFO=false in nogoo9's environment), seen is
+// left nil (informersApplyRelistsWhole).
 //
 // It is a ResourceEventHandler of the pod informer (SetupWithManager); nil in tests that plan
 // from a fixed view of the cache, which then read from the API server as before.
@@ -90,4 +98,12 @@ func (s *seenPods) wait(ctx context.Context, cache client.Reader, pod *corev1.Po
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// informersApplyRelistsWhole reports whether client-go's informers apply a relist to their
+// store in one step, before any handler hears of it, and deliver events in the order of the
+// watch: what seenPods relies on.
+func informersApplyRelistsWhole() bool {
+	g := clientfeatures.FeatureGates()
+	return g.Enabled(clientfeatures.AtomicFIFO) && g.Enabled(clientfeatures.InOrderInformers)
 }

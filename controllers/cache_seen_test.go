@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,3 +78,60 @@ func (s storeOf) Get(_ context.Context, key client.ObjectKey, obj client.Object,
 }
 
 func (s storeOf) List(context.Context, client.ObjectList, ...client.ListOption) error { return nil }
+
+// TestSeenPodsNeedRelistsAppliedWhole pins what seenPods relies on in the client-go nogoo9 is
+// built with: informers that apply a relist whole (AtomicFIFO, on by default) and in order
+// (InOrderInformers). A client-go whose defaults change fails here, rather than making the
+// check after a side-by-side create trust a store that a relist is still being applied to.
+func TestSeenPodsNeedRelistsAppliedWhole(t *testing.T) {
+	if !informersApplyRelistsWhole() {
+		t.Fatal("client-go's informers do not apply relists whole by default (AtomicFIFO, InOrderInformers): seenPods would be off; see cache_seen.go")
+	}
+}
+
+// TestTheCheckAfterACreateWaitsForTheCache: the cache shows the old pod live until it shows the
+// new pod, and then the old pod being deleted (the owner's delete, committed before the create,
+// arrives in the same event stream). The check must wait for the new pod before it looks, and
+// must not ask the API server.
+func TestTheCheckAfterACreateWaitsForTheCache(t *testing.T) {
+	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ws", UID: "u-old"}}
+	up := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ws-up-1", UID: "u-up"}}
+	deleting := old.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	seen := newSeenPods()
+	var cache atomic.Pointer[storeOf]
+	cache.Store(&storeOf{old})
+	go func() {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			seen.mu.Lock()
+			n := len(seen.waiters)
+			seen.mu.Unlock()
+			if n > 0 {
+				break
+			}
+		}
+		cache.Store(&storeOf{deleting, up}) // the store first, then the handlers
+		seen.OnAdd(up, false)
+	}()
+	r := &WorkspaceReconciler{Reader: readerFunc(func(ctx context.Context, key client.ObjectKey, obj client.Object) error {
+		return cache.Load().Get(ctx, key, obj)
+	}), APIReader: readerFunc(func(context.Context, client.ObjectKey, client.Object) error {
+		t.Error("the check read the API server")
+		return apierrors.NewServiceUnavailable("not here")
+	}), seen: seen}
+	gone, err := r.deletedBeforeCreate(context.Background(), up, old)
+	if err != nil || !gone {
+		t.Fatalf("deletedBeforeCreate = %v, %v; want true: the owner's delete came before the create", gone, err)
+	}
+}
+
+// readerFunc is a client.Reader whose Get is f (List is not used here).
+type readerFunc func(ctx context.Context, key client.ObjectKey, obj client.Object) error
+
+func (f readerFunc) Get(ctx context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	return f(ctx, key, obj)
+}
+
+func (readerFunc) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return nil
+}

@@ -209,9 +209,11 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return fmt.Errorf("pod informer: %w", err)
 	}
-	r.seen = newSeenPods()
-	if _, err := inf.AddEventHandler(r.seen); err != nil {
-		return fmt.Errorf("watch the pod informer for the pods this controller creates: %w", err)
+	if informersApplyRelistsWhole() {
+		r.seen = newSeenPods()
+		if _, err := inf.AddEventHandler(r.seen); err != nil {
+			return fmt.Errorf("watch the pod informer for the pods this controller creates: %w", err)
+		}
 	}
 	registerCollector(r)
 	r.Templates.Subscribe(r.templateChanged)

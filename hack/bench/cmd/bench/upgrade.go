@@ -120,7 +120,10 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			saveAPIServerProfile(context.WithoutCancel(ctx), cs, path)
+			// Not cancelled with the rollout (the profile outlives a short one), but bounded.
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			saveAPIServerProfile(pctx, cs, path)
 		}()
 		// One CPU profile at a time: the next rollout starts once this one is saved.
 		defer func() { <-done }()
