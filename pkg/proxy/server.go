@@ -54,9 +54,11 @@ type leanServer struct {
 	now func() time.Time
 	// served and handedOff count requests served and connections handed to net/http (tests).
 	served, handedOff atomic.Int64
-	// rawConns counts connections served inside their RawConn.Read, waits the waits for
-	// readiness there that no read before them found nothing (tests).
+	// rawConns counts connections served inside their RawConn.Read, and waits how often such a
+	// connection waited for readiness instead of reading first (tests).
 	rawConns, waits atomic.Int64
+	// forced counts connections that close had to close after its grace ran out (tests).
+	forced atomic.Int64
 }
 
 // defaultWatchAfter: a pod answering later than this is a slow request; its client leaving is
@@ -166,8 +168,9 @@ func (s *leanServer) newConn(ctx context.Context, c net.Conn) *leanConn {
 	return lc
 }
 
-// close stops serving: idle connections are closed at once, busy ones after their current
-// answer; it waits for them until ctx ends.
+// close stops serving: idle connections are closed at once (their wait for the next request
+// ends), busy ones after their current answer (whose request context, from Start's, has ended
+// already); it waits for them until ctx ends, then cancels and closes what is left.
 func (s *leanServer) close(ctx context.Context) error {
 	s.mu.Lock()
 	s.shutdown.Store(true)
@@ -189,6 +192,7 @@ func (s *leanServer) close(ctx context.Context) error {
 			// (Close waits for it): the request's context ends first, which frees a request
 			// waiting for its pod, and the close does not hold the lock.
 			lc.cancel()
+			s.forced.Add(1)
 			go func(c net.Conn) { _ = c.Close() }(lc.c)
 		}
 		s.mu.Unlock()
@@ -408,11 +412,14 @@ func (lc *leanConn) loop() (wait bool) {
 		// not arrive in one piece.
 		if lc.br.Buffered() == 0 {
 			if !lc.idle.Load() {
+				// Idle, then the idle deadline, then the check: a close that came before the
+				// check is seen here, and one after it sees the connection idle and sets the
+				// deadline that ends the wait after this one (close).
 				lc.idle.Store(true)
+				lc.armIdleDeadline(srv.IdleTimeout)
 				if lc.s.shutdown.Load() {
 					return false
 				}
-				lc.armIdleDeadline(srv.IdleTimeout)
 			}
 			_, err := lc.br.Peek(1)
 			if err == errWouldBlock { //nolint:errorlint // returned as is

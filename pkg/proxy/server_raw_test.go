@@ -173,7 +173,7 @@ func TestLeanServerWaitsOnTheClientSocket(t *testing.T) {
 			}
 		}
 		expect(t, c, br, "200 answer to /pieces")
-		// One byte per write, the last arriving after a pause.
+		// One byte per write.
 		req = leanGet("bytes")
 		for i := range len(req) {
 			if _, err := io.WriteString(c, req[i:i+1]); err != nil {
@@ -268,9 +268,13 @@ func TestLeanServerStopWakesAWaitingConnection(t *testing.T) {
 	backend := httptest.NewServer(pod)
 	defer backend.Close()
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
-	var c net.Conn
+	var (
+		c    net.Conn
+		lean *leanServer
+	)
 	t.Run("serve", func(t *testing.T) {
-		_, addr := startProxy(t, Options{}, host, port) // stopped when this subtest ends
+		p, addr := startProxy(t, Options{}, host, port) // stopped when this subtest ends
+		lean = p.lean.Load()
 		var err error
 		c, err = net.Dial("tcp", addr)
 		if err != nil {
@@ -291,5 +295,9 @@ func TestLeanServerStopWakesAWaitingConnection(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	if b, err := io.ReadAll(c); err != nil {
 		t.Fatalf("the waiting connection was not closed within 20s of the proxy stopping (read %q): %v", b, err)
+	}
+	// Woken by the stop itself, not closed when the stop's grace ran out.
+	if n := lean.forced.Load(); n != 0 {
+		t.Fatalf("%d connections were closed only after the stop's grace ran out; want the waiting one woken at once", n)
 	}
 }
