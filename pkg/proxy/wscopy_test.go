@@ -168,25 +168,14 @@ func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
 		}
 	})
 	t.Run("what the pod sends with its 101 answer reaches the client", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			if _, err := readHead(bufio.NewReader(c)); err != nil {
+		h, pt, _ := net.SplitHostPort(rawPod(t, func(c net.Conn, br *bufio.Reader) {
+			if _, err := readHead(br); err != nil {
 				return
 			}
 			_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nhello")
 			_, _ = io.WriteString(c, " world")
 			_, _ = io.Copy(io.Discard, c)
-		}()
-		h, pt, _ := net.SplitHostPort(ln.Addr().String())
+		}))
 		_, addr := startProxy(t, Options{}, h, pt)
 		_, br := openUpgraded(t, addr)
 		got := make([]byte, len("hello world"))
@@ -200,26 +189,15 @@ func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
 // connection to then.
 func upgradePod(t *testing.T, then func(c net.Conn)) (host, port string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		if _, err := readHead(bufio.NewReader(c)); err != nil {
+	host, port, _ = net.SplitHostPort(rawPod(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := readHead(br); err != nil {
 			return
 		}
 		if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"); err != nil {
 			return
 		}
 		then(c)
-	}()
-	host, port, _ = net.SplitHostPort(ln.Addr().String())
+	}))
 	return host, port
 }
 
