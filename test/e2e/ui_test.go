@@ -142,27 +142,18 @@ func (t *uiTab) screenshot(name string) {
 }
 
 // clickLive clicks the element with id once htmx has wired it: content that arrives over SSE is
-// marked htmx-added until htmx has processed it, and a click before that would submit the form
-// natively (a page load) instead of through htmx.
-//
-// A live update can also replace the element between the query and the click: chromedp then fails
-// to find the node it queried before any mouse event is sent, so the click did not happen and is
-// tried again on the new element (bounded by uiBrowserWait). Any other error fails at once.
+// marked htmx-added until htmx has processed it (and a form htmx has processed carries its
+// internal data), and a click before that would submit the form natively (a page load) instead
+// of through htmx. The check and the click are one evaluation in the page, so a live update
+// cannot swap in a new element, not yet wired, between them (a click on that one was a page load).
 func (t *uiTab) clickLive(id string) {
 	GinkgoHelper()
-	deadline := time.Now().Add(uiBrowserWait)
-	for {
-		t.waitJS(fmt.Sprintf(`(e => e !== null && e.closest(".htmx-added") === null)(document.getElementById(%q))`, id))
-		ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
-		err := chromedp.Do(ctx, chromedp.Click(chromedp.ID(id)))
-		cancel()
-		if err == nil {
-			return
-		}
-		if !strings.Contains(err.Error(), "Could not find node with given id") || time.Now().After(deadline) {
-			Fail(fmt.Sprintf("click #%s: %v", id, err))
-		}
-	}
+	t.waitJS(fmt.Sprintf(`(e => {
+		if (e === null || e.closest(".htmx-added") !== null) return false;
+		if (e.form && !(e.form["htmx-internal-data"] || {}).initHash) return false;
+		e.click();
+		return true;
+	})(document.getElementById(%q))`, id))
 }
 
 // login uses the development login with token and waits for the workspace list.
