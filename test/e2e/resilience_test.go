@@ -114,8 +114,9 @@ var _ = Describe("Resilience: faults of the control plane", Label("resilience"),
 		By("starting nogoo9 with leader election whose renew deadline outlasts the outage, and OIDC tokens (verified offline once the keys are cached)")
 		// With the default renew deadline (10s) the leader exits after 10s without the API server,
 		// so that it never acts without its lease (docs/reliability.md).
-		proc := StartNogoo9("--namespace="+ns, "--leader-elect=true", "--leader-election-renew-deadline="+(resOutage()+20*time.Second).String(),
-			"--leader-election-lease-duration="+(resOutage()+40*time.Second).String(), "--auth=oidc",
+		// The lease outlasts the outage with the restart's margin (see the etcd outage spec).
+		proc := StartNogoo9("--namespace="+ns, "--leader-elect=true", "--leader-election-renew-deadline="+(resOutage()+60*time.Second).String(),
+			"--leader-election-lease-duration="+(resOutage()+80*time.Second).String(), "--auth=oidc",
 			"--oidc-issuer-url="+Cluster.IssuerURL, "--oidc-client-id=nogoo9", "--oidc-ca-file="+Cluster.CAFile,
 			"--oidc-admin-claim=sub", "--oidc-admin-value=system:serviceaccount:"+ns+":admin")
 		Eventually(func() string { return proc.LogTail(2000) }).Should(ContainSubstring("Successfully acquired lease"))
