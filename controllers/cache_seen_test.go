@@ -44,14 +44,7 @@ func TestSeenPodsWait(t *testing.T) {
 			}
 			go func() {
 				// The event comes once the waiter is registered, as from the informer later on.
-				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-					s.mu.Lock()
-					n := len(s.waiters)
-					s.mu.Unlock()
-					if n > 0 {
-						break
-					}
-				}
+				awaitWaiter(s)
 				tc.event(s)
 			}()
 			if got := s.wait(context.Background(), tc.cache, pod, 300*time.Millisecond); got != tc.want {
@@ -102,14 +95,7 @@ func TestTheCheckAfterACreateWaitsForTheCache(t *testing.T) {
 	var cache atomic.Pointer[storeOf]
 	cache.Store(&storeOf{old})
 	go func() {
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			seen.mu.Lock()
-			n := len(seen.waiters)
-			seen.mu.Unlock()
-			if n > 0 {
-				break
-			}
-		}
+		awaitWaiter(seen)
 		cache.Store(&storeOf{deleting, up}) // the store first, then the handlers
 		seen.OnAdd(up, false)
 	}()
@@ -134,4 +120,17 @@ func (f readerFunc) Get(ctx context.Context, key client.ObjectKey, obj client.Ob
 
 func (readerFunc) List(context.Context, client.ObjectList, ...client.ListOption) error {
 	return nil
+}
+
+// awaitWaiter returns once s has a waiter registered, or after 5 s (the waiter then times out
+// and its test fails).
+func awaitWaiter(s *seenPods) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		n := len(s.waiters)
+		s.mu.Unlock()
+		if n > 0 {
+			return
+		}
+	}
 }
