@@ -68,6 +68,10 @@ func TestMaySpawnAsksTheAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The API server's RBAC authorizer learns of the binding through its own informer: the
+	// counted questions below are asked once it knows (a question right after the create was
+	// answered no once on a loaded machine).
+	waitForAlice(ctx, t, c, true, "after her binding was created")
 	now := time.Unix(1000, 0)
 	cc := &countingClient{Client: c}
 	a := &SpawnAccess{Client: cc, TTL: time.Minute, Now: func() time.Time { return now }}
@@ -101,25 +105,31 @@ func TestMaySpawnAsksTheAPIServer(t *testing.T) {
 	if err := c.Delete(ctx, binding); err != nil {
 		t.Fatal(err)
 	}
-	// The API server's RBAC authorizer learns of the deletion through its own informer: wait
-	// (bounded) until a review of its own, made with a fresh cache and not counted, answers no,
-	// so the review after the TTL below asks a server that knows.
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		fresh := &SpawnAccess{Client: c, TTL: time.Minute}
-		ok, _, err := fresh.MaySpawn(ctx, &auth.Caller{Subject: "alice"}, "team-a")
-		if err == nil && !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the API server still allows alice 30 s after her binding was deleted (err %v)", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// The same for the deletion, so the review after the TTL below asks a server that knows.
+	waitForAlice(ctx, t, c, false, "after her binding was deleted")
 	if ok, _, _ := a.MaySpawn(ctx, &auth.Caller{Subject: "alice"}, "team-a"); !ok || cc.creates != 4 {
 		t.Errorf("within the TTL: allowed=%v after %d reviews, want the cached yes and no new review", ok, cc.creates)
 	}
 	now = now.Add(2 * time.Minute)
 	if ok, _, _ := a.MaySpawn(ctx, &auth.Caller{Subject: "alice"}, "team-a"); ok || cc.creates != 5 {
 		t.Errorf("after the TTL: allowed=%v after %d reviews, want a new review answering no", ok, cc.creates)
+	}
+}
+
+// waitForAlice waits (30 s at most) until the API server answers allowed for alice's spawn in
+// team-a, asked with a fresh cache and not counted: its RBAC authorizer sees bindings through its
+// own informer, a moment after they are written.
+func waitForAlice(ctx context.Context, t *testing.T, c client.Client, allowed bool, when string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		fresh := &SpawnAccess{Client: c, TTL: time.Minute}
+		ok, _, err := fresh.MaySpawn(ctx, &auth.Caller{Subject: "alice"}, "team-a")
+		if err == nil && ok == allowed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the API server still answers allowed=%v for alice 30 s %s (err %v)", ok, when, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
