@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -448,27 +447,16 @@ func pxUserToken(ctx context.Context, ns, name string) string {
 	return t
 }
 
-// pxAPI calls nogoo9's REST API with a bearer token and returns the status and body.
+// pxAPIClient bounds each of pxAPI's calls as ctxTimeout bounds other steps.
+var pxAPIClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
+
+// pxAPI calls nogoo9's REST API with a bearer token and returns the status and body; a transport
+// error fails the spec.
 func pxAPI(p *Nogoo9Process, token, method, path string, body any) (int, []byte) {
 	GinkgoHelper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		Expect(err).NotTo(HaveOccurred())
-		rd = bytes.NewReader(b)
-	}
-	ctx, cancel := ctxTimeout()
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, p.APIURL+path, rd)
-	Expect(err).NotTo(HaveOccurred())
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	code, data, err := restCall(pxAPIClient, p, token, method, path, body)
 	Expect(err).NotTo(HaveOccurred(), "%s %s", method, path)
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	Expect(err).NotTo(HaveOccurred())
-	return resp.StatusCode, data
+	return code, data
 }
 
 // pxSpawnReachable spawns n workspaces of template, with ids prefix-0 .. prefix-(n-1), waits until

@@ -56,9 +56,18 @@ var resClient = &http.Client{Timeout: 15 * time.Second, Transport: &http.Transpo
 
 // resCall sends one API request and returns status and body, or the transport error.
 func resCall(p *Nogoo9Process, token, method, path string, body any) (int, []byte, error) {
+	return restCall(resClient, p, token, method, path, body)
+}
+
+// restCall sends one API request with a bearer token and body as JSON through hc and returns
+// status and body, or the transport error.
+func restCall(hc *http.Client, p *Nogoo9Process, token, method, path string, body any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
-		b, _ := json.Marshal(body)
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequest(method, p.APIURL+path, rd)
@@ -67,7 +76,7 @@ func resCall(p *Nogoo9Process, token, method, path string, body any) (int, []byt
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := resClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -176,15 +176,8 @@ func uiRowPhase(id string) string {
 // uiSpawnREST creates a workspace through the REST API with token.
 func uiSpawnREST(p *Nogoo9Process, token, template, id string) {
 	GinkgoHelper()
-	req, err := http.NewRequest(http.MethodPost, p.APIURL+"/api/v1/workspaces",
-		strings.NewReader(fmt.Sprintf(`{"template":%q,"id":%q}`, template, id)))
-	Expect(err).NotTo(HaveOccurred())
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	Expect(err).NotTo(HaveOccurred())
-	resp.Body.Close()
-	Expect(resp.StatusCode).To(Equal(http.StatusCreated), "spawn %s through REST", id)
+	code, body := pxAPI(p, token, http.MethodPost, "/api/v1/workspaces", map[string]string{"template": template, "id": id})
+	Expect(code).To(Equal(http.StatusCreated), "spawn %s through REST: %s", id, body)
 }
 
 func uiBumpTemplate(ns, name, version string) {
