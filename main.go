@@ -273,7 +273,11 @@ func run(o options) error {
 	history := &templates.History{Reader: mgr.GetAPIReader(), Namespace: o.namespace, Policy: policy, NoTeamTemplates: !o.nsTemplates}
 	var spawn *spawner.Spawner
 	if components["api"] {
-		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, Namespaces: watched, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser, MaxStoppedPerUser: o.lifecycle.maxStopped})
+		seen, err := podcache.WatchSeen(context.Background(), mgr.GetCache())
+		if err != nil {
+			return err
+		}
+		spawn = spawner.New(mgr.GetClient(), mgr.GetAPIReader(), registry, spawner.Options{Namespace: o.namespace, Namespaces: watched, MaxPerUser: o.maxPerUser, MaxClaimsPerUser: o.maxClaimsPerUser, MaxStoppedPerUser: o.lifecycle.maxStopped, Seen: seen})
 	}
 
 	// Authentication (issue 5): the api and the proxy verify the same tokens.

@@ -169,7 +169,7 @@ type WorkspaceReconciler struct {
 	deleted deletedPods
 	// seen tells when the cache has caught up with a pod this process created (nil: never
 	// asked; the check after a create then reads the API server).
-	seen *seenPods
+	seen *podcache.Seen
 }
 
 // SetupWorkspaceReconciler adds the upgrade controller to mgr (leader only) with the template
@@ -205,15 +205,8 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.every = every
 	r.gate.cached = every.Pods
-	inf, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
-	if err != nil {
-		return fmt.Errorf("pod informer: %w", err)
-	}
-	if informersApplyRelistsWhole() {
-		r.seen = newSeenPods()
-		if _, err := inf.AddEventHandler(r.seen); err != nil {
-			return fmt.Errorf("watch the pod informer for the pods this controller creates: %w", err)
-		}
+	if r.seen, err = podcache.WatchSeen(context.Background(), mgr.GetCache()); err != nil {
+		return err
 	}
 	registerCollector(r)
 	r.Templates.Subscribe(r.templateChanged)
@@ -682,7 +675,7 @@ func (r *WorkspaceReconciler) checkAfterCreate(ctx context.Context, key types.Na
 
 // deletedBeforeCreate reports whether old was gone, being deleted or replaced when pod, its
 // upgrade, was created: what the owner's delete race needs to know (checkAfterCreate). It waits
-// for the informer cache to show pod (seenPods): the cache then holds every pod write committed
+// for the informer cache to show pod (podcache.Seen): the cache then holds every pod write committed
 // before the create, so old as the cache shows it answers without a read from the API server (a
 // delete committed after the create is the front end's to find: it lists again after its own
 // delete, and sees pod). Only a live old pod of the same UID, or one being deleted or replaced,
@@ -690,7 +683,7 @@ func (r *WorkspaceReconciler) checkAfterCreate(ctx context.Context, key types.Na
 // labelled as a workspace pod, which the cache cannot tell apart) or does not show pod in time,
 // old is read from the API server (deletedMeanwhile), as a pass without the cache's notice does.
 func (r *WorkspaceReconciler) deletedBeforeCreate(ctx context.Context, pod, old *corev1.Pod) (bool, error) {
-	if r.seen != nil && r.seen.wait(ctx, r.Reader, pod, awaitSeen) {
+	if r.seen.Wait(ctx, r.Reader, pod, podcache.AwaitSeen) {
 		var cached corev1.Pod
 		if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(old), &cached); err == nil {
 			return cached.DeletionTimestamp != nil || cached.UID != old.UID, nil

@@ -110,7 +110,7 @@ func (s *Spawner) settleOnce(ctx context.Context, key client.ObjectKey, template
 	if cur.DeletionTimestamp != nil || workspace.ID(&cur) != id || workspace.Owner(&cur) != owner || cur.Labels[workspace.LabelTemplate] != template {
 		return true, nil // being deleted, or another spawn's workspace: not ours to finish
 	}
-	other, err := s.otherPodWithID(cctx, key.Namespace, id, key.Name)
+	other, err := s.otherPodWithID(cctx, &cur)
 	if err != nil {
 		return false, err
 	}

@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -48,6 +49,10 @@ type Options struct {
 	LostWriteWindow time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Seen, when set, tells when the cache New's client reads has caught up with a pod this
+	// spawn created: the check after the create then reads the cache instead of the API server
+	// (otherPodWithID). Nil: the check reads the API server.
+	Seen *podcache.Seen
 }
 
 // Caller is who asks for the spawn.
@@ -324,7 +329,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	}
 	// Two owners racing for one id create two differently named pods; each spawn looks again
 	// after its create and yields if another pod has the id (both may yield: never two pods).
-	if other, err := s.otherPodWithID(ctx, ns, id, podName); err != nil || other != "" {
+	if other, err := s.otherPodWithID(ctx, pod); err != nil || other != "" {
 		if err != nil && mayHaveHappened(err) {
 			settling = true
 			go s.settle(ctx, pod, pvcs, created, owner, id, quota, token, s.opts.Now(), log)
@@ -376,13 +381,26 @@ func (s *Spawner) checkFree(ctx context.Context, ns, id string) error {
 	return nil
 }
 
-func (s *Spawner) otherPodWithID(ctx context.Context, ns, id, podName string) (string, error) {
+// otherPodWithID names a pod other than pod, which this spawn has just created, with pod's
+// workspace id in its namespace, or "". Of two spawns racing for one id, the one that created
+// its pod later must see the other's: the API server's list after the create shows every pod
+// created before it. So does the cache once it has shown pod (podcache.Seen: the informer's
+// store then holds every pod write committed before pod's create), which spares the round
+// trip; a rival that created its pod later sees this one in its own check and yields. When the
+// cache does not show pod within podcache.AwaitSeen (a watch being re-established), or without
+// Seen, the list comes from the API server.
+func (s *Spawner) otherPodWithID(ctx context.Context, pod *corev1.Pod) (string, error) {
+	id := pod.Labels[workspace.LabelWorkspaceID]
+	var r client.Reader = s.apiReader
+	if s.opts.Seen.Wait(ctx, s.client, pod, podcache.AwaitSeen) {
+		r = s.client
+	}
 	var list corev1.PodList
-	if err := s.apiReader.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{workspace.LabelWorkspaceID: id}); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(pod.Namespace), client.MatchingLabels{workspace.LabelWorkspaceID: id}); err != nil {
 		return "", fmt.Errorf("check workspace id %q: %w", id, err)
 	}
 	for _, p := range list.Items {
-		if p.Name != podName {
+		if p.Name != pod.Name {
 			return p.Name, nil
 		}
 	}
