@@ -67,18 +67,9 @@ func TestALosingSpawnNeverDeletesTheWinnersClaim(t *testing.T) {
 	ctx, c, ns := setup(t)
 	g := NewWithT(t)
 	reg := testTemplates(t)
-	atPodCreate, bDone := make(chan struct{}), make(chan struct{})
 	wc, err := client.NewWithWatch(cfg, client.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
-	held := interceptor.NewClient(wc, interceptor.Funcs{
-		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if _, ok := obj.(*corev1.Pod); ok {
-				close(atPodCreate)
-				<-bDone
-			}
-			return cl.Create(ctx, obj, opts...)
-		},
-	})
+	held, atPodCreate, bDone := heldAtPodCreate(wc)
 	a := New(held, c, reg, Options{Namespace: ns})
 	b := New(c, c, reg, Options{Namespace: ns})
 	req := Request{Template: "persistent", ID: "held", Owner: "jane", Context: map[string]string{"repo": "r"}, Caller: Caller{Subject: "root", IsAdmin: true}}
@@ -99,4 +90,22 @@ func TestALosingSpawnNeverDeletesTheWinnersClaim(t *testing.T) {
 			g.Expect(pvc.DeletionTimestamp).To(BeNil())
 		}
 	}
+}
+
+// heldAtPodCreate returns a client over cl whose first pod create waits: atPodCreate is closed
+// when it is reached, and the create goes on once release is closed.
+func heldAtPodCreate(cl client.WithWatch) (held client.Client, atPodCreate <-chan struct{}, release chan<- struct{}) {
+	at, rel := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	return interceptor.NewClient(cl, interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				once.Do(func() {
+					close(at)
+					<-rel
+				})
+			}
+			return cl.Create(ctx, obj, opts...)
+		},
+	}), at, rel
 }

@@ -104,16 +104,7 @@ func TestALaterSpawnOfATakenIDYieldsOnTheCache(t *testing.T) {
 	cc, err := client.NewWithWatch(cfg, client.Options{Cache: &client.CacheOptions{Reader: ca}})
 	g.Expect(err).NotTo(HaveOccurred())
 
-	atPodCreate, bDone := make(chan struct{}), make(chan struct{})
-	held := interceptor.NewClient(cc, interceptor.Funcs{
-		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if _, ok := obj.(*corev1.Pod); ok {
-				close(atPodCreate)
-				<-bDone
-			}
-			return cl.Create(ctx, obj, opts...)
-		},
-	})
+	held, atPodCreate, bDone := heldAtPodCreate(cc)
 	var apiLists atomic.Int32
 	reg := testTemplates(t)
 	a := New(held, apiPodLists(t, &apiLists), reg, Options{Namespace: ns, Seen: seen})
