@@ -217,8 +217,10 @@ type leanConn struct {
 	headerArmed, handOffNow bool
 	// rdl is c's read deadline (set only by this goroutine).
 	rdl readDeadline
-	// header is the handler's response header map, cleared and reused for every request.
-	header http.Header
+	// header is the handler's response header map, cleared and reused for every request;
+	// respVals holds the values of a pod's answer parsed straight into it (forward.go).
+	header   http.Header
+	respVals []string
 
 	// ctx is every request's context: cancelled when the client is gone (the connection ends
 	// then) or the connection closes.
