@@ -27,8 +27,10 @@ type quickReq struct {
 	vals []string
 }
 
-// quickParse parses head (the request line and headers with the final blank line, already
-// checked by leanEligible) into q's Request. ok is false when http.ReadRequest must do it.
+// quickParse parses head (the request line and headers with the final blank line) into q's
+// Request. ok is false when http.ReadRequest must do it, or the request is not for the lean loop
+// (leanEligible then decides). A request it takes is one leanEligible takes: HTTP/1.1, one
+// Host, no Content-Length, Expect, Upgrade or Transfer-Encoding (parse_test.go checks).
 func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) {
 	// One copy of the whole head: every string of the request is cut from it, so none of them
 	// changes when the connection's buffer is reused (the token cache keeps a token, for one).
@@ -52,7 +54,7 @@ func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) 
 	clear(q.vals) // the last request's strings
 	q.vals = q.vals[:0]
 	// Host goes to the Request's Host, not its header.
-	host, hosts, ok := fillHeader(h, &q.vals, rest, "Content-Length", "Host", false)
+	host, hosts, ok := fillHeader(h, &q.vals, rest, requestSpecial, "Host", false)
 	if !ok || hosts != 1 || host == "" || !httpguts.ValidHostHeader(host) {
 		return nil, false
 	}

@@ -22,7 +22,8 @@ import (
 // blanks around them, except those of canonical key pick: it returns the value of the last of
 // those and how many there were, and adds them to h only with keepPick. A line must be a valid
 // name, a colon and a valid value, and no name may be Pragma, Trailer or special (the fields
-// http.ReadRequest or http.ReadResponse treat in ways the quick parsers do not). ok is false
+// http.ReadRequest or http.ReadResponse treat in ways the quick parsers do not), nor, for a
+// request (special is requestSpecial), Expect, Upgrade or Transfer-Encoding. ok is false
 // when net/http must parse the head; h then holds some of the lines (the caller clears it).
 //
 // A key's first value is a slice of *vals (capacity 1, so a second value appends to a copy):
@@ -44,8 +45,9 @@ func fillHeader(h http.Header, vals *[]string, rest string, special, pick string
 		if !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(value) {
 			return "", 0, false
 		}
-		if n := len(name); (n == 6 || n == 7 || n == len(special)) &&
-			(strings.EqualFold(name, "Pragma") || strings.EqualFold(name, "Trailer") || strings.EqualFold(name, special)) {
+		if n := len(name); (n == 6 || n == 7 || n == len(special) || special == requestSpecial && n == 17) &&
+			(strings.EqualFold(name, "Pragma") || strings.EqualFold(name, "Trailer") || strings.EqualFold(name, special) ||
+				special == requestSpecial && refusedRequestField(name)) {
 			return "", 0, false
 		}
 		value = trimBlanks(value)
@@ -65,6 +67,24 @@ func fillHeader(h http.Header, vals *[]string, rest string, special, pick string
 		}
 	}
 	return picked, n, true
+}
+
+// requestSpecial is quickParse's special: with it fillHeader also refuses the fields that make
+// a request one the lean loop hands to net/http (leanEligible), so that a request quickParse
+// takes needs no other look at its lines.
+const requestSpecial = "Content-Length"
+
+// refusedRequestField: Expect, Upgrade and Transfer-Encoding, whatever their case.
+func refusedRequestField(name string) bool {
+	switch len(name) {
+	case 6:
+		return strings.EqualFold(name, "Expect")
+	case 7:
+		return strings.EqualFold(name, "Upgrade")
+	case 17:
+		return strings.EqualFold(name, "Transfer-Encoding")
+	}
+	return false
 }
 
 // headerLines is how many header lines head holds at most (the size of a values buffer).
