@@ -69,8 +69,8 @@ type leanServer struct {
 const defaultWatchAfter = 500 * time.Millisecond
 
 // watchTicks: a request that started while the tick count was c (busySince c+1) is slow from
-// tick c+1+watchTicks on, 2 to 3 ticks (of watchAfter/2) after it started. maxPollGap: the longest gap between two peeks of a slow request's
-// client, in ticks.
+// tick c+1+watchTicks on, 2 to 3 ticks (of watchAfter/2) after it started. maxPollGap: the
+// longest gap between two peeks of a slow request's client, in ticks.
 const (
 	watchTicks = 2
 	maxPollGap = 16
@@ -127,11 +127,11 @@ var errTemporaryAccept = errors.New("temporary accept error") // tests
 // One ticker for all connections keeps timers and the clock out of the per-request path: a
 // request notes the tick count when it starts (busySince), and is slow from the first tick at
 // least watchAfter after it started (between watchAfter and 1.5 watchAfter), as when the watch
-// compared the clock. A connection served inside its RawConn.Read is watched by
-// peeking at its socket (pollGone), at the first tick the request is slow, then after 1, 2, 4,
-// 8 and from then on every 16 ticks (at the default, 0.25 s doubling to 4 s): an event stream
-// held open for hours costs a peek every 4 s, not four a second, and a client that leaves is
-// still noticed within 4 s.
+// compared the clock. A connection served inside its RawConn.Read is watched by peeking at its
+// socket (pollGone), at the first tick the request is slow, then after 1, 2, 4, 8 and from then
+// on every 16 ticks (at the default, 0.25 s doubling to 4 s): an event stream held open for
+// hours costs a peek every 4 s, not four a second, and a client that leaves is still noticed
+// within 4 s.
 func (s *leanServer) watchSlowRequests(stop <-chan struct{}) {
 	t := time.NewTicker(s.watchAfter / 2)
 	defer t.Stop()
@@ -268,7 +268,9 @@ type leanConn struct {
 	parse *bufio.Reader
 
 	// The client-gone watch of the request being served.
-	busySince atomic.Int64 // 1 + the watch's tick count when the request being served arrived; 0 between requests
+	// busySince is 1 + the watch's tick count when the request being served arrived; 0
+	// between requests.
+	busySince atomic.Int64
 	// The backoff of the slow request's peeks (watchSlowRequests): the request (its busySince),
 	// the tick of the next peek, and the gap after it, in ticks.
 	pollSince, pollAt, pollGap int64
