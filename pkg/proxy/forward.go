@@ -45,7 +45,10 @@ type fastRequest struct {
 	cookies  []string // the Cookie values to send when the nogoo9 cookie was removed
 	cookieOK bool     // cookies is set
 	bodySent bool
+	ans      answerStore
 }
+
+func (f *fastRequest) answer() *answerStore { return &f.ans }
 
 var fastPool = sync.Pool{New: func() any { return new(fastRequest) }}
 
@@ -58,18 +61,36 @@ func (p *Proxy) forwardFast(w http.ResponseWriter, r *http.Request, t *target) {
 		f.cookies, f.cookieOK = keptCookies(c), true
 	}
 	r.URL.Host = t.addr // for the error log
+	h := w.Header()
+	if lw, ok := w.(*leanResponse); ok && len(h) == 0 {
+		// The pod's answer is parsed straight into the client response's header map, its
+		// values into a buffer of the client connection: no header map of its own, no copy.
+		vals := &lw.lc.respVals
+		clear(*vals) // the last answer's strings
+		*vals = (*vals)[:0]
+		f.ans.h, f.ans.vals = h, vals
+	}
 	res, err := p.transport.do(r, t.addr, f)
 	if err != nil {
+		if f.ans.direct {
+			clear(h)
+		}
 		p.errorHandler(w, r, err)
 		return
 	}
 	if err := p.filterResponseCookies(res.Header, r); err != nil {
 		_ = res.Body.Close()
+		if f.ans.direct {
+			clear(h) // the 502 carries none of the pod's headers
+		}
 		p.errorHandler(w, r, err)
 		return
 	}
-	h := w.Header()
-	copyHeaderSkipping(h, res.Header)
+	if f.ans.direct {
+		dropHopHeaders(h)
+	} else {
+		copyHeaderSkipping(h, res.Header)
+	}
 	announced := len(res.Trailer)
 	if announced > 0 {
 		keys := make([]string, 0, announced)
@@ -269,6 +290,17 @@ func copyHeaderSkipping(dst, src http.Header) {
 			dst[k] = append(old, vv...)
 		} else {
 			dst[k] = vv
+		}
+	}
+}
+
+// dropHopHeaders removes from h what copyHeaderSkipping would not copy: the answer's hop-by-hop
+// headers.
+func dropHopHeaders(h http.Header) {
+	conn := h["Connection"]
+	for k := range h {
+		if hopHeader(k) || (conn != nil && namedIn(conn, k)) {
+			delete(h, k)
 		}
 	}
 }

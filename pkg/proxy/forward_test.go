@@ -88,6 +88,14 @@ func (rp *recordingPod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "short and stout")
 	case "empty":
 		w.WriteHeader(http.StatusNoContent)
+	case "cookieflood":
+		// More Set-Cookie headers than the proxy passes on: the client gets a 502.
+		h.Set("X-Pod-Header", "must not reach the client")
+		for i := 0; i <= DefaultMaxSetCookies; i++ {
+			h.Add("Set-Cookie", fmt.Sprintf("c%d=1", i))
+		}
+		h.Set("Content-Length", "2")
+		_, _ = io.WriteString(w, "ok")
 	default:
 		_, _ = io.WriteString(w, strings.Repeat("x", 1024))
 	}

@@ -23,33 +23,39 @@ type quickReq struct {
 	base, req *http.Request
 	url       url.URL
 	header    http.Header
+	// vals holds the header values of the request (fillHeader), reused like header.
+	vals []string
 }
 
-// quickParse parses head (the request line and headers with the final blank line, already
-// checked by leanEligible) into q's Request. ok is false when http.ReadRequest must do it.
+// quickParse parses head (the request line and headers with the final blank line) into q's
+// Request. ok is false when http.ReadRequest must do it, or the request is not for the lean loop
+// (leanEligible then decides). A request it takes is one leanEligible takes: HTTP/1.1, one
+// Host, no Content-Length, Expect, Upgrade or Transfer-Encoding (parse_test.go checks).
 func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) {
 	// One copy of the whole head: every string of the request is cut from it, so none of them
 	// changes when the connection's buffer is reused (the token cache keeps a token, for one).
 	s := string(head)
-	line, rest, _ := strings.Cut(s, "\r\n")
+	i := strings.IndexByte(s, '\n')
+	if i < 1 || s[i-1] != '\r' {
+		return nil, false
+	}
+	line, rest := s[:i-1], s[i+1:]
 	method, line, ok1 := strings.Cut(line, " ")
 	uri, proto, ok2 := strings.Cut(line, " ")
 	if !ok1 || !ok2 || proto != "HTTP/1.1" || !validMethod(method) || method == http.MethodConnect || !quickURI(uri) {
 		return nil, false
 	}
 	// Pragma, Trailer and Content-Length are http.ReadRequest's special cases.
-	lines, ok := countHeaderLines(rest, "Content-Length")
-	if !ok {
-		return nil, false
-	}
 	if q.header == nil {
-		q.header = make(http.Header, lines)
+		q.header = make(http.Header)
 	}
 	h := q.header
 	clear(h)
+	clear(q.vals) // the last request's strings
+	q.vals = q.vals[:0]
 	// Host goes to the Request's Host, not its header.
-	host, hosts := fillHeader(h, rest, lines, "Host", false)
-	if hosts != 1 || host == "" || !httpguts.ValidHostHeader(host) {
+	host, hosts, ok := fillHeader(h, &q.vals, rest, requestSpecial, "Host", false)
+	if !ok || hosts != 1 || host == "" || !httpguts.ValidHostHeader(host) {
 		return nil, false
 	}
 	path, query, hasQuery := strings.Cut(uri, "?")

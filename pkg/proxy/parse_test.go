@@ -30,6 +30,9 @@ func checkQuickParse(t *testing.T, q *quickReq, head string) bool {
 	if err != nil || !validForServer(want) {
 		t.Fatalf("quickParse took %q, which net/http refuses (err=%v)", head, err)
 	}
+	if !leanEligible([]byte(head)) {
+		t.Fatalf("quickParse took %q, which the lean loop hands to net/http", head)
+	}
 	if got.Context().Value(ctxKey{}) != "conn" {
 		t.Errorf("%q: the request lost the connection's context", head)
 	}
@@ -86,6 +89,11 @@ func TestQuickParseMatchesReadRequest(t *testing.T) {
 		{"no Host", "GET / HTTP/1.1\r\nX-A: 1\r\n\r\n", false},
 		{"two Hosts", "GET / HTTP/1.1\r\nHost: h\r\nHost: i\r\n\r\n", false},
 		{"a bad Host", "GET / HTTP/1.1\r\nHost: h/i\r\n\r\n", false},
+		{"an upgrade (net/http serves it)", "GET / HTTP/1.1\r\nHost: h\r\nupgrade: websocket\r\nConnection: Upgrade\r\n\r\n", false},
+		{"Expect (net/http serves it)", "GET / HTTP/1.1\r\nHost: h\r\nEXPECT: 100-continue\r\n\r\n", false},
+		{"Transfer-Encoding (net/http serves it)", "GET / HTTP/1.1\r\nHost: h\r\ntransfer-encoding: chunked\r\n\r\n", false},
+		{"a bare LF ending a line", "GET / HTTP/1.1\r\nHost: h\nX-A: 1\r\n\r\n", false},
+		{"a bare LF ending the request line", "GET / HTTP/1.1\nHost: h\r\n\r\n", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := checkQuickParse(t, newQuickReq(), tc.head); got != tc.quick {

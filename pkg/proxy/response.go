@@ -22,35 +22,50 @@ import (
 // answer to a request that is not HEAD. ok is false when http.ReadResponse must do it. The
 // Response has no Body and no Request: the caller sets them.
 func parseQuickResponse(head []byte) (res *http.Response, ok bool) {
+	res = new(http.Response)
+	var vals []string
+	if len(head) > 2 {
+		vals = make([]string, 0, headerLines(head))
+	}
+	if !parseQuickResponseInto(head, res, make(http.Header), &vals) {
+		return nil, false
+	}
+	return res, true
+}
+
+// parseQuickResponseInto is parseQuickResponse into storage the caller keeps: res, h (empty; the
+// answer's header map; on false it may hold some of the lines, the caller clears it) and vals
+// (fillHeader's values buffer). The fast path parses the pod's answer straight into the client
+// response's header map, with buffers kept by the client connection (forward.go).
+func parseQuickResponseInto(head []byte, res *http.Response, h http.Header, vals *[]string) bool {
 	// "HTTP/1.1 " and a three-digit status 200-599, then the end of the line or a space and the
 	// reason phrase.
 	if len(head) < 16 || string(head[:9]) != "HTTP/1.1 " || head[9] < '2' || head[9] > '5' || !isDigit(head[10]) || !isDigit(head[11]) {
-		return nil, false
+		return false
 	}
 	code := int(head[9]-'0')*100 + int(head[10]-'0')*10 + int(head[11]-'0')
 	if code == http.StatusNoContent || code == http.StatusNotModified {
-		return nil, false // no body: http.ReadResponse's rules for those
+		return false // no body: http.ReadResponse's rules for those
 	}
 	s := string(head)
-	line, rest, _ := strings.Cut(s, "\r\n")
+	i := strings.IndexByte(s, '\n')
+	if i < 1 || s[i-1] != '\r' {
+		return false
+	}
+	line, rest := s[:i-1], s[i+1:]
 	if len(line) > 12 && (line[12] != ' ' || !httpguts.ValidHeaderFieldValue(line[13:])) {
-		return nil, false
+		return false
 	}
 	// Pragma, Trailer and Transfer-Encoding are http.ReadResponse's special cases.
-	lines, ok := countHeaderLines(rest, "Transfer-Encoding")
-	if !ok {
-		return nil, false
-	}
-	h := make(http.Header, lines)
-	value, lengths := fillHeader(h, rest, lines, "Content-Length", true)
-	if lengths == 0 {
-		return nil, false // chunked or read until the pod closes: http.ReadResponse
+	value, lengths, ok := fillHeader(h, vals, rest, "Transfer-Encoding", "Content-Length", true)
+	if !ok || lengths == 0 {
+		return false // lengths 0: chunked or read until the pod closes: http.ReadResponse
 	}
 	length, ok := parseLength(value)
 	if !ok || lengths > 1 {
-		return nil, false // invalid, or repeated (net/http's rules for those)
+		return false // invalid, or repeated (net/http's rules for those)
 	}
-	res = &http.Response{
+	*res = http.Response{
 		Status:     line[9:],
 		StatusCode: code,
 		Proto:      "HTTP/1.1",
@@ -63,7 +78,7 @@ func parseQuickResponse(head []byte) (res *http.Response, ok bool) {
 		res.Close = true
 		delete(h, "Connection")
 	}
-	return res, true
+	return true
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }

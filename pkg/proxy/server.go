@@ -50,8 +50,9 @@ type leanServer struct {
 	conns    map[*leanConn]struct{}
 	shutdown atomic.Bool
 	wg       sync.WaitGroup
-	// now is the clock of the watch (tests).
-	now func() time.Time
+	// tick counts the watch's ticks (every watchAfter/2): a request stores it when it starts,
+	// instead of reading the clock.
+	tick atomic.Int64
 	// served and handedOff count requests served and connections handed to net/http (tests).
 	served, handedOff atomic.Int64
 	// rawConns counts connections served inside their RawConn.Read, and waits how often such a
@@ -59,11 +60,21 @@ type leanServer struct {
 	rawConns, waits atomic.Int64
 	// forced counts connections that close had to close after its grace ran out (tests).
 	forced atomic.Int64
+	// polls counts pollGone's peeks (tests).
+	polls atomic.Int64
 }
 
 // defaultWatchAfter: a pod answering later than this is a slow request; its client leaving is
 // noticed from then on.
 const defaultWatchAfter = 500 * time.Millisecond
+
+// watchTicks: a request that started while the tick count was c (busySince c+1) is slow from
+// tick c+1+watchTicks on, 2 to 3 ticks (of watchAfter/2) after it started. maxPollGap: the
+// longest gap between two peeks of a slow request's client, in ticks.
+const (
+	watchTicks = 2
+	maxPollGap = 16
+)
 
 // leanHeaderBuf is the connection's read buffer: request headers that do not fit are handed to
 // net/http (which allows up to its MaxHeaderBytes).
@@ -76,7 +87,6 @@ func newLeanServer(h http.Handler, srv *http.Server, addr net.Addr) *leanServer 
 		handoff:    newHandoffListener(addr),
 		watchAfter: defaultWatchAfter,
 		conns:      map[*leanConn]struct{}{},
-		now:        time.Now,
 	}
 }
 
@@ -114,7 +124,14 @@ func (s *leanServer) serve(ctx context.Context, ln net.Listener) error {
 var errTemporaryAccept = errors.New("temporary accept error") // tests
 
 // watchSlowRequests starts the client-gone watch of every request that has waited watchAfter.
-// One ticker for all connections keeps timers out of the per-request path.
+// One ticker for all connections keeps timers and the clock out of the per-request path: a
+// request notes the tick count when it starts (busySince), and is slow from the first tick at
+// least watchAfter after it started (between watchAfter and 1.5 watchAfter), as when the watch
+// compared the clock. A connection served inside its RawConn.Read is watched by peeking at its
+// socket (pollGone), at the first tick the request is slow, then after 1, 2, 4, 8 and from then
+// on every 16 ticks (at the default, 0.25 s doubling to 4 s): an event stream held open for
+// hours costs a peek every 4 s, not four a second, and a client that leaves is still noticed
+// within 4 s.
 func (s *leanServer) watchSlowRequests(stop <-chan struct{}) {
 	t := time.NewTicker(s.watchAfter / 2)
 	defer t.Stop()
@@ -125,11 +142,11 @@ func (s *leanServer) watchSlowRequests(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		now := s.now().UnixNano()
+		k := s.tick.Add(1)
 		slow = slow[:0]
 		s.mu.Lock()
 		for lc := range s.conns {
-			if since := lc.busySince.Load(); since != 0 && now-since >= int64(s.watchAfter) {
+			if lc.watchDue(k, lc.busySince.Load()) {
 				slow = append(slow, lc)
 			}
 		}
@@ -141,6 +158,27 @@ func (s *leanServer) watchSlowRequests(stop <-chan struct{}) {
 		}
 		clear(slow)
 	}
+}
+
+// watchDue reports whether the request that started at since (busySince) is watched at tick k:
+// from the first tick it is slow, and for a connection that is peeked at, with the backoff.
+// Only watchSlowRequests calls it (the poll fields are its own).
+func (lc *leanConn) watchDue(k, since int64) bool {
+	if since == 0 || k-since < watchTicks {
+		return false
+	}
+	if lc.r.raw == nil {
+		return true // startWatch starts one read per request, once
+	}
+	if lc.pollSince != since {
+		lc.pollSince, lc.pollAt, lc.pollGap = since, k, 1
+	}
+	if k < lc.pollAt {
+		return false
+	}
+	lc.pollAt = k + lc.pollGap
+	lc.pollGap = min(2*lc.pollGap, maxPollGap)
+	return true
 }
 
 func (s *leanServer) newConn(ctx context.Context, c net.Conn) *leanConn {
@@ -217,8 +255,10 @@ type leanConn struct {
 	headerArmed, handOffNow bool
 	// rdl is c's read deadline (set only by this goroutine).
 	rdl readDeadline
-	// header is the handler's response header map, cleared and reused for every request.
-	header http.Header
+	// header is the handler's response header map, cleared and reused for every request;
+	// respVals holds the values of a pod's answer parsed straight into it (forward.go).
+	header   http.Header
+	respVals []string
 
 	// ctx is every request's context: cancelled when the client is gone (the connection ends
 	// then) or the connection closes.
@@ -228,10 +268,15 @@ type leanConn struct {
 	parse *bufio.Reader
 
 	// The client-gone watch of the request being served.
-	busySince atomic.Int64 // UnixNano when the request being served arrived; 0 between requests
-	watchMu   sync.Mutex
-	watching  bool
-	watchDone chan struct{}
+	// busySince is 1 + the watch's tick count when the request being served arrived; 0
+	// between requests.
+	busySince atomic.Int64
+	// The backoff of the slow request's peeks (watchSlowRequests): the request (its busySince),
+	// the tick of the next peek, and the gap after it, in ticks.
+	pollSince, pollAt, pollGap int64
+	watchMu                    sync.Mutex
+	watching                   bool
+	watchDone                  chan struct{}
 	// watchOver: pollGone has seen the client leave, or its next request (raw connections).
 	watchOver bool
 
@@ -507,12 +552,13 @@ func (lc *leanConn) headerEnd(timeout time.Duration) (n int, ok bool, err error)
 // request net/http must serve.
 func (lc *leanConn) readRequest(n int) (*http.Request, bool) {
 	head, _ := lc.br.Peek(n)
-	if !leanEligible(head) {
-		return nil, false
-	}
+	// quickParse takes only requests leanEligible takes: one pass over the lines, not two.
 	if req, ok := lc.quick.quickParse(head, lc.remote); ok {
 		_, _ = lc.br.Discard(n)
 		return req, true
+	}
+	if !leanEligible(head) {
+		return nil, false
 	}
 	lc.head.Reset(head)
 	if lc.parse == nil {
@@ -628,7 +674,7 @@ func (lc *leanConn) handOff() bool {
 // connection can serve another request.
 func (lc *leanConn) serveRequest(req *http.Request) (keep bool) {
 	lc.s.served.Add(1)
-	lc.busySince.Store(lc.s.now().UnixNano())
+	lc.busySince.Store(lc.s.tick.Load() + 1)
 	if lc.header == nil {
 		lc.header = make(http.Header)
 	}
@@ -713,6 +759,7 @@ func (lc *leanConn) pollGone() {
 		n   int
 		err error
 	)
+	lc.s.polls.Add(1)
 	if cerr := lc.r.raw.Control(func(fd uintptr) {
 		for {
 			n, _, err = syscall.Recvfrom(int(fd), lc.r.b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
@@ -1052,10 +1099,20 @@ func (w *leanResponse) writeHeaders(bw *bufio.Writer, skip func(string) bool) {
 }
 
 func writeSafeHeaderLine(bw *bufio.Writer, k, v string) {
-	if strings.ContainsAny(v, "\r\n") {
+	if hasCRorLF(v) {
 		v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
 	}
 	writeHeaderLine(bw, k, strings.TrimSpace(v))
+}
+
+// hasCRorLF is strings.ContainsAny(v, "\r\n") without building a set for every header value.
+func hasCRorLF(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\r' || v[i] == '\n' {
+			return true
+		}
+	}
+	return false
 }
 
 // headerHasToken reports whether a comma-separated header holds token (any case).

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -228,6 +229,30 @@ func TestLeanServerWaitsOnTheClientSocket(t *testing.T) {
 		})
 	}
 
+	t.Run("a client that leaves after the watch has backed off", func(t *testing.T) {
+		// Five peeks: the gap to the next one is 16 ticks now; the client's leaving is still
+		// noticed at the next peek.
+		gone, polls := pod.gone.Load(), s.polls.Load()
+		c, _ := dial(t)
+		if _, err := io.WriteString(c, leanGet("hold")); err != nil {
+			t.Fatal(err)
+		}
+		arrived(t)
+		for deadline := time.Now().Add(20 * time.Second); s.polls.Load()-polls < 5; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d peeks at the slow request's client within 20s, want 5", s.polls.Load()-polls)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		_ = c.Close()
+		for deadline := time.Now().Add(20 * time.Second); pod.gone.Load() == gone; {
+			if time.Now().After(deadline) {
+				t.Fatal("the pod's request was not cancelled within 20s of the client going away")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+
 	t.Run("a client gone while its 1 MiB answer is written", func(t *testing.T) {
 		// The answer's writes (write(2) on the socket) fail with EPIPE or ECONNRESET: the
 		// connection ends, the process does not (SIGPIPE), and the next client is served.
@@ -301,3 +326,41 @@ func TestLeanServerStopWakesAWaitingConnection(t *testing.T) {
 		t.Fatalf("%d connections were closed only after the stop's grace ran out; want the waiting one woken at once", n)
 	}
 }
+
+// TestWatchBacksOff: a slow request on a connection that is peeked at is peeked at the first
+// tick it is slow (2 to 3 ticks after it started), then after 1, 2, 4 and 8 ticks, then every 16;
+// a new request starts over; a connection watched by a read (not peeked at) is due at every tick
+// from then on (startWatch starts its one read once).
+func TestWatchBacksOff(t *testing.T) {
+	due := func(lc *leanConn, since, from, to int64) []int64 {
+		var ks []int64
+		for k := from; k <= to; k++ {
+			if lc.watchDue(k, since) {
+				ks = append(ks, k)
+			}
+		}
+		return ks
+	}
+	peeked := &leanConn{}
+	peeked.r.raw = fakeRawConn{}
+	if got, want := due(peeked, 5, 1, 100), []int64{7, 8, 10, 14, 22, 38, 54, 70, 86}; !reflect.DeepEqual(got, want) {
+		t.Errorf("peeks at ticks %v, want %v", got, want)
+	}
+	if got, want := due(peeked, 101, 101, 110), []int64{103, 104, 106, 110}; !reflect.DeepEqual(got, want) {
+		t.Errorf("the next request: peeks at ticks %v, want %v", got, want)
+	}
+	if got := due(peeked, 0, 1, 50); got != nil {
+		t.Errorf("no request: peeks at ticks %v", got)
+	}
+	read := &leanConn{}
+	if got, want := due(read, 5, 1, 10), []int64{7, 8, 9, 10}; !reflect.DeepEqual(got, want) {
+		t.Errorf("a connection watched by a read: due at ticks %v, want %v", got, want)
+	}
+}
+
+// fakeRawConn stands for a socket in TestWatchBacksOff (never used).
+type fakeRawConn struct{}
+
+func (fakeRawConn) Control(func(uintptr)) error    { return nil }
+func (fakeRawConn) Read(func(uintptr) bool) error  { return nil }
+func (fakeRawConn) Write(func(uintptr) bool) error { return nil }

@@ -146,6 +146,7 @@ func TestLeanServerAnswersAsNetHTTPDoes(t *testing.T) {
 		{"HEAD", "HEAD", "HEAD /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "\r\n", true},
 		{"an empty POST with Content-Length: 0", "POST", "POST /ws/jane/demo/api HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "Content-Length: 0\r\n\r\n", true},
 		{"the client asks to close", "GET", "GET /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "Connection: close\r\n\r\n", true},
+		{"a Set-Cookie flood: a 502 with none of the pod's headers", "GET", "GET /ws/jane/demo/cookieflood HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "\r\n", true},
 		{"cookies: nogoo9's removed", "GET", "GET /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\nCookie: a=1; nogoo9_token=bench; b=2\r\n" + auth + "\r\n", true},
 		{"no token: 401", "GET", "GET /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\n\r\n", true},
 		{"no route: 404", "GET", "GET /nowhere HTTP/1.1\r\nHost: proxy.example\r\n" + auth + "\r\n", true},
@@ -178,6 +179,9 @@ func TestLeanServerAnswersAsNetHTTPDoes(t *testing.T) {
 			}
 			if got[0] != got[1] {
 				t.Errorf("the client got\n%s\n\nfrom the lean loop, and from net/http\n%s", got[0], got[1])
+			}
+			if strings.Contains(got[0], "X-Pod-Header") {
+				t.Errorf("a 502 carried the pod's headers:\n%s", got[0])
 			}
 			if tc.lean && lean.lean.Load().served.Load() == served {
 				t.Errorf("the lean loop did not serve the request (handed off: %v)", lean.lean.Load().handedOff.Load() > handed)

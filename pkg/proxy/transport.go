@@ -220,6 +220,21 @@ type exchange interface {
 	writeRequest(bw *bufio.Writer) error
 	// got1xx passes on an informational response (103 Early Hints).
 	got1xx(code int, h http.Header) error
+	// answer is where the exchange's answer is kept (its Response, body and header map): an
+	// exchange lives as long as its answer, so they cost no allocation.
+	answer() *answerStore
+}
+
+// answerStore holds an exchange's answer.
+type answerStore struct {
+	res  http.Response
+	body connBody
+	// h, when not nil, is the (empty) header map a quick-parsed answer's headers go to, and
+	// vals fillHeader's values buffer for it: the client response's own (forward.go). direct
+	// reports that the answer's headers were parsed into h.
+	h      http.Header
+	vals   *[]string
+	direct bool
 }
 
 // do sends req to addr on a pooled or new connection, written by ex (nil: req.Write). req's
@@ -323,7 +338,7 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 	}
 	for n1xx := 0; ; n1xx++ {
 		if ex != nil && req.Method != http.MethodHead {
-			if res = pc.quickResponse(req); res != nil {
+			if res = pc.quickResponse(req, ex.answer()); res != nil {
 				break // a final answer with a Content-Length
 			}
 		}
@@ -382,29 +397,50 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 	}
 	if res.Body == nil {
 		// quickResponse: the body is the next ContentLength bytes on the connection.
-		res.Body = &connBody{pc: pc, n: res.ContentLength, stop: stop, reuse: reuse}
+		var body *connBody
+		if ex != nil {
+			st := ex.answer()
+			st.body = connBody{pc: pc, n: res.ContentLength, stop: stop, reuse: reuse}
+			body = &st.body
+		} else {
+			body = &connBody{pc: pc, n: res.ContentLength, stop: stop, reuse: reuse}
+		}
+		res.Body = body
 		return res, nil, false
 	}
 	res.Body = &connBody{body: res.Body, pc: pc, stop: stop, reuse: reuse}
 	return res, nil, false
 }
 
-// quickResponse parses the response headers with parseQuickResponse when they are all in the
-// read buffer already (nearly always: a pod's headers come in one segment), consuming them. nil:
-// http.ReadResponse must read the response (nothing was consumed). A response with a
-// Content-Length of 0 gets http.NoBody, as from http.ReadResponse; otherwise Body is nil and
-// roundTrip reads ContentLength bytes from the connection.
-func (pc *persistConn) quickResponse(req *http.Request) *http.Response {
+// quickResponse parses the response headers with parseQuickResponseInto when they are all in
+// the read buffer already (nearly always: a pod's headers come in one segment), consuming them,
+// into st. nil: http.ReadResponse must read the response (nothing was consumed). A response
+// with a Content-Length of 0 gets http.NoBody, as from http.ReadResponse; otherwise Body is nil
+// and roundTrip reads ContentLength bytes from the connection.
+func (pc *persistConn) quickResponse(req *http.Request, st *answerStore) *http.Response {
 	buf, _ := pc.br.Peek(pc.br.Buffered())
 	end := bytes.Index(buf, crlfcrlf)
 	if end < 0 {
 		return nil
 	}
-	res, ok := parseQuickResponse(buf[:end+len(crlfcrlf)])
-	if !ok {
-		return nil
+	head := buf[:end+len(crlfcrlf)]
+	res := &st.res
+	if st.h != nil {
+		n := len(*st.vals)
+		if !parseQuickResponseInto(head, res, st.h, st.vals) {
+			clear(st.h)
+			clear((*st.vals)[n:])
+			*st.vals = (*st.vals)[:n]
+			return nil
+		}
+		st.direct = true
+	} else {
+		vals := make([]string, 0, headerLines(head))
+		if !parseQuickResponseInto(head, res, make(http.Header), &vals) {
+			return nil
+		}
 	}
-	_, _ = pc.br.Discard(end + len(crlfcrlf))
+	_, _ = pc.br.Discard(len(head))
 	res.Request = req
 	if res.ContentLength == 0 {
 		res.Body = http.NoBody

@@ -134,63 +134,81 @@ func rawSink(w io.Writer) (syscall.RawConn, bool) {
 // entered again after that write; its first call reads before it waits, so no readiness notice
 // is lost.
 func copyRaw(dst io.Writer, wraw, raw syscall.RawConn) (int64, error) {
-	buf := make([]byte, wsCopyBuf)
-	var (
-		written    int64
-		rerr, werr error
-		rest       []byte // read, not yet written: for dst.Write after raw.Read
-	)
-	// tryWrite writes as much of p to dst as its send buffer takes now; the rest is left in rest.
-	tryWrite := func(p []byte) {
-		err := wraw.Write(func(fd uintptr) bool {
-			m, _, err := writeFD(int(fd), p)
-			written += int64(m)
-			p = p[m:]
-			if err != nil {
-				werr = err
-			}
-			return true // never wait here
-		})
-		if err != nil && werr == nil {
-			werr = err // closed
-		}
-		rest = p
-	}
+	c := &rawCopy{wraw: wraw, buf: make([]byte, wsCopyBuf)}
+	// The functions raw.Read and wraw.Write call, bound once per copy: a closure made for each
+	// message (it captured the chunk) cost two allocations per message and direction.
+	c.readFn, c.writeFn = c.read, c.write
 	for {
-		err := raw.Read(func(fd uintptr) bool {
-			for {
-				n, empty, err := readFD(fd, buf)
-				switch {
-				case empty:
-					return false
-				case err != nil:
-					rerr = err
-					return true
-				case n == 0:
-					return true // the other end closed its side
-				}
-				if tryWrite(buf[:n]); werr != nil || len(rest) > 0 {
-					return true
-				}
-				if n < len(buf) {
-					// The socket is empty: wait for readiness rather than read again.
-					return false
-				}
-			}
-		})
+		err := raw.Read(c.readFn)
 		switch {
-		case werr != nil:
-			return written, werr
-		case rerr != nil:
-			return written, rerr
-		case err != nil || len(rest) == 0:
-			return written, err
+		case c.werr != nil:
+			return c.written, c.werr
+		case c.rerr != nil:
+			return c.written, c.rerr
+		case err != nil || len(c.rest) == 0:
+			return c.written, err
 		}
-		m, err := dst.Write(rest)
-		written += int64(m)
+		m, err := dst.Write(c.rest)
+		c.written += int64(m)
 		if err != nil {
-			return written, err
+			return c.written, err
 		}
-		rest = nil
+		c.rest = nil
 	}
+}
+
+// rawCopy is the state of one copyRaw.
+type rawCopy struct {
+	wraw       syscall.RawConn
+	buf        []byte
+	written    int64
+	rerr, werr error
+	rest       []byte // read, not yet written: for dst.Write after raw.Read
+	p          []byte // what write writes
+	readFn     func(fd uintptr) bool
+	writeFn    func(fd uintptr) bool
+}
+
+// read is raw.Read's function: it reads and writes until the socket is empty (then it waits),
+// the other side's send buffer is full, or either side fails or ends.
+func (c *rawCopy) read(fd uintptr) bool {
+	for {
+		n, empty, err := readFD(fd, c.buf)
+		switch {
+		case empty:
+			return false
+		case err != nil:
+			c.rerr = err
+			return true
+		case n == 0:
+			return true // the other end closed its side
+		}
+		if c.tryWrite(c.buf[:n]); c.werr != nil || len(c.rest) > 0 {
+			return true
+		}
+		if n < len(c.buf) {
+			// The socket is empty: wait for readiness rather than read again.
+			return false
+		}
+	}
+}
+
+// tryWrite writes as much of p to dst as its send buffer takes now; the rest is left in rest.
+func (c *rawCopy) tryWrite(p []byte) {
+	c.p = p
+	if err := c.wraw.Write(c.writeFn); err != nil && c.werr == nil {
+		c.werr = err // closed
+	}
+	c.rest, c.p = c.p, nil
+}
+
+// write is wraw.Write's function: it never waits.
+func (c *rawCopy) write(fd uintptr) bool {
+	m, _, err := writeFD(int(fd), c.p)
+	c.written += int64(m)
+	c.p = c.p[m:]
+	if err != nil {
+		c.werr = err
+	}
+	return true
 }
