@@ -211,8 +211,12 @@ func run(o options) error {
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "nogoo9/" + version
 
-	// Events: a per-object, per-reason budget (controllers.NewEventBroadcaster); flushed on exit.
-	events := controllers.NewEventBroadcaster()
+	// Events: a per-object, per-reason budget, written as protobuf (controllers.NewEventBroadcaster);
+	// flushed on exit.
+	events, err := controllers.NewEventBroadcaster(cfg)
+	if err != nil {
+		return err
+	}
 	defer events.Shutdown()
 
 	// --namespaces: the namespaces whose workspaces the cache, the proxy and the controllers see;
