@@ -210,6 +210,7 @@ func run(o options) error {
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "nogoo9/" + version
+	controllers.UncompressedResponses(cfg)
 
 	// Events: a per-object, per-reason budget, written as protobuf (controllers.NewEventBroadcaster);
 	// flushed on exit.
