@@ -19,7 +19,9 @@ import (
 // of the CPU of the upgrade's delete step (docs/performance.md, "Seventh round" and "Eighth
 // round"). The request is the same: the same DeleteOptions (preconditions on UID and
 // resourceVersion, grace period, propagation), and the same errors (NotFound, Conflict for a
-// failed precondition) come back.
+// failed precondition) come back. Like each kind in controller-runtime's client, the deletes have
+// a client-side rate budget of their own (--kube-api-qps / --kube-api-burst), apart from the pod
+// creates and patches.
 type podDeletes struct {
 	client.Client
 	pods corev1client.PodsGetter
