@@ -210,9 +210,14 @@ func run(o options) error {
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "nogoo9/" + version
+	controllers.UncompressedResponses(cfg)
 
-	// Events: a per-object, per-reason budget (controllers.NewEventBroadcaster); flushed on exit.
-	events := controllers.NewEventBroadcaster()
+	// Events: a per-object, per-reason budget, written as protobuf (controllers.NewEventBroadcaster);
+	// flushed on exit.
+	events, err := controllers.NewEventBroadcaster(cfg)
+	if err != nil {
+		return err
+	}
 	defer events.Shutdown()
 
 	// --namespaces: the namespaces whose workspaces the cache, the proxy and the controllers see;

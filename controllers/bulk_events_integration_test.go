@@ -48,7 +48,10 @@ func TestBulkUpgradeWritesTwoEventsPerWorkspace(t *testing.T) {
 	newest := olds[n-1].CreationTimestamp.Time
 	e.g.Eventually(func() bool { return time.Now().Truncate(time.Second).After(newest) }).WithTimeout(5 * time.Second).Should(gomega.BeTrue())
 
-	events := NewEventBroadcaster()
+	events, err := NewEventBroadcaster(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(events.Shutdown) // after the manager has stopped (runManager's clean-up runs first)
 	mgr := newTestManager(t, cfg, func(o *ctrl.Options) {
 		o.EventBroadcaster = events //nolint:staticcheck // as main.go

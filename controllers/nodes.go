@@ -72,7 +72,9 @@ func (r *WorkspaceReconciler) goneNodes(ctx context.Context, pods []*corev1.Pod)
 			continue
 		}
 		checked[n] = true
-		err := r.Reader.Get(ctx, client.ObjectKey{Name: n}, nodeMeta())
+		// Only whether it exists matters: no copy of its metadata (every pass of every workspace
+		// asks, a bulk upgrade's passes included).
+		err := r.Reader.Get(ctx, client.ObjectKey{Name: n}, nodeMeta(), client.UnsafeDisableDeepCopy)
 		if err == nil {
 			continue
 		}

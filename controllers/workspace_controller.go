@@ -176,8 +176,12 @@ type WorkspaceReconciler struct {
 // source reg.
 func SetupWorkspaceReconciler(mgr ctrl.Manager, reg TemplateSource, opts UpgradeOptions) error {
 	opts.defaults()
+	writer, err := newPodDeletes(mgr.GetClient(), mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
 	r := &WorkspaceReconciler{
-		Client:    mgr.GetClient(),
+		Client:    writer,
 		Reader:    mgr.GetCache(),
 		APIReader: mgr.GetAPIReader(),
 		Templates: reg,

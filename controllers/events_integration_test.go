@@ -1,0 +1,85 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// contentTypes records the Content-Type of the requests a client sends to paths containing part.
+type contentTypes struct {
+	part string
+	mu   sync.Mutex
+	seen []string
+}
+
+func (c *contentTypes) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if strings.Contains(req.URL.Path, c.part) && req.Method != http.MethodGet {
+			c.mu.Lock()
+			c.seen = append(c.seen, req.Method+" "+req.Header.Get("Content-Type"))
+			c.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+func (c *contentTypes) list() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.seen...)
+}
+
+// TestEventsAreWrittenAsProtobuf: a controller of a manager wired as main.go wires it (the
+// manager's config, its broadcaster NewEventBroadcaster on the same config) records an Event; the
+// Event reaches the API server, and it was sent as protobuf, not as client-go's default JSON
+// (kube-apiserver decodes every Event of a bulk upgrade: two per workspace).
+func TestEventsAreWrittenAsProtobuf(t *testing.T) {
+	base, c := startAPIServer(t)
+	ctx := context.Background()
+	ns := fmt.Sprintf("events-%d", time.Now().UnixNano())
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "ws", Namespace: ns},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "ide:1"}}},
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+
+	sent := &contentTypes{part: "/events"}
+	cfg := rest.CopyConfig(base)
+	cfg.WrapTransport = sent.wrap
+	events, err := NewEventBroadcaster(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(events.Shutdown) // after the manager has stopped (runManager's clean-up runs first)
+	mgr := newTestManager(t, cfg, func(o *ctrl.Options) {
+		o.EventBroadcaster = events //nolint:staticcheck // as main.go
+	})
+	runManager(t, ctx, mgr)
+	mgr.GetEventRecorderFor(UpgradeControllerName).Event(pod, corev1.EventTypeNormal, "UpgradeStarted", "Upgrade of pod ws started.") //nolint:staticcheck // as SetupWorkspaceReconciler
+
+	g := gomega.NewWithT(t)
+	g.Eventually(func(g gomega.Gomega) {
+		var list corev1.EventList
+		g.Expect(c.List(ctx, &list, client.InNamespace(ns))).To(gomega.Succeed())
+		g.Expect(list.Items).To(gomega.ContainElement(gomega.HaveField("Reason", "UpgradeStarted")))
+	}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(gomega.Succeed())
+	g.Expect(sent.list()).To(gomega.ConsistOf("POST " + runtime.ContentTypeProtobuf))
+}
