@@ -702,8 +702,36 @@ func (lc *leanConn) serveRequest(req *http.Request) (keep bool) {
 	w.finish()
 	keep = !w.closeAfter && w.err == nil
 	*w = leanResponse{}
-	clear(lc.header)
+	lc.header = reuseHeader(lc.header)
+	lc.respVals = reuseVals(lc.respVals)
+	lc.quick.header = reuseHeader(lc.quick.header)
+	lc.quick.vals = reuseVals(lc.quick.vals)
 	return keep
+}
+
+// maxKeptHeaders bounds the header map and value buffer a connection keeps between requests: a
+// request or an answer with more headers (a hostile pod's thousands of short lines) leaves them
+// to the collector instead of pinning them while the connection idles.
+const maxKeptHeaders = 64
+
+// reuseHeader empties h for the connection's next request, or drops it when it grew past
+// maxKeptHeaders keys (clear never shrinks a map).
+func reuseHeader(h http.Header) http.Header {
+	if len(h) > maxKeptHeaders {
+		return nil
+	}
+	clear(h)
+	return h
+}
+
+// reuseVals empties v for the connection's next request, its strings released, or drops it when
+// it grew past maxKeptHeaders values.
+func reuseVals(v []string) []string {
+	if cap(v) > maxKeptHeaders {
+		return nil
+	}
+	clear(v)
+	return v[:0]
 }
 
 // startWatch runs when a request has waited watchAfter: a read on the connection notices the

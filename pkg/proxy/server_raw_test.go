@@ -364,3 +364,28 @@ type fakeRawConn struct{}
 func (fakeRawConn) Control(func(uintptr)) error    { return nil }
 func (fakeRawConn) Read(func(uintptr) bool) error  { return nil }
 func (fakeRawConn) Write(func(uintptr) bool) error { return nil }
+
+// TestReusedHeadersAreBounded: what a connection keeps for its next request is emptied, and a
+// header map or value buffer grown by a request or answer with many headers is dropped rather
+// than kept while the connection idles.
+func TestReusedHeadersAreBounded(t *testing.T) {
+	small := http.Header{"A": {"1"}}
+	if h := reuseHeader(small); h == nil || len(h) != 0 {
+		t.Errorf("a small header map: got %v, want it kept and empty", h)
+	}
+	big := http.Header{}
+	for i := range maxKeptHeaders + 1 {
+		big[fmt.Sprint("X-", i)] = []string{"1"}
+	}
+	if h := reuseHeader(big); h != nil {
+		t.Errorf("a header map of %d keys was kept", maxKeptHeaders+1)
+	}
+	vals := make([]string, 3, 8)
+	vals[0], vals[1], vals[2] = "a", "b", "c"
+	if v := reuseVals(vals); len(v) != 0 || cap(v) != 8 || vals[0] != "" {
+		t.Errorf("a small value buffer: got len %d cap %d, first %q; want it kept, empty, its strings released", len(v), cap(v), vals[0])
+	}
+	if v := reuseVals(make([]string, 10, maxKeptHeaders+1)); v != nil {
+		t.Errorf("a value buffer of capacity %d was kept", maxKeptHeaders+1)
+	}
+}
