@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -65,7 +66,10 @@ func TestTheCheckAfterTheCreateWaitsForTheCache(t *testing.T) {
 	rival := &corev1.Pod{}
 	rival.Namespace, rival.Name, rival.UID = ns, "rival-contested", "u-rival"
 	rival.Labels = map[string]string{workspace.LabelWorkspaceID: "contested"}
+	done := make(chan struct{})
+	defer func() { <-done }()
 	go func() {
+		defer close(done)
 		podcachetest.AwaitWaiting(seen)
 		var own corev1.PodList
 		if err := c.List(ctx, &own, client.InNamespace(ns), client.MatchingLabels{workspace.LabelWorkspaceID: "contested"}); err != nil || len(own.Items) != 1 {
@@ -75,7 +79,7 @@ func TestTheCheckAfterTheCreateWaitsForTheCache(t *testing.T) {
 		store.Store(&podcachetest.Store{rival, &own.Items[0]}) // the store first, then the handlers
 		seen.OnAdd(&own.Items[0], false)
 	}()
-	_, err = New(cached, apiPodLists(t, &apiLists), testTemplates(t), Options{Namespace: ns, Seen: seen}).
+	_, err = New(cached, apiPodLists(t, &apiLists), testTemplates(t), Options{Namespace: ns, Seen: seen, CacheWait: time.Minute}).
 		Spawn(ctx, Request{Template: "plain", ID: "contested", Caller: Caller{Subject: "jane"}})
 	g.Expect(CodeOf(err)).To(Equal(Conflict), "err = %v", err)
 	g.Expect(apiLists.Load()).To(BeZero(), "the check read the API server")
@@ -107,8 +111,8 @@ func TestALaterSpawnOfATakenIDYieldsOnTheCache(t *testing.T) {
 	held, atPodCreate, bDone := heldAtPodCreate(cc)
 	var apiLists atomic.Int32
 	reg := testTemplates(t)
-	a := New(held, apiPodLists(t, &apiLists), reg, Options{Namespace: ns, Seen: seen})
-	b := New(cc, apiPodLists(t, &apiLists), reg, Options{Namespace: ns, Seen: seen})
+	a := New(held, apiPodLists(t, &apiLists), reg, Options{Namespace: ns, Seen: seen, CacheWait: time.Minute})
+	b := New(cc, apiPodLists(t, &apiLists), reg, Options{Namespace: ns, Seen: seen, CacheWait: time.Minute})
 	admin := Caller{Subject: "root", IsAdmin: true}
 	aErr := make(chan error, 1)
 	go func() {

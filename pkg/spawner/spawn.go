@@ -53,6 +53,11 @@ type Options struct {
 	// spawn created: the check after the create then reads the cache instead of the API server
 	// (otherPodWithID). Nil: the check reads the API server.
 	Seen *podcache.Seen
+	// CacheWait bounds how long that check waits for the cache to show the new pod before it
+	// lists from the API server instead (default 1s): a person is waiting for the answer and the
+	// watch event normally comes within milliseconds, while a watch being re-established (an API
+	// server restart) must not add seconds to every spawn.
+	CacheWait time.Duration
 }
 
 // Caller is who asks for the spawn.
@@ -143,9 +148,10 @@ func (o *ownerLocks) size() int {
 	return len(o.m)
 }
 
-// New returns a Spawner writing through c and reading authoritative state (the id check after
-// the create, quota) through apiReader, which must not be a cache. c's reads (the manager's
-// client reads the cache) only spare a doomed create (checkFree).
+// New returns a Spawner writing through c and reading authoritative state (quota, and the id
+// check after the create unless the cache has shown the new pod: otherPodWithID) through
+// apiReader, which must not be a cache. c reads the cache (the manager's client): the check
+// before the create (checkFree), and with opts.Seen the check after it.
 func New(c client.Client, apiReader client.Reader, reg *templates.Registry, opts Options) *Spawner {
 	if opts.ReservationTTL <= 0 {
 		opts.ReservationTTL = time.Minute
@@ -158,6 +164,9 @@ func New(c client.Client, apiReader client.Reader, reg *templates.Registry, opts
 	}
 	if opts.SettleTimeout <= 0 {
 		opts.SettleTimeout = 3 * time.Minute
+	}
+	if opts.CacheWait <= 0 {
+		opts.CacheWait = time.Second
 	}
 	if opts.LostWriteWindow <= 0 {
 		opts.LostWriteWindow = 70 * time.Second
@@ -366,7 +375,8 @@ func (s *Spawner) notFound(key, ns string) error {
 // checkFree refuses an id some workspace pod in the namespace already has. It reads the cache
 // (s.client), not the API server: it only spares the common conflict (an id taken a while ago) a
 // create and its undo, and costs no round trip. The guard that holds under races and cache lag
-// is the API-server read after the create (otherPodWithID) and the pod's deterministic name.
+// is the list after the create (otherPodWithID: from the cache once it shows the new pod, else
+// from the API server) and the pod's deterministic name.
 func (s *Spawner) checkFree(ctx context.Context, ns, id string) error {
 	var list corev1.PodList
 	if err := s.client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{workspace.LabelWorkspaceID: id}); err != nil {
@@ -387,12 +397,12 @@ func (s *Spawner) checkFree(ctx context.Context, ns, id string) error {
 // created before it. So does the cache once it has shown pod (podcache.Seen: the informer's
 // store then holds every pod write committed before pod's create), which spares the round
 // trip; a rival that created its pod later sees this one in its own check and yields. When the
-// cache does not show pod within podcache.AwaitSeen (a watch being re-established), or without
-// Seen, the list comes from the API server.
+// cache does not show pod within Options.CacheWait (a watch being re-established), or without Seen,
+// the list comes from the API server.
 func (s *Spawner) otherPodWithID(ctx context.Context, pod *corev1.Pod) (string, error) {
 	id := pod.Labels[workspace.LabelWorkspaceID]
 	var r client.Reader = s.apiReader
-	if s.opts.Seen.Wait(ctx, s.client, pod, podcache.AwaitSeen) {
+	if s.opts.Seen.Wait(ctx, s.client, pod, s.opts.CacheWait) {
 		r = s.client
 	}
 	var list corev1.PodList

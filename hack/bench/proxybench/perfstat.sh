@@ -105,6 +105,7 @@ while [ $r -le "$rounds" ]; do
 		n=$((n + 1))
 		taskset -c 1 "$pb" nogoo9 -listen "$proxyaddr" -backend "$backend" &
 		ppid=$!
+		pids="$pids $ppid"
 		waitport 28081
 		measure "nogoo9 $n ($(basename "$pb")), round $r" $ppid "http://$proxyaddr/ws/bench/demo/"
 		kill $ppid
@@ -112,6 +113,7 @@ while [ $r -le "$rounds" ]; do
 	done
 	taskset -c 1 nginx -c "$dir/nginx.conf" -e /dev/null 2>/dev/null &
 	npid=$!
+	pids="$pids $npid"
 	waitport 28083
 	worker=$(pgrep -P $npid | head -1)
 	measure "nginx, round $r" "$worker" "http://$nginxaddr/ws/bench/demo/"
