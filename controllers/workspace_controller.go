@@ -204,7 +204,7 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	r.every = every
-	r.gate.cached = every.Pods
+	r.gate.cached = everyUpgrading(every)
 	inf, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
 	if err != nil {
 		return fmt.Errorf("pod informer: %w", err)

@@ -55,10 +55,21 @@ const IndexWorkspaceID = "nogoo9.workspaceID"
 // WorkspaceID is the IndexWorkspaceID index function (client.IndexerFunc, for IndexField and
 // fake clients).
 func WorkspaceID(o client.Object) []string {
-	if p, ok := o.(*corev1.Pod); ok && workspace.IsWorkspacePod(p) {
-		return []string{workspace.ID(p)}
+	if IsPod(o) && workspace.IsWorkspaceObject(o) {
+		return []string{workspace.IDOf(o)}
 	}
 	return nil
+}
+
+// IsPod reports whether obj is a pod as a cache or a fake client holds it (*Pod, *corev1.Pod).
+func IsPod(obj any) bool {
+	switch p := obj.(type) {
+	case *Pod:
+		return p != nil
+	case *corev1.Pod:
+		return p != nil
+	}
+	return false
 }
 
 // indexed records the indexers that already have IndexWorkspaceID: several components register
@@ -102,11 +113,11 @@ func AddWorkspaceIDIndex(ctx context.Context, idx client.FieldIndexer) error {
 
 // namespacedWorkspaceID is the informer index function: "<namespace>/<workspace id>".
 func namespacedWorkspaceID(obj any) ([]string, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok || !workspace.IsWorkspacePod(p) {
+	o, ok := obj.(client.Object)
+	if !ok || !IsPod(obj) || !workspace.IsWorkspaceObject(o) {
 		return nil, nil
 	}
-	return []string{p.Namespace + "/" + workspace.ID(p)}, nil
+	return []string{o.GetNamespace() + "/" + workspace.IDOf(o)}, nil
 }
 
 // ReleaseAfterSync is a runnable (on every replica, leader or not) that returns the garbage of
