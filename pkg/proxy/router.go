@@ -119,7 +119,7 @@ func (r *router) upsert(obj any) {
 	case pod.DeletionTimestamp != nil:
 		r.stopTimer(pod.UID)
 		r.conns.closePod(pod.UID, "pod is being deleted")
-	case workspace.IsReady(pod.Materialize()):
+	case isReady(pod):
 		r.stopTimer(pod.UID)
 	default:
 		r.startTimer(key, pod.UID)
@@ -156,7 +156,7 @@ func (r *router) startTimer(key wsKey, uid types.UID) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		delete(r.notReady, uid)
-		if p := podByUID(r.ws[key].pods, uid); p != nil && !workspace.IsReady(p.Materialize()) {
+		if p := podByUID(r.ws[key].pods, uid); p != nil && !isReady(p) {
 			r.conns.closePod(uid, "pod stayed not-ready longer than the grace period")
 		}
 	})
@@ -259,6 +259,13 @@ func (r *router) claimants(prefix string) []*target {
 		return []*target{t}
 	}
 	return nil
+}
+
+// isReady is workspace.IsReady of a cached pod, materialised on the stack.
+func isReady(p *podcache.Pod) bool {
+	var m corev1.Pod
+	p.MaterializeInto(&m)
+	return workspace.IsReady(&m)
 }
 
 func podByUID(pods []*podcache.Pod, uid types.UID) *podcache.Pod {
