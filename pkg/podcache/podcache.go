@@ -1,6 +1,7 @@
 // Package podcache is how nogoo9 caches what it watches: which objects, filtered and stripped how
-// (Options, Pods), and the field index on workspace pods that the controllers and the front end
-// share (IndexWorkspaceID). main.go, the integration tests and the benchmarks all build their
+// (Options, Pods), the compact type workspace pods are stored as (Pod) and the cache that serves
+// them to readers as *corev1.Pod (NewCache), and the field index on workspace pods that the
+// controllers and the front end share (IndexWorkspaceID). main.go, the integration tests and the benchmarks all build their
 // caches from here, so they cache exactly what production caches.
 package podcache
 
@@ -23,7 +24,9 @@ import (
 )
 
 // Pods is the cache entry for pods: only workspace pods, reduced by Transform to the fields some
-// component reads, so a cluster's other pods cost nothing and a workspace pod little.
+// component reads and stored as a Pod, so a cluster's other pods cost nothing and a workspace pod
+// little. A cache with this entry must be made by NewCache: controller-runtime's own reads refuse
+// the stored type.
 func Pods() cache.ByObject {
 	return cache.ByObject{
 		Label:     labels.SelectorFromSet(labels.Set{workspace.LabelType: workspace.TypeWorkspace}),
