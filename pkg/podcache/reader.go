@@ -36,8 +36,9 @@ import (
 type Cache struct {
 	cache.Cache
 
-	mu     sync.RWMutex
-	stores []toolscache.Indexer
+	mu        sync.RWMutex
+	informers []toolscache.SharedIndexInformer // the pod informers, one per watched namespace
+	stores    []toolscache.Indexer             // their stores
 }
 
 // NewCache is cache.New, with Pod Get and List served by Cache.
@@ -51,6 +52,7 @@ func NewCache(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
 		inf := newInformer(lw, obj, resync, idx)
 		if _, ok := obj.(*corev1.Pod); ok {
 			c.mu.Lock()
+			c.informers = append(c.informers, inf)
 			c.stores = append(c.stores, inf.GetIndexer())
 			c.mu.Unlock()
 		}
@@ -66,13 +68,33 @@ func NewCache(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
 
 // podStores makes sure the pod informers exist (and, once the cache has started, have synced,
 // as the wrapped cache's reads would) and returns their stores.
+// Once they have all synced, a read goes to the stores at once: asking the wrapped cache for the
+// informer again would build a map of the namespaces' informers per read (two reads per workspace
+// in the controllers' first pass).
 func (c *Cache) podStores(ctx context.Context) ([]toolscache.Indexer, error) {
+	if stores, ok := c.synced(); ok {
+		return stores, nil
+	}
 	if _, err := c.Cache.GetInformer(ctx, &corev1.Pod{}); err != nil {
 		return nil, err
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.stores, nil
+}
+
+func (c *Cache) synced() ([]toolscache.Indexer, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if len(c.informers) == 0 {
+		return nil, false
+	}
+	for _, i := range c.informers {
+		if !i.HasSynced() {
+			return nil, false
+		}
+	}
+	return c.stores, true
 }
 
 // Get implements client.Reader.
