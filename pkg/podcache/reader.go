@@ -28,8 +28,8 @@ import (
 // watched namespace), read the way controller-runtime reads them: by key, by the namespace index,
 // by a field index ("field:<name>", "<namespace>/<value>"), then filtered by label selector. So a
 // reconcile sees every pod write its triggering event reflected, as before. A Get's result and a
-// List's items are the caller's: their maps and slices are copies, except for a List with
-// client.UnsafeDisableDeepCopy, whose items share them with the cache (read only).
+// List's items are the caller's: their maps and slices are copies, except with
+// client.UnsafeDisableDeepCopy, whose results share them with the cache (read only).
 //
 // NewCache is the manager's NewCache (main.go); the integration tests build their managers with
 // it too.
@@ -103,6 +103,8 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 	if !ok {
 		return c.Cache.Get(ctx, key, obj, opts...)
 	}
+	o := client.GetOptions{}
+	o.ApplyOptions(opts)
 	stores, err := c.podStores(ctx)
 	if err != nil {
 		return err
@@ -113,7 +115,7 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 			return err
 		}
 		if exists {
-			return into(item, out, true)
+			return into(item, out, o.UnsafeDisableDeepCopy == nil || !*o.UnsafeDisableDeepCopy)
 		}
 	}
 	return apierrors.NewNotFound(corev1.Resource("pods"), key.Name)
