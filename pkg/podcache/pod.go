@@ -191,23 +191,6 @@ func Of(obj any) *Pod {
 	return nil
 }
 
-// AsPod is obj as a *corev1.Pod to read: a *corev1.Pod as it is, a *Pod materialised (shared,
-// read only), nil for anything else. For handlers and index functions that may be handed either.
-func AsPod(obj any) *corev1.Pod {
-	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	switch p := obj.(type) {
-	case *corev1.Pod:
-		return p
-	case *Pod:
-		if p != nil {
-			return p.Materialize()
-		}
-	}
-	return nil
-}
-
 // NodeName is the node of a cached pod (either type), "" for none.
 func NodeName(obj any) string {
 	switch p := obj.(type) {
