@@ -244,6 +244,9 @@ func run(o options) error {
 		// Only workspace pods and template ConfigMaps are cached, stripped of what nogoo9 never
 		// reads: a cluster's other pods cost nothing.
 		Cache: podcache.OptionsFor(watched),
+		// The pod informer stores compact pods (podcache.Pod); the manager's cache, and so its
+		// client, serves Pod Get and List from them as *corev1.Pod.
+		NewCache: podcache.NewCache,
 		// Every cache List asks whether its kind is namespaced: built-in kinds are answered from
 		// memory (podcache.BuiltinMemo; the largest part of the start-up's garbage otherwise).
 		MapperProvider: podcache.MapperProvider,

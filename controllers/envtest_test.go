@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/test/apiserver"
 )
 
@@ -44,6 +45,8 @@ func newTestManager(t *testing.T, cfg *rest.Config, set ...func(*ctrl.Options)) 
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		// As main.go: Pod reads served from the informers' stores, whichever type they hold.
+		NewCache: podcache.NewCache,
 	}
 	for _, f := range set {
 		f(&opts)

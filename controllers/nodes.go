@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nogoo9/no-crd/pkg/lifecycle"
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -26,8 +27,8 @@ import (
 const indexNodeName = "nogoo9.spec.nodeName"
 
 func podNodeName(o client.Object) []string {
-	if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" && workspace.IsWorkspacePod(p) {
-		return []string{p.Spec.NodeName}
+	if n := podcache.NodeName(o); n != "" && workspace.IsWorkspaceObject(o) {
+		return []string{n}
 	}
 	return nil
 }

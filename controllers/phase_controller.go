@@ -94,11 +94,10 @@ func (r *PhaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // WorkspaceRequest maps a workspace pod to the reconcile request of its workspace: namespace and
 // workspace id. Other pods map to nothing.
 func WorkspaceRequest(_ context.Context, obj client.Object) []reconcile.Request {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok || !workspace.IsWorkspacePod(pod) {
+	if obj == nil || !workspace.IsWorkspaceObject(obj) {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: workspace.ID(pod)}}}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: workspace.IDOf(obj)}}}
 }
 
 func (r *PhaseReconciler) init() {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/upgrade"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -67,17 +68,21 @@ func (workspaceCollector) Collect(ch chan<- prometheus.Metric) {
 	if r == nil {
 		return
 	}
-	// The cache's own pods, not a List: a List copies every pod struct (12 MB per scrape at
-	// 10,000 workspaces). The collector only reads them (TestCollectorNeverMutatesTheCache).
-	pods, ok := r.every.Pods()
-	if !ok {
+	// The cache's pods one workspace at a time, not a List: a List copies every pod struct (12 MB
+	// per scrape at 10,000 workspaces). The collector only reads them
+	// (TestCollectorNeverMutatesTheCache).
+	counts := map[outdatedKey]int{}
+	var upgrading []*corev1.Pod
+	if !r.every.Workspaces(func(group []*corev1.Pod) {
+		counts[outdatedOf(group, r.Templates)]++
+		upgrading = appendUpgrading(upgrading, group)
+	}) {
 		return // cache not synced yet: no sample rather than a wrong one
 	}
-	counts := OutdatedCounts(pods, r.Templates)
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(outdatedDesc, prometheus.GaugeValue, float64(n), k.template, boolLabel(k.outdated))
 	}
-	ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(len(upgrade.InFlightWorkspaces(pods))))
+	ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(len(upgrade.InFlightWorkspaces(upgrading))))
 	if r.gate != nil {
 		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(r.gate.waitingCount()))
 	}
@@ -104,16 +109,48 @@ func OutdatedCounts(pods []*corev1.Pod, reg TemplateSource) map[outdatedKey]int 
 	}
 	out := map[outdatedKey]int{}
 	for _, group := range groups {
-		active := workspace.Active(group)
-		// The key: a team template counts apart from nogoo9's of the same name.
-		name := workspace.TemplateKey(active)
-		target := upgrade.Target{Name: name}
-		if t, ok := reg.Get(name); ok {
-			target.Found, target.Version = true, t.Version
-		}
-		out[outdatedKey{template: name, outdated: upgrade.Outdated(active, target)}]++
+		out[outdatedOf(group, reg)]++
 	}
 	return out
+}
+
+// outdatedOf is the count OutdatedCounts adds one workspace's pods (newest first) to.
+func outdatedOf(group []*corev1.Pod, reg TemplateSource) outdatedKey {
+	active := workspace.Active(group)
+	// The key: a team template counts apart from nogoo9's of the same name.
+	name := workspace.TemplateKey(active)
+	target := upgrade.Target{Name: name}
+	if t, ok := reg.Get(name); ok {
+		target.Found, target.Version = true, t.Version
+	}
+	return outdatedKey{template: name, outdated: upgrade.Outdated(active, target)}
+}
+
+// appendUpgrading appends to pods shallow copies of group's pods (a workspace's pods from
+// podcache.Every.Workspaces, whose buffer is reused) when one of them carries the upgrade link
+// (AnnUpgradeFrom): upgrade.InFlightWorkspaces counts only such workspaces, each from its own
+// pods, so it counts the same over these as over every pod.
+func appendUpgrading(pods, group []*corev1.Pod) []*corev1.Pod {
+	for _, p := range group {
+		if p.Annotations[workspace.AnnUpgradeFrom] != "" {
+			for _, q := range group {
+				c := *q
+				pods = append(pods, &c)
+			}
+			break
+		}
+	}
+	return pods
+}
+
+// everyUpgrading is the upgrade gate's first count's source: the pods of the cached workspaces
+// with an upgrade link (appendUpgrading), ok false until the cache has synced.
+func everyUpgrading(every *podcache.Every) func() ([]*corev1.Pod, bool) {
+	return func() ([]*corev1.Pod, bool) {
+		var pods []*corev1.Pod
+		ok := every.Workspaces(func(group []*corev1.Pod) { pods = appendUpgrading(pods, group) })
+		return pods, ok
+	}
 }
 
 func boolLabel(b bool) string {

@@ -208,7 +208,7 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	r.every = every
-	r.gate.cached = every.Pods
+	r.gate.cached = everyUpgrading(every)
 	if r.seen, err = podcache.WatchSeen(context.Background(), mgr.GetCache()); err != nil {
 		return err
 	}

@@ -88,6 +88,7 @@ func runWithEnv(m *testing.M, cfg *restclient.Config) int {
 	}
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		NewCache:               podcache.NewCache,
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",

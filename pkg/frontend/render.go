@@ -117,7 +117,7 @@ func probeClock(pods []*corev1.Pod, base workspace.Info) clockNote {
 // workspace.Describe(e.pods, latest, now) returns.
 func (e *entry) view(latest string, now time.Time) Workspace {
 	if e.clock.kind == clockOpaque {
-		return describe(e.pods, latest, now)
+		return describe(e.podList(), latest, now)
 	}
 	w := e.info()
 	w.LatestTemplateVersion = latest

@@ -35,8 +35,8 @@ func AddIndexes(ctx context.Context, idx client.FieldIndexer) error {
 }
 
 func indexOwner(o client.Object) []string {
-	if p, ok := o.(*corev1.Pod); ok {
-		if v := workspace.Owner(p); v != "" {
+	if podcache.IsPod(o) {
+		if v := workspace.OwnerOf(o); v != "" {
 			return []string{v}
 		}
 	}
@@ -678,7 +678,7 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 		if ns == s.cfg.Namespace && s.views != nil && s.views.synced() {
 			entries, _ := s.views.snapshot("", true, "", 0)
 			for _, e := range entries {
-				groups = append(groups, e.pods)
+				groups = append(groups, e.podList())
 			}
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -46,8 +47,9 @@ type views struct {
 type entry struct {
 	// template is the registry key of the template the workspace follows (workspace.TemplateKey).
 	id, owner, template string
-	// pods are the workspace's pods, newest first, shared with the informer's store: read only.
-	pods []*corev1.Pod
+	// pods are the workspace's cached pods (podcache.Pod, the informer store's own: read only),
+	// newest first; podList materialises them when a reader needs *corev1.Pod.
+	pods []*podcache.Pod
 	// clock says how to add the clock-dependent note ("pending for 2m0s") at read time to
 	// info(), which has none. The Info itself is not kept: it is a copy of what the pods hold
 	// (about 400 bytes per workspace), made again from them when a list needs values (10,000 in
@@ -72,22 +74,15 @@ func (v *views) synced() bool { return v.reg != nil && v.reg.HasSynced() }
 func (v *views) OnAdd(obj any, _ bool)       { v.setPod(nil, obj) }
 func (v *views) OnUpdate(oldObj, newObj any) { v.setPod(oldObj, newObj) }
 func (v *views) OnDelete(obj any)            { v.setPod(obj, nil) }
-func podOf(obj any) (*corev1.Pod, bool) {
-	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	p, ok := obj.(*corev1.Pod)
-	return p, ok && p != nil
-}
 
 // workspaceOf is the workspace id obj is filed under in v: "" for none (not a pod, not a
 // workspace pod, another namespace).
-func (v *views) workspaceOf(obj any) (*corev1.Pod, string) {
-	pod, ok := podOf(obj)
-	if !ok || pod.Namespace != v.namespace || !workspace.IsWorkspacePod(pod) {
+func (v *views) workspaceOf(obj any) (*podcache.Pod, string) {
+	pod := podcache.Of(obj)
+	if pod == nil || pod.Namespace != v.namespace || !workspace.IsWorkspaceObject(pod) {
 		return pod, ""
 	}
-	return pod, workspace.ID(pod)
+	return pod, workspace.IDOf(pod)
 }
 
 // setPod files pod now (nil: deleted) under its workspace, and takes the pod as it was before
@@ -117,10 +112,10 @@ func (v *views) setPod(before, now any) {
 }
 
 // withPod returns e's pods without the pod called name, plus pod when not nil: a fresh slice.
-func withPod(e *entry, name string, pod *corev1.Pod) []*corev1.Pod {
-	var out []*corev1.Pod
+func withPod(e *entry, name string, pod *podcache.Pod) []*podcache.Pod {
+	var out []*podcache.Pod
 	if e != nil {
-		out = make([]*corev1.Pod, 0, len(e.pods)+1)
+		out = make([]*podcache.Pod, 0, len(e.pods)+1)
 		for _, p := range e.pods {
 			if p.Name != name {
 				out = append(out, p)
@@ -135,7 +130,7 @@ func withPod(e *entry, name string, pod *corev1.Pod) []*corev1.Pod {
 
 // rebuild publishes the entry of workspace id made from pods (none: the workspace is gone).
 // v.mu must be held.
-func (v *views) rebuild(id string, pods []*corev1.Pod) {
+func (v *views) rebuild(id string, pods []*podcache.Pod) {
 	old := v.byID[id]
 	if len(pods) == 0 {
 		if old != nil {
@@ -145,7 +140,7 @@ func (v *views) rebuild(id string, pods []*corev1.Pod) {
 		}
 		return
 	}
-	e := newEntry(workspace.NewestFirst(pods))
+	e := newCachedEntry(pods)
 	v.byID[id] = e
 	v.all = putSorted(v.all, e)
 	if old != nil && old.owner != e.owner {
@@ -219,15 +214,47 @@ func (v *views) get(id string) *entry {
 	return v.byID[id]
 }
 
+// newEntry is the entry of one workspace's pods as a List returns them (lists made without the
+// views): each is reduced as the cache reduces it.
 func newEntry(pods []*corev1.Pod) *entry {
+	cached := make([]*podcache.Pod, len(pods))
+	for i, p := range pods {
+		cached[i] = podcache.Of(p)
+	}
+	return newCachedEntry(cached)
+}
+
+// newCachedEntry is the entry of one workspace's cached pods, in any order.
+func newCachedEntry(cached []*podcache.Pod) *entry {
+	pods := workspace.NewestFirst(materialize(cached))
+	ordered := make([]*podcache.Pod, len(pods))
+	for i, p := range pods {
+		for _, c := range cached {
+			if c.UID == p.UID && c.Name == p.Name {
+				ordered[i] = c
+			}
+		}
+	}
 	info := workspace.Describe(pods, "", time.Time{})
 	return &entry{
 		id: info.ID, owner: info.Owner, template: workspace.JoinTemplateKey(info.TemplateNamespace, info.Template),
-		pods: pods, clock: probeClock(pods, info),
+		pods: ordered, clock: probeClock(pods, info),
 	}
 }
+
+func materialize(cached []*podcache.Pod) []*corev1.Pod {
+	out := make([]*corev1.Pod, len(cached))
+	for i, c := range cached {
+		out[i] = c.Materialize()
+	}
+	return out
+}
+
+// podList is the entry's pods, newest first, materialised for this call (read only: their maps
+// are the cache's).
+func (e *entry) podList() []*corev1.Pod { return materialize(e.pods) }
 
 // info is workspace.Describe of the entry's pods with no latest version and the clock at zero:
 // its messages carry no clock-dependent note. The pods never change (an event makes a new
 // entry), so every call returns the same.
-func (e *entry) info() workspace.Info { return workspace.Describe(e.pods, "", time.Time{}) }
+func (e *entry) info() workspace.Info { return workspace.Describe(e.podList(), "", time.Time{}) }

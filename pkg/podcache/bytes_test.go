@@ -13,7 +13,8 @@ import (
 )
 
 // BenchmarkBytesPerWorkspace reports what the cache holds per workspace pod, exactly (heap
-// allocated after two collections, not a sampled profile): the pod as Transform leaves it and
+// allocated after two collections, not a sampled profile): the pod as Transform leaves it (the
+// compact Pod; and, for comparison, the stripped *corev1.Pod the cache held before it) and
 // the informer store's entry with controller-runtime's namespace index and the workspace-id
 // index. The pods are decoded from protobuf like the informer's, ready, with a kubelet's four
 // conditions. docs/performance.md ("Sixth round") quotes it; it asserts nothing.
@@ -49,8 +50,25 @@ func BenchmarkBytesPerWorkspace(b *testing.B) {
 		return float64(m.HeapAlloc)
 	}
 	for b.Loop() {
+		// What the cache held before the compact Pod: the stripped *corev1.Pod.
+		h := heap()
+		stripped := make([]*corev1.Pod, n)
+		for i := range stripped {
+			p := &corev1.Pod{}
+			if err := p.Unmarshal(raw[i]); err != nil {
+				b.Fatal(err)
+			}
+			var err error
+			if stripped[i], err = Strip(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric((heap()-h)/n, "corev1-pod-B/workspace")
+		runtime.KeepAlive(stripped)
+		stripped = nil
+
 		h0 := heap()
-		pods := make([]*corev1.Pod, n)
+		pods := make([]*Pod, n)
 		for i := range pods {
 			p := &corev1.Pod{}
 			if err := p.Unmarshal(raw[i]); err != nil {
@@ -60,7 +78,7 @@ func BenchmarkBytesPerWorkspace(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			pods[i] = o.(*corev1.Pod)
+			pods[i] = o.(*Pod)
 		}
 		h1 := heap()
 		store := toolscache.NewIndexer(toolscache.DeletionHandlingMetaNamespaceKeyFunc,

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -14,8 +13,8 @@ import (
 // update whose old and new objects are different pods under one name (a relist after the pod was
 // deleted and made again while the watch was down), and a delete that comes as a tombstone.
 func TestEveryFollowsRelistsAndTombstones(t *testing.T) {
-	pod := func(name, uid string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid)}}
+	pod := func(name, uid string) *Pod {
+		return &Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid)}}
 	}
 	uids := func(e *Every) []string {
 		var out []string
@@ -25,7 +24,7 @@ func TestEveryFollowsRelistsAndTombstones(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	e := &Every{pods: map[types.UID]*corev1.Pod{}}
+	e := &Every{pods: map[types.UID]*Pod{}}
 	a1, b := pod("a", "uid-a1"), pod("b", "uid-b")
 	e.replace(nil, a1)
 	e.replace(nil, b)

@@ -86,7 +86,7 @@ func TestWorkspaceIDIndexOneKeyPerPod(t *testing.T) {
 	// One key per pod: the informer's index holds "<namespace>/<id>" and nothing else. (Read on
 	// a cluster-wide cache, whose pod informer is client-go's own; a namespaced one wraps one
 	// such informer per namespace.)
-	ca1, err := cache.New(cfg, cache.Options{Scheme: clientgoscheme.Scheme, ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: podcache.Pods()}})
+	ca1, err := podcache.NewCache(cfg, cache.Options{Scheme: clientgoscheme.Scheme, ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: podcache.Pods()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func newPodCache(t *testing.T, namespaces ...string) (context.Context, *rest.Con
 	}
 	opts := podcache.OptionsFor(namespaces)
 	opts.Scheme = clientgoscheme.Scheme
-	ca, err := cache.New(cfg, opts)
+	ca, err := podcache.NewCache(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

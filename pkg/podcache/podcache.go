@@ -1,6 +1,7 @@
 // Package podcache is how nogoo9 caches what it watches: which objects, filtered and stripped how
-// (Options, Pods), and the field index on workspace pods that the controllers and the front end
-// share (IndexWorkspaceID). main.go, the integration tests and the benchmarks all build their
+// (Options, Pods), the compact type workspace pods are stored as (Pod) and the cache that serves
+// them to readers as *corev1.Pod (NewCache), and the field index on workspace pods that the
+// controllers and the front end share (IndexWorkspaceID). main.go, the integration tests and the benchmarks all build their
 // caches from here, so they cache exactly what production caches.
 package podcache
 
@@ -23,7 +24,9 @@ import (
 )
 
 // Pods is the cache entry for pods: only workspace pods, reduced by Transform to the fields some
-// component reads, so a cluster's other pods cost nothing and a workspace pod little.
+// component reads and stored as a Pod, so a cluster's other pods cost nothing and a workspace pod
+// little. A cache with this entry must be made by NewCache: controller-runtime's own reads refuse
+// the stored type.
 func Pods() cache.ByObject {
 	return cache.ByObject{
 		Label:     labels.SelectorFromSet(labels.Set{workspace.LabelType: workspace.TypeWorkspace}),
@@ -55,10 +58,21 @@ const IndexWorkspaceID = "nogoo9.workspaceID"
 // WorkspaceID is the IndexWorkspaceID index function (client.IndexerFunc, for IndexField and
 // fake clients).
 func WorkspaceID(o client.Object) []string {
-	if p, ok := o.(*corev1.Pod); ok && workspace.IsWorkspacePod(p) {
-		return []string{workspace.ID(p)}
+	if IsPod(o) && workspace.IsWorkspaceObject(o) {
+		return []string{workspace.IDOf(o)}
 	}
 	return nil
+}
+
+// IsPod reports whether obj is a pod as a cache or a fake client holds it (*Pod, *corev1.Pod).
+func IsPod(obj any) bool {
+	switch p := obj.(type) {
+	case *Pod:
+		return p != nil
+	case *corev1.Pod:
+		return p != nil
+	}
+	return false
 }
 
 // indexed records the indexers that already have IndexWorkspaceID: several components register
@@ -102,11 +116,11 @@ func AddWorkspaceIDIndex(ctx context.Context, idx client.FieldIndexer) error {
 
 // namespacedWorkspaceID is the informer index function: "<namespace>/<workspace id>".
 func namespacedWorkspaceID(obj any) ([]string, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok || !workspace.IsWorkspacePod(p) {
+	o, ok := obj.(client.Object)
+	if !ok || !IsPod(obj) || !workspace.IsWorkspaceObject(o) {
 		return nil, nil
 	}
-	return []string{p.Namespace + "/" + workspace.ID(p)}, nil
+	return []string{o.GetNamespace() + "/" + workspace.IDOf(o)}, nil
 }
 
 // ReleaseAfterSync is a runnable (on every replica, leader or not) that returns the garbage of

@@ -60,7 +60,7 @@ func TestStartupGateHoldsControllersUntilReadersHaveTheList(t *testing.T) {
 		}
 	}
 	opts := podcache.Options(ns)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: clientgoscheme.Scheme, Cache: opts,
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: clientgoscheme.Scheme, Cache: opts, NewCache: podcache.NewCache,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	if err != nil {
 		t.Fatal(err)

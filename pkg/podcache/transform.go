@@ -9,7 +9,8 @@ import (
 )
 
 // Transform is the informer transform for workspace pods: the one copy of a workspace's facts
-// that the controllers, the front end's views and the proxy's routes all read. It keeps exactly
+// that the controllers, the front end's views and the proxy's routes all read, stored as a *Pod
+// (a *corev1.Pod in, a *Pod out; Materialize gives back the *corev1.Pod it stands for). It keeps exactly
 // the fields some component reads (docs/performance.md, "What the pod cache keeps"; the list is
 // TestTransformKeepsWhatEveryReaderReads) and interns the strings many pods share, so 10,000
 // workspaces of a few templates and owners hold one copy of each label key, template name,
@@ -33,8 +34,24 @@ func Transform(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	if _, err := workspace.StripPod(pod); err != nil {
+	if err := strip(pod); err != nil {
 		return nil, err
+	}
+	return compact(pod), nil
+}
+
+// Strip reduces pod in place to what Transform keeps and returns it: Transform and Materialize in
+// one step, for tests and callers that hold a full pod.
+func Strip(pod *corev1.Pod) (*corev1.Pod, error) {
+	if err := strip(pod); err != nil {
+		return nil, err
+	}
+	return pod, nil
+}
+
+func strip(pod *corev1.Pod) error {
+	if _, err := workspace.StripPod(pod); err != nil {
+		return err
 	}
 	pod.GenerateName = ""
 	pod.Namespace = intern(pod.Namespace)
@@ -48,7 +65,7 @@ func Transform(obj any) (any, error) {
 		pod.Spec.Volumes[i].Name = intern(pod.Spec.Volumes[i].Name)
 	}
 	pod.Status = stripStatus(pod.Status, pod.Spec.NodeName != "")
-	return pod, nil
+	return nil
 }
 
 // stripStatus keeps the status fields workspace.Phase, workspace.IsReady, the upgrade deadline's

@@ -24,7 +24,7 @@ func transformed(t *testing.T, pods []*corev1.Pod) []*corev1.Pod {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[i] = o.(*corev1.Pod)
+		out[i] = o.(*podcache.Pod).Materialize()
 	}
 	return out
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/lifecycle"
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -88,14 +89,18 @@ func newActivityRecorder(opts ActivityOptions, pod func(wsKey, types.UID) *corev
 
 // observe takes a changed pod's identity and recorded activity from the informer, for a pod that
 // has a record; a pod without one gets it at its first request.
-func (a *activityRecorder) observe(pod *corev1.Pod) {
+func (a *activityRecorder) observe(obj any) {
 	if a == nil {
+		return
+	}
+	pod := podcache.Of(obj)
+	if pod == nil {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if v, ok := a.pods.Load(pod.UID); ok {
-		v.(*podActivity).set(pod)
+		v.(*podActivity).set(pod.Materialize())
 	}
 }
 
@@ -106,10 +111,10 @@ func (pa *podActivity) set(pod *corev1.Pod) {
 	pa.mu.Unlock()
 }
 
-func (a *activityRecorder) forget(pod *corev1.Pod) {
+func (a *activityRecorder) forget(uid types.UID) {
 	if a != nil {
 		a.mu.Lock()
-		a.pods.Delete(pod.UID)
+		a.pods.Delete(uid)
 		a.mu.Unlock()
 	}
 }

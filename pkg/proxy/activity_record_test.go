@@ -100,7 +100,7 @@ func TestActivityRecordMadeAtFirstRequest(t *testing.T) {
 
 	// A deleted pod loses its record, and a request still holding its route makes none.
 	r.remove(changed)
-	a.forget(changed)
+	a.forget(changed.UID)
 	a.touch(key, pod.UID, req)
 	if n := records(a); n != 0 {
 		t.Fatalf("%d activity records after the pod was deleted; want none", n)

@@ -85,6 +85,7 @@ func runWithEnv(m *testing.M, cfg *rest.Config) int {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		NewCache:               podcache.NewCache,
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",

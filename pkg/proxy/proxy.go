@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -121,16 +121,26 @@ func New(authn Authenticator, opts Options) (*Proxy, error) {
 	return p, nil
 }
 
-// PodChanged tells the proxy about a new or changed workspace pod (from the informer).
-func (p *Proxy) PodChanged(pod *corev1.Pod) {
-	p.router.upsert(pod)
-	p.activity.observe(pod)
+// PodChanged tells the proxy about a new or changed workspace pod: the informer's
+// *podcache.Pod, or a *corev1.Pod (reduced as the cache reduces it).
+func (p *Proxy) PodChanged(pod any) {
+	c := podcache.Of(pod)
+	if c == nil {
+		return
+	}
+	p.router.upsert(c)
+	p.activity.observe(c)
 }
 
-// PodDeleted tells the proxy a workspace pod is gone; its WebSockets are closed at once.
-func (p *Proxy) PodDeleted(pod *corev1.Pod) {
-	p.router.remove(pod)
-	p.activity.forget(pod)
+// PodDeleted tells the proxy a workspace pod (either type) is gone; its WebSockets are closed at
+// once.
+func (p *Proxy) PodDeleted(pod any) {
+	c := podcache.Of(pod)
+	if c == nil {
+		return
+	}
+	p.router.remove(c)
+	p.activity.forget(c.UID)
 }
 
 // OpenWebSockets is the number of upgraded connections open to the pod with uid (for tests and

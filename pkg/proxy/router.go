@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -52,9 +53,10 @@ func newRouter(grace time.Duration, conns *connRegistry, newRP func(*target) *ht
 	}
 }
 
-// wsState is what the router keeps of one workspace: its pods and the routes derived from them.
+// wsState is what the router keeps of one workspace: its pods (the informer store's podcache.Pod)
+// and the routes derived from them.
 type wsState struct {
-	pods    []*corev1.Pod
+	pods    []*podcache.Pod
 	targets []*target
 }
 
@@ -88,20 +90,26 @@ func (r *router) podAlive(key wsKey, uid types.UID) bool {
 	return len(st.targets) == 0 || st.targets[0].status.Phase != workspace.PhaseUnavailable
 }
 
-// pod returns the pod uid of workspace key as the router holds it (the cache's object: read only),
-// or nil when the router does not know it.
+// pod returns the pod uid of workspace key as the router holds it, materialised (its maps are the
+// cache's: read only), or nil when the router does not know it.
 func (r *router) pod(key wsKey, uid types.UID) *corev1.Pod {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return podByUID(r.ws[key].pods, uid)
+	p := podByUID(r.ws[key].pods, uid)
+	r.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.Materialize()
 }
 
-// upsert records a new or changed workspace pod.
-func (r *router) upsert(pod *corev1.Pod) {
-	if !workspace.IsWorkspacePod(pod) {
+// upsert records a new or changed workspace pod: a *podcache.Pod (the informer's), or a
+// *corev1.Pod, reduced as the cache reduces it (podcache.Of).
+func (r *router) upsert(obj any) {
+	pod := podcache.Of(obj)
+	if pod == nil || !workspace.IsWorkspaceObject(pod) {
 		return
 	}
-	key := wsKey{pod.Namespace, workspace.ID(pod)}
+	key := wsKey{pod.Namespace, workspace.IDOf(pod)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.ws[key]
@@ -111,7 +119,7 @@ func (r *router) upsert(pod *corev1.Pod) {
 	case pod.DeletionTimestamp != nil:
 		r.stopTimer(pod.UID)
 		r.conns.closePod(pod.UID, "pod is being deleted")
-	case workspace.IsReady(pod):
+	case isReady(pod):
 		r.stopTimer(pod.UID)
 	default:
 		r.startTimer(key, pod.UID)
@@ -119,9 +127,13 @@ func (r *router) upsert(pod *corev1.Pod) {
 	r.rebuild(key)
 }
 
-// remove forgets a deleted pod and closes its WebSockets.
-func (r *router) remove(pod *corev1.Pod) {
-	key := wsKey{pod.Namespace, workspace.ID(pod)}
+// remove forgets a deleted pod (either type, as upsert) and closes its WebSockets.
+func (r *router) remove(obj any) {
+	pod := podcache.Of(obj)
+	if pod == nil {
+		return
+	}
+	key := wsKey{pod.Namespace, workspace.IDOf(pod)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stopTimer(pod.UID)
@@ -144,7 +156,7 @@ func (r *router) startTimer(key wsKey, uid types.UID) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		delete(r.notReady, uid)
-		if p := podByUID(r.ws[key].pods, uid); p != nil && !workspace.IsReady(p) {
+		if p := podByUID(r.ws[key].pods, uid); p != nil && !isReady(p) {
 			r.conns.closePod(uid, "pod stayed not-ready longer than the grace period")
 		}
 	})
@@ -161,7 +173,11 @@ func (r *router) stopTimer(uid types.UID) {
 // with no pods is forgotten. Callers hold mu.
 func (r *router) rebuild(key wsKey) {
 	st := r.ws[key]
-	targets, errs := routesFor(key, st.pods, r.now())
+	pods := make([]*corev1.Pod, len(st.pods))
+	for i, p := range st.pods {
+		pods[i] = p.Materialize() // for this computation only: the routes keep none of it
+	}
+	targets, errs := routesFor(key, pods, r.now())
 	for _, err := range errs {
 		r.log.Info("route left out", "workspace", key.String(), "reason", err.Error())
 	}
@@ -245,7 +261,14 @@ func (r *router) claimants(prefix string) []*target {
 	return nil
 }
 
-func podByUID(pods []*corev1.Pod, uid types.UID) *corev1.Pod {
+// isReady is workspace.IsReady of a cached pod, materialised on the stack.
+func isReady(p *podcache.Pod) bool {
+	var m corev1.Pod
+	p.MaterializeInto(&m)
+	return workspace.IsReady(&m)
+}
+
+func podByUID(pods []*podcache.Pod, uid types.UID) *podcache.Pod {
 	for _, p := range pods {
 		if p.UID == uid {
 			return p
@@ -255,8 +278,8 @@ func podByUID(pods []*corev1.Pod, uid types.UID) *corev1.Pod {
 }
 
 // withoutPod returns pods without the pod uid, as a new slice (readers may hold the old one).
-func withoutPod(pods []*corev1.Pod, uid types.UID) []*corev1.Pod {
-	out := make([]*corev1.Pod, 0, len(pods)+1)
+func withoutPod(pods []*podcache.Pod, uid types.UID) []*podcache.Pod {
+	out := make([]*podcache.Pod, 0, len(pods)+1)
 	for _, p := range pods {
 		if p.UID != uid {
 			out = append(out, p)

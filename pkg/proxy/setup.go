@@ -40,24 +40,9 @@ func Setup(mgr ctrl.Manager, authn Authenticator, opts Options) error {
 // EventHandler feeds pod events into the route table.
 func (p *Proxy) EventHandler() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if pod, ok := obj.(*corev1.Pod); ok {
-				p.PodChanged(pod)
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if pod, ok := obj.(*corev1.Pod); ok {
-				p.PodChanged(pod)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if pod, ok := obj.(*corev1.Pod); ok {
-				p.PodDeleted(pod)
-			}
-		},
+		AddFunc:    p.PodChanged,
+		UpdateFunc: func(_, obj any) { p.PodChanged(obj) },
+		DeleteFunc: p.PodDeleted,
 	}
 }
 

@@ -25,7 +25,7 @@ func TestRoutesReadOnlyWhatTheCacheKeeps(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				cached[i] = o.(*corev1.Pod)
+				cached[i] = o.(*podcache.Pod).Materialize()
 			}
 			key := wsKey{"ns", workspace.ID(ws.Pods[0])}
 			for _, d := range []time.Duration{0, time.Minute, time.Hour} {

@@ -9,7 +9,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -98,7 +97,7 @@ func TestALaterSpawnOfATakenIDYieldsOnTheCache(t *testing.T) {
 	g := NewWithT(t)
 	opts := podcache.OptionsFor([]string{ns})
 	opts.Scheme = clientgoscheme.Scheme
-	ca, err := cache.New(cfg, opts)
+	ca, err := podcache.NewCache(cfg, opts)
 	g.Expect(err).NotTo(HaveOccurred())
 	seen, err := podcache.WatchSeen(ctx, ca)
 	g.Expect(err).NotTo(HaveOccurred())

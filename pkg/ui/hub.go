@@ -3,10 +3,11 @@ package ui
 import (
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -50,11 +51,11 @@ func (h *Hub) onPod(obj any) {
 	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	p, ok := obj.(*corev1.Pod)
-	if !ok || p == nil || !workspace.IsWorkspacePod(p) || p.Namespace == h.viewsNamespace {
+	p, ok := obj.(metav1.Object)
+	if !ok || !podcache.IsPod(obj) || !workspace.IsWorkspaceObject(p) || p.GetNamespace() == h.viewsNamespace {
 		return
 	}
-	if id := workspace.ID(p); id != "" {
+	if id := workspace.IDOf(p); id != "" {
 		h.changed(id)
 	}
 }

@@ -5,25 +5,37 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // IsWorkspacePod reports whether pod carries the workspace type label and an id.
-func IsWorkspacePod(pod *corev1.Pod) bool {
-	return pod.Labels[LabelType] == TypeWorkspace && pod.Labels[LabelWorkspaceID] != ""
+func IsWorkspacePod(pod *corev1.Pod) bool { return IsWorkspaceObject(pod) }
+
+// IsWorkspaceObject is IsWorkspacePod of any pod object by its metadata (the informer's cached
+// podcache.Pod, a *corev1.Pod).
+func IsWorkspaceObject(o metav1.Object) bool {
+	l := o.GetLabels()
+	return l[LabelType] == TypeWorkspace && l[LabelWorkspaceID] != ""
 }
 
 // ID is the workspace id of a workspace pod.
 func ID(pod *corev1.Pod) string { return pod.Labels[LabelWorkspaceID] }
 
+// IDOf is ID of any pod object by its metadata.
+func IDOf(o metav1.Object) string { return o.GetLabels()[LabelWorkspaceID] }
+
 // Owner is the raw owner subject of a workspace pod. Ownership checks compare this value. A pod
 // made by the original product carries no AnnOwner: its owner is then the LabelUserSub label when
 // that is a raw subject (a value UserLabel keeps as it is), and "" when the label is a hashed form
 // (the raw subject cannot be recovered). The controller stamps AnnOwner on such pods.
-func Owner(pod *corev1.Pod) string {
-	if v := pod.Annotations[AnnOwner]; v != "" {
+func Owner(pod *corev1.Pod) string { return OwnerOf(pod) }
+
+// OwnerOf is Owner of any pod object by its metadata.
+func OwnerOf(o metav1.Object) string {
+	if v := o.GetAnnotations()[AnnOwner]; v != "" {
 		return v
 	}
-	if l := pod.Labels[LabelUserSub]; l != "" && UserLabel(l) == l {
+	if l := o.GetLabels()[LabelUserSub]; l != "" && UserLabel(l) == l {
 		return l
 	}
 	return ""

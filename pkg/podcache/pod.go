@@ -1,0 +1,203 @@
+package podcache
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Pod is what the pod informer stores of a workspace pod: the facts Transform keeps, in a struct
+// of their own instead of a *corev1.Pod (whose struct is 1,240 bytes, most of them fields nobody
+// reads, and whose container statuses are 208 bytes each). Its metadata is the pod's, so it is a
+// client.Object for store keys, label selectors, indexes and controller-runtime's event handlers.
+//
+// Readers that want a *corev1.Pod get one from Materialize (shared, read only) or, through the
+// manager's client, from Cache, which materialises every Get and List (docs/performance.md, "One
+// workspace model and its memory"). A Pod in the store is read only: write to one and the cache
+// is wrong.
+type Pod struct {
+	metav1.ObjectMeta
+
+	NodeName        string
+	Claims          []Claim // the pod's PersistentVolumeClaim volumes
+	ReadinessGates  []corev1.PodReadinessGate
+	SchedulingGates []corev1.PodSchedulingGate
+
+	Phase                  corev1.PodPhase
+	Reason, Message, PodIP string
+	Conditions             []corev1.PodCondition
+	ContainerStatuses      []ContainerStatus
+	InitContainerStatuses  []ContainerStatus
+}
+
+// Claim is a PersistentVolumeClaim volume of a pod.
+type Claim struct {
+	Volume, ClaimName string
+	ReadOnly          bool
+}
+
+// ContainerStatus is what the cache keeps of a container's status (80 bytes instead of 208).
+type ContainerStatus struct {
+	Name                        string
+	Ready                       bool
+	RestartCount                int32
+	Started                     *bool // one of two shared pointers
+	State, LastTerminationState corev1.ContainerState
+}
+
+var (
+	_           client.Object = &Pod{}
+	podGVK                    = corev1.SchemeGroupVersion.WithKind("Pod")
+	podTypeMeta               = metav1.TypeMeta{Kind: podGVK.Kind, APIVersion: podGVK.GroupVersion().String()}
+)
+
+// GetObjectKind implements runtime.Object: the stored object carries no type meta.
+func (p *Pod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object.
+func (p *Pod) DeepCopyObject() runtime.Object { return p.DeepCopy() }
+
+// DeepCopy returns a copy of p that shares nothing writable with it.
+func (p *Pod) DeepCopy() *Pod {
+	if p == nil {
+		return nil
+	}
+	out := *p
+	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.Claims = append([]Claim(nil), p.Claims...)
+	out.ReadinessGates = append([]corev1.PodReadinessGate(nil), p.ReadinessGates...)
+	out.SchedulingGates = append([]corev1.PodSchedulingGate(nil), p.SchedulingGates...)
+	if p.Conditions != nil {
+		out.Conditions = make([]corev1.PodCondition, len(p.Conditions))
+		for i := range p.Conditions {
+			p.Conditions[i].DeepCopyInto(&out.Conditions[i])
+		}
+	}
+	out.ContainerStatuses = deepContainers(p.ContainerStatuses)
+	out.InitContainerStatuses = deepContainers(p.InitContainerStatuses)
+	return &out
+}
+
+func deepContainers(in []ContainerStatus) []ContainerStatus {
+	if in == nil {
+		return nil
+	}
+	out := make([]ContainerStatus, len(in))
+	for i, c := range in {
+		out[i] = c
+		c.State.DeepCopyInto(&out[i].State)
+		c.LastTerminationState.DeepCopyInto(&out[i].LastTerminationState)
+		if c.Started != nil {
+			b := *c.Started
+			out[i].Started = &b
+		}
+	}
+	return out
+}
+
+// Materialize returns p as the *corev1.Pod Transform used to store: exactly the kept fields.
+// Its maps, slices and pointers are p's own: read only, like the cache's pods always were.
+func (p *Pod) Materialize() *corev1.Pod {
+	out := &corev1.Pod{}
+	p.MaterializeInto(out)
+	return out
+}
+
+// MaterializeInto fills out as Materialize does (for the items of a PodList).
+func (p *Pod) MaterializeInto(out *corev1.Pod) {
+	*out = corev1.Pod{TypeMeta: podTypeMeta, ObjectMeta: p.ObjectMeta}
+	out.Spec.NodeName = p.NodeName
+	if len(p.Claims) > 0 {
+		out.Spec.Volumes = make([]corev1.Volume, len(p.Claims))
+		for i, c := range p.Claims {
+			out.Spec.Volumes[i] = corev1.Volume{Name: c.Volume, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ClaimName, ReadOnly: c.ReadOnly}}}
+		}
+	}
+	out.Spec.ReadinessGates = p.ReadinessGates
+	out.Spec.SchedulingGates = p.SchedulingGates
+	out.Status = corev1.PodStatus{Phase: p.Phase, Reason: p.Reason, Message: p.Message, PodIP: p.PodIP, Conditions: p.Conditions,
+		ContainerStatuses: materializeContainers(p.ContainerStatuses), InitContainerStatuses: materializeContainers(p.InitContainerStatuses)}
+}
+
+func materializeContainers(in []ContainerStatus) []corev1.ContainerStatus {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(in))
+	for i, c := range in {
+		out[i] = corev1.ContainerStatus{Name: c.Name, Ready: c.Ready, RestartCount: c.RestartCount, Started: c.Started,
+			State: c.State, LastTerminationState: c.LastTerminationState}
+	}
+	return out
+}
+
+// compact is the Pod of a pod Transform has stripped; it shares p's strings, maps and slices.
+func compact(p *corev1.Pod) *Pod {
+	out := &Pod{
+		ObjectMeta: p.ObjectMeta, NodeName: p.Spec.NodeName,
+		ReadinessGates: p.Spec.ReadinessGates, SchedulingGates: p.Spec.SchedulingGates,
+		Phase: p.Status.Phase, Reason: p.Status.Reason, Message: p.Status.Message, PodIP: p.Status.PodIP,
+		Conditions:            p.Status.Conditions,
+		ContainerStatuses:     compactContainers(p.Status.ContainerStatuses),
+		InitContainerStatuses: compactContainers(p.Status.InitContainerStatuses),
+	}
+	if len(p.Spec.Volumes) > 0 {
+		out.Claims = make([]Claim, 0, len(p.Spec.Volumes))
+		for _, v := range p.Spec.Volumes {
+			if c := v.PersistentVolumeClaim; c != nil {
+				out.Claims = append(out.Claims, Claim{Volume: v.Name, ClaimName: c.ClaimName, ReadOnly: c.ReadOnly})
+			}
+		}
+	}
+	return out
+}
+
+func compactContainers(in []corev1.ContainerStatus) []ContainerStatus {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]ContainerStatus, len(in))
+	for i, c := range in {
+		out[i] = ContainerStatus{Name: c.Name, Ready: c.Ready, RestartCount: c.RestartCount, Started: c.Started,
+			State: c.State, LastTerminationState: c.LastTerminationState}
+	}
+	return out
+}
+
+// Of is the cached Pod an informer event, a store or a test hands over: a *Pod as it is (a
+// tombstone's object included), a *corev1.Pod transformed from a copy (fake informers, tests),
+// nil for anything else.
+func Of(obj any) *Pod {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	switch p := obj.(type) {
+	case *Pod:
+		return p
+	case *corev1.Pod:
+		if p == nil {
+			return nil
+		}
+		o, err := Transform(p.DeepCopy())
+		if err != nil {
+			return nil
+		}
+		return o.(*Pod)
+	}
+	return nil
+}
+
+// NodeName is the node of a cached pod (either type), "" for none.
+func NodeName(obj any) string {
+	switch p := obj.(type) {
+	case *corev1.Pod:
+		return p.Spec.NodeName
+	case *Pod:
+		return p.NodeName
+	}
+	return ""
+}

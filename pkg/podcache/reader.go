@@ -1,0 +1,235 @@
+package podcache
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Cache is controller-runtime's cache with Pod reads served from the pod informers' stores,
+// which hold *Pod (Transform): controller-runtime's own reader assigns the stored object to the
+// caller's *corev1.Pod and refuses another type. A Get or List of pods materialises each pod
+// (Pod.Materialize); every other kind, and everything else (informers, indexes, sync), is the
+// wrapped cache's.
+//
+// The stores are the informers' own (captured as controller-runtime creates them, one per
+// watched namespace), read the way controller-runtime reads them: by key, by the namespace index,
+// by a field index ("field:<name>", "<namespace>/<value>"), then filtered by label selector. So a
+// reconcile sees every pod write its triggering event reflected, as before. A Get's result and a
+// List's items are the caller's: their maps and slices are copies, except with
+// client.UnsafeDisableDeepCopy, whose results share them with the cache (read only).
+//
+// NewCache is the manager's NewCache (main.go); the integration tests build their managers with
+// it too.
+type Cache struct {
+	cache.Cache
+
+	mu        sync.RWMutex
+	informers []toolscache.SharedIndexInformer // the pod informers, one per watched namespace
+	stores    []toolscache.Indexer             // their stores
+}
+
+// NewCache is cache.New, with Pod Get and List served by Cache.
+func NewCache(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
+	c := &Cache{}
+	newInformer := opts.NewInformer
+	if newInformer == nil {
+		newInformer = toolscache.NewSharedIndexInformer
+	}
+	opts.NewInformer = func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+		inf := newInformer(lw, obj, resync, idx)
+		if _, ok := obj.(*corev1.Pod); ok {
+			c.mu.Lock()
+			c.informers = append(c.informers, inf)
+			c.stores = append(c.stores, inf.GetIndexer())
+			c.mu.Unlock()
+		}
+		return inf
+	}
+	inner, err := cache.New(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	c.Cache = inner
+	return c, nil
+}
+
+// podStores makes sure the pod informers exist (and, once the cache has started, have synced,
+// as the wrapped cache's reads would) and returns their stores.
+// Once they have all synced, a read goes to the stores at once: asking the wrapped cache for the
+// informer again would build a map of the namespaces' informers per read (two reads per workspace
+// in the controllers' first pass).
+func (c *Cache) podStores(ctx context.Context) ([]toolscache.Indexer, error) {
+	if stores, ok := c.synced(); ok {
+		return stores, nil
+	}
+	if _, err := c.Cache.GetInformer(ctx, &corev1.Pod{}); err != nil {
+		return nil, err
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.stores, nil
+}
+
+func (c *Cache) synced() ([]toolscache.Indexer, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if len(c.informers) == 0 {
+		return nil, false
+	}
+	for _, i := range c.informers {
+		if !i.HasSynced() {
+			return nil, false
+		}
+	}
+	return c.stores, true
+}
+
+// Get implements client.Reader.
+func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	out, ok := obj.(*corev1.Pod)
+	if !ok {
+		return c.Cache.Get(ctx, key, obj, opts...)
+	}
+	o := client.GetOptions{}
+	o.ApplyOptions(opts)
+	stores, err := c.podStores(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range stores {
+		item, exists, err := s.GetByKey(key.Namespace + "/" + key.Name)
+		if err != nil {
+			return err
+		}
+		if exists {
+			return into(item, out, o.UnsafeDisableDeepCopy == nil || !*o.UnsafeDisableDeepCopy)
+		}
+	}
+	return apierrors.NewNotFound(corev1.Resource("pods"), key.Name)
+}
+
+// List implements client.Reader.
+func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	out, ok := list.(*corev1.PodList)
+	if !ok {
+		return c.Cache.List(ctx, list, opts...)
+	}
+	o := client.ListOptions{}
+	o.ApplyOptions(opts)
+	field, value, err := exactField(o.FieldSelector)
+	if err != nil {
+		return err
+	}
+	stores, err := c.podStores(ctx)
+	if err != nil {
+		return err
+	}
+	var items []any
+	for _, s := range stores {
+		var got []any
+		switch {
+		case field != "":
+			key := value
+			if o.Namespace != "" {
+				key = o.Namespace + "/" + value
+			} else {
+				key = "__all_namespaces/" + value // controller-runtime's key for lists across namespaces
+			}
+			got, err = s.ByIndex("field:"+field, key)
+		case o.Namespace != "":
+			got, err = s.ByIndex(toolscache.NamespaceIndex, o.Namespace)
+		default:
+			got = s.List()
+		}
+		if err != nil {
+			return fmt.Errorf("list cached pods: %w", err)
+		}
+		items = append(items, got...)
+	}
+	deep := o.UnsafeDisableDeepCopy == nil || !*o.UnsafeDisableDeepCopy
+	out.Items = make([]corev1.Pod, 0, len(items))
+	for _, item := range items {
+		if o.LabelSelector != nil && !o.LabelSelector.Matches(labels.Set(labelsOf(item))) {
+			continue
+		}
+		if o.Namespace != "" && namespaceOf(item) != o.Namespace {
+			continue
+		}
+		if o.Limit > 0 && int64(len(out.Items)) >= o.Limit {
+			break
+		}
+		out.Items = append(out.Items, corev1.Pod{})
+		if err := into(item, &out.Items[len(out.Items)-1], deep); err != nil {
+			return err
+		}
+	}
+	out.ResourceVersion, out.Continue = "", ""
+	return nil
+}
+
+// exactField is the one field a List selects on ("" for none); the cache serves only exact
+// matches on one indexed field, as controller-runtime's does.
+func exactField(s fields.Selector) (field, value string, err error) {
+	if s == nil || s.Empty() {
+		return "", "", nil
+	}
+	reqs := s.Requirements()
+	if len(reqs) != 1 || (reqs[0].Operator != selection.Equals && reqs[0].Operator != selection.DoubleEquals) {
+		return "", "", fmt.Errorf("list cached pods: field selector %q: the cache serves one exact match on an indexed field", s.String())
+	}
+	return reqs[0].Field, reqs[0].Value, nil
+}
+
+func labelsOf(item any) map[string]string {
+	switch p := item.(type) {
+	case *Pod:
+		return p.Labels
+	case *corev1.Pod:
+		return p.Labels
+	}
+	return nil
+}
+
+func namespaceOf(item any) string {
+	switch p := item.(type) {
+	case *Pod:
+		return p.Namespace
+	case *corev1.Pod:
+		return p.Namespace
+	}
+	return ""
+}
+
+// into fills out from a stored object; deep copies its maps and slices.
+func into(item any, out *corev1.Pod, deep bool) error {
+	switch p := item.(type) {
+	case *Pod:
+		if deep {
+			p = p.DeepCopy()
+		}
+		p.MaterializeInto(out)
+	case *corev1.Pod:
+		if deep {
+			p.DeepCopyInto(out)
+		} else {
+			*out = *p
+		}
+		out.TypeMeta = podTypeMeta
+	default:
+		return fmt.Errorf("cached pod store holds a %T", item)
+	}
+	return nil
+}
