@@ -10,7 +10,6 @@ import (
 	"github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -29,10 +28,7 @@ import (
 func TestBulkUpgradeWritesTwoEventsPerWorkspace(t *testing.T) {
 	const n = 12
 	cfg, c := startAPIServer(t)
-	ns := fmt.Sprintf("bulk-%d", time.Now().UnixNano())
-	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	ns := newNamespace(t, c, "bulk")
 	reg := &fakeTemplates{}
 	reg.set(ideTemplate("v1", "ide:1", ""))
 	e := &upgradeEnv{t: t, g: gomega.NewWithT(t), cfg: cfg, c: c, ns: ns, reg: reg, clock: &testClock{now: time.Now()}}

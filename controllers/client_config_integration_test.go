@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -54,10 +53,7 @@ func (w *watchEncodings) counts() (compressed, plain int) {
 func TestWatchStreamsAreNotCompressed(t *testing.T) {
 	base, c := startAPIServer(t)
 	ctx := context.Background()
-	ns := fmt.Sprintf("plain-%d", time.Now().UnixNano())
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	ns := newNamespace(t, c, "plain")
 	seen := &watchEncodings{}
 	cfg := rest.CopyConfig(base)
 	UncompressedResponses(cfg)

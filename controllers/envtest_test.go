@@ -2,8 +2,12 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -78,4 +82,14 @@ func runManager(t *testing.T, ctx context.Context, mgr ctrl.Manager) (stop func(
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// newNamespace creates a namespace named prefix-<nanoseconds> and returns its name.
+func newNamespace(t *testing.T, c client.Client, prefix string) string {
+	t.Helper()
+	ns := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
 }

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -49,10 +48,7 @@ func (c *contentTypes) list() []string {
 func TestEventsAreWrittenAsProtobuf(t *testing.T) {
 	base, c := startAPIServer(t)
 	ctx := context.Background()
-	ns := fmt.Sprintf("events-%d", time.Now().UnixNano())
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	ns := newNamespace(t, c, "events")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "ws", Namespace: ns},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "ide:1"}}},

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,10 +24,7 @@ import (
 func TestPodDeletesKeepTheirPreconditions(t *testing.T) {
 	cfg, c := startAPIServer(t)
 	ctx := context.Background()
-	ns := fmt.Sprintf("deletes-%d", time.Now().UnixNano())
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	ns := newNamespace(t, c, "deletes")
 	sent := &contentTypes{part: "/pods/"}
 	wrapped := rest.CopyConfig(cfg)
 	wrapped.WrapTransport = sent.wrap

@@ -9,7 +9,6 @@ import (
 
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,10 +23,7 @@ import (
 // as the old pod is gone from the API server.
 func TestRecreateGateIsLiftedOnlyOnceTheOldPodIsGone(t *testing.T) {
 	cfg, c := startAPIServer(t)
-	ns := fmt.Sprintf("gate-%d", time.Now().UnixNano())
-	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	ns := newNamespace(t, c, "gate")
 	reg := &fakeTemplates{}
 	reg.set(ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod))
 	e := &upgradeEnv{t: t, g: gomega.NewWithT(t), cfg: cfg, c: c, ns: ns, reg: reg, clock: &testClock{now: time.Now()}}

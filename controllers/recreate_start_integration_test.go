@@ -255,10 +255,7 @@ func TestAPassFromACacheBehindItsOwnCreateDoesNotStartTheUpgradeAgain(t *testing
 func outdatedWorkspace(t *testing.T, c client.Client, nsPrefix, owner, id string, mode corev1.PersistentVolumeAccessMode, hold bool) (string, *fakeTemplates, *corev1.Pod, []*corev1.PersistentVolumeClaim) {
 	t.Helper()
 	ctx := context.Background()
-	ns := fmt.Sprintf("%s-%d", nsPrefix, time.Now().UnixNano())
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	ns := newNamespace(t, c, nsPrefix)
 	reg := &fakeTemplates{}
 	reg.set(ideTemplate("v1", "ide:1", mode))
 	tmpl, _ := reg.Get("ide")

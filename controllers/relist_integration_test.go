@@ -16,7 +16,6 @@ import (
 
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -229,10 +228,7 @@ func TestWatchExpiryRelist(t *testing.T) {
 		e.ControlPlane.GetAPIServer().Configure().Set("watch-cache", "false")
 	})
 	ctx := context.Background()
-	ns := fmt.Sprintf("relist-%d", time.Now().UnixNano())
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	ns := newNamespace(t, c, "relist")
 	g := gomega.NewWithT(t)
 	reg := &fakeTemplates{}
 	reg.set(ideTemplate("v1", "ide:1", ""))
