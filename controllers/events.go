@@ -3,6 +3,7 @@ package controllers
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -62,15 +63,25 @@ func protobufEventSink(cfg *rest.Config) (record.EventSink, error) {
 	return &corev1client.EventSinkImpl{Interface: cs.Events("")}, nil
 }
 
-// sinkBroadcaster records to its own sink whatever sink it is asked to record to.
+// sinkBroadcaster records to its own sink whatever sink it is asked to record to, and starts
+// recording once however often it is asked: controller-runtime asks once per recorder provider,
+// and a manager has two on one broadcaster (its cluster's, for GetEventRecorderFor, and its own,
+// for leader election). Each start is a watcher with its own correlator, so two of them POSTed
+// every Event twice (the second answered 409 AlreadyExists, after kube-apiserver had decoded and
+// admitted it) and sent every aggregated Event's PATCH twice.
 type sinkBroadcaster struct {
 	record.EventBroadcaster
 	sink record.EventSink
+
+	once      sync.Once
+	recording watch.Interface
 }
 
-// StartRecordingToSink sends the broadcaster's Events to b's sink instead of the one given.
+// StartRecordingToSink sends the broadcaster's Events to b's sink instead of the one given, and
+// returns the same recording to every later call.
 func (b *sinkBroadcaster) StartRecordingToSink(record.EventSink) watch.Interface {
-	return b.EventBroadcaster.StartRecordingToSink(b.sink)
+	b.once.Do(func() { b.recording = b.EventBroadcaster.StartRecordingToSink(b.sink) })
+	return b.recording
 }
 
 // eventSpamKey is client-go's default spam key (source, involved object, type) plus the reason.

@@ -79,3 +79,54 @@ func TestEventsAreWrittenAsProtobuf(t *testing.T) {
 	}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(gomega.Succeed())
 	g.Expect(sent.list()).To(gomega.ConsistOf("POST " + runtime.ContentTypeProtobuf))
 }
+
+// TestAnEventIsPOSTedOnceUnderLeaderElection: with leader election on, as main.go runs the
+// controller, a manager has two recorder providers on one broadcaster (its cluster's and its
+// own, for the election). Each recorded Event must reach the API server as one POST, not one per
+// provider (before the fix: two, the second answered 409 after kube-apiserver had decoded it).
+func TestAnEventIsPOSTedOnceUnderLeaderElection(t *testing.T) {
+	base, c := startAPIServer(t)
+	ctx := context.Background()
+	ns := newNamespace(t, c, "elected")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "ws", Namespace: ns},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "ide:1"}}},
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	sent := &contentTypes{part: "/events"}
+	cfg := rest.CopyConfig(base)
+	cfg.WrapTransport = sent.wrap
+	events, err := NewEventBroadcaster(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(events.Shutdown) // after the manager has stopped (runManager's clean-up runs first)
+	mgr := newTestManager(t, cfg, func(o *ctrl.Options) {
+		o.EventBroadcaster = events //nolint:staticcheck // as main.go
+		o.LeaderElection = true
+		o.LeaderElectionID = "nogoo9-test"
+		o.LeaderElectionNamespace = ns
+	})
+	runManager(t, ctx, mgr)
+	g := gomega.NewWithT(t)
+	g.Eventually(mgr.Elected()).WithTimeout(30 * time.Second).Should(gomega.BeClosed())
+	reasons := func(g gomega.Gomega) []string {
+		var list corev1.EventList
+		g.Expect(c.List(ctx, &list, client.InNamespace(ns))).To(gomega.Succeed())
+		var r []string
+		for _, e := range list.Items {
+			r = append(r, e.Reason)
+		}
+		return r
+	}
+	// The election's own Event, recorded through the manager's provider, then no more POSTs.
+	g.Eventually(reasons).WithTimeout(30 * time.Second).Should(gomega.ContainElement("LeaderElection"))
+	g.Consistently(func() []string { return sent.list() }).WithTimeout(2 * time.Second).Should(gomega.HaveLen(1))
+
+	mgr.GetEventRecorderFor(UpgradeControllerName).Event(pod, corev1.EventTypeNormal, "UpgradeStarted", "Upgrade of pod ws started.") //nolint:staticcheck // as SetupWorkspaceReconciler
+	g.Eventually(reasons).WithTimeout(30 * time.Second).Should(gomega.ContainElement("UpgradeStarted"))
+	g.Consistently(func() []string { return sent.list() }).WithTimeout(2 * time.Second).Should(gomega.HaveLen(2),
+		"one POST for the election's Event and one for the upgrade's")
+}

@@ -100,3 +100,42 @@ func mustAtoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestPodDeletesKeepDryRunAndGrace: the options the upgrade controller passes reach the API
+// server through podDeletes: a dry run leaves a pod on a node as it was, and grace 0 (how the pods
+// of a node that is gone are removed, nodes.go) removes it at once instead of marking it
+// terminating for the kubelet.
+func TestPodDeletesKeepDryRunAndGrace(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	ctx := context.Background()
+	ns := newNamespace(t, c, "grace")
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newPodDeletes(c, cfg, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// On a node, the API server deletes gracefully unless told grace 0.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "ws", Namespace: ns},
+		Spec:       corev1.PodSpec{NodeName: "gone-node", Containers: []corev1.Container{{Name: "ide", Image: "ide:1"}}},
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}, client.DryRunAll); err != nil {
+		t.Fatalf("dry-run delete: %v", err)
+	}
+	var live corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &live); err != nil || live.DeletionTimestamp != nil {
+		t.Fatalf("a dry-run delete must leave the pod: %v, deletion timestamp %v", err, live.DeletionTimestamp)
+	}
+	if err := w.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &live); !apierrors.IsNotFound(err) {
+		t.Errorf("grace 0 on a pod on a node: want it gone at once, got %v (deletion timestamp %v)", err, live.DeletionTimestamp)
+	}
+}
