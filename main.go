@@ -210,7 +210,9 @@ func run(o options) error {
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "nogoo9/" + version
-	controllers.UncompressedResponses(cfg)
+	if _, err := controllers.UncompressedResponses(cfg); err != nil {
+		log.Info("answers stay compressed", "reason", err.Error())
+	}
 
 	// Events: a per-object, per-reason budget, written as protobuf (controllers.NewEventBroadcaster);
 	// flushed on exit.

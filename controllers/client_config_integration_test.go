@@ -56,7 +56,9 @@ func TestWatchStreamsAreNotCompressed(t *testing.T) {
 	ns := newNamespace(t, c, "plain")
 	seen := &watchEncodings{}
 	cfg := rest.CopyConfig(base)
-	UncompressedResponses(cfg)
+	if on, err := UncompressedResponses(cfg); err != nil || !on {
+		t.Fatalf("UncompressedResponses on a 1.37 API server = %v, %v; want true", on, err)
+	}
 	cfg.WrapTransport = seen.wrap
 	mgr := newTestManager(t, cfg, func(o *ctrl.Options) {
 		o.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}

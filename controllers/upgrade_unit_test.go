@@ -235,3 +235,18 @@ func TestGateCountsFromTheCachesOwnPodsWithoutAList(t *testing.T) {
 		})
 	}
 }
+
+// TestAtLeast: the API server's version as it reports it, suffixes included.
+func TestAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		major, minor string
+		want         bool
+	}{
+		{"1", "37", true}, {"1", "37+", true}, {"1", "38", true}, {"2", "0", true},
+		{"1", "36", false}, {"1", "36+", false}, {"", "", false}, {"1", "x", false},
+	} {
+		if got := atLeast(tc.major, tc.minor, 1, 37); got != tc.want {
+			t.Errorf("atLeast(%q, %q, 1, 37) = %v, want %v", tc.major, tc.minor, got, tc.want)
+		}
+	}
+}
