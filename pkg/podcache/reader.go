@@ -129,6 +129,9 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 	}
 	o := client.ListOptions{}
 	o.ApplyOptions(opts)
+	if o.Continue != "" {
+		return fmt.Errorf("list cached pods: the continue option is not supported by the cache (as controller-runtime's): list from the API server to page")
+	}
 	field, value, err := exactField(o.FieldSelector)
 	if err != nil {
 		return err

@@ -118,7 +118,13 @@ func TestALaterSpawnOfATakenIDYieldsOnTheCache(t *testing.T) {
 		_, err := a.Spawn(ctx, Request{Template: "plain", ID: "taken", Owner: "alice", Caller: admin})
 		aErr <- err
 	}()
-	<-atPodCreate
+	select {
+	case <-atPodCreate:
+	case err := <-aErr:
+		t.Fatalf("spawn A ended before its pod's create: %v", err)
+	case <-ctx.Done():
+		t.Fatal("spawn A never reached its pod's create")
+	}
 	won, err := b.Spawn(ctx, Request{Template: "plain", ID: "taken", Owner: "bob", Caller: admin})
 	close(bDone)
 	g.Expect(err).NotTo(HaveOccurred())
