@@ -127,6 +127,6 @@ func TestAnEventIsPOSTedOnceUnderLeaderElection(t *testing.T) {
 
 	mgr.GetEventRecorderFor(UpgradeControllerName).Event(pod, corev1.EventTypeNormal, "UpgradeStarted", "Upgrade of pod ws started.") //nolint:staticcheck // as SetupWorkspaceReconciler
 	g.Eventually(reasons).WithTimeout(30 * time.Second).Should(gomega.ContainElement("UpgradeStarted"))
-	g.Consistently(func() []string { return sent.list() }).WithTimeout(2 * time.Second).Should(gomega.HaveLen(2),
+	g.Consistently(func() []string { return sent.list() }).WithTimeout(2*time.Second).Should(gomega.HaveLen(2),
 		"one POST for the election's Event and one for the upgrade's")
 }
