@@ -41,23 +41,23 @@ func (c *contentTypes) list() []string {
 	return append([]string(nil), c.seen...)
 }
 
-// TestEventsAreWrittenAsProtobuf: a controller of a manager wired as main.go wires it (the
-// manager's config, its broadcaster NewEventBroadcaster on the same config) records an Event; the
-// Event reaches the API server, and it was sent as protobuf, not as client-go's default JSON
-// (kube-apiserver decodes every Event of a bulk upgrade: two per workspace).
-func TestEventsAreWrittenAsProtobuf(t *testing.T) {
+// eventsManager starts a kube-apiserver, a namespace named after prefix with a pod "ws", and a
+// running manager wired as main.go wires it (the manager's config, its broadcaster
+// NewEventBroadcaster on the same config), set further by set; sent records what the manager's
+// clients send to /events.
+func eventsManager(t *testing.T, prefix string, set func(o *ctrl.Options, ns string)) (c client.Client, ns string, pod *corev1.Pod, sent *contentTypes, mgr ctrl.Manager) {
+	t.Helper()
 	base, c := startAPIServer(t)
 	ctx := context.Background()
-	ns := newNamespace(t, c, "events")
-	pod := &corev1.Pod{
+	ns = newNamespace(t, c, prefix)
+	pod = &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "ws", Namespace: ns},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "ide:1"}}},
 	}
 	if err := c.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-
-	sent := &contentTypes{part: "/events"}
+	sent = &contentTypes{part: "/events"}
 	cfg := rest.CopyConfig(base)
 	cfg.WrapTransport = sent.wrap
 	events, err := NewEventBroadcaster(cfg)
@@ -65,10 +65,23 @@ func TestEventsAreWrittenAsProtobuf(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(events.Shutdown) // after the manager has stopped (runManager's clean-up runs first)
-	mgr := newTestManager(t, cfg, func(o *ctrl.Options) {
+	mgr = newTestManager(t, cfg, func(o *ctrl.Options) {
 		o.EventBroadcaster = events //nolint:staticcheck // as main.go
+		if set != nil {
+			set(o, ns)
+		}
 	})
 	runManager(t, ctx, mgr)
+	return c, ns, pod, sent, mgr
+}
+
+// TestEventsAreWrittenAsProtobuf: a controller of a manager wired as main.go wires it records an
+// Event (eventsManager); the Event reaches the API server, and it was sent as protobuf, not as
+// client-go's default JSON (kube-apiserver decodes every Event of a bulk upgrade: two per
+// workspace).
+func TestEventsAreWrittenAsProtobuf(t *testing.T) {
+	ctx := context.Background()
+	c, ns, pod, sent, mgr := eventsManager(t, "events", nil)
 	mgr.GetEventRecorderFor(UpgradeControllerName).Event(pod, corev1.EventTypeNormal, "UpgradeStarted", "Upgrade of pod ws started.") //nolint:staticcheck // as SetupWorkspaceReconciler
 
 	g := gomega.NewWithT(t)
@@ -85,31 +98,12 @@ func TestEventsAreWrittenAsProtobuf(t *testing.T) {
 // own, for the election). Each recorded Event must reach the API server as one POST, not one per
 // provider (before the fix: two, the second answered 409 after kube-apiserver had decoded it).
 func TestAnEventIsPOSTedOnceUnderLeaderElection(t *testing.T) {
-	base, c := startAPIServer(t)
 	ctx := context.Background()
-	ns := newNamespace(t, c, "elected")
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "ws", Namespace: ns},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "ide:1"}}},
-	}
-	if err := c.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	sent := &contentTypes{part: "/events"}
-	cfg := rest.CopyConfig(base)
-	cfg.WrapTransport = sent.wrap
-	events, err := NewEventBroadcaster(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(events.Shutdown) // after the manager has stopped (runManager's clean-up runs first)
-	mgr := newTestManager(t, cfg, func(o *ctrl.Options) {
-		o.EventBroadcaster = events //nolint:staticcheck // as main.go
+	c, ns, pod, sent, mgr := eventsManager(t, "elected", func(o *ctrl.Options, ns string) {
 		o.LeaderElection = true
 		o.LeaderElectionID = "nogoo9-test"
 		o.LeaderElectionNamespace = ns
 	})
-	runManager(t, ctx, mgr)
 	g := gomega.NewWithT(t)
 	g.Eventually(mgr.Elected()).WithTimeout(30 * time.Second).Should(gomega.BeClosed())
 	reasons := func(g gomega.Gomega) []string {
