@@ -28,14 +28,7 @@ func TestPodDeletesKeepTheirPreconditions(t *testing.T) {
 	sent := &contentTypes{part: "/pods/"}
 	wrapped := rest.CopyConfig(cfg)
 	wrapped.WrapTransport = sent.wrap
-	hc, err := rest.HTTPClientFor(wrapped)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := newPodDeletes(c, wrapped, hc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := podDeletesFor(t, c, wrapped)
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "ws", Namespace: ns},
@@ -109,14 +102,7 @@ func TestPodDeletesKeepDryRunAndGrace(t *testing.T) {
 	cfg, c := startAPIServer(t)
 	ctx := context.Background()
 	ns := newNamespace(t, c, "grace")
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := newPodDeletes(c, cfg, hc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := podDeletesFor(t, c, cfg)
 	// On a node, the API server deletes gracefully unless told grace 0.
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "ws", Namespace: ns},
@@ -138,4 +124,18 @@ func TestPodDeletesKeepDryRunAndGrace(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &live); !apierrors.IsNotFound(err) {
 		t.Errorf("grace 0 on a pod on a node: want it gone at once, got %v (deletion timestamp %v)", err, live.DeletionTimestamp)
 	}
+}
+
+// podDeletesFor returns the upgrade controller's pod deletes over cfg, other kinds through c.
+func podDeletesFor(t *testing.T, c client.Client, cfg *rest.Config) client.Client {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newPodDeletes(c, cfg, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
