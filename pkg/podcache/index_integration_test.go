@@ -2,8 +2,12 @@ package podcache_test
 
 import (
 	"context"
+	"fmt"
+	"hash/fnv"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,10 +25,10 @@ import (
 )
 
 // TestWorkspaceIDIndexOneKeyPerPod runs the workspace-id index on controller-runtime's cache over
-// a real kube-apiserver, with one workspace id used in two namespaces (--namespaces): a List by
-// the index in a namespace returns exactly that workspace's pods there, and the index files each
-// pod under one key only (controller-runtime's IndexField files it under two, which is what this
-// index saves).
+// a real kube-apiserver, with one workspace id used in two namespaces (--namespaces) and another
+// id in the same bucket: a List by the index in a namespace returns exactly that workspace's pods
+// there, and the index files each pod under one key only, its namespace and id bucket
+// (controller-runtime's IndexField files it under two keys per id, which is what this index saves).
 func TestWorkspaceIDIndexOneKeyPerPod(t *testing.T) {
 	ctx, cfg, c, ca := newPodCache(t, "team-a", "team-b")
 	if err := podcache.AddWorkspaceIDIndex(ctx, ca); err != nil {
@@ -35,9 +39,16 @@ func TestWorkspaceIDIndexOneKeyPerPod(t *testing.T) {
 	}
 	go func() { _ = ca.Start(ctx) }()
 
+	// rival is an id in demo's bucket: a List by id must not return its pod with demo's.
+	rival := ""
+	for i := 0; rival == ""; i++ {
+		if id := fmt.Sprintf("rival-%d", i); bucket(id) == bucket("demo") {
+			rival = id
+		}
+	}
 	pods := []struct{ ns, name, id string }{
 		{"team-a", "ws-a-demo-1", "demo"}, {"team-a", "ws-a-demo-2", "demo"}, {"team-a", "ws-a-other", "other"},
-		{"team-b", "ws-b-demo", "demo"},
+		{"team-b", "ws-b-demo", "demo"}, {"team-a", "ws-a-rival", rival},
 	}
 	for _, p := range pods {
 		err := c.Create(ctx, &corev1.Pod{
@@ -62,7 +73,7 @@ func TestWorkspaceIDIndexOneKeyPerPod(t *testing.T) {
 		return names
 	}
 	// The cache is eventually consistent: wait (bounded) for the last pod.
-	for !slices.Equal(list("team-b", "demo"), []string{"ws-b-demo"}) || len(list("team-a", "demo")) < 2 {
+	for !slices.Equal(list("team-b", "demo"), []string{"ws-b-demo"}) || len(list("team-a", "demo")) < 2 || len(list("team-a", rival)) < 1 {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("the cache never showed the pods: team-a/demo %v, team-b/demo %v", list("team-a", "demo"), list("team-b", "demo"))
@@ -77,13 +88,21 @@ func TestWorkspaceIDIndexOneKeyPerPod(t *testing.T) {
 		{"team-a", "other", []string{"ws-a-other"}},
 		{"team-b", "demo", []string{"ws-b-demo"}},
 		{"team-b", "other", nil},
+		{"team-a", rival, []string{"ws-a-rival"}},
+		{"team-b", rival, nil},
 	} {
 		if got := list(tc.ns, tc.id); !slices.Equal(got, tc.want) {
 			t.Errorf("pods of workspace %s/%s: got %v, want %v", tc.ns, tc.id, got, tc.want)
 		}
 	}
 
-	// One key per pod: the informer's index holds "<namespace>/<id>" and nothing else. (Read on
+	// The index is per namespace: a List by id across namespaces is an error, not an empty list.
+	var all corev1.PodList
+	if err := ca.List(ctx, &all, client.MatchingFields{podcache.IndexWorkspaceID: "demo"}); err == nil || !strings.Contains(err.Error(), "client.InNamespace") {
+		t.Errorf("a List by id without a namespace: got %d pods and error %v, want an error naming client.InNamespace", len(all.Items), err)
+	}
+
+	// One key per pod: the informer's index holds "<namespace>/<bucket>" and nothing else. (Read on
 	// a cluster-wide cache, whose pod informer is client-go's own; a namespaced one wraps one
 	// such informer per namespace.)
 	ca1, err := podcache.NewCache(cfg, cache.Options{Scheme: clientgoscheme.Scheme, ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: podcache.Pods()}})
@@ -107,9 +126,35 @@ func TestWorkspaceIDIndexOneKeyPerPod(t *testing.T) {
 	}
 	keys := si.GetIndexer().ListIndexFuncValues("field:" + podcache.IndexWorkspaceID)
 	sort.Strings(keys)
-	if want := []string{"team-a/demo", "team-a/other", "team-b/demo"}; !slices.Equal(keys, want) {
-		t.Errorf("index keys: got %v, want %v (one namespaced key per workspace)", keys, want)
+	want := []string{"team-a/" + bucket("demo"), "team-a/" + bucket("other"), "team-b/" + bucket("demo")}
+	sort.Strings(want)
+	want = slices.Compact(want)
+	if !slices.Equal(keys, want) {
+		t.Errorf("index keys: got %v, want %v (one namespaced bucket key per workspace id, shared by the bucket's ids)", keys, want)
 	}
+	for _, k := range keys {
+		got, err := si.GetIndexer().ByIndex("field:"+podcache.IndexWorkspaceID, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, p := range pods {
+			if p.ns+"/"+bucket(p.id) == k {
+				n++
+			}
+		}
+		if len(got) != n {
+			t.Errorf("index key %s holds %d pods, want %d (each pod under one key)", k, len(got), n)
+		}
+	}
+}
+
+// bucket is the workspace-id index's bucket of id (FNV-1a modulo podcache.IDBuckets), computed
+// here on its own.
+func bucket(id string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return strconv.Itoa(int(h.Sum32() % podcache.IDBuckets))
 }
 
 // newPodCache starts a kube-apiserver with the given namespaces and returns a context bounded at

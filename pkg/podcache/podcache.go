@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
 	"sync"
 	"time"
 
@@ -87,22 +88,34 @@ type informers interface {
 // AddWorkspaceIDIndex registers IndexWorkspaceID on idx once; later calls for the same idx do
 // nothing. Call it before the cache starts.
 //
-// On controller-runtime's cache it adds the index to the pod informer itself, under the name and
-// key controller-runtime's List looks up ("field:" + name, "<namespace>/<id>"), with one key per
-// pod. IndexField would file every pod under a second key too ("__all_namespaces/<id>", for
-// lists across namespaces, which nogoo9 never makes): a set per pod that cost about 0.5 KB per
-// workspace (docs/performance.md, "Memory per workspace"). TestWorkspaceIDIndexOneKeyPerPod
-// checks both the lookups and the single key on a real API server. Other indexers (fake clients)
-// get IndexField.
+// On nogoo9's Cache (NewCache) it adds the index to the pod informer itself, filing each pod under
+// its namespace and a bucket of its workspace id ("<namespace>/<bucket>", IDBuckets buckets), and
+// the Cache's List by the index reads the bucket and keeps the pods of the id. client-go's indexer
+// keeps a set per index key: a key per workspace id cost 316 bytes per workspace at 10,000 (a
+// one-element set and its key, BenchmarkBytesPerWorkspace), a key per bucket is shared by the
+// bucket's pods (docs/performance.md, "Ninth round"). On controller-runtime's own cache (an
+// informer of *corev1.Pod read by controller-runtime's reader, which looks up "<namespace>/<id>")
+// it files each pod under that one key; IndexField would file it under a second key too
+// ("__all_namespaces/<id>", for lists across namespaces, which nogoo9 never makes).
+// TestWorkspaceIDIndexOneKeyPerPod checks the lookups and the keys on a real API server. Other
+// indexers (fake clients) get IndexField.
 func AddWorkspaceIDIndex(ctx context.Context, idx client.FieldIndexer) error {
 	if _, done := indexed.LoadOrStore(idx, true); done {
 		return nil
 	}
 	var err error
 	if inf, ok := idx.(informers); ok {
+		fn := namespacedWorkspaceID
+		c, bucketed := idx.(*Cache)
+		if bucketed {
+			fn = workspaceIDBucket
+		}
 		var i cache.Informer
 		if i, err = inf.GetInformer(ctx, &corev1.Pod{}); err == nil {
-			err = i.AddIndexers(toolscache.Indexers{"field:" + IndexWorkspaceID: namespacedWorkspaceID})
+			err = i.AddIndexers(toolscache.Indexers{"field:" + IndexWorkspaceID: fn})
+		}
+		if err == nil && bucketed {
+			c.idBuckets.Store(true)
 		}
 	} else {
 		err = idx.IndexField(ctx, &corev1.Pod{}, IndexWorkspaceID, WorkspaceID)
@@ -114,13 +127,41 @@ func AddWorkspaceIDIndex(ctx context.Context, idx client.FieldIndexer) error {
 	return nil
 }
 
-// namespacedWorkspaceID is the informer index function: "<namespace>/<workspace id>".
+// namespacedWorkspaceID is the informer index function on controller-runtime's cache:
+// "<namespace>/<workspace id>".
 func namespacedWorkspaceID(obj any) ([]string, error) {
 	o, ok := obj.(client.Object)
 	if !ok || !IsPod(obj) || !workspace.IsWorkspaceObject(o) {
 		return nil, nil
 	}
 	return []string{o.GetNamespace() + "/" + workspace.IDOf(o)}, nil
+}
+
+// IDBuckets is the number of workspace-id buckets per namespace in the Cache's id index. A List by
+// id reads its bucket and keeps the pods of the id: at 10,000 workspaces about 10 pods a bucket
+// (a few hundred nanoseconds of label reads), at 100,000 about 100 (a few microseconds), against
+// the materialising of each pod returned; fewer buckets would share the sets further, more would
+// bring back a set per id.
+const IDBuckets = 1024
+
+// workspaceIDBucket is the informer index function on the Cache: "<namespace>/<bucket>", the
+// bucket an FNV-1a hash of the workspace id.
+func workspaceIDBucket(obj any) ([]string, error) {
+	o, ok := obj.(client.Object)
+	if !ok || !IsPod(obj) || !workspace.IsWorkspaceObject(o) {
+		return nil, nil
+	}
+	return []string{idBucketKey(o.GetNamespace(), workspace.IDOf(o))}, nil
+}
+
+// idBucketKey is the index key of workspace id in namespace ns.
+func idBucketKey(ns, id string) string {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= 16777619
+	}
+	return ns + "/" + strconv.Itoa(int(h%IDBuckets))
 }
 
 // ReleaseAfterSync is a runnable (on every replica, leader or not) that returns the garbage of

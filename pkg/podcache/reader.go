@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // Cache is controller-runtime's cache with Pod reads served from the pod informers' stores,
@@ -39,6 +42,7 @@ type Cache struct {
 	mu        sync.RWMutex
 	informers []toolscache.SharedIndexInformer // the pod informers, one per watched namespace
 	stores    []toolscache.Indexer             // their stores
+	idBuckets atomic.Bool                      // the workspace-id index files pods by bucket (AddWorkspaceIDIndex)
 }
 
 // NewCache is cache.New, with Pod Get and List served by Cache.
@@ -136,6 +140,12 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 	if err != nil {
 		return err
 	}
+	// The workspace-id index files pods by a bucket of their id (AddWorkspaceIDIndex): read the
+	// bucket, keep the id's pods.
+	byID := field == IndexWorkspaceID && c.idBuckets.Load()
+	if byID && o.Namespace == "" {
+		return fmt.Errorf("list cached pods by %s=%q: the index is per namespace; name the namespace (client.InNamespace)", field, value)
+	}
 	stores, err := c.podStores(ctx)
 	if err != nil {
 		return err
@@ -144,6 +154,8 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 	for _, s := range stores {
 		var got []any
 		switch {
+		case byID:
+			got, err = s.ByIndex("field:"+field, idBucketKey(o.Namespace, value))
 		case field != "":
 			key := value
 			if o.Namespace != "" {
@@ -169,6 +181,9 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 			continue
 		}
 		if o.Namespace != "" && namespaceOf(item) != o.Namespace {
+			continue
+		}
+		if byID && labelsOf(item)[workspace.LabelWorkspaceID] != value {
 			continue
 		}
 		if o.Limit > 0 && int64(len(out.Items)) >= o.Limit {
