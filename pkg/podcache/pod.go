@@ -138,7 +138,8 @@ func materializeContainers(in []ContainerStatus) []corev1.ContainerStatus {
 	return out
 }
 
-// compact is the Pod of a pod Transform has stripped; it shares p's strings, maps and slices.
+// compact is the Pod of a pod Transform has stripped; it shares p's interned strings, maps and
+// slices, and its own strings are packed into one allocation (pack).
 func compact(p *corev1.Pod) *Pod {
 	out := &Pod{
 		ObjectMeta: p.ObjectMeta, NodeName: p.Spec.NodeName,
