@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/podcache/podcachetest"
@@ -34,7 +35,7 @@ func BenchmarkRouterBytesPerWorkspace(b *testing.B) {
 		p := base.DeepCopy()
 		id, owner := fmt.Sprintf("ws-%d", i), fmt.Sprintf("user-%d", i%100)
 		p.Name = workspace.PodName(owner, id)
-		p.UID = "uid-" + p.ObjectMeta.UID + "-" + "x"
+		p.UID = types.UID(fmt.Sprintf("uid-%d", i))
 		p.Labels[workspace.LabelWorkspaceID] = id
 		p.Annotations[workspace.AnnOwner] = owner
 		p.Annotations[workspace.AnnWorkspacePath] = "/ws/" + owner + "/" + id + "/"
