@@ -156,27 +156,23 @@ func notice(r *http.Request) string {
 	if workspace.ValidateID(id) != nil {
 		id = ""
 	}
-	switch r.URL.Query().Get("done") {
-	case "created":
-		return fmt.Sprintf("Workspace %s is being created; its row below turns Ready when it can be opened.", id)
-	case "deleted":
-		return fmt.Sprintf("Workspace %s is being deleted; its volume is kept.", id)
-	case "upgrading":
-		return fmt.Sprintf("Upgrade of workspace %s requested.", id)
-	case "stopping":
-		return fmt.Sprintf("Workspace %s is stopping; its files and address are kept.", id)
-	case "starting":
-		return fmt.Sprintf("Workspace %s is starting.", id)
-	case "maintenance-on":
-		return fmt.Sprintf("Workspace %s is in maintenance.", id)
-	case "maintenance-off":
-		return fmt.Sprintf("Workspace %s is back in service.", id)
-	case "pinned":
-		return fmt.Sprintf("Workspace %s is pinned to its version.", id)
-	case "unpinned":
-		return fmt.Sprintf("Workspace %s is no longer pinned.", id)
+	if format, ok := notices[r.URL.Query().Get("done")]; ok {
+		return fmt.Sprintf(format, id)
 	}
 	return ""
+}
+
+// notices are the confirmations notice shows, by the redirect's done=, each with the workspace id.
+var notices = map[string]string{
+	"created":         "Workspace %s is being created; its row below turns Ready when it can be opened.",
+	"deleted":         "Workspace %s is being deleted; its volume is kept.",
+	"upgrading":       "Upgrade of workspace %s requested.",
+	"stopping":        "Workspace %s is stopping; its files and address are kept.",
+	"starting":        "Workspace %s is starting.",
+	"maintenance-on":  "Workspace %s is in maintenance.",
+	"maintenance-off": "Workspace %s is back in service.",
+	"pinned":          "Workspace %s is pinned to its version.",
+	"unpinned":        "Workspace %s is no longer pinned.",
 }
 
 type workspaceData struct {
