@@ -493,7 +493,7 @@ func (p *Proxy) authenticate(r *http.Request) (*auth.Caller, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	now := monoNow() // before the verification: an entry's lifetime starts no later (clock.go)
 	if c := p.tokens.get(token, now); c != nil {
 		return c, nil
 	}

@@ -524,7 +524,7 @@ func deadline(d time.Duration) time.Time {
 	if d <= 0 {
 		return time.Time{}
 	}
-	return time.Now().Add(d)
+	return monoTime(monoNow() + d)
 }
 
 var crlfcrlf = []byte("\r\n\r\n")
@@ -1194,20 +1194,30 @@ func headerHasToken(values []string, token string) bool {
 	return false
 }
 
-// httpDate is the Date header value, formatted once a second.
+// httpDate is the Date header value, formatted once a second. Within the second it was made
+// for, only the monotonic clock is read (clock.go): the value is kept until the monotonic time
+// of the next second's start, then the wall clock is read again.
 func httpDate() string {
-	now := time.Now().Unix()
-	if d := dateCache.Load(); d != nil && d.sec == now {
+	mono := monoNow()
+	if d := dateCache.Load(); d != nil && mono >= d.from && mono < d.until {
 		return d.s
 	}
-	d := &cachedDate{sec: now, s: time.Unix(now, 0).UTC().Format(http.TimeFormat)}
+	now := time.Now()
+	mono = now.Sub(monoEpoch)
+	sec := now.Unix()
+	d := &cachedDate{
+		from:  mono,
+		until: mono + time.Duration(1e9-now.Nanosecond()),
+		s:     time.Unix(sec, 0).UTC().Format(http.TimeFormat),
+	}
 	dateCache.Store(d)
 	return d.s
 }
 
+// cachedDate is the Date value s, valid from monotonic offset from until until (monoNow).
 type cachedDate struct {
-	sec int64
-	s   string
+	from, until time.Duration
+	s           string
 }
 
 var dateCache atomic.Pointer[cachedDate]
