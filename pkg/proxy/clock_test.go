@@ -30,7 +30,7 @@ func TestTokenCacheEntryEndsWithTheTTLOrTheTokenWhicheverIsFirst(t *testing.T) {
 	const ttl = 30 * time.Second
 	tc := newTokenCache(ttl)
 	now := monoNow()
-	tc.put("a", &auth.Caller{}, now)                                        // no expiry: the TTL
+	tc.put("a", &auth.Caller{}, now)                                         // no expiry: the TTL
 	tc.put("b", &auth.Caller{Expiry: time.Now().Add(10 * time.Second)}, now) // expires first
 	tc.put("c", &auth.Caller{Expiry: time.Now().Add(time.Hour)}, now)        // the TTL first
 	for _, tt := range []struct {
