@@ -28,9 +28,10 @@ func (d *readDeadline) clear() {
 // arm makes a read fail after timeout (> 0). Re-arming the timer on every request costs about
 // as much as parsing the request or the answer, so a deadline set less than timeout/8 ago is
 // kept: the read gets between 7/8 of timeout and timeout.
+// It reads only the monotonic clock (clock.go; at.Sub(monoEpoch) reads none).
 func (d *readDeadline) arm(timeout time.Duration) {
-	now := time.Now()
-	if d.at.IsZero() || d.at.Sub(now) < timeout-timeout/8 {
-		d.set(now.Add(timeout))
+	now := monoNow()
+	if d.at.IsZero() || d.at.Sub(monoEpoch)-now < timeout-timeout/8 {
+		d.set(monoTime(now + timeout))
 	}
 }

@@ -188,7 +188,7 @@ func (f *fastRequest) writeRequest(bw *bufio.Writer) error {
 		writeHeaderLine(bw, "X-Forwarded-Proto", "https")
 	}
 	writeHeaderLine(bw, "X-Forwarded-Host", r.Host)
-	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+	if ip, ok := clientIP(r, f.w); ok {
 		writeHeaderLine(bw, "X-Forwarded-For", ip)
 	}
 	if f.t.strip {
@@ -230,7 +230,27 @@ func (f *fastRequest) got1xx(code int, hdr http.Header) error {
 	return nil
 }
 
+// clientIP is the host part of r.RemoteAddr: on the lean loop the connection's, split once.
+func clientIP(r *http.Request, w http.ResponseWriter) (string, bool) {
+	if lw, ok := w.(*leanResponse); ok && r.RemoteAddr == lw.lc.remote {
+		return lw.lc.remoteIP, lw.lc.remoteIPOK
+	}
+	ip, _, err := net.SplitHostPort(r.RemoteAddr)
+	return ip, err == nil
+}
+
+// writeHeaderLine writes "k: v" and CRLF: appended to the writer's free space in one step when
+// it fits (four WriteString calls otherwise).
 func writeHeaderLine(bw *bufio.Writer, k, v string) {
+	if len(k)+len(v)+4 <= bw.Available() {
+		b := bw.AvailableBuffer()
+		b = append(b, k...)
+		b = append(b, ": "...)
+		b = append(b, v...)
+		b = append(b, "\r\n"...)
+		_, _ = bw.Write(b)
+		return
+	}
 	bw.WriteString(k)
 	bw.WriteString(": ")
 	bw.WriteString(v)

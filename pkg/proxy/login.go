@@ -219,7 +219,10 @@ func safeNext(next string) string {
 }
 
 // tokenCache remembers verified tokens for a short time, so a request costs a map lookup rather
-// than a signature check or a TokenReview. An entry never outlives the token's expiry.
+// than a signature check or a TokenReview. An entry never outlives the token's expiry. Times are
+// monotonic offsets (monoNow, clock.go): a lookup reads no wall clock; the token's expiry, a
+// wall time, becomes one when the entry is made (a wall clock set forward or back after that
+// does not move it, as it does not move the TTL).
 type tokenCache struct {
 	ttl time.Duration
 	mu  sync.RWMutex
@@ -228,7 +231,7 @@ type tokenCache struct {
 
 type cachedCaller struct {
 	c       *auth.Caller
-	expires time.Time
+	expires time.Duration // monoNow
 }
 
 // maxCachedTokens bounds the cache; when full it starts over (a burst of new tokens costs one
@@ -239,26 +242,32 @@ func newTokenCache(ttl time.Duration) *tokenCache {
 	return &tokenCache{ttl: ttl, m: map[string]cachedCaller{}}
 }
 
-func (tc *tokenCache) get(token string, now time.Time) *auth.Caller {
+func (tc *tokenCache) get(token string, now time.Duration) *auth.Caller {
 	if tc.ttl <= 0 {
 		return nil
 	}
 	tc.mu.RLock()
 	e, ok := tc.m[token]
 	tc.mu.RUnlock()
-	if !ok || !now.Before(e.expires) {
+	if !ok || now >= e.expires {
 		return nil
 	}
 	return e.c
 }
 
-func (tc *tokenCache) put(token string, c *auth.Caller, now time.Time) {
+// put remembers c for token from now (monoNow, taken before the token was verified) for the
+// TTL, or until the token expires if that is sooner.
+func (tc *tokenCache) put(token string, c *auth.Caller, now time.Duration) {
 	if tc.ttl <= 0 {
 		return
 	}
-	exp := now.Add(tc.ttl)
-	if !c.Expiry.IsZero() && c.Expiry.Before(exp) {
-		exp = c.Expiry
+	exp := now + tc.ttl
+	if !c.Expiry.IsZero() {
+		// The time left now, from now's reading (taken earlier): the entry ends no later
+		// than the token.
+		if left := time.Until(c.Expiry); now+left < exp {
+			exp = now + left
+		}
 	}
 	tc.mu.Lock()
 	if len(tc.m) >= maxCachedTokens {

@@ -50,7 +50,9 @@ func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) 
 		q.header = make(http.Header)
 	}
 	h := q.header
-	clear(h)
+	if len(h) > 0 { // empty after every request the loop served (reuseHeader)
+		clear(h)
+	}
 	clear(q.vals) // the last request's strings
 	q.vals = q.vals[:0]
 	// Host goes to the Request's Host, not its header.

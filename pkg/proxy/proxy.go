@@ -181,7 +181,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "503 Service Unavailable: "+msg, http.StatusServiceUnavailable)
 		return
 	}
-	if r.Header.Get("Upgrade") != "" && !originAllowed(r.Header.Get("Origin"), r.Host, p.opts.AllowedOrigins) {
+	if headerFirst(r.Header, "Upgrade") != "" && !originAllowed(r.Header.Get("Origin"), r.Host, p.opts.AllowedOrigins) {
 		p.log.Info("WebSocket refused: origin not allowed", "origin", r.Header.Get("Origin"), "host", r.Host, "path", clean)
 		http.Error(w, "403 Forbidden: WebSocket origin "+r.Header.Get("Origin")+" is not allowed: add it to --proxy-allowed-origins", http.StatusForbidden)
 		return
@@ -493,7 +493,7 @@ func (p *Proxy) authenticate(r *http.Request) (*auth.Caller, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	now := monoNow() // before the verification: an entry's lifetime starts no later (clock.go)
 	if c := p.tokens.get(token, now); c != nil {
 		return c, nil
 	}

@@ -185,6 +185,9 @@ func (s *leanServer) newConn(ctx context.Context, c net.Conn) *leanConn {
 	connCtx := context.WithValue(ctx, http.ServerContextKey, s.srv)
 	connCtx = context.WithValue(connCtx, http.LocalAddrContextKey, c.LocalAddr())
 	lc := &leanConn{s: s, c: c, rdl: readDeadline{conn: c}, remote: c.RemoteAddr().String()}
+	if ip, _, err := net.SplitHostPort(lc.remote); err == nil {
+		lc.remoteIP, lc.remoteIPOK = ip, true
+	}
 	lc.ctx = &leanCtx{}
 	lc.ctx.Context, lc.cancel = context.WithCancel(connCtx)
 	// One AfterFunc for the connection's life instead of one per request (transport.go).
@@ -281,6 +284,15 @@ type leanConn struct {
 	watchOver bool
 
 	res leanResponse // reused for every request
+	// bodyArr holds the start of an answer's body while its header is not sent (leanResponse's
+	// buf): kept here, not in leanResponse, so that resetting the response for every request
+	// does not clear 2 KiB twice. Only the connection's own goroutine uses it, and a response
+	// reads no more of it than it wrote.
+	bodyArr [leanBodyBuf]byte
+	// remoteIP is remote's host part (X-Forwarded-For), split once per connection; remoteIPOK
+	// reports that remote split.
+	remoteIP   string
+	remoteIPOK bool
 	// quick is the request quickParse fills in, reused for every request (parse.go).
 	quick quickReq
 }
@@ -512,7 +524,7 @@ func deadline(d time.Duration) time.Time {
 	if d <= 0 {
 		return time.Time{}
 	}
-	return time.Now().Add(d)
+	return monoTime(monoNow() + d)
 }
 
 var crlfcrlf = []byte("\r\n\r\n")
@@ -858,8 +870,7 @@ type leanResponse struct {
 	closeAfter bool
 	abort      bool
 	err        error
-	buf        []byte // the start of the body while the header is not sent
-	bufArr     [leanBodyBuf]byte
+	buf        []byte   // the start of the body while the header is not sent (in lc.bodyArr)
 	trailers   []string // announced trailer keys
 	contentLen int64    // what the handler's Content-Length says, -1 when none
 	written    int64
@@ -893,7 +904,8 @@ func (w *leanResponse) WriteHeader(code int) {
 	}
 	w.status = code
 	w.contentLen = -1
-	if v := w.header.Get("Content-Length"); v != "" {
+	// The keys are canonical: an index, not Header.Get, which canonicalizes its key again.
+	if v := headerFirst(w.header, "Content-Length"); v != "" {
 		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n >= 0 {
 			w.contentLen = n
 		} else {
@@ -909,7 +921,7 @@ func (w *leanResponse) WriteHeader(code int) {
 			}
 		}
 	}
-	w.buf = w.bufArr[:0]
+	w.buf = w.lc.bodyArr[:0]
 }
 
 func bodyAllowedForStatus(code int) bool {
@@ -933,6 +945,15 @@ func (w *leanResponse) Write(p []byte) (int, error) {
 	w.written += int64(len(p))
 	if w.contentLen >= 0 && w.written > w.contentLen {
 		return 0, http.ErrContentLength
+	}
+	if !w.headerSent && w.contentLen >= 0 && w.header["Content-Type"] != nil {
+		// The start of the body is held only to count it for a Content-Length or to sniff a
+		// Content-Type: with both set (the pod's answer on the fast path) the header goes now
+		// and the body straight to the connection's writer, one copy fewer.
+		w.sendHeader(false)
+		if w.err != nil {
+			return 0, w.err
+		}
 	}
 	if !w.headerSent {
 		if len(w.buf)+len(p) <= cap(w.buf) {
@@ -994,12 +1015,6 @@ func (w *leanResponse) sendHeader(final bool) {
 	if w.req.Close || headerHasToken(h["Connection"], "close") {
 		w.closeAfter = true
 	}
-	hasTrailers := len(w.trailers) > 0
-	for k := range h {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			hasTrailers = true
-		}
-	}
 	allowed := bodyAllowedForStatus(w.status)
 	setLength := false
 	switch {
@@ -1007,13 +1022,13 @@ func (w *leanResponse) sendHeader(final bool) {
 	case w.contentLen >= 0:
 	case w.req.Method == http.MethodHead:
 		setLength = final && len(w.buf) > 0
-	case final && !hasTrailers:
+	case final && !w.hasTrailers():
 		setLength = true
 	default:
 		w.chunked = true
 	}
 	_, haveType := h["Content-Type"]
-	sniff := allowed && !haveType && h.Get("Content-Encoding") == "" && len(w.buf) > 0
+	sniff := allowed && !haveType && headerFirst(h, "Content-Encoding") == "" && len(w.buf) > 0
 	bw := w.lc.bw
 	writeStatusLine(bw, w.status)
 	w.writeHeaders(bw, func(k string) bool {
@@ -1059,6 +1074,28 @@ func (w *leanResponse) sendHeader(final bool) {
 		w.buf = nil
 		_, _ = w.writeBody(buf)
 	}
+}
+
+// hasTrailers reports whether the answer has trailers, announced or with the trailer prefix
+// (a look at every key, done only for an answer whose framing depends on it).
+func (w *leanResponse) hasTrailers() bool {
+	if len(w.trailers) > 0 {
+		return true
+	}
+	for k := range w.header {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// headerFirst is h.Get(key) for a canonical key, without canonicalizing it again.
+func headerFirst(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // finish ends the answer after the handler returned.
@@ -1157,20 +1194,30 @@ func headerHasToken(values []string, token string) bool {
 	return false
 }
 
-// httpDate is the Date header value, formatted once a second.
+// httpDate is the Date header value, formatted once a second. Within the second it was made
+// for, only the monotonic clock is read (clock.go): the value is kept until the monotonic time
+// of the next second's start, then the wall clock is read again.
 func httpDate() string {
-	now := time.Now().Unix()
-	if d := dateCache.Load(); d != nil && d.sec == now {
+	mono := monoNow()
+	if d := dateCache.Load(); d != nil && mono >= d.from && mono < d.until {
 		return d.s
 	}
-	d := &cachedDate{sec: now, s: time.Unix(now, 0).UTC().Format(http.TimeFormat)}
+	now := time.Now()
+	mono = now.Sub(monoEpoch)
+	sec := now.Unix()
+	d := &cachedDate{
+		from:  mono,
+		until: mono + time.Duration(1e9-now.Nanosecond()),
+		s:     time.Unix(sec, 0).UTC().Format(http.TimeFormat),
+	}
 	dateCache.Store(d)
 	return d.s
 }
 
+// cachedDate is the Date value s, valid from monotonic offset from until until (monoNow).
 type cachedDate struct {
-	sec int64
-	s   string
+	from, until time.Duration
+	s           string
 }
 
 var dateCache atomic.Pointer[cachedDate]

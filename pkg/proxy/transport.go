@@ -127,7 +127,7 @@ type persistConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer // writes to cw
 	cw     sentCounter
-	idleAt time.Time
+	idleAt time.Duration // monoNow when put in the pool
 	// rdl is conn's read deadline; see armHeaderDeadline.
 	rdl readDeadline
 }
@@ -612,7 +612,7 @@ func (t *syncTransport) get(addr string, check bool) (*persistConn, bool) {
 		p.conns[len(p.conns)-1] = nil
 		p.conns = p.conns[:len(p.conns)-1]
 		t.mu.Unlock()
-		if t.idleTimeout > 0 && time.Since(pc.idleAt) > t.idleTimeout {
+		if t.idleTimeout > 0 && monoNow()-pc.idleAt > t.idleTimeout {
 			pc.close()
 			continue
 		}
@@ -651,7 +651,7 @@ func (t *syncTransport) put(pc *persistConn) {
 		pc.close() // the pod sent more than one response: the connection is out of step
 		return
 	}
-	pc.idleAt = time.Now()
+	pc.idleAt = monoNow()
 	t.mu.Lock()
 	p := t.pools[pc.addr]
 	if p == nil {
@@ -673,7 +673,7 @@ func (t *syncTransport) put(pc *persistConn) {
 // sweepIdle closes the connections to addr that have been idle longer than idleTimeout (pods
 // that were deleted keep none open for long) and re-arms itself while any remain.
 func (t *syncTransport) sweepIdle(addr string, p *idlePool) {
-	now := time.Now()
+	now := monoNow()
 	var expired []*persistConn
 	t.mu.Lock()
 	if t.pools[addr] != p {
@@ -683,7 +683,7 @@ func (t *syncTransport) sweepIdle(addr string, p *idlePool) {
 	p.sweep = nil
 	keep := p.conns[:0]
 	for _, pc := range p.conns {
-		if now.Sub(pc.idleAt) >= t.idleTimeout {
+		if now-pc.idleAt >= t.idleTimeout {
 			expired = append(expired, pc)
 		} else {
 			keep = append(keep, pc)

@@ -215,6 +215,9 @@ func runBench(args []string) error {
 			median(w, rps), minOf(w, rps), maxOf(w, rps), ratio(w, wsS["direct"]), ratio(w, wsS["nginx"]), median(w, cpu),
 			median(w, p50), median(w, p99))
 	}
+	if _, ok := httpS["nginx"]; ok {
+		b.WriteString(cpuRatioTable(rows, httpS, wsS))
+	}
 	if *cutRounds > 0 {
 		b.WriteString("\n")
 		if assets, ok := envtestAssets(); !ok {
@@ -385,6 +388,48 @@ func ratio(row, direct []sample) string {
 	}
 	sort.Float64s(r)
 	return fmt.Sprintf("%.2fx (%.2f-%.2f)", r[len(r)/2], r[0], r[len(r)-1])
+}
+
+// cpuRatioTable compares each row's CPU per request and per WebSocket round trip with nginx's
+// round by round (the rows of a round run back to back, so a busy machine moves both sides of a
+// ratio alike): the median of the per-round ratios, their range, and in how many rounds the row
+// used at most nginx's CPU. The medians of the main table come from different rounds and scatter
+// more.
+func cpuRatioTable(rows []row, httpS, wsS map[string][]sample) string {
+	var b strings.Builder
+	b.WriteString("\nCPU against nginx's in the same round: median of the per-round ratios (min-max), and the rounds at or below nginx's.\n\n")
+	b.WriteString("| path | CPU per request vs nginx | rounds <= nginx | CPU per round trip vs nginx | rounds <= nginx |\n|---|---|---|---|---|\n")
+	for _, rw := range rows {
+		if rw.name == "nginx" || rw.name == "direct" {
+			continue
+		}
+		hr, hn := cpuRatios(httpS[rw.name], httpS["nginx"])
+		wr, wn := cpuRatios(wsS[rw.name], wsS["nginx"])
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", rw.name, hr, hn, wr, wn)
+	}
+	return b.String()
+}
+
+// cpuRatios is the median (min-max) of row's per-round CPU per operation over base's, and in how
+// many of the rounds it was at most 1.
+func cpuRatios(row, base []sample) (string, string) {
+	var r []float64
+	for i := range row {
+		if i < len(base) && row[i].cpuUS > 0 && base[i].cpuUS > 0 {
+			r = append(r, row[i].cpuUS/base[i].cpuUS)
+		}
+	}
+	if len(r) == 0 {
+		return "n/a", "n/a"
+	}
+	sort.Float64s(r)
+	below := 0
+	for _, x := range r {
+		if x <= 1 {
+			below++
+		}
+	}
+	return fmt.Sprintf("%.2fx (%.2f-%.2f)", r[len(r)/2], r[0], r[len(r)-1]), fmt.Sprintf("%d of %d", below, len(r))
 }
 
 // groupCPU is the CPU time (user and system) used so far by the processes of process group

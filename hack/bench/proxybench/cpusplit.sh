@@ -1,0 +1,65 @@
+#!/bin/bash
+# cpusplit.sh: user and system CPU per HTTP request (from /proc/<pid>/stat, 10 ms ticks) of
+# nogoo9's proxy from two proxybench builds and of nginx's worker, under wrk (figure 6's
+# placement: wrk on CPU 0, backend and proxy on CPU 1; 32 connections, 1 KiB answers, 4 s per
+# row after 1 s of warm-up); the three rows change their order every round. A change to the
+# proxy's user-space work shows in the user column, which the kernel's share (most of the time,
+# and most of the scatter on a busy machine) does not blur.
+#
+# Usage (under the machine-wide cluster lock, like proxybench):
+#   flock /work/cluster.lock bash hack/bench/proxybench/cpusplit.sh ROUNDS NEW_PROXYBENCH MAIN_PROXYBENCH
+# Needs wrk, nginx and taskset.
+set -eu
+rounds=$1; new=$2; main=$3
+backend=127.0.0.1:28080; paddr=127.0.0.1:28081; naddr=127.0.0.1:28083
+dir=$(mktemp -d); pids=""
+cleanup() { for p in $pids; do kill $p 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf $dir; }
+trap cleanup EXIT
+waitport() { i=0; until (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null; do i=$((i+1)); [ $i -lt 300 ] || exit 1; sleep 0.1; done; }
+cpu() { awk '{print $14, $15}' /proc/$1/stat; }
+taskset -c 1 $new backend -addr $backend & pids="$pids $!"; waitport 28080
+cat > $dir/nginx.conf <<NGX
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $dir/body; proxy_temp_path $dir/proxy; fastcgi_temp_path $dir/fastcgi; uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi;
+  upstream backend { server $backend; keepalive 256; }
+  server {
+    listen $naddr;
+    location / {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Host \$host;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    }
+  }
+}
+NGX
+measure() { # name pid url
+  taskset -c 0 wrk -t1 -c32 -d1s -H 'Authorization: Bearer bench-token' "$3" >/dev/null
+  read u0 s0 < <(cpu $2)
+  reqs=$(taskset -c 0 wrk -t1 -c32 -d4s -H 'Authorization: Bearer bench-token' "$3" | awk '/requests in/ {print $1}')
+  read u1 s1 < <(cpu $2)
+  echo "$1 $reqs $(( (u1-u0) )) $(( (s1-s0) ))" | awk '{printf "| %s | %d | %.1f | %.1f | %.1f |\n", $1, $2, ($3*10000)/$2, ($4*10000)/$2, (($3+$4)*10000)/$2}'
+}
+row() {
+  case $1 in
+  nginx) taskset -c 1 nginx -c $dir/nginx.conf -e /dev/null 2>/dev/null & np=$!; pids="$pids $np"; waitport 28083; w=$(pgrep -P $np | head -1)
+     measure "nginx,r$2" $w http://$naddr/ws/bench/demo/; kill $np; wait $np 2>/dev/null || true ;;
+  *) b=$new; [ $1 = main ] && b=$main
+     taskset -c 1 $b nogoo9 -listen $paddr -backend $backend & pp=$!; pids="$pids $pp"; waitport 28081
+     measure "$1,r$2" $pp http://$paddr/ws/bench/demo/; kill $pp; wait $pp 2>/dev/null || true ;;
+  esac
+}
+echo "load at the start: $(cut -d' ' -f1-3 /proc/loadavg) $(date -u +%H:%M:%S)"
+echo "| row | requests | user us/req | system us/req | total us/req |"
+echo "|---|---|---|---|---|"
+orders=("new main nginx" "main nginx new" "nginx new main" "new nginx main" "main new nginx" "nginx main new")
+for r in $(seq 1 $rounds); do
+  for x in ${orders[$(( (r-1) % 6 ))]}; do row $x $r; done
+done
+echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg) $(date -u +%H:%M:%S)"
