@@ -101,6 +101,14 @@ func fastClient(cl *localcluster.Cluster) (kubernetes.Interface, error) {
 // measured runs one rollout and records its time and its API writes per workspace.
 func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.Interface, fig, subject string, n int,
 	roll func(ctx context.Context) (time.Duration, error), tl func() string) {
+	// Start from a quiet API server: what the previous rollout left behind must not count
+	// against this subject (its CPU, its requests, its time).
+	switch waited, quiet, err := bench.AwaitQuiet(ctx, cs, time.Second, 10*time.Second); {
+	case err != nil:
+		logf("%s: %s: waiting for a quiet API server: %v", fig, subject, err)
+	case !quiet:
+		logf("%s: %s: the API server still served writes after %s; measuring anyway", fig, subject, waited.Round(100*time.Millisecond))
+	}
 	before, err := bench.CountWrites(ctx, cs)
 	if err != nil {
 		res.Fail(fig, subject, "s", err)
