@@ -170,6 +170,9 @@ type WorkspaceReconciler struct {
 	// seen tells when the cache has caught up with a pod this process created (nil: never
 	// asked; the check after a create then reads the API server).
 	seen *podcache.Seen
+	// nodes are the names of the Nodes the cache holds (nil: none known; the node check then
+	// looks each one up in the cache).
+	nodes *nodeNames
 }
 
 // SetupWorkspaceReconciler adds the upgrade controller to mgr (leader only) with the template
@@ -210,6 +213,9 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.every = every
 	r.gate.cached = everyUpgrading(every)
 	if r.seen, err = podcache.WatchSeen(context.Background(), mgr.GetCache()); err != nil {
+		return err
+	}
+	if r.nodes, err = watchNodeNames(context.Background(), mgr.GetCache(), r.nodeGone); err != nil {
 		return err
 	}
 	registerCollector(r)
