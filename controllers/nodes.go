@@ -135,7 +135,7 @@ func (r *WorkspaceReconciler) deleteLostPod(ctx context.Context, a lifecycle.Act
 // (metadata) informer. The node check asks it first: controller-runtime's Get of a cached Node
 // copies it, managed fields included, whatever the caller asks (its multi-namespace cache, the
 // one nogoo9 runs with a list of namespaces, drops Get's UnsafeDisableDeepCopy for cluster-scoped
-// kinds), once per pass of every workspace: 5% of nogoo9's CPU in a bulk upgrade
+// kinds), once per pass of every workspace: 1-2.5% of nogoo9's CPU samples in a bulk upgrade
 // (docs/performance.md, "Ninth round"). A nil set has no node.
 //
 // A node leaves the set before its deletion wakes the workspaces on it (gone): the handler does

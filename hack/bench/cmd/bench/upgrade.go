@@ -332,6 +332,7 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 	res.Compare(figR, subjFloorRecrIntent, subjFloorRecr)
 	res.Compare(figR, subjNogoo9Recr, subjFloorRecrIntent)
 	res.Compare(figW, subjFloorIntent, subjFloor)
+	res.Compare(titleEvents(c.n), subjFloorIntent, subjFloor)
 	res.Note(fig, "floor + intent: the floor that first merge-patches nogoo9's intent (the two annotations upgrade-all writes) on each old pod, then does the floor's work, in the same worker (figure 1b too); the aim's ratio stays against the plain floor")
 	if before != nil {
 		res.Compare(fig, subjBefore, subjFloor, subjDeployRaised)
