@@ -3,13 +3,18 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -74,7 +79,12 @@ func (r *WorkspaceReconciler) goneNodes(ctx context.Context, pods []*corev1.Pod)
 		}
 		checked[n] = true
 		// Only whether it exists matters: no copy of its metadata (every pass of every workspace
-		// asks, a bulk upgrade's passes included).
+		// asks, a bulk upgrade's passes included). The set of cached node names answers without
+		// a lookup in the cache; a node it does not show (not delivered to its handler yet, or
+		// a reconciler set up without it) is looked up as before.
+		if r.nodes.has(n) {
+			continue
+		}
 		err := r.Reader.Get(ctx, client.ObjectKey{Name: n}, nodeMeta(), client.UnsafeDisableDeepCopy)
 		if err == nil {
 			continue
@@ -119,4 +129,90 @@ func (r *WorkspaceReconciler) deleteLostPod(ctx context.Context, a lifecycle.Act
 	ctrl.LoggerFrom(ctx).Info("Deleted pod of a lost node", "pod", klog.KObj(a.Pod), "node", a.Pod.Spec.NodeName, "keep", klog.KObj(&keep))
 	r.lifecycleEvent(a)
 	return true, nil
+}
+
+// nodeNames is the set of the Nodes the cache holds, by name, kept by a handler of the Node
+// (metadata) informer. The node check asks it first: controller-runtime's Get of a cached Node
+// copies it, managed fields included, whatever the caller asks (its multi-namespace cache, the
+// one nogoo9 runs with a list of namespaces, drops Get's UnsafeDisableDeepCopy for cluster-scoped
+// kinds), once per pass of every workspace: 1-2.5% of nogoo9's CPU samples in a bulk upgrade
+// (docs/performance.md, "Ninth round"). A nil set has no node.
+//
+// A node leaves the set before its deletion wakes the workspaces on it (gone): the handler does
+// both, in that order, so the pass that the wake brings sees the node gone. The controller's own
+// Node watch wakes them too, possibly before the handler has run: such a pass still sees the
+// node, and the handler's wake brings the one that acts.
+type nodeNames struct {
+	mu    sync.RWMutex
+	names map[string]struct{}
+	gone  func(name string)
+}
+
+// watchNodeNames returns the set of the Nodes c caches, kept by a handler of c's Node metadata
+// informer; gone is called with the name of each node deleted, after the set dropped it.
+func watchNodeNames(ctx context.Context, c interface {
+	GetInformer(context.Context, client.Object, ...cache.InformerGetOption) (cache.Informer, error)
+}, gone func(name string)) (*nodeNames, error) {
+	inf, err := c.GetInformer(ctx, nodeMeta())
+	if err != nil {
+		return nil, fmt.Errorf("node informer: %w", err)
+	}
+	s := &nodeNames{names: map[string]struct{}{}, gone: gone}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.set(obj, true) },
+		UpdateFunc: func(_, obj any) { s.set(obj, true) },
+		DeleteFunc: func(obj any) { s.set(obj, false) },
+	}); err != nil {
+		return nil, fmt.Errorf("watch the node informer: %w", err)
+	}
+	return s, nil
+}
+
+func (s *nodeNames) set(obj any, present bool) {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	name := m.GetName()
+	s.mu.Lock()
+	if present {
+		s.names[name] = struct{}{}
+	} else {
+		delete(s.names, name)
+	}
+	s.mu.Unlock()
+	if !present && s.gone != nil {
+		s.gone(name)
+	}
+}
+
+func (s *nodeNames) has(name string) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.names[name]
+	return ok
+}
+
+// nodeGone wakes every workspace with a pod bound to node name (nodeRequests), in the
+// background: on a replica that is not the leader nobody reads the channel, and the sends give
+// up after a minute (a new leader reconciles every workspace when it starts anyway).
+func (r *WorkspaceReconciler) nodeGone(name string) {
+	go func() {
+		ctx := context.Background()
+		timeout := time.NewTimer(time.Minute)
+		defer timeout.Stop()
+		for _, req := range r.nodeRequests(ctx, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}}) {
+			select {
+			case r.wake <- keyEvent(req.NamespacedName):
+			case <-timeout.C:
+				return
+			}
+		}
+	}()
 }

@@ -170,6 +170,9 @@ type WorkspaceReconciler struct {
 	// seen tells when the cache has caught up with a pod this process created (nil: never
 	// asked; the check after a create then reads the API server).
 	seen *podcache.Seen
+	// nodes are the names of the Nodes the cache holds (nil: none known; the node check then
+	// looks each one up in the cache).
+	nodes *nodeNames
 }
 
 // SetupWorkspaceReconciler adds the upgrade controller to mgr (leader only) with the template
@@ -210,6 +213,9 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.every = every
 	r.gate.cached = everyUpgrading(every)
 	if r.seen, err = podcache.WatchSeen(context.Background(), mgr.GetCache()); err != nil {
+		return err
+	}
+	if r.nodes, err = watchNodeNames(context.Background(), mgr.GetCache(), r.nodeGone); err != nil {
 		return err
 	}
 	registerCollector(r)
@@ -798,9 +804,12 @@ func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.Namespace
 		return 0, nil
 	}
 	if k := a.Keep; k != nil && (k.UID != "" || mv.created[k.Name] == nil) {
-		var live corev1.Pod
-		err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(k), &live)
-		if apierrors.IsNotFound(err) || (err == nil && (!sameKeep(&live, k) || live.DeletionTimestamp != nil)) {
+		// A quorum read of the pod's metadata only: whether it is there, the same pod and not
+		// being deleted is all this read is for, so the API server sends (and nogoo9 decodes)
+		// no spec and no status.
+		live := podMeta()
+		err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(k), live)
+		if apierrors.IsNotFound(err) || (err == nil && (!sameKeep(live, k) || live.DeletionTimestamp != nil)) {
 			ctrl.LoggerFrom(ctx).V(1).Info("Pod that stays is gone; re-planning", "pod", klog.KObj(k))
 			return stopMove, nil
 		}
@@ -845,12 +854,20 @@ func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.Namespace
 
 // sameKeep reports whether live is the pod that Keep names: the same UID or, for a Keep without
 // UID (the pod a move creates), the upgrade of the same pod.
-func sameKeep(live, keep *corev1.Pod) bool {
+func sameKeep(live metav1.Object, keep *corev1.Pod) bool {
 	if keep.UID == "" {
 		uid := keep.Annotations[workspace.AnnUpgradeFromUID]
-		return uid != "" && live.Annotations[workspace.AnnUpgradeFromUID] == uid
+		return uid != "" && live.GetAnnotations()[workspace.AnnUpgradeFromUID] == uid
 	}
-	return live.UID == keep.UID
+	return live.GetUID() == keep.UID
+}
+
+// podMeta is an empty pod metadata object: a read into it asks the API server for the pod's
+// metadata only (PartialObjectMetadata).
+func podMeta() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	return m
 }
 
 // patchPod merge-patches nogoo9's annotations on pod (set, and remove), with the pod's UID in the

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 )
@@ -172,4 +173,46 @@ func (t PodTraffic) PerUnit(after PodTraffic, n int) string {
 	}
 	return fmt.Sprintf("pod requests %.2f per workspace (%s); pod watch events sent %.1f per workspace, %.0f bytes each on average, %.1f KB per workspace",
 		total/float64(n), strings.Join(verbs, ", "), ev/float64(n), mean, sum/float64(n)/1000)
+}
+
+// AwaitQuiet waits until kube-apiserver has served no write for quiet (leases left out: every
+// component renews its own on a timer; Events counted), polling its /metrics, and returns how
+// long it waited; quiesced is false when the writes did not stop within limit. A rollout leaves
+// work behind (kwok's final status writes and deletes, the scheduler's and the controllers'
+// Events, trailing status updates); without the wait that work lands in the next subject's
+// rollout, and in its CPU and request counts, whichever subject comes next.
+func AwaitQuiet(ctx context.Context, cs kubernetes.Interface, quiet, limit time.Duration) (waited time.Duration, quiesced bool, err error) {
+	start := time.Now()
+	count := func() (float64, error) {
+		body, err := scrapeMetrics(ctx, cs)
+		if err != nil {
+			return 0, err
+		}
+		return sumWritesOf(body, func(resource string) bool { return resource != "leases" })
+	}
+	last, err := count()
+	if err != nil {
+		return 0, false, err
+	}
+	since := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return time.Since(start), false, ctx.Err()
+		case <-time.After(quiet / 5):
+		}
+		n, err := count()
+		if err != nil {
+			return time.Since(start), false, err
+		}
+		if n != last {
+			last, since = n, time.Now()
+		}
+		if time.Since(since) >= quiet {
+			return time.Since(start), true, nil
+		}
+		if time.Since(start) >= limit {
+			return time.Since(start), false, nil
+		}
+	}
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
@@ -10,8 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 const labelSlot = "bench.nogoo9/slot"
@@ -20,11 +24,19 @@ const labelSlot = "bench.nogoo9/slot"
 // replacement pod and deletes the old pod as soon as its replacement is Ready (side by side), or
 // deletes the old pod and creates the new one once it is gone (Recreate, with a ReadWriteOncePod
 // claim per slot). Its client should have the same QPS as nogoo9's.
+//
+// With Intent it is the floor of a design that records each request on the object first ("floor +
+// intent"): before its first request for a slot (the create side by side, the delete for
+// Recreate) it merge-patches the same two annotations onto the old pod that nogoo9's upgrade-all
+// writes (IntentPatch), in the same worker, with no watch hop between. The difference between it
+// and the plain floor is what the intent the design requires costs the cluster; the rest of
+// nogoo9's gap is nogoo9's.
 type Floor struct {
 	Client    kubernetes.Interface
 	Namespace string
 	N         int
 	Recreate  bool
+	Intent    bool
 	// Workers is the number of parallel request goroutines (default 32).
 	Workers int
 	// Timeline is the last Roll's milestones per slot (see Timeline).
@@ -62,6 +74,26 @@ func (f *Floor) create(ctx context.Context, i, rev int) error {
 	_, err := f.Client.CoreV1().Pods(f.Namespace).Create(ctx, f.pod(i, rev), metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create pod %s/%s: %w", f.Namespace, f.podName(i, rev), err)
+	}
+	return nil
+}
+
+// IntentPatch is the merge patch nogoo9's upgrade-all writes on a workspace's pod (pkg/frontend:
+// the request's time and the upgraded pod's name), for the "floor + intent" baseline.
+func IntentPatch(now time.Time, podName string) []byte {
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		workspace.AnnUpgradeRequested: now.UTC().Format(time.RFC3339),
+		workspace.AnnUpgradePod:       podName,
+	}}})
+	return b
+}
+
+// intent writes the intent on slot i's pod of revision old, naming its replacement of revision next.
+func (f *Floor) intent(ctx context.Context, i, old, next int) error {
+	name := f.podName(i, old)
+	_, err := f.Client.CoreV1().Pods(f.Namespace).Patch(ctx, name, types.MergePatchType, IntentPatch(time.Now(), f.podName(i, next)), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patch intent on pod %s/%s: %w", f.Namespace, name, err)
 	}
 	return nil
 }
@@ -117,6 +149,8 @@ func (f *Floor) Roll(ctx context.Context, timeout time.Duration) (time.Duration,
 	type job struct {
 		create int
 		del    *corev1.Pod
+		// intent: write the intent on the slot's old pod first (Intent; the slot's first request).
+		intent bool
 	}
 	jobs := make(chan job, f.N*2)
 	errc := make(chan error, 1)
@@ -127,6 +161,20 @@ func (f *Floor) Roll(ctx context.Context, timeout time.Duration) (time.Duration,
 			defer wg.Done()
 			for j := range jobs {
 				var err error
+				if j.intent {
+					slot := j.create
+					if j.del != nil {
+						slot, _ = strconv.Atoi(j.del.Labels[labelSlot])
+					}
+					if err = f.intent(ctx, slot, old, next); err != nil {
+						select {
+						case errc <- err:
+						default:
+						}
+						cancel()
+						continue
+					}
+				}
 				if j.del != nil {
 					err = f.delete(ctx, j.del)
 				} else {
@@ -145,13 +193,13 @@ func (f *Floor) Roll(ctx context.Context, timeout time.Duration) (time.Duration,
 	defer func() { close(jobs); wg.Wait() }()
 
 	start := time.Now()
-	tl := NewTimeline(start, "old deleting", "old gone", "created", "scheduled", "Ready")
+	tl := NewTimeline(start, "intent", "old deleting", "old gone", "created", "scheduled", "Ready")
 	f.Timeline = tl
 	created := make([]bool, f.N)
 	deleted := make([]bool, f.N)
 	if !f.Recreate {
 		for i := 0; i < f.N; i++ {
-			jobs <- job{create: i}
+			jobs <- job{create: i, intent: f.Intent}
 			created[i] = true
 		}
 	}
@@ -168,6 +216,9 @@ func (f *Floor) Roll(ctx context.Context, timeout time.Duration) (time.Duration,
 			switch p.Labels[LabelRev] {
 			case oldRev:
 				oldPods[i] = p
+				if p.Annotations[workspace.AnnUpgradeRequested] != "" {
+					tl.Mark("intent", strconv.Itoa(i), now)
+				}
 				if p.DeletionTimestamp != nil {
 					tl.Mark("old deleting", strconv.Itoa(i), now)
 				}
@@ -188,7 +239,7 @@ func (f *Floor) Roll(ctx context.Context, timeout time.Duration) (time.Duration,
 			}
 			switch {
 			case f.Recreate && oldPods[i] != nil && !deleted[i]:
-				jobs <- job{del: oldPods[i]}
+				jobs <- job{del: oldPods[i], intent: f.Intent}
 				deleted[i] = true
 			case f.Recreate && oldPods[i] == nil && deleted[i] && !created[i]:
 				jobs <- job{create: i}

@@ -36,8 +36,12 @@ const (
 	subjDeployRecr    = "Deployments (Recreate), raised kcm"
 	subjFloor         = "floor (bare client, QPS 500)"
 	subjFloorRecr     = "floor recreate (bare client, QPS 500)"
-	subjNogoo9        = "nogoo9"
-	subjNogoo9Recr    = "nogoo9 (Recreate)"
+	// The floor that first writes nogoo9's intent on each old pod (bench.Floor.Intent): how much
+	// of nogoo9's gap is the intent the design requires.
+	subjFloorIntent     = "floor + intent (bare client, QPS 500)"
+	subjFloorRecrIntent = "floor recreate + intent (bare client, QPS 500)"
+	subjNogoo9          = "nogoo9"
+	subjNogoo9Recr      = "nogoo9 (Recreate)"
 	// The -nogoo9-before binary (BENCH_NOGOO9_BEFORE), measured in the same rounds.
 	subjBefore     = "nogoo9 before"
 	subjBeforeRecr = "nogoo9 before (Recreate)"
@@ -97,6 +101,14 @@ func fastClient(cl *localcluster.Cluster) (kubernetes.Interface, error) {
 // measured runs one rollout and records its time and its API writes per workspace.
 func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.Interface, fig, subject string, n int,
 	roll func(ctx context.Context) (time.Duration, error), tl func() string) {
+	// Start from a quiet API server: what the previous rollout left behind must not count
+	// against this subject (its CPU, its requests, its time).
+	switch waited, quiet, err := bench.AwaitQuiet(ctx, cs, time.Second, 10*time.Second); {
+	case err != nil:
+		logf("%s: %s: waiting for a quiet API server: %v", fig, subject, err)
+	case !quiet:
+		logf("%s: %s: the API server still served writes after %s; measuring anyway", fig, subject, waited.Round(100*time.Millisecond))
+	}
 	before, err := bench.CountWrites(ctx, cs)
 	if err != nil {
 		res.Fail(fig, subject, "s", err)
@@ -205,13 +217,15 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 	deployR := &bench.Deployments{Client: cs, Namespace: "bench-deploy-recreate", N: c.n, Recreate: true}
 	floor := &bench.Floor{Client: cs, Namespace: "bench-floor", N: c.n}
 	floorR := &bench.Floor{Client: cs, Namespace: "bench-floor-recreate", N: c.n, Recreate: true}
+	floorI := &bench.Floor{Client: cs, Namespace: "bench-floor-intent", N: c.n, Intent: true}
+	floorRI := &bench.Floor{Client: cs, Namespace: "bench-floor-recreate-intent", N: c.n, Recreate: true, Intent: true}
 
 	if do1 {
-		logf("setting up %d Deployments (x2) and %d floor pods (x2)", c.n, c.n)
+		logf("setting up %d Deployments (x2) and %d floor pods (x4)", c.n, c.n)
 		if err := kcm.Start(ctx, bench.RaisedKCMFlags, ports); err != nil {
 			return fmt.Errorf("start rollout controller-manager: %w", err)
 		}
-		for _, s := range []interface{ Setup(context.Context) error }{deploy, deployR, floor, floorR} {
+		for _, s := range []interface{ Setup(context.Context) error }{deploy, deployR, floor, floorR, floorI, floorRI} {
 			if err := s.Setup(ctx); err != nil {
 				return fmt.Errorf("setup: %w", err)
 			}
@@ -265,10 +279,14 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 		}
 		sbs := []rollout{{subjFloor, func(ctx context.Context) (time.Duration, error) {
 			return floor.Roll(ctx, timeout)
-		}, func() string { return floor.Timeline.String() }}}
+		}, func() string { return floor.Timeline.String() }}, {subjFloorIntent, func(ctx context.Context) (time.Duration, error) {
+			return floorI.Roll(ctx, timeout)
+		}, func() string { return floorI.Timeline.String() }}}
 		recr := []rollout{{subjFloorRecr, func(ctx context.Context) (time.Duration, error) {
 			return floorR.Roll(ctx, timeout)
-		}, func() string { return floorR.Timeline.String() }}}
+		}, func() string { return floorR.Timeline.String() }}, {subjFloorRecrIntent, func(ctx context.Context) (time.Duration, error) {
+			return floorRI.Roll(ctx, timeout)
+		}, func() string { return floorRI.Timeline.String() }}}
 		for _, p := range []struct {
 			n         *nogoo9Proc
 			sbs, recr string
@@ -309,6 +327,13 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 	res.Compare(fig, subjNogoo9, subjFloor, subjDeployRaised)
 	res.Compare(figR, subjFloorRecr, subjDeployRecr)
 	res.Compare(figR, subjNogoo9Recr, subjFloorRecr, subjDeployRecr)
+	res.Compare(fig, subjFloorIntent, subjFloor)
+	res.Compare(fig, subjNogoo9, subjFloorIntent)
+	res.Compare(figR, subjFloorRecrIntent, subjFloorRecr)
+	res.Compare(figR, subjNogoo9Recr, subjFloorRecrIntent)
+	res.Compare(figW, subjFloorIntent, subjFloor)
+	res.Compare(titleEvents(c.n), subjFloorIntent, subjFloor)
+	res.Note(fig, "floor + intent: the floor that first merge-patches nogoo9's intent (the two annotations upgrade-all writes) on each old pod, then does the floor's work, in the same worker (figure 1b too); the aim's ratio stays against the plain floor")
 	if before != nil {
 		res.Compare(fig, subjBefore, subjFloor, subjDeployRaised)
 		res.Compare(fig, subjNogoo9, subjBefore)
