@@ -72,6 +72,30 @@ func TestTheEndOfASideBySideUpgradeReadsTheNewPodsMetadataOnly(t *testing.T) {
 					t.Errorf("delete the new pod: %v", err)
 				}
 			}},
+		{name: "the new pod is replaced behind the cache's back (same name, new UID): the old pod stays",
+			behind: func(t *testing.T, up *corev1.Pod) {
+				if err := c.Delete(ctx, up, client.Preconditions{UID: &up.UID}); err != nil {
+					t.Errorf("delete the new pod: %v", err)
+					return
+				}
+				again := up.DeepCopy()
+				again.UID, again.ResourceVersion, again.ManagedFields = "", "", nil
+				again.CreationTimestamp = metav1.Time{}
+				again.Status = corev1.PodStatus{}
+				for i := 0; i < 100; i++ {
+					err := c.Create(ctx, again)
+					if err == nil {
+						t.Logf("replaced %s: UID %s -> %s", up.Name, up.UID, again.UID)
+						return
+					}
+					if !apierrors.IsAlreadyExists(err) {
+						t.Errorf("re-create the new pod: %v", err)
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				t.Errorf("could not re-create the new pod")
+			}},
 		{name: "the new pod is being deleted behind the cache's back (finalizer): the old pod stays", hold: true,
 			behind: func(t *testing.T, up *corev1.Pod) {
 				if err := c.Delete(ctx, up, client.Preconditions{UID: &up.UID}); client.IgnoreNotFound(err) != nil {

@@ -169,14 +169,18 @@ func watchNodeNames(ctx context.Context, c interface {
 }
 
 func (s *nodeNames) set(obj any, present bool) {
+	name := ""
 	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
+		obj, name = t.Obj, t.Key // a Node is cluster-scoped: its key is its name
 	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
+	if m, err := meta.Accessor(obj); err == nil {
+		name = m.GetName()
+	}
+	if name == "" {
+		// Nothing to file: a node the set cannot name is looked up in the cache, as without it.
+		ctrl.Log.WithName("node-names").Error(fmt.Errorf("unexpected %T", obj), "a Node event without a name")
 		return
 	}
-	name := m.GetName()
 	s.mu.Lock()
 	if present {
 		s.names[name] = struct{}{}
