@@ -10,7 +10,8 @@ import "time"
 // (up to 3% at the microbenchmark's 190 ns). Everything
 // the proxy times per request is a duration (deadlines, idle times, cache lifetimes), so it
 // reads the monotonic clock only, as an offset from monoEpoch; the wall clock is read where a
-// wall time is needed (the Date header, once a second; a token's own expiry, once per token).
+// wall time is needed (the Date header, once a second; a cached token's own expiry, on its
+// lookup; the activity record, when on).
 
 // monoEpoch is the reference of monoNow, taken once.
 var monoEpoch = time.Now()

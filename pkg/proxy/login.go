@@ -219,10 +219,12 @@ func safeNext(next string) string {
 }
 
 // tokenCache remembers verified tokens for a short time, so a request costs a map lookup rather
-// than a signature check or a TokenReview. An entry never outlives the token's expiry. Times are
-// monotonic offsets (monoNow, clock.go): a lookup reads no wall clock; the token's expiry, a
-// wall time, becomes one when the entry is made (a wall clock set forward or back after that
-// does not move it, as it does not move the TTL).
+// than a signature check or a TokenReview. An entry ends at the TTL, a monotonic offset (monoNow,
+// clock.go: a wall clock set forward or back does not move it), or when the wall clock passes the
+// token's own expiry, whichever is first: the expiry is a wall time, as the verifier reads it, so
+// a lookup of a token that expires reads the wall clock once (a step of the wall clock or a
+// suspended host, which stops the monotonic clock, must not let the cache accept a token the
+// verifier would refuse).
 type tokenCache struct {
 	ttl time.Duration
 	mu  sync.RWMutex
@@ -231,7 +233,7 @@ type tokenCache struct {
 
 type cachedCaller struct {
 	c       *auth.Caller
-	expires time.Duration // monoNow
+	expires time.Duration // monoNow: the TTL, or the token's expiry if sooner when it was cached
 }
 
 // maxCachedTokens bounds the cache; when full it starts over (a burst of new tokens costs one
@@ -249,7 +251,7 @@ func (tc *tokenCache) get(token string, now time.Duration) *auth.Caller {
 	tc.mu.RLock()
 	e, ok := tc.m[token]
 	tc.mu.RUnlock()
-	if !ok || now >= e.expires {
+	if !ok || now >= e.expires || (!e.c.Expiry.IsZero() && !time.Now().Before(e.c.Expiry)) {
 		return nil
 	}
 	return e.c
@@ -265,7 +267,8 @@ func (tc *tokenCache) put(token string, c *auth.Caller, now time.Duration) {
 	if !c.Expiry.IsZero() {
 		// The time left now, from now's reading (taken earlier): the entry ends no later
 		// than the token.
-		if left := time.Until(c.Expiry); now+left < exp {
+		// (Compared before adding: a far expiry must not overflow now+left.)
+		if left := time.Until(c.Expiry); left < tc.ttl {
 			exp = now + left
 		}
 	}

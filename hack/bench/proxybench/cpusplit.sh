@@ -48,7 +48,10 @@ measure() { # name pid url
 }
 row() {
   case $1 in
-  nginx) taskset -c 1 nginx -c $dir/nginx.conf -e /dev/null 2>/dev/null & np=$!; pids="$pids $np"; waitport 28083; w=$(pgrep -P $np | head -1)
+  nginx) taskset -c 1 nginx -c $dir/nginx.conf -e /dev/null 2>/dev/null & np=$!; pids="$pids $np"; waitport 28083
+     # The worker, once the master has forked it (at most 5 s): without it the row would read 0 CPU.
+     w=; for _ in $(seq 50); do w=$(pgrep -P $np | head -1); [ -n "$w" ] && break; sleep 0.1; done
+     [ -n "$w" ] || { echo "cpusplit: nginx's worker did not start" >&2; exit 1; }
      measure "nginx,r$2" $w http://$naddr/ws/bench/demo/; kill $np; wait $np 2>/dev/null || true ;;
   *) b=$new; [ $1 = main ] && b=$main
      taskset -c 1 $b nogoo9 -listen $paddr -backend $backend & pp=$!; pids="$pids $pp"; waitport 28081
