@@ -106,8 +106,10 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 	switch waited, quiet, err := bench.AwaitQuiet(ctx, cs, time.Second, 10*time.Second); {
 	case err != nil:
 		logf("%s: %s: waiting for a quiet API server: %v", fig, subject, err)
+		res.Note(fig, "%s: one rollout did not wait for a quiet API server (%v)", subject, err)
 	case !quiet:
 		logf("%s: %s: the API server still served writes after %s; measuring anyway", fig, subject, waited.Round(100*time.Millisecond))
+		res.Note(fig, "%s: one rollout started while the API server still served writes (after waiting %s)", subject, waited.Round(100*time.Millisecond))
 	}
 	before, err := bench.CountWrites(ctx, cs)
 	if err != nil {
