@@ -1,13 +1,10 @@
 package podcache
 
 import (
-	"unsafe"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -138,8 +135,7 @@ func materializeContainers(in []ContainerStatus) []corev1.ContainerStatus {
 	return out
 }
 
-// compact is the Pod of a pod Transform has stripped; it shares p's interned strings, maps and
-// slices, and its own strings are packed into one allocation (pack).
+// compact is the Pod of a pod Transform has stripped; it shares p's strings, maps and slices.
 func compact(p *corev1.Pod) *Pod {
 	out := &Pod{
 		ObjectMeta: p.ObjectMeta, NodeName: p.Spec.NodeName,
@@ -157,7 +153,6 @@ func compact(p *corev1.Pod) *Pod {
 			}
 		}
 	}
-	pack(out)
 	return out
 }
 
@@ -205,63 +200,4 @@ func NodeName(obj any) string {
 		return p.NodeName
 	}
 	return ""
-}
-
-// pack copies the strings of p that are its own (not interned: name, UID, resourceVersion, the
-// values of unshared labels and annotations, claim names, messages, pod IP) into one allocation
-// and points p's fields at it. The decoder allocates each string on its own, among the garbage of
-// the rest of the decoded pod (image names, IDs, managed fields), and the collector does not move
-// objects: a few kept strings per pod in spans of freed ones held the spans in use.
-func pack(p *Pod) {
-	n := 0
-	visitOwnStrings(p, func(s string) string { n += len(s); return s })
-	if n == 0 {
-		return
-	}
-	buf := make([]byte, 0, n)
-	visitOwnStrings(p, func(s string) string {
-		if s == "" {
-			return s
-		}
-		start := len(buf)
-		buf = append(buf, s...)
-		return unsafe.String(&buf[start], len(s))
-	})
-}
-
-// visitOwnStrings replaces each string of p that pack packs with f of it.
-func visitOwnStrings(p *Pod, f func(string) string) {
-	p.Name = f(p.Name)
-	p.UID = types.UID(f(string(p.UID)))
-	p.ResourceVersion = f(p.ResourceVersion)
-	for k, v := range p.Labels {
-		if !internedLabelValues[k] {
-			p.Labels[k] = f(v)
-		}
-	}
-	for k, v := range p.Annotations {
-		if !internedAnnotationValues[k] {
-			p.Annotations[k] = f(v)
-		}
-	}
-	for i := range p.Claims {
-		p.Claims[i].ClaimName = f(p.Claims[i].ClaimName)
-	}
-	p.Message = f(p.Message)
-	p.PodIP = f(p.PodIP)
-	for i := range p.Conditions {
-		p.Conditions[i].Message = f(p.Conditions[i].Message)
-	}
-	for _, cs := range [][]ContainerStatus{p.ContainerStatuses, p.InitContainerStatuses} {
-		for i := range cs {
-			for _, st := range []*corev1.ContainerState{&cs[i].State, &cs[i].LastTerminationState} {
-				if st.Waiting != nil {
-					st.Waiting.Message = f(st.Waiting.Message)
-				}
-				if st.Terminated != nil {
-					st.Terminated.Message = f(st.Terminated.Message)
-				}
-			}
-		}
-	}
 }

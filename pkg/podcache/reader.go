@@ -29,7 +29,8 @@ import (
 //
 // The stores are the informers' own (captured as controller-runtime creates them, one per
 // watched namespace), read the way controller-runtime reads them: by key, by the namespace index,
-// by a field index ("field:<name>", "<namespace>/<value>"), then filtered by label selector. So a
+// by a field index ("field:<name>", "<namespace>/<value>"; the workspace-id index files pods by
+// "<namespace>/<bucket of the id>", and a List keeps the id's own), then filtered by label selector. So a
 // reconcile sees every pod write its triggering event reflected, as before. A Get's result and a
 // List's items are the caller's: their maps and slices are copies, except with
 // client.UnsafeDisableDeepCopy, whose results share them with the cache (read only).
