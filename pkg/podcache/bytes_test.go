@@ -22,12 +22,7 @@ import (
 //	go test -run '^$' -bench BytesPerWorkspace -benchtime 1x ./pkg/podcache/
 func BenchmarkBytesPerWorkspace(b *testing.B) {
 	const n = 10000
-	var base *corev1.Pod
-	for _, w := range podcachetest.Workspaces() {
-		if w.Name == "ready" {
-			base = w.Pods[0]
-		}
-	}
+	base := podcachetest.Ready()
 	raw := make([][]byte, n)
 	for i := range raw {
 		p := base.DeepCopy()
@@ -113,12 +108,7 @@ func BenchmarkBytesPerWorkspace(b *testing.B) {
 //	go test -run '^$' -bench LookupByWorkspaceID ./pkg/podcache/
 func BenchmarkLookupByWorkspaceID(b *testing.B) {
 	const n = 10000
-	var base *corev1.Pod
-	for _, w := range podcachetest.Workspaces() {
-		if w.Name == "ready" {
-			base = w.Pods[0]
-		}
-	}
+	base := podcachetest.Ready()
 	store := toolscache.NewIndexer(toolscache.DeletionHandlingMetaNamespaceKeyFunc,
 		toolscache.Indexers{"bucket": workspaceIDBucket, "per-id": namespacedWorkspaceID})
 	ids := make([]string, n)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
@@ -24,12 +23,7 @@ import (
 //	go test -run '^$' -bench RouterBytesPerWorkspace -benchtime 1x ./pkg/proxy/
 func BenchmarkRouterBytesPerWorkspace(b *testing.B) {
 	const n = 10000
-	var base *corev1.Pod
-	for _, w := range podcachetest.Workspaces() {
-		if w.Name == "ready" {
-			base = w.Pods[0]
-		}
-	}
+	base := podcachetest.Ready()
 	pods := make([]*podcache.Pod, n)
 	for i := range pods {
 		p := base.DeepCopy()

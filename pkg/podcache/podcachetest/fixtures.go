@@ -27,6 +27,17 @@ type Workspace struct {
 	Pods []*corev1.Pod
 }
 
+// Ready returns a fresh full pod of the "ready" workspace: the common case the memory
+// benchmarks copy.
+func Ready() *corev1.Pod {
+	for _, w := range Workspaces() {
+		if w.Name == "ready" {
+			return w.Pods[0]
+		}
+	}
+	panic("podcachetest: no ready workspace among the fixtures")
+}
+
 // Workspaces returns fresh full pods for every state (callers may transform them in place).
 func Workspaces() []Workspace {
 	return []Workspace{
