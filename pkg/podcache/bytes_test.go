@@ -37,13 +37,7 @@ func BenchmarkBytesPerWorkspace(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	heap := func() float64 {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return float64(m.HeapAlloc)
-	}
+	heap := podcachetest.HeapAllocated
 	for b.Loop() {
 		// What the cache held before the compact Pod: the stripped *corev1.Pod.
 		h := heap()

@@ -36,13 +36,7 @@ func BenchmarkRouterBytesPerWorkspace(b *testing.B) {
 		p.Status.PodIP = fmt.Sprintf("127.1.%d.%d", i/256, i%256)
 		pods[i] = podcache.Of(p)
 	}
-	heap := func() float64 {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return float64(m.HeapAlloc)
-	}
+	heap := podcachetest.HeapAllocated
 	for b.Loop() {
 		h := heap()
 		r := newRouter(time.Minute, newConnRegistry(logr.Discard()), nil, logr.Discard())

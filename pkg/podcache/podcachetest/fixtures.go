@@ -7,6 +7,7 @@ package podcachetest
 
 import (
 	"fmt"
+	"runtime"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,16 @@ var T0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 type Workspace struct {
 	Name string
 	Pods []*corev1.Pod
+}
+
+// HeapAllocated is the heap allocated after two collections (the memory benchmarks' exact bytes,
+// not a sampled profile).
+func HeapAllocated() float64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapAlloc)
 }
 
 // Ready returns a fresh full pod of the "ready" workspace: the common case the memory
