@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -44,6 +45,10 @@ import (
 
 // version is stamped by `make build` through -ldflags.
 var version = "dev"
+
+// processStarted is when the process's packages were initialised (a few ms after exec): the
+// start-up's log lines count from it (docs/performance.md, "Tenth round: cold start").
+var processStarted = time.Now()
 
 type options struct {
 	namespace         string
@@ -270,6 +275,7 @@ func run(o options) error {
 	// controllers, set up through held, start once those handlers have the initial lists, and
 	// /readyz waits for that too.
 	gate := podcache.NewStartupGate(mgr.GetCache())
+	gate.Started = processStarted
 	readers, held := gate.Readers(mgr), gate.Hold(mgr)
 	if err := mgr.Add(gate); err != nil {
 		return err
@@ -297,6 +303,7 @@ func run(o options) error {
 		if authn, err = o.auth.New(ctx, mgr.GetClient()); err != nil {
 			return fmt.Errorf("set up authentication: %w", err)
 		}
+		authn = &firstVerification{Authenticator: authn}
 	}
 
 	// REST API and MCP (issue 5): served on every replica, no leader election.
@@ -362,6 +369,13 @@ func run(o options) error {
 		if err != nil {
 			return err
 		}
+		// Every cached workspace pod, for the readers of all of them at once (the /metrics
+		// collector, the upgrade gate's first count, the update policies' ticks): one handler
+		// and one map for the three.
+		pods, err := podcache.NewEvery(ctx, mgr.GetCache())
+		if err != nil {
+			return err
+		}
 		if keys == nil {
 			log.Info("No --integrity-key-file: upgrade records are signed with a random key, so a Recreate upgrade in flight across a restart cannot be rolled back automatically")
 		}
@@ -369,11 +383,12 @@ func run(o options) error {
 			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, Timeout: o.upgradeTimeout, Keys: keys,
 			Lifecycle: controllers.LifecycleOptions{IdleTimeout: o.lifecycle.idleTimeout},
 			History:   history,
+			Pods:      pods,
 		}); err != nil {
 			return fmt.Errorf("set up upgrade controller: %w", err)
 		}
 		// Update policies and template history (issue 15): leader only.
-		if err := controllers.SetupPolicyRunner(held, registry, controllers.PolicyOptions{
+		if err := controllers.SetupPolicyRunner(held, registry, pods, controllers.PolicyOptions{
 			Interval: o.updates.interval, PerInterval: o.updates.perInterval, MaxInFlight: o.maxConcurrentUpgr, IdleAfter: o.updates.idleAfter,
 			RetryAfter: o.updates.retryAfter,
 		}); err != nil {
@@ -409,6 +424,38 @@ func run(o options) error {
 	}
 	log.Info("starting nogoo9", "version", version, "namespace", o.namespace, "watchedNamespaces", watched, "components", o.components)
 	return mgr.Start(ctx)
+}
+
+// firstVerification logs how long the process's first token verification took (at start, the
+// first request's TokenReview or OIDC check goes to an API server still busy with the initial
+// lists), once, with the time since the process started.
+type firstVerification struct {
+	auth.Authenticator
+	once sync.Once
+}
+
+func (f *firstVerification) Authenticate(r *http.Request) (*auth.Caller, error) {
+	s := time.Now()
+	c, err := f.Authenticator.Authenticate(r)
+	f.log(s, err)
+	return c, err
+}
+
+func (f *firstVerification) VerifyToken(ctx context.Context, token string) (*auth.Caller, error) {
+	s := time.Now()
+	c, err := f.Authenticator.VerifyToken(ctx, token)
+	f.log(s, err)
+	return c, err
+}
+
+func (f *firstVerification) log(s time.Time, err error) {
+	if err != nil && errors.Is(err, auth.ErrNoToken) {
+		return
+	}
+	f.once.Do(func() {
+		ctrl.Log.WithName("startup").Info("First token verified", "took", time.Since(s).Round(time.Millisecond).String(),
+			"sinceStart", time.Since(processStarted).Round(time.Millisecond).String(), "ok", err == nil)
+	})
 }
 
 // uiSetup wires the web UI's flags into pkg/ui; nil when --ui=false.

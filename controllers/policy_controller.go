@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/updatepolicy"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -55,7 +56,12 @@ type PolicyOptions struct {
 // no longer wants before the upgrade started (the window closed while it waited for a slot) is
 // withdrawn.
 type PolicyRunner struct {
-	Client    client.Client
+	Client client.Client
+	// Pods, when set, are the cache's own workspace pods, read one workspace at a time (main.go
+	// shares the upgrade controller's). Without it each tick Lists every workspace pod from
+	// Reader: at 10,000 workspaces a copy of every pod struct, 0.1-0.2 s of CPU on the cold
+	// start's path for the first tick (docs/performance.md, "Tenth round: cold start").
+	Pods      *podcache.Every
 	Reader    client.Reader
 	Templates TemplateSource
 	Recorder  record.EventRecorder
@@ -65,9 +71,16 @@ type PolicyRunner struct {
 	warned map[types.UID]string
 }
 
-// SetupPolicyRunner adds the update-policy runner to mgr (leader only).
-func SetupPolicyRunner(mgr ctrl.Manager, reg TemplateSource, opts PolicyOptions) error {
-	return mgr.Add(&PolicyRunner{Client: mgr.GetClient(), Reader: mgr.GetCache(), Templates: reg,
+// SetupPolicyRunner adds the update-policy runner to mgr (leader only). pods is the list of every
+// cached workspace pod to read (nil: one of its own, on mgr's cache).
+func SetupPolicyRunner(mgr ctrl.Manager, reg TemplateSource, pods *podcache.Every, opts PolicyOptions) error {
+	if pods == nil {
+		var err error
+		if pods, err = podcache.NewEvery(context.Background(), mgr.GetCache()); err != nil {
+			return err
+		}
+	}
+	return mgr.Add(&PolicyRunner{Client: mgr.GetClient(), Pods: pods, Reader: mgr.GetCache(), Templates: reg,
 		Recorder: mgr.GetEventRecorderFor("workspace-update-policy"), Opts: opts}) //nolint:staticcheck // core/v1 Events, as the upgrade controller
 }
 
@@ -122,32 +135,42 @@ type candidate struct {
 	reason string
 }
 
-// Tick evaluates every workspace once and returns how many upgrades it requested.
-func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
-	p.defaults()
+// workspaces calls fn with the pods of each workspace (one namespace and id): from Pods, the
+// cache's own pods one workspace at a time, or, without Pods, from a List of Reader. fn keeps
+// none of the pods it is given (they may be a reused buffer). ok is false while Pods has not had
+// the informer's initial list.
+func (p *PolicyRunner) workspaces(ctx context.Context, fn func(group []*corev1.Pod)) (ok bool, err error) {
+	if p.Pods != nil {
+		return p.Pods.Workspaces(fn), nil
+	}
 	var list corev1.PodList
 	if err := p.Reader.List(ctx, &list, client.MatchingLabels{workspace.LabelType: workspace.TypeWorkspace}); err != nil {
-		return 0, err
+		return false, err
 	}
-	pods := make([]*corev1.Pod, len(list.Items))
-	for i := range list.Items {
-		pods[i] = &list.Items[i]
-	}
-	now := p.Opts.Now()
 	byKey := map[string][]*corev1.Pod{}
-	for _, pod := range pods {
-		if workspace.IsWorkspacePod(pod) {
+	for i := range list.Items {
+		if pod := &list.Items[i]; workspace.IsWorkspacePod(pod) {
 			k := pod.Namespace + "/" + workspace.ID(pod)
 			byKey[k] = append(byKey[k], pod)
 		}
 	}
+	for _, group := range byKey {
+		fn(group)
+	}
+	return true, nil
+}
+
+// Tick evaluates every workspace once and returns how many upgrades it requested.
+func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
+	p.defaults()
+	now := p.Opts.Now()
 	pending := 0
 	var due []candidate
-	for key, group := range byKey {
+	synced, err := p.workspaces(ctx, func(group []*corev1.Pod) {
 		var live []*corev1.Pod
 		inFlight := false
 		for _, pod := range group {
-			if pod.DeletionTimestamp == nil {
+			if pod.DeletionTimestamp == nil && workspace.IsWorkspacePod(pod) {
 				live = append(live, pod)
 			}
 		}
@@ -161,7 +184,7 @@ func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 			pending++
 		}
 		if len(live) != 1 {
-			continue
+			return
 		}
 		pod := live[0]
 		tmpl, found := p.Templates.Get(workspace.TemplateKey(pod))
@@ -188,15 +211,21 @@ func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 			if d := updatepolicy.Decide(in, now); !d.Upgrade {
 				p.withdraw(ctx, pod, d.Reason)
 			}
-			continue
+			return
 		}
 		d := updatepolicy.Decide(in, now)
 		if d.Err != nil {
 			p.warnOnce(pod, d.Reason)
 		}
 		if d.Upgrade {
-			due = append(due, candidate{pod: pod, key: key, policy: d.Policy, to: tmpl.Version, reason: d.Reason})
+			// A copy of the pod struct: fn's pods may be a buffer reused for the next workspace
+			// (its maps are the cache's, only read).
+			c := *pod
+			due = append(due, candidate{pod: &c, key: pod.Namespace + "/" + workspace.ID(pod), policy: d.Policy, to: tmpl.Version, reason: d.Reason})
 		}
+	})
+	if err != nil || !synced {
+		return 0, err // not synced: the next tick evaluates
 	}
 	budget := p.Opts.PerInterval
 	if p.Opts.MaxInFlight > 0 {

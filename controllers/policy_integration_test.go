@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -11,14 +12,28 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // The update-policy runner against a real API server, tick by tick with a fixed clock: automatic
 // requests are rated (per tick and by the concurrency cap) so that a backlog, as after an outage,
 // never starts all at once; a pin holds; a request the policy no longer wants is withdrawn.
+// It runs twice: reading a List (Reader), and reading the manager cache's own pods one workspace
+// at a time (Pods, as main.go wires it), each tick after the cache has caught up with the API
+// server.
 func TestPolicyRunnerRatesRequestsAndHonoursPinAndPolicyChanges(t *testing.T) {
-	_, c := startAPIServer(t)
+	for _, fromCache := range []bool{false, true} {
+		name := "list"
+		if fromCache {
+			name = "cache"
+		}
+		t.Run(name, func(t *testing.T) { testPolicyRunner(t, fromCache) })
+	}
+}
+
+func testPolicyRunner(t *testing.T, fromCache bool) {
+	cfg, c := startAPIServer(t)
 	ctx := context.Background()
 	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC) // a Saturday
 	names := make([]string, 6)
@@ -48,6 +63,17 @@ func TestPolicyRunnerRatesRequestsAndHonoursPinAndPolicyChanges(t *testing.T) {
 	reg.set(tmpl)
 	r := &PolicyRunner{Client: c, Reader: c, Templates: reg, Recorder: record.NewFakeRecorder(1000),
 		Opts: PolicyOptions{PerInterval: 2, MaxInFlight: 3, IdleAfter: time.Minute, Now: func() time.Time { return now }}}
+	caughtUp := func() {}
+	if fromCache {
+		mgr := newTestManager(t, cfg)
+		pods, err := podcache.NewEvery(ctx, mgr.GetCache())
+		if err != nil {
+			t.Fatal(err)
+		}
+		runManager(t, ctx, mgr)
+		r.Pods, r.Reader = pods, nil
+		caughtUp = func() { t.Helper(); waitEveryCaughtUp(t, ctx, c, pods) }
+	}
 
 	requested := func() (out []string) {
 		t.Helper()
@@ -67,6 +93,7 @@ func TestPolicyRunnerRatesRequestsAndHonoursPinAndPolicyChanges(t *testing.T) {
 	}
 	tick := func(want int, wantTotal int) {
 		t.Helper()
+		caughtUp()
 		n, err := r.Tick(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -100,4 +127,34 @@ func TestPolicyRunnerRatesRequestsAndHonoursPinAndPolicyChanges(t *testing.T) {
 	tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "window", workspace.AnnUpdateWindow: "Sun 02:00-04:00 UTC"}
 	reg.set(tmpl)
 	tick(0, 0)
+}
+
+// waitEveryCaughtUp waits (at most 30 s) until pods holds every workspace pod the API server
+// has, at the resourceVersion it has.
+func waitEveryCaughtUp(t *testing.T, ctx context.Context, c client.Client, pods *podcache.Every) {
+	t.Helper()
+	var list corev1.PodList
+	if err := c.List(ctx, &list, client.MatchingLabels{workspace.LabelType: workspace.TypeWorkspace}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, p := range list.Items {
+		want[p.Namespace+"/"+p.Name] = p.ResourceVersion
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := map[string]string{}
+		if all, ok := pods.Pods(); ok {
+			for _, p := range all {
+				got[p.Namespace+"/"+p.Name] = p.ResourceVersion
+			}
+			if maps.Equal(got, want) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cache's pods did not catch up with the API server in 30 s: have %v, want %v", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

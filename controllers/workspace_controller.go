@@ -103,6 +103,10 @@ type UpgradeOptions struct {
 	Now func() time.Time
 	// BuildPod renders the upgraded pod (spawner.BuildPod by default).
 	BuildPod PodBuilder
+	// Pods is the list of every cached workspace pod (podcache.NewEvery) that the /metrics
+	// collector and the concurrency gate read; main.go shares it with the update-policy runner.
+	// Nil: one of its own, on the manager's cache.
+	Pods *podcache.Every
 	// Name overrides UpgradeControllerName (tests that run two managers in one process).
 	Name string
 	// Keys sign and verify the records of Recreate upgrades (--integrity-key-file). Without
@@ -206,9 +210,12 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.wake = make(chan event.GenericEvent, 1024)
 	r.gate = newGate(r.Opts.MaxConcurrentUpgrades, r.Reader, r.wake)
-	every, err := podcache.NewEvery(context.Background(), mgr.GetCache())
-	if err != nil {
-		return err
+	every := r.Opts.Pods
+	var err error
+	if every == nil {
+		if every, err = podcache.NewEvery(context.Background(), mgr.GetCache()); err != nil {
+			return err
+		}
 	}
 	r.every = every
 	r.gate.cached = everyUpgrading(every)

@@ -31,12 +31,26 @@ import (
 type StartupGate struct {
 	// Max bounds the wait for the handlers after the cache has synced (default 30s).
 	Max time.Duration
+	// Started is when the process started (main.go): the gate logs each step of the start-up
+	// (the cache's sync, the gate's opening, the controllers' start) with the time since then,
+	// the timeline of docs/performance.md ("Tenth round: cold start"). Zero: no such logs.
+	Started time.Time
 
 	mu   sync.Mutex
 	regs []toolscache.ResourceEventHandlerRegistration
 	open chan struct{}
 	once sync.Once
 	base cache.Cache
+
+	heldOnce sync.Once
+}
+
+// stamp logs one step of the start-up with the time since the process started.
+func (g *StartupGate) stamp(ctx context.Context, step string) {
+	if g.Started.IsZero() {
+		return
+	}
+	logf.FromContext(ctx).WithName("startup").Info(step, "sinceStart", time.Since(g.Started).Round(time.Millisecond).String())
 }
 
 // NewStartupGate returns a closed gate over c (the manager's cache).
@@ -96,6 +110,7 @@ func (g *StartupGate) wait(ctx context.Context) {
 	if !g.base.WaitForCacheSync(ctx) {
 		return
 	}
+	g.stamp(ctx, "Informers synced")
 	max := g.Max
 	if max <= 0 {
 		max = 30 * time.Second
@@ -124,6 +139,7 @@ func (g *StartupGate) wait(ctx context.Context) {
 		}
 	}
 	g.openGate()
+	g.stamp(ctx, "The read path holds the initial lists: ready")
 }
 
 func (g *StartupGate) openGate() { g.once.Do(func() { close(g.open) }) }
@@ -205,6 +221,7 @@ func (h heldRunnable) Start(ctx context.Context) error {
 	if !h.g.WaitForCacheSync(ctx) {
 		return nil // stopped before the start-up's reads were ready
 	}
+	h.g.heldOnce.Do(func() { h.g.stamp(ctx, "Controllers starting") })
 	return h.r.Start(ctx)
 }
 
