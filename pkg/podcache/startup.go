@@ -31,6 +31,14 @@ import (
 type StartupGate struct {
 	// Max bounds the wait for the handlers after the cache has synced (default 30s).
 	Max time.Duration
+	// AfterReady holds the runnables added through Hold (the controllers) for that long after the
+	// gate opened (the replica turned ready), so that the first requests after a start, lists
+	// that encode every view, are not served beside the controllers' first pass over every
+	// workspace and the collector it keeps busy (docs/performance.md, "Tenth round: cold
+	// start"). What waits: upgrades in flight, update policies, idle culling and phase Events
+	// resume at most AfterReady later. A replica that becomes leader later than that starts its
+	// controllers at once. Zero: they start when the gate opens.
+	AfterReady time.Duration
 	// Started is when the process started (main.go): the gate logs each step of the start-up
 	// (the cache's sync, the gate's opening, the controllers' start) with the time since then,
 	// the timeline of docs/performance.md ("Tenth round: cold start"). Zero: no such logs.
@@ -41,6 +49,9 @@ type StartupGate struct {
 	open chan struct{}
 	once sync.Once
 	base cache.Cache
+	// held is closed AfterReady after open: the held runnables start then.
+	held     chan struct{}
+	heldOpen sync.Once
 
 	heldOnce sync.Once
 }
@@ -55,7 +66,7 @@ func (g *StartupGate) stamp(ctx context.Context, step string) {
 
 // NewStartupGate returns a closed gate over c (the manager's cache).
 func NewStartupGate(c cache.Cache) *StartupGate {
-	return &StartupGate{base: c, open: make(chan struct{})}
+	return &StartupGate{base: c, open: make(chan struct{}), held: make(chan struct{})}
 }
 
 // Readers returns mgr whose cache remembers the event handlers added to the informers it hands
@@ -65,14 +76,35 @@ func (g *StartupGate) Readers(mgr manager.Manager) manager.Manager {
 	return readersManager{Manager: mgr, c: trackingCache{Cache: mgr.GetCache(), g: g}}
 }
 
-// Hold returns mgr whose Add holds every runnable until the gate opens: set up the controllers
-// with it. A held runnable keeps its leader-election choice.
+// Hold returns mgr whose Add holds every runnable until AfterReady after the gate opens: set up
+// the controllers with it. A held runnable keeps its leader-election choice.
 func (g *StartupGate) Hold(mgr manager.Manager) manager.Manager {
 	return holdingManager{Manager: mgr, g: g}
 }
 
 // Opened is closed when the gate opens.
 func (g *StartupGate) Opened() <-chan struct{} { return g.open }
+
+// Released is closed when the held runnables may start: AfterReady after the gate opened.
+func (g *StartupGate) Released() <-chan struct{} { return g.held }
+
+// Controllers waits, through its WaitForCacheSync, until the held runnables may start (the
+// controllers' first pass begins then, on the leader): ReleaseAfterSync lowers the collector's
+// target from then on, not while the first requests are served.
+func (g *StartupGate) Controllers() interface{ WaitForCacheSync(context.Context) bool } {
+	return releasedWaiter{g}
+}
+
+type releasedWaiter struct{ g *StartupGate }
+
+func (w releasedWaiter) WaitForCacheSync(ctx context.Context) bool {
+	select {
+	case <-w.g.held:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
 
 // Check is a readiness check (healthz.Checker): it fails until the gate has opened.
 func (g *StartupGate) Check(*http.Request) error {
@@ -95,11 +127,26 @@ func (g *StartupGate) WaitForCacheSync(ctx context.Context) bool {
 	}
 }
 
-// Start implements manager.Runnable: it waits for the cache and the handlers, opens the gate and
-// returns. Add the gate to the manager (it runs on every replica): without it, held runnables
+// Start implements manager.Runnable: it waits for the cache and the handlers, opens the gate,
+// releases the held runnables AfterReady later and returns. Add the gate to the manager (it runs on every replica): without it, held runnables
 // never start.
 func (g *StartupGate) Start(ctx context.Context) error {
 	g.wait(ctx)
+	select {
+	case <-g.open:
+	default:
+		return nil // stopped before it opened
+	}
+	if g.AfterReady > 0 {
+		t := time.NewTimer(g.AfterReady)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	g.heldOpen.Do(func() { close(g.held) })
 	return nil
 }
 
@@ -218,7 +265,7 @@ type heldRunnable struct {
 }
 
 func (h heldRunnable) Start(ctx context.Context) error {
-	if !h.g.WaitForCacheSync(ctx) {
+	if !h.g.Controllers().WaitForCacheSync(ctx) {
 		return nil // stopped before the start-up's reads were ready
 	}
 	h.g.heldOnce.Do(func() { h.g.stamp(ctx, "Controllers starting") })

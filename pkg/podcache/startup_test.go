@@ -209,3 +209,75 @@ func TestStartupGateOpensAfterMax(t *testing.T) {
 		t.Errorf("the gate opened after %s, before Max (%s), although a handler never had the list", waited, gate.Max)
 	}
 }
+
+// TestStartupGateHoldsControllersAfterReady runs the gate with AfterReady in a real manager over a
+// real API server: the readiness check passes as soon as the read path has the lists, while a
+// held runnable (a controller) starts only AfterReady later, when Released and the Controllers
+// waiter (ReleaseAfterSync's) are done too. The bound is checked from the test's side: the first
+// time the test saw the check pass is at or after the gate opened, so the runnable's start must
+// come at least AfterReady minus the test's own polling lag (a second, at most) after it.
+func TestStartupGateHoldsControllersAfterReady(t *testing.T) {
+	cfg, _ := apiserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: clientgoscheme.Scheme, Cache: podcache.Options("default"), NewCache: podcache.NewCache,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const after = 2 * time.Second
+	gate := podcache.NewStartupGate(mgr.GetCache())
+	gate.AfterReady = after
+	if err := mgr.Add(gate); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gate.Readers(mgr).GetCache().GetInformer(ctx, &corev1.Pod{}); err != nil {
+		t.Fatal(err)
+	}
+	startedAt := make(chan time.Time, 1)
+	if err := gate.Hold(mgr).Add(manager.RunnableFunc(func(context.Context) error {
+		startedAt <- time.Now()
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	var ready time.Time
+	for ready.IsZero() {
+		if gate.Check(nil) == nil {
+			ready = time.Now()
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("never ready")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	select {
+	case <-startedAt:
+		t.Fatal("the held runnable had started when the replica turned ready")
+	default:
+	}
+	var started time.Time
+	select {
+	case started = <-startedAt:
+	case <-ctx.Done():
+		t.Fatal("the held runnable never started")
+	}
+	if d := started.Sub(ready); d < after-time.Second {
+		t.Errorf("the held runnable started %s after the replica turned ready, want about %s", d, after)
+	}
+	select {
+	case <-gate.Released():
+	default:
+		t.Error("the held runnable started but Released is not closed")
+	}
+	if !gate.Controllers().WaitForCacheSync(ctx) {
+		t.Error("the Controllers waiter did not return after the release")
+	}
+}
