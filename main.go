@@ -143,7 +143,7 @@ func main() {
 	flag.DurationVar(&o.upgradeTimeout, "upgrade-timeout", 10*time.Minute, "How long an upgraded pod may take to become Ready before the upgrade fails.")
 	flag.IntVar(&o.maxConcurrentUpgr, "max-concurrent-upgrades", 200, "Upgrades in flight at once; more requests wait their turn.")
 	flag.IntVar(&o.upgradeWorkers, "upgrade-workers", 128, "Workspace reconcile workers: each waits on two to four API round trips per pass, so a bulk upgrade needs many in flight.")
-	flag.DurationVar(&o.controllersDelay, "controllers-start-delay", time.Second, "How long after the replica turns ready its controllers start their first pass over every workspace, so that the first requests after a start are served first (docs/reliability.md); upgrades in flight, update policies and idle culling resume that much later. 0: as soon as it is ready.")
+	flag.DurationVar(&o.controllersDelay, "controllers-start-delay", 500*time.Millisecond, "How long after the replica turns ready its controllers start their first pass over every workspace, so that the first requests after a start are served first (docs/reliability.md); upgrades in flight, update policies and idle culling resume that much later. 0: as soon as it is ready.")
 	flag.StringVar(&o.apiAddr, "api-bind-address", ":8090", "Address of the REST API (/api/v1) and MCP endpoint (/mcp).")
 	flag.StringVar(&o.proxyAddr, "proxy-bind-address", ":8091", "Address of the workspace proxy.")
 	flag.StringVar(&o.proxyOrigins, "proxy-allowed-origins", "", "Comma-separated extra origins (scheme://host[:port]) allowed to open WebSockets through the proxy; its own origin is always allowed.")
@@ -409,7 +409,7 @@ func run(o options) error {
 	// It lowers the collector's target when the controllers' first pass may begin
 	// (--controllers-start-delay after ready), not while the first requests are served.
 	// Its quiet test (3 polls of 250 ms allocating less than 4 MiB each) ends within a second of
-	// the first pass, which now starts a second later than the read path.
+	// the first pass, which now starts --controllers-start-delay after the read path.
 	if err := mgr.Add(podcache.ReleaseAfterSync{Cache: gate.Controllers(), StartupGCPercent: 25, Poll: 250 * time.Millisecond, QuietPolls: 3}); err != nil {
 		return err
 	}
