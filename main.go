@@ -206,6 +206,9 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	if o.controllersDelay < 0 {
+		return fmt.Errorf("--controllers-start-delay=%s is negative: give how long after ready the controllers start, e.g. 500ms, or 0 to start them at once", o.controllersDelay)
+	}
 	policy, err := o.templatePolicy.Policy()
 	if err != nil {
 		return err
@@ -278,9 +281,6 @@ func run(o options) error {
 	// /readyz waits for that too.
 	gate := podcache.NewStartupGate(mgr.GetCache())
 	gate.Started = processStarted
-	if o.controllersDelay < 0 {
-		return fmt.Errorf("--controllers-start-delay=%s is negative: give how long after ready the controllers start, e.g. 1s, or 0 to start them at once", o.controllersDelay)
-	}
 	gate.AfterReady = o.controllersDelay
 	readers, held := gate.Readers(mgr), gate.Hold(mgr)
 	if err := mgr.Add(gate); err != nil {
