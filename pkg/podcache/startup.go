@@ -52,8 +52,8 @@ type StartupGate struct {
 	// held is closed AfterReady after open: the held runnables start then.
 	held     chan struct{}
 	heldOpen sync.Once
-
-	heldOnce sync.Once
+	// startedLog logs the controllers' start once.
+	startedLog sync.Once
 }
 
 // stamp logs one step of the start-up with the time since the process started.
@@ -128,8 +128,8 @@ func (g *StartupGate) WaitForCacheSync(ctx context.Context) bool {
 }
 
 // Start implements manager.Runnable: it waits for the cache and the handlers, opens the gate,
-// releases the held runnables AfterReady later and returns. Add the gate to the manager (it runs on every replica): without it, held runnables
-// never start.
+// releases the held runnables AfterReady later and returns. Add the gate to the manager (it runs
+// on every replica): without it, held runnables never start.
 func (g *StartupGate) Start(ctx context.Context) error {
 	g.wait(ctx)
 	select {
@@ -180,6 +180,7 @@ func (g *StartupGate) wait(ctx context.Context) {
 			logf.FromContext(ctx).Info("start-up gate opened without every read-path handler's initial list: the controllers start and /readyz passes; lists may be incomplete until those handlers catch up",
 				"waited", max, "handlersPending", pending, "handlers", len(regs))
 			g.openGate()
+			g.stamp(ctx, "Ready without every read-path handler's initial list")
 			return
 		case <-ctx.Done():
 			return
@@ -268,7 +269,7 @@ func (h heldRunnable) Start(ctx context.Context) error {
 	if !h.g.Controllers().WaitForCacheSync(ctx) {
 		return nil // stopped before the start-up's reads were ready
 	}
-	h.g.heldOnce.Do(func() { h.g.stamp(ctx, "Controllers starting") })
+	h.g.startedLog.Do(func() { h.g.stamp(ctx, "Controllers starting") })
 	return h.r.Start(ctx)
 }
 
