@@ -1,10 +1,13 @@
 package podcache
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -13,13 +16,28 @@ import (
 // of their own instead of a *corev1.Pod (whose struct is 1,240 bytes, most of them fields nobody
 // reads, and whose container statuses are 208 bytes each). Its metadata is the pod's, so it is a
 // client.Object for store keys, label selectors, indexes and controller-runtime's event handlers.
+// Its labels and annotations are not maps: their keys are shared by the pods of a template
+// (keySet) and a pod holds its values; Label, Annotation and Labels (a labels.Labels for
+// selectors) read them without building a map, GetLabels and GetAnnotations build one per call
+// (for generic code only: nogoo9's readers use workspace.LabelOf and AnnotationOf, which call Label
+// and Annotation).
 //
 // Readers that want a *corev1.Pod get one from Materialize (shared, read only) or, through the
 // manager's client, from Cache, which materialises every Get and List (docs/performance.md, "One
 // workspace model and its memory"). A Pod in the store is read only: write to one and the cache
 // is wrong.
 type Pod struct {
-	metav1.ObjectMeta
+	Name, Namespace            string
+	UID                        types.UID
+	ResourceVersion            string
+	Generation                 int64
+	CreationTimestamp          metav1.Time
+	DeletionTimestamp          *metav1.Time
+	DeletionGracePeriodSeconds *int64
+	OwnerReferences            []metav1.OwnerReference
+	Finalizers                 []string
+	keys                       *keySet  // the label and annotation keys, shared (meta.go)
+	vals                       []string // their values: the labels', then the annotations'
 
 	NodeName        string
 	Claims          []Claim // the pod's PersistentVolumeClaim volumes
@@ -66,7 +84,22 @@ func (p *Pod) DeepCopy() *Pod {
 		return nil
 	}
 	out := *p
-	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if p.DeletionTimestamp != nil {
+		t := *p.DeletionTimestamp
+		out.DeletionTimestamp = &t
+	}
+	if p.DeletionGracePeriodSeconds != nil {
+		g := *p.DeletionGracePeriodSeconds
+		out.DeletionGracePeriodSeconds = &g
+	}
+	if p.OwnerReferences != nil {
+		out.OwnerReferences = make([]metav1.OwnerReference, len(p.OwnerReferences))
+		for i := range p.OwnerReferences {
+			p.OwnerReferences[i].DeepCopyInto(&out.OwnerReferences[i])
+		}
+	}
+	out.Finalizers = slices.Clone(p.Finalizers)
+	out.vals = slices.Clone(p.vals) // the keys are shared and never written
 	out.Claims = append([]Claim(nil), p.Claims...)
 	out.ReadinessGates = append([]corev1.PodReadinessGate(nil), p.ReadinessGates...)
 	out.SchedulingGates = append([]corev1.PodSchedulingGate(nil), p.SchedulingGates...)
@@ -99,7 +132,8 @@ func deepContainers(in []ContainerStatus) []ContainerStatus {
 }
 
 // Materialize returns p as the *corev1.Pod Transform used to store: exactly the kept fields.
-// Its maps, slices and pointers are p's own: read only, like the cache's pods always were.
+// Its labels and annotations are maps of its own; its other slices and pointers are p's own:
+// read only, like the cache's pods always were.
 func (p *Pod) Materialize() *corev1.Pod {
 	out := &corev1.Pod{}
 	p.MaterializeInto(out)
@@ -107,8 +141,17 @@ func (p *Pod) Materialize() *corev1.Pod {
 }
 
 // MaterializeInto fills out as Materialize does (for the items of a PodList).
-func (p *Pod) MaterializeInto(out *corev1.Pod) {
-	*out = corev1.Pod{TypeMeta: podTypeMeta, ObjectMeta: p.ObjectMeta}
+func (p *Pod) MaterializeInto(out *corev1.Pod) { p.materializeInto(out, nil, nil) }
+
+// materializeInto is MaterializeInto with the label and annotation maps built into labels and
+// annotations when they are not nil (reused from an earlier call: Every.Workspaces).
+func (p *Pod) materializeInto(out *corev1.Pod, labels, annotations map[string]string) {
+	*out = corev1.Pod{TypeMeta: podTypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, Generation: p.Generation,
+		CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+		DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds, OwnerReferences: p.OwnerReferences,
+		Finalizers: p.Finalizers, Labels: p.labelMap(labels), Annotations: p.annotationMap(annotations),
+	}}
 	out.Spec.NodeName = p.NodeName
 	if len(p.Claims) > 0 {
 		out.Spec.Volumes = make([]corev1.Volume, len(p.Claims))
@@ -135,16 +178,21 @@ func materializeContainers(in []ContainerStatus) []corev1.ContainerStatus {
 	return out
 }
 
-// compact is the Pod of a pod Transform has stripped; it shares p's strings, maps and slices.
+// compact is the Pod of a pod Transform has stripped (all but its labels and annotations, which
+// compact interns); it shares p's strings and slices.
 func compact(p *corev1.Pod) *Pod {
 	out := &Pod{
-		ObjectMeta: p.ObjectMeta, NodeName: p.Spec.NodeName,
+		Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, Generation: p.Generation,
+		CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+		DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds, OwnerReferences: p.OwnerReferences,
+		Finalizers: p.Finalizers, NodeName: p.Spec.NodeName,
 		ReadinessGates: p.Spec.ReadinessGates, SchedulingGates: p.Spec.SchedulingGates,
 		Phase: p.Status.Phase, Reason: p.Status.Reason, Message: p.Status.Message, PodIP: p.Status.PodIP,
 		Conditions:            p.Status.Conditions,
 		ContainerStatuses:     compactContainers(p.Status.ContainerStatuses),
 		InitContainerStatuses: compactContainers(p.Status.InitContainerStatuses),
 	}
+	out.setMeta(p.Labels, p.Annotations)
 	if len(p.Spec.Volumes) > 0 {
 		out.Claims = make([]Claim, 0, len(p.Spec.Volumes))
 		for _, v := range p.Spec.Volumes {

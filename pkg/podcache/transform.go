@@ -34,22 +34,24 @@ func Transform(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	if err := strip(pod); err != nil {
+	if err := strip(pod, false); err != nil {
 		return nil, err
 	}
-	return compact(pod), nil
+	return compact(pod), nil // interns the labels and annotations into the Pod's own form
 }
 
 // Strip reduces pod in place to what Transform keeps and returns it: Transform and Materialize in
 // one step, for tests and callers that hold a full pod.
 func Strip(pod *corev1.Pod) (*corev1.Pod, error) {
-	if err := strip(pod); err != nil {
+	if err := strip(pod, true); err != nil {
 		return nil, err
 	}
 	return pod, nil
 }
 
-func strip(pod *corev1.Pod) error {
+// strip reduces pod in place; with maps, it interns its labels and annotations into maps of
+// their exact size too (Transform leaves them to compact).
+func strip(pod *corev1.Pod, maps bool) error {
 	if _, err := workspace.StripPod(pod); err != nil {
 		return err
 	}
@@ -58,8 +60,10 @@ func strip(pod *corev1.Pod) error {
 	for i, f := range pod.Finalizers {
 		pod.Finalizers[i] = intern(f)
 	}
-	pod.Labels = internMap(pod.Labels, internedLabelValues)
-	pod.Annotations = internMap(pod.Annotations, internedAnnotationValues)
+	if maps {
+		pod.Labels = internMap(pod.Labels, internedLabelValues)
+		pod.Annotations = internMap(pod.Annotations, internedAnnotationValues)
+	}
 	pod.Spec.NodeName = intern(pod.Spec.NodeName)
 	for i := range pod.Spec.Volumes {
 		pod.Spec.Volumes[i].Name = intern(pod.Spec.Volumes[i].Name)
