@@ -66,13 +66,6 @@ func forgetKeys(id string) {
 	}
 }
 
-// internedKeySets is how many keySets are interned (for tests).
-func internedKeySets() int {
-	keySets.Lock()
-	defer keySets.Unlock()
-	return len(keySets.m)
-}
-
 // setMeta stores labels and annotations in p: keys interned (every key, in a shared keySet), the
 // values of the keys in sharedLabels and sharedAnnotations interned, the others kept as they are.
 func (p *Pod) setMeta(labels, annotations map[string]string) {
@@ -108,8 +101,18 @@ func sortedKeys(m map[string]string) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-// lookup finds key among keys (sorted) and returns its value among vals.
+// lookup finds key among keys (sorted) and returns its value among vals: by comparing each key
+// for a few (a string == compares lengths first: most keys differ there), by a binary search
+// for more.
 func lookup(keys, vals []string, key string) (string, bool) {
+	if len(keys) <= 8 {
+		for i, k := range keys {
+			if k == key {
+				return vals[i], true
+			}
+		}
+		return "", false
+	}
 	if i, ok := slices.BinarySearch(keys, key); ok {
 		return vals[i], true
 	}

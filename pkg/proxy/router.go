@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
@@ -261,11 +262,11 @@ func (r *router) claimants(prefix string) []*target {
 	return nil
 }
 
-// isReady is workspace.IsReady of a cached pod, materialised on the stack.
+// isReady is workspace.IsReady of a cached pod, of the fields it reads (materialising the pod
+// would build its label and annotation maps).
 func isReady(p *podcache.Pod) bool {
-	var m corev1.Pod
-	p.MaterializeInto(&m)
-	return workspace.IsReady(&m)
+	return workspace.IsReady(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: p.DeletionTimestamp},
+		Status: corev1.PodStatus{Phase: p.Phase, PodIP: p.PodIP, Conditions: p.Conditions}})
 }
 
 func podByUID(pods []*podcache.Pod, uid types.UID) *podcache.Pod {

@@ -48,3 +48,16 @@ func deref(ts []*target) []string {
 	}
 	return out
 }
+
+// TestIsReadyAsTheMaterialisedPod: the router's isReady, which reads a cached pod's fields
+// without materialising it, answers as workspace.IsReady of the materialised pod in every state.
+func TestIsReadyAsTheMaterialisedPod(t *testing.T) {
+	for _, ws := range podcachetest.Workspaces() {
+		for _, p := range ws.Pods {
+			c := podcache.Of(p)
+			if got, want := isReady(c), workspace.IsReady(c.Materialize()); got != want {
+				t.Errorf("%s, pod %s: isReady %v, workspace.IsReady %v", ws.Name, p.Name, got, want)
+			}
+		}
+	}
+}
