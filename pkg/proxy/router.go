@@ -182,9 +182,6 @@ func (r *router) rebuild(key wsKey) {
 	for _, err := range errs {
 		r.log.Info("route left out", "workspace", key.String(), "reason", err.Error())
 	}
-	for _, t := range targets {
-		t.newRP = r.newRP // the ReverseProxy is made at the route's first request
-	}
 	old := st.targets
 	if len(st.pods) == 0 {
 		delete(r.ws, key)

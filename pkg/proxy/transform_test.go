@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,6 +46,10 @@ func deref(ts []*target) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = fmt.Sprintf("%+v", t)
+		if t.status != nil { // the status by value: the pointer differs from run to run
+			out[i] += fmt.Sprintf(" status=%+v", *t.status)
+		}
+		out[i] = strings.ReplaceAll(out[i], fmt.Sprintf("status:%p", t.status), "")
 	}
 	return out
 }
