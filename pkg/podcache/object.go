@@ -20,8 +20,8 @@ func (p *Pod) GetUID() types.UID                   { return p.UID }
 func (p *Pod) SetUID(uid types.UID)                { p.UID = uid }
 func (p *Pod) GetResourceVersion() string          { return p.ResourceVersion }
 func (p *Pod) SetResourceVersion(version string)   { p.ResourceVersion = version }
-func (p *Pod) GetGeneration() int64                { return p.Generation }
-func (p *Pod) SetGeneration(generation int64)      { p.Generation = generation }
+func (p *Pod) GetGeneration() int64                { return 0 } // not kept: nothing reads a pod's
+func (p *Pod) SetGeneration(int64)                 {}
 func (p *Pod) GetSelfLink() string                 { return "" } // not kept (the API server sets none)
 func (p *Pod) SetSelfLink(string)                  {}
 func (p *Pod) GetCreationTimestamp() metav1.Time   { return p.CreationTimestamp }
@@ -29,15 +29,15 @@ func (p *Pod) SetCreationTimestamp(t metav1.Time)  { p.CreationTimestamp = t }
 func (p *Pod) GetDeletionTimestamp() *metav1.Time  { return p.DeletionTimestamp }
 func (p *Pod) SetDeletionTimestamp(t *metav1.Time) { p.DeletionTimestamp = t }
 func (p *Pod) GetDeletionGracePeriodSeconds() *int64 {
-	return p.DeletionGracePeriodSeconds
+	return p.rare().DeletionGracePeriodSeconds
 }
-func (p *Pod) SetDeletionGracePeriodSeconds(s *int64) { p.DeletionGracePeriodSeconds = s }
-func (p *Pod) GetFinalizers() []string                { return p.Finalizers }
-func (p *Pod) SetFinalizers(f []string)               { p.Finalizers = f }
+func (p *Pod) SetDeletionGracePeriodSeconds(s *int64) { p.ownRare().DeletionGracePeriodSeconds = s }
+func (p *Pod) GetFinalizers() []string                { return p.rare().Finalizers }
+func (p *Pod) SetFinalizers(f []string)               { p.ownRare().Finalizers = f }
 func (p *Pod) GetOwnerReferences() []metav1.OwnerReference {
-	return p.OwnerReferences
+	return p.rare().OwnerReferences
 }
-func (p *Pod) SetOwnerReferences(r []metav1.OwnerReference)  { p.OwnerReferences = r }
+func (p *Pod) SetOwnerReferences(r []metav1.OwnerReference)  { p.ownRare().OwnerReferences = r }
 func (p *Pod) GetManagedFields() []metav1.ManagedFieldsEntry { return nil } // not kept
 func (p *Pod) SetManagedFields([]metav1.ManagedFieldsEntry)  {}
 
@@ -55,4 +55,12 @@ func (p *Pod) GetAnnotations() map[string]string { return p.annotationMap(nil) }
 // SetAnnotations replaces the pod's annotations (interned as Transform interns them).
 func (p *Pod) SetAnnotations(annotations map[string]string) {
 	p.setMeta(p.GetLabels(), annotations)
+}
+
+// ownRare is p's Rare, made if p has none (for the setters).
+func (p *Pod) ownRare() *Rare {
+	if p.Rare == nil {
+		p.Rare = &Rare{}
+	}
+	return p.Rare
 }

@@ -56,6 +56,7 @@ func strip(pod *corev1.Pod, maps bool) error {
 		return err
 	}
 	pod.GenerateName = ""
+	pod.Generation = 0 // read by nothing (a pod's spec barely changes)
 	pod.Namespace = intern(pod.Namespace)
 	for i, f := range pod.Finalizers {
 		pod.Finalizers[i] = intern(f)
