@@ -1,10 +1,8 @@
 package podcache
 
 import (
-	"maps"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"weak"
 )
@@ -22,37 +20,39 @@ type keySet struct {
 }
 
 // keySets interns keySets by their keys, weakly: a keySet no pod uses any more is collected and
-// its entry removed (runtime.AddCleanup), as the unique package does for interned strings.
+// its entry removed (runtime.AddCleanup), as the unique package does for interned strings. id is
+// a buffer for the keys' spelling, reused under the lock: a transform of a pod whose keys are
+// interned already allocates nothing here.
 var keySets = struct {
 	sync.Mutex
-	m map[string]weak.Pointer[keySet]
+	m  map[string]weak.Pointer[keySet]
+	id []byte
 }{m: map[string]weak.Pointer[keySet]{}}
 
 // internKeys returns the interned keySet of the sorted, interned keys labels and annotations
-// (which it may keep).
+// (which it copies when it makes a new keySet).
 func internKeys(labels, annotations []string) *keySet {
 	if len(labels) == 0 && len(annotations) == 0 {
 		return nil
 	}
-	var b strings.Builder
-	for _, k := range labels {
-		b.WriteString(k)
-		b.WriteByte(0) // no key holds a NUL: an API server refuses it
-	}
-	b.WriteByte(1)
-	for _, k := range annotations {
-		b.WriteString(k)
-		b.WriteByte(0)
-	}
-	id := b.String()
 	keySets.Lock()
 	defer keySets.Unlock()
-	if ks := keySets.m[id].Value(); ks != nil {
+	id := keySets.id[:0]
+	for _, k := range labels {
+		id = append(append(id, k...), 0) // no key holds a NUL: an API server refuses it
+	}
+	id = append(id, 1)
+	for _, k := range annotations {
+		id = append(append(id, k...), 0)
+	}
+	keySets.id = id
+	if ks := keySets.m[string(id)].Value(); ks != nil {
 		return ks
 	}
-	ks := &keySet{labels: labels, annotations: annotations}
-	keySets.m[id] = weak.Make(ks)
-	runtime.AddCleanup(ks, forgetKeys, id)
+	ks := &keySet{labels: slices.Clone(labels), annotations: slices.Clone(annotations)}
+	sid := string(id)
+	keySets.m[sid] = weak.Make(ks)
+	runtime.AddCleanup(ks, forgetKeys, sid)
 	return ks
 }
 
@@ -69,12 +69,23 @@ func forgetKeys(id string) {
 // setMeta stores labels and annotations in p: keys interned (every key, in a shared keySet), the
 // values of the keys in sharedLabels and sharedAnnotations interned, the others kept as they are.
 func (p *Pod) setMeta(labels, annotations map[string]string) {
-	lk, ak := sortedKeys(labels), sortedKeys(annotations)
-	if len(lk)+len(ak) == 0 {
+	if len(labels)+len(annotations) == 0 {
 		p.keys, p.vals = nil, nil
 		return
 	}
-	vals := make([]string, 0, len(lk)+len(ak))
+	var buf [32]string // the keys of most pods, sorted here without an allocation
+	keys := buf[:0]
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	nl := len(keys)
+	for k := range annotations {
+		keys = append(keys, k)
+	}
+	lk, ak := keys[:nl:nl], keys[nl:]
+	slices.Sort(lk)
+	slices.Sort(ak)
+	vals := make([]string, 0, len(keys))
 	for i, k := range lk {
 		v := labels[k]
 		if internedLabelValues[k] {
@@ -92,13 +103,6 @@ func (p *Pod) setMeta(labels, annotations map[string]string) {
 		vals = append(vals, v)
 	}
 	p.keys, p.vals = internKeys(lk, ak), vals
-}
-
-func sortedKeys(m map[string]string) []string {
-	if len(m) == 0 {
-		return nil
-	}
-	return slices.Sorted(maps.Keys(m))
 }
 
 // lookup finds key among keys (sorted) and returns its value among vals: by comparing each key
