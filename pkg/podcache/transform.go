@@ -25,7 +25,8 @@ import (
 // transition time) and container and
 // init-container statuses (name, ready, started, restart count, state, last termination state).
 //
-// Dropped: managed fields, every other spec field, containers included (the controller and the
+// Dropped: managed fields, the generation (since the tenth round: nothing reads a pod's), every
+// other spec field, containers included (the controller and the
 // front end read a pod's full spec from the API server when they need it: the upgrade's rollback
 // copy, a stop, an upgrade's diff), image IDs, container IDs, resources, QoS class, volume
 // mounts, probe times, host IPs, start time, pod IPs beyond the first.
