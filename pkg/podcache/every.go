@@ -70,8 +70,8 @@ func (e *Every) replace(before, now any) {
 	e.mu.Unlock()
 }
 
-// Pods returns every cached workspace pod, materialised (Pod.Materialize: shared with the cache,
-// read only; a pod struct each), or ok false until the informer has handed over its initial list.
+// Pods returns every cached workspace pod, materialised (Pod.Materialize: its slices shared with
+// the cache, read only; a pod struct and two maps each), or ok false until the informer has handed over its initial list.
 // Readers of every workspace use Workspaces, which makes no pod struct per pod.
 func (e *Every) Pods() (pods []*corev1.Pod, ok bool) {
 	if !e.synced.HasSynced() {

@@ -33,7 +33,8 @@ import (
 // "<namespace>/<bucket of the id>", and a List keeps the id's own), then filtered by label selector. So a
 // reconcile sees every pod write its triggering event reflected, as before. A Get's result and a
 // List's items are the caller's: their maps and slices are copies, except with
-// client.UnsafeDisableDeepCopy, whose results share them with the cache (read only).
+// client.UnsafeDisableDeepCopy, whose results share their slices with the cache (read only; the
+// label and annotation maps are built for each result either way: the cache holds none).
 //
 // NewCache is the manager's NewCache (main.go); the integration tests build their managers with
 // it too.

@@ -91,8 +91,9 @@ func (r *router) podAlive(key wsKey, uid types.UID) bool {
 	return len(st.targets) == 0 || st.targets[0].status.Phase != workspace.PhaseUnavailable
 }
 
-// pod returns the pod uid of workspace key as the router holds it, materialised (its maps are the
-// cache's: read only), or nil when the router does not know it.
+// pod returns the pod uid of workspace key as the router holds it, materialised (its label and
+// annotation maps its own, its other slices the cache's: read only), or nil when the router does
+// not know it.
 func (r *router) pod(key wsKey, uid types.UID) *corev1.Pod {
 	r.mu.Lock()
 	p := podByUID(r.ws[key].pods, uid)
