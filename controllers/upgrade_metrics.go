@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,15 +127,17 @@ func outdatedOf(group []*corev1.Pod, reg TemplateSource) outdatedKey {
 	return outdatedKey{template: name, outdated: upgrade.Outdated(active, target)}
 }
 
-// appendUpgrading appends to pods shallow copies of group's pods (a workspace's pods from
-// podcache.Every.Workspaces, whose buffer is reused) when one of them carries the upgrade link
-// (AnnUpgradeFrom): upgrade.InFlightWorkspaces counts only such workspaces, each from its own
-// pods, so it counts the same over these as over every pod.
+// appendUpgrading appends to pods copies of group's pods (a workspace's pods from
+// podcache.Every.Workspaces, whose buffer and label and annotation maps are reused: the maps are
+// copied, the rest shared) when one of them carries the upgrade link (AnnUpgradeFrom):
+// upgrade.InFlightWorkspaces counts only such workspaces, each from its own pods, so it counts
+// the same over these as over every pod.
 func appendUpgrading(pods, group []*corev1.Pod) []*corev1.Pod {
 	for _, p := range group {
 		if p.Annotations[workspace.AnnUpgradeFrom] != "" {
 			for _, q := range group {
 				c := *q
+				c.Labels, c.Annotations = maps.Clone(q.Labels), maps.Clone(q.Annotations)
 				pods = append(pods, &c)
 			}
 			break

@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"runtime"
 	"sort"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/podcache"
+	"github.com/nogoo9/no-crd/pkg/podcache/podcachetest"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -88,5 +92,55 @@ func BenchmarkDescribe10k(b *testing.B) {
 		for _, p := range pods {
 			_ = workspace.Describe(p, "", time.Time{})
 		}
+	}
+}
+
+// BenchmarkViewsBytesPerWorkspace reports what the front end's views hold per ready workspace,
+// exactly (heap allocated after two collections, not a sampled profile): the entry with its
+// place in the id and owner indexes, then its cached JSON after one admin list, for 10,000
+// workspaces of one pod each, handed over as the informer hands them (the cache's compact pods,
+// not counted). docs/performance.md ("Tenth round") quotes it; it asserts nothing but the list.
+//
+//	go test -run '^$' -bench ViewsBytesPerWorkspace -benchtime 1x ./pkg/frontend/
+func BenchmarkViewsBytesPerWorkspace(b *testing.B) {
+	const n = 10000
+	base := podcachetest.Ready()
+	pods := make([]*podcache.Pod, n)
+	for i := range pods {
+		p := base.DeepCopy()
+		id, owner := fmt.Sprintf("ws-%d", i), fmt.Sprintf("user-%d", i%100)
+		p.Namespace = "ns"
+		p.Name = workspace.PodName(owner, id)
+		p.UID = types.UID(fmt.Sprintf("uid-%d", i))
+		p.Labels[workspace.LabelWorkspaceID] = id
+		p.Annotations[workspace.AnnOwner] = owner
+		p.Annotations[workspace.AnnWorkspacePath] = "/ws/" + owner + "/" + id + "/"
+		p.Status.PodIP = fmt.Sprintf("127.1.%d.%d", i/256, i%256)
+		pods[i] = podcache.Of(p)
+	}
+	ctx := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})
+	heap := podcachetest.HeapAllocated
+	for b.Loop() {
+		h0 := heap()
+		svc, err := New(Config{Namespace: "ns", Templates: stubTemplates{"python": "2.0"}, Now: func() time.Time { return t0 }, Pods: syncedInformer{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range pods {
+			svc.views.OnAdd(p, true)
+		}
+		h1 := heap()
+		l, err := svc.List(ctx, ListOptions{AllUsers: true})
+		if err != nil || l.Len() != n {
+			b.Fatalf("%d workspaces, %v", l.Len(), err)
+		}
+		if err := l.WriteJSON(io.Discard); err != nil {
+			b.Fatal(err)
+		}
+		l = nil
+		h2 := heap()
+		b.ReportMetric((h1-h0)/n, "views-B/workspace")
+		b.ReportMetric((h2-h1)/n, "json-B/workspace")
+		runtime.KeepAlive(svc)
 	}
 }

@@ -250,8 +250,8 @@ func materialize(cached []*podcache.Pod) []*corev1.Pod {
 	return out
 }
 
-// podList is the entry's pods, newest first, materialised for this call (read only: their maps
-// are the cache's).
+// podList is the entry's pods, newest first, materialised for this call (read only: their slices
+// are the cache's; their label and annotation maps are built for the call).
 func (e *entry) podList() []*corev1.Pod { return materialize(e.pods) }
 
 // info is workspace.Describe of the entry's pods with no latest version and the clock at zero:

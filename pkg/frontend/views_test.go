@@ -249,7 +249,7 @@ func TestViewChangeIsHeardAfterTheViewsApplyIt(t *testing.T) {
 		e := v.get(id)
 		switch id {
 		case "a":
-			if e == nil || len(e.pods) != 1 || e.pods[0].Annotations[workspace.AnnUpgradeRequested] != "now" {
+			if e == nil || len(e.pods) != 1 || e.pods[0].Annotation(workspace.AnnUpgradeRequested) != "now" {
 				t.Errorf("told of %q before the views applied the intent: %+v", id, e)
 			}
 		case "b":

@@ -130,7 +130,7 @@ func BenchmarkLookupByWorkspaceID(b *testing.B) {
 			}
 			k := 0
 			for _, it := range got {
-				if labelsOf(it)[workspace.LabelWorkspaceID] == id {
+				if labelsOf(it).Get(workspace.LabelWorkspaceID) == id {
 					k++
 				}
 			}

@@ -70,8 +70,8 @@ func (e *Every) replace(before, now any) {
 	e.mu.Unlock()
 }
 
-// Pods returns every cached workspace pod, materialised (Pod.Materialize: shared with the cache,
-// read only; a pod struct each), or ok false until the informer has handed over its initial list.
+// Pods returns every cached workspace pod, materialised (Pod.Materialize: its slices shared with
+// the cache, read only; a pod struct and two maps each), or ok false until the informer has handed over its initial list.
 // Readers of every workspace use Workspaces, which makes no pod struct per pod.
 func (e *Every) Pods() (pods []*corev1.Pod, ok bool) {
 	if !e.synced.HasSynced() {
@@ -89,9 +89,10 @@ func (e *Every) Pods() (pods []*corev1.Pod, ok bool) {
 // Workspaces calls fn with the pods of each cached workspace (one namespace and workspace id),
 // newest first, or returns false (without calling fn) until the informer has handed over its
 // initial list. The pods are materialised into a buffer reused from one call of fn to the next:
-// fn reads them and keeps none of them (their strings and maps it may keep: they are the
-// cache's, read only). At 10,000 workspaces a call allocates the sorted list of pointers, not a
-// pod struct per pod (12 MB per /metrics scrape).
+// fn reads them and keeps none of them, nor their label and annotation maps, which are reused
+// too (their strings and other slices it may keep: they are the cache's, read only). At 10,000
+// workspaces a call allocates the sorted list of pointers, not a pod struct nor two maps per pod
+// (12 MB and 14 MB per /metrics scrape).
 func (e *Every) Workspaces(fn func(pods []*corev1.Pod)) bool {
 	if !e.synced.HasSynced() {
 		return false
@@ -108,6 +109,7 @@ func (e *Every) Workspaces(fn func(pods []*corev1.Pod)) bool {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(workspace.IDOf(a), workspace.IDOf(b)))
 	})
 	var buf []corev1.Pod
+	var maps [][2]map[string]string // buf's label and annotation maps, reused likewise
 	var group []*corev1.Pod
 	for i := 0; i < len(all); {
 		j := i + 1
@@ -116,10 +118,17 @@ func (e *Every) Workspaces(fn func(pods []*corev1.Pod)) bool {
 		}
 		if n := j - i; cap(buf) < n {
 			buf = make([]corev1.Pod, n)
+			maps = append(maps, make([][2]map[string]string, n-len(maps))...)
 		}
 		group = group[:0]
 		for k, p := range all[i:j] {
-			p.MaterializeInto(&buf[k])
+			p.materializeInto(&buf[k], maps[k][0], maps[k][1])
+			if buf[k].Labels != nil {
+				maps[k][0] = buf[k].Labels
+			}
+			if buf[k].Annotations != nil {
+				maps[k][1] = buf[k].Annotations
+			}
 			group = append(group, &buf[k])
 		}
 		fn(workspace.NewestFirst(group))

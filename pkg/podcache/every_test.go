@@ -4,7 +4,6 @@ import (
 	"slices"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 )
@@ -14,7 +13,7 @@ import (
 // deleted and made again while the watch was down), and a delete that comes as a tombstone.
 func TestEveryFollowsRelistsAndTombstones(t *testing.T) {
 	pod := func(name, uid string) *Pod {
-		return &Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid)}}
+		return &Pod{Namespace: "ns", Name: name, UID: types.UID(uid)}
 	}
 	uids := func(e *Every) []string {
 		var out []string

@@ -1,10 +1,13 @@
 package podcache
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -13,25 +16,58 @@ import (
 // of their own instead of a *corev1.Pod (whose struct is 1,240 bytes, most of them fields nobody
 // reads, and whose container statuses are 208 bytes each). Its metadata is the pod's, so it is a
 // client.Object for store keys, label selectors, indexes and controller-runtime's event handlers.
+// Its labels and annotations are not maps: their keys are shared by the pods of a template
+// (keySet) and a pod holds its values; Label, Annotation and Labels (a labels.Labels for
+// selectors) read them without building a map, GetLabels and GetAnnotations build one per call
+// (for generic code only: nogoo9's readers use workspace.LabelOf and AnnotationOf, which call Label
+// and Annotation).
 //
 // Readers that want a *corev1.Pod get one from Materialize (shared, read only) or, through the
 // manager's client, from Cache, which materialises every Get and List (docs/performance.md, "One
 // workspace model and its memory"). A Pod in the store is read only: write to one and the cache
 // is wrong.
 type Pod struct {
-	metav1.ObjectMeta
+	Name, Namespace   string
+	UID               types.UID
+	ResourceVersion   string
+	CreationTimestamp metav1.Time
+	DeletionTimestamp *metav1.Time
+	keys              *keySet  // the label and annotation keys, shared (meta.go)
+	vals              []string // their values: the labels', then the annotations'
+	// Rare is what few pods have (nil for none): a pointer instead of 152 bytes of empty
+	// fields in every pod.
+	Rare *Rare
 
-	NodeName        string
-	Claims          []Claim // the pod's PersistentVolumeClaim volumes
-	ReadinessGates  []corev1.PodReadinessGate
-	SchedulingGates []corev1.PodSchedulingGate
-
-	Phase                  corev1.PodPhase
-	Reason, Message, PodIP string
-	Conditions             []corev1.PodCondition
-	ContainerStatuses      []ContainerStatus
-	InitContainerStatuses  []ContainerStatus
+	NodeName          string
+	Claims            []Claim // the pod's PersistentVolumeClaim volumes
+	Phase             corev1.PodPhase
+	PodIP             string
+	Conditions        []corev1.PodCondition
+	ContainerStatuses []ContainerStatus
 }
+
+// Rare is the part of a cached Pod that few pods have: a terminating pod's grace, owner
+// references, finalizers, readiness and scheduling gates, init containers, a status reason and
+// message (a failed or evicted pod's).
+type Rare struct {
+	DeletionGracePeriodSeconds *int64
+	OwnerReferences            []metav1.OwnerReference
+	Finalizers                 []string
+	ReadinessGates             []corev1.PodReadinessGate
+	SchedulingGates            []corev1.PodSchedulingGate
+	InitContainerStatuses      []ContainerStatus
+	Reason, Message            string
+}
+
+// rare is p's Rare, or an empty one (read only).
+func (p *Pod) rare() *Rare {
+	if p.Rare == nil {
+		return &noRare
+	}
+	return p.Rare
+}
+
+var noRare Rare
 
 // Claim is a PersistentVolumeClaim volume of a pod.
 type Claim struct {
@@ -66,10 +102,12 @@ func (p *Pod) DeepCopy() *Pod {
 		return nil
 	}
 	out := *p
-	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	out.Claims = append([]Claim(nil), p.Claims...)
-	out.ReadinessGates = append([]corev1.PodReadinessGate(nil), p.ReadinessGates...)
-	out.SchedulingGates = append([]corev1.PodSchedulingGate(nil), p.SchedulingGates...)
+	if p.DeletionTimestamp != nil {
+		t := *p.DeletionTimestamp
+		out.DeletionTimestamp = &t
+	}
+	out.vals = slices.Clone(p.vals) // the keys are shared and never written
+	out.Claims = slices.Clone(p.Claims)
 	if p.Conditions != nil {
 		out.Conditions = make([]corev1.PodCondition, len(p.Conditions))
 		for i := range p.Conditions {
@@ -77,7 +115,24 @@ func (p *Pod) DeepCopy() *Pod {
 		}
 	}
 	out.ContainerStatuses = deepContainers(p.ContainerStatuses)
-	out.InitContainerStatuses = deepContainers(p.InitContainerStatuses)
+	if r := p.Rare; r != nil {
+		c := *r
+		if r.DeletionGracePeriodSeconds != nil {
+			g := *r.DeletionGracePeriodSeconds
+			c.DeletionGracePeriodSeconds = &g
+		}
+		if r.OwnerReferences != nil {
+			c.OwnerReferences = make([]metav1.OwnerReference, len(r.OwnerReferences))
+			for i := range r.OwnerReferences {
+				r.OwnerReferences[i].DeepCopyInto(&c.OwnerReferences[i])
+			}
+		}
+		c.Finalizers = slices.Clone(r.Finalizers)
+		c.ReadinessGates = slices.Clone(r.ReadinessGates)
+		c.SchedulingGates = slices.Clone(r.SchedulingGates)
+		c.InitContainerStatuses = deepContainers(r.InitContainerStatuses)
+		out.Rare = &c
+	}
 	return &out
 }
 
@@ -99,7 +154,8 @@ func deepContainers(in []ContainerStatus) []ContainerStatus {
 }
 
 // Materialize returns p as the *corev1.Pod Transform used to store: exactly the kept fields.
-// Its maps, slices and pointers are p's own: read only, like the cache's pods always were.
+// Its labels and annotations are maps of its own; its other slices and pointers are p's own:
+// read only, like the cache's pods always were.
 func (p *Pod) Materialize() *corev1.Pod {
 	out := &corev1.Pod{}
 	p.MaterializeInto(out)
@@ -107,8 +163,18 @@ func (p *Pod) Materialize() *corev1.Pod {
 }
 
 // MaterializeInto fills out as Materialize does (for the items of a PodList).
-func (p *Pod) MaterializeInto(out *corev1.Pod) {
-	*out = corev1.Pod{TypeMeta: podTypeMeta, ObjectMeta: p.ObjectMeta}
+func (p *Pod) MaterializeInto(out *corev1.Pod) { p.materializeInto(out, nil, nil) }
+
+// materializeInto is MaterializeInto with the label and annotation maps built into labels and
+// annotations when they are not nil (reused from an earlier call: Every.Workspaces).
+func (p *Pod) materializeInto(out *corev1.Pod, labels, annotations map[string]string) {
+	r := p.rare()
+	*out = corev1.Pod{TypeMeta: podTypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+		CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+		DeletionGracePeriodSeconds: r.DeletionGracePeriodSeconds, OwnerReferences: r.OwnerReferences,
+		Finalizers: r.Finalizers, Labels: p.labelMap(labels), Annotations: p.annotationMap(annotations),
+	}}
 	out.Spec.NodeName = p.NodeName
 	if len(p.Claims) > 0 {
 		out.Spec.Volumes = make([]corev1.Volume, len(p.Claims))
@@ -117,10 +183,10 @@ func (p *Pod) MaterializeInto(out *corev1.Pod) {
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ClaimName, ReadOnly: c.ReadOnly}}}
 		}
 	}
-	out.Spec.ReadinessGates = p.ReadinessGates
-	out.Spec.SchedulingGates = p.SchedulingGates
-	out.Status = corev1.PodStatus{Phase: p.Phase, Reason: p.Reason, Message: p.Message, PodIP: p.PodIP, Conditions: p.Conditions,
-		ContainerStatuses: materializeContainers(p.ContainerStatuses), InitContainerStatuses: materializeContainers(p.InitContainerStatuses)}
+	out.Spec.ReadinessGates = r.ReadinessGates
+	out.Spec.SchedulingGates = r.SchedulingGates
+	out.Status = corev1.PodStatus{Phase: p.Phase, Reason: r.Reason, Message: r.Message, PodIP: p.PodIP, Conditions: p.Conditions,
+		ContainerStatuses: materializeContainers(p.ContainerStatuses), InitContainerStatuses: materializeContainers(r.InitContainerStatuses)}
 }
 
 func materializeContainers(in []ContainerStatus) []corev1.ContainerStatus {
@@ -135,18 +201,35 @@ func materializeContainers(in []ContainerStatus) []corev1.ContainerStatus {
 	return out
 }
 
-// compact is the Pod of a pod Transform has stripped; it shares p's strings, maps and slices.
+// compact is the Pod of a pod Transform has stripped (all but its labels and annotations, which
+// compact interns); it shares p's strings and slices.
 func compact(p *corev1.Pod) *Pod {
 	out := &Pod{
-		ObjectMeta: p.ObjectMeta, NodeName: p.Spec.NodeName,
-		ReadinessGates: p.Spec.ReadinessGates, SchedulingGates: p.Spec.SchedulingGates,
-		Phase: p.Status.Phase, Reason: p.Status.Reason, Message: p.Status.Message, PodIP: p.Status.PodIP,
-		Conditions:            p.Status.Conditions,
-		ContainerStatuses:     compactContainers(p.Status.ContainerStatuses),
-		InitContainerStatuses: compactContainers(p.Status.InitContainerStatuses),
+		Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+		CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+		NodeName: p.Spec.NodeName, Phase: p.Status.Phase, PodIP: p.Status.PodIP,
+		Conditions:        p.Status.Conditions,
+		ContainerStatuses: compactContainers(p.Status.ContainerStatuses),
 	}
-	if len(p.Spec.Volumes) > 0 {
-		out.Claims = make([]Claim, 0, len(p.Spec.Volumes))
+	r := Rare{
+		DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds, OwnerReferences: p.OwnerReferences, Finalizers: p.Finalizers,
+		ReadinessGates: p.Spec.ReadinessGates, SchedulingGates: p.Spec.SchedulingGates,
+		InitContainerStatuses: compactContainers(p.Status.InitContainerStatuses),
+		Reason:                p.Status.Reason, Message: p.Status.Message,
+	}
+	if r.DeletionGracePeriodSeconds != nil || len(r.OwnerReferences)+len(r.Finalizers)+len(r.ReadinessGates)+len(r.SchedulingGates)+
+		len(r.InitContainerStatuses) > 0 || r.Reason != "" || r.Message != "" {
+		out.Rare = &r
+	}
+	out.setMeta(p.Labels, p.Annotations)
+	n := 0
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			n++
+		}
+	}
+	if n > 0 { // at their exact number: a pod's other volumes (the token's) are not kept
+		out.Claims = make([]Claim, 0, n)
 		for _, v := range p.Spec.Volumes {
 			if c := v.PersistentVolumeClaim; c != nil {
 				out.Claims = append(out.Claims, Claim{Volume: v.Name, ClaimName: c.ClaimName, ReadOnly: c.ReadOnly})

@@ -1,6 +1,7 @@
 package podcache_test
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -26,7 +27,8 @@ func TestPodDeepCopyIsIndependent(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s: DeepCopyObject returned a %T", ws.Name, orig.DeepCopyObject())
 			}
-			if d := cmp.Diff(orig, c); d != "" {
+			// Every field, the unexported labels and annotations included.
+			if d := cmp.Diff(orig, c, cmp.Exporter(func(reflect.Type) bool { return true })); d != "" {
 				t.Fatalf("%s: the copy differs (-orig +copy):\n%s", ws.Name, d)
 			}
 			m := c.Materialize()

@@ -33,7 +33,8 @@ import (
 // "<namespace>/<bucket of the id>", and a List keeps the id's own), then filtered by label selector. So a
 // reconcile sees every pod write its triggering event reflected, as before. A Get's result and a
 // List's items are the caller's: their maps and slices are copies, except with
-// client.UnsafeDisableDeepCopy, whose results share them with the cache (read only).
+// client.UnsafeDisableDeepCopy, whose results share their slices with the cache (read only; the
+// label and annotation maps are built for each result either way: the cache holds none).
 //
 // NewCache is the manager's NewCache (main.go); the integration tests build their managers with
 // it too.
@@ -180,13 +181,13 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 	// would be a few KB of garbage per List by id (12 KB with 1,024 buckets, measured).
 	kept := items[:0]
 	for _, item := range items {
-		if o.LabelSelector != nil && !o.LabelSelector.Matches(labels.Set(labelsOf(item))) {
+		if o.LabelSelector != nil && !o.LabelSelector.Matches(labelsOf(item)) {
 			continue
 		}
 		if o.Namespace != "" && namespaceOf(item) != o.Namespace {
 			continue
 		}
-		if byID && labelsOf(item)[workspace.LabelWorkspaceID] != value {
+		if byID && labelsOf(item).Get(workspace.LabelWorkspaceID) != value {
 			continue
 		}
 		if o.Limit > 0 && int64(len(kept)) >= o.Limit {
@@ -218,14 +219,15 @@ func exactField(s fields.Selector) (field, value string, err error) {
 	return reqs[0].Field, reqs[0].Value, nil
 }
 
-func labelsOf(item any) map[string]string {
+// labelsOf is a stored object's labels for a selector: a cached Pod's without building a map.
+func labelsOf(item any) labels.Labels {
 	switch p := item.(type) {
 	case *Pod:
-		return p.Labels
+		return p.Labels()
 	case *corev1.Pod:
-		return p.Labels
+		return labels.Set(p.Labels)
 	}
-	return nil
+	return labels.Set(nil)
 }
 
 func namespaceOf(item any) string {

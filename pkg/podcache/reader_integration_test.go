@@ -179,6 +179,42 @@ func TestCacheServesPodsFromTheCompactStore(t *testing.T) {
 		}
 	}
 
+	// An update that changes a label's value and adds a label (a new key set) reaches the cache's
+	// selectors, and leaves the other pods' values, which share their keys, as they were.
+	var other corev1.Pod
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "ws-a-other"}, &other); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(other.DeepCopy())
+	other.Labels["tier"], other.Labels["extra"] = "free", "yes"
+	if err := c.Patch(ctx, &other, patch); err != nil {
+		t.Fatal(err)
+	}
+	exists, err := labels.Parse("extra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for !slices.Equal(names(client.InNamespace("team-a"), client.MatchingLabels{"tier": "free"}), []string{"team-a/ws-a-demo-2", "team-a/ws-a-other"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cache never showed the changed label: tier=free lists %v", names(client.InNamespace("team-a"), client.MatchingLabels{"tier": "free"}))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		name string
+		opts []client.ListOption
+		want []string
+	}{
+		{"changed value, old", []client.ListOption{client.MatchingLabels{"tier": "gold"}}, []string{"team-a/ws-a-demo-1", "team-b/ws-b-demo"}},
+		{"added key", []client.ListOption{client.MatchingLabelsSelector{Selector: exists}}, []string{"team-a/ws-a-other"}},
+		{"added key by id", []client.ListOption{client.InNamespace("team-a"), client.MatchingFields{podcache.IndexWorkspaceID: "other"}, client.MatchingLabels{"extra": "yes"}}, []string{"team-a/ws-a-other"}},
+	} {
+		if got := names(tc.opts...); !slices.Equal(got, tc.want) {
+			t.Errorf("after the update, %s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
 	// Other kinds are the wrapped cache's (namespaces are not cached here: the lazily made
 	// informer answers).
 	var cms corev1.ConfigMapList

@@ -25,7 +25,8 @@ import (
 // transition time) and container and
 // init-container statuses (name, ready, started, restart count, state, last termination state).
 //
-// Dropped: managed fields, every other spec field, containers included (the controller and the
+// Dropped: managed fields, the generation (since the tenth round: nothing reads a pod's), every
+// other spec field, containers included (the controller and the
 // front end read a pod's full spec from the API server when they need it: the upgrade's rollback
 // copy, a stop, an upgrade's diff), image IDs, container IDs, resources, QoS class, volume
 // mounts, probe times, host IPs, start time, pod IPs beyond the first.
@@ -34,32 +35,37 @@ func Transform(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	if err := strip(pod); err != nil {
+	if err := strip(pod, false); err != nil {
 		return nil, err
 	}
-	return compact(pod), nil
+	return compact(pod), nil // interns the labels and annotations into the Pod's own form
 }
 
 // Strip reduces pod in place to what Transform keeps and returns it: Transform and Materialize in
 // one step, for tests and callers that hold a full pod.
 func Strip(pod *corev1.Pod) (*corev1.Pod, error) {
-	if err := strip(pod); err != nil {
+	if err := strip(pod, true); err != nil {
 		return nil, err
 	}
 	return pod, nil
 }
 
-func strip(pod *corev1.Pod) error {
+// strip reduces pod in place; with maps, it interns its labels and annotations into maps of
+// their exact size too (Transform leaves them to compact).
+func strip(pod *corev1.Pod, maps bool) error {
 	if _, err := workspace.StripPod(pod); err != nil {
 		return err
 	}
 	pod.GenerateName = ""
+	pod.Generation = 0 // read by nothing (a pod's spec barely changes)
 	pod.Namespace = intern(pod.Namespace)
 	for i, f := range pod.Finalizers {
 		pod.Finalizers[i] = intern(f)
 	}
-	pod.Labels = internMap(pod.Labels, internedLabelValues)
-	pod.Annotations = internMap(pod.Annotations, internedAnnotationValues)
+	if maps {
+		pod.Labels = internMap(pod.Labels, internedLabelValues)
+		pod.Annotations = internMap(pod.Annotations, internedAnnotationValues)
+	}
 	pod.Spec.NodeName = intern(pod.Spec.NodeName)
 	for i := range pod.Spec.Volumes {
 		pod.Spec.Volumes[i].Name = intern(pod.Spec.Volumes[i].Name)

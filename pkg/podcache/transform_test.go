@@ -112,6 +112,9 @@ func TestTransformDropsWhatNobodyReads(t *testing.T) {
 	if a.ManagedFields != nil || a.Annotations[workspace.AnnRollbackSpec] != "" || a.Annotations["kubectl.kubernetes.io/last-applied-configuration"] != "" {
 		t.Errorf("managed fields or big annotations kept: %+v", a.ObjectMeta)
 	}
+	if a.Generation != 0 {
+		t.Errorf("the generation is kept (nothing reads a pod's): %d", a.Generation)
+	}
 	if a.Annotations["example.com/note"] != "kept" {
 		t.Errorf("other annotations are dropped: %v", a.Annotations)
 	}
@@ -149,6 +152,38 @@ func TestTransformDropsWhatNobodyReads(t *testing.T) {
 		for k2 := range b.Labels {
 			if k == k2 && !same(k, k2) {
 				t.Errorf("label key %q is not interned", k)
+			}
+		}
+	}
+}
+
+// TestReadyPodHasNoRarePart: a ready workspace pod (no grace, owner, finalizer, gate, init
+// container, status reason or message) carries no Rare part, and its claims are at their exact
+// number; a terminating or failed pod's Rare part holds what it has.
+func TestReadyPodHasNoRarePart(t *testing.T) {
+	ws := podcachetest.Workspaces()
+	p, err := podcache.Transform(podcachetest.Ready())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := p.(*podcache.Pod)
+	if ready.Rare != nil {
+		t.Errorf("a ready pod has a Rare part: %+v", *ready.Rare)
+	}
+	if len(ready.Claims) != 1 || cap(ready.Claims) != 1 {
+		t.Errorf("claims %d of capacity %d, want 1 of 1", len(ready.Claims), cap(ready.Claims))
+	}
+	for _, w := range ws {
+		for _, full := range w.Pods {
+			o, err := podcache.Transform(full.DeepCopy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := o.(*podcache.Pod)
+			rare := full.DeletionGracePeriodSeconds != nil || len(full.Finalizers)+len(full.OwnerReferences)+len(full.Spec.ReadinessGates)+
+				len(full.Spec.SchedulingGates)+len(full.Status.InitContainerStatuses) > 0 || full.Status.Reason != "" || full.Status.Message != ""
+			if (c.Rare != nil) != rare {
+				t.Errorf("%s: Rare part %v, want one: %v", w.Name, c.Rare != nil, rare)
 			}
 		}
 	}

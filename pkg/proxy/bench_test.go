@@ -76,7 +76,7 @@ func benchServe(b *testing.B, fast, std bool) {
 		tr := p.transport.fallback
 		for _, st := range p.router.ws {
 			for _, tg := range st.targets {
-				if rp := tg.reverseProxy(); rp != nil {
+				if rp := tg.reverseProxy(p.router.newRP); rp != nil {
 					rp.Transport = tr
 				}
 			}

@@ -209,7 +209,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.forwardFast(w, r, t)
 		return
 	}
-	t.reverseProxy().ServeHTTP(w, r)
+	t.reverseProxy(p.router.newRP).ServeHTTP(w, r) // made at the route's first request
 }
 
 // serveNoRoute answers a path no route covers: a redirect to the route's prefix when the path

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
@@ -90,8 +91,9 @@ func (r *router) podAlive(key wsKey, uid types.UID) bool {
 	return len(st.targets) == 0 || st.targets[0].status.Phase != workspace.PhaseUnavailable
 }
 
-// pod returns the pod uid of workspace key as the router holds it, materialised (its maps are the
-// cache's: read only), or nil when the router does not know it.
+// pod returns the pod uid of workspace key as the router holds it, materialised (its label and
+// annotation maps its own, its other slices the cache's: read only), or nil when the router does
+// not know it.
 func (r *router) pod(key wsKey, uid types.UID) *corev1.Pod {
 	r.mu.Lock()
 	p := podByUID(r.ws[key].pods, uid)
@@ -181,9 +183,6 @@ func (r *router) rebuild(key wsKey) {
 	for _, err := range errs {
 		r.log.Info("route left out", "workspace", key.String(), "reason", err.Error())
 	}
-	for _, t := range targets {
-		t.newRP = r.newRP // the ReverseProxy is made at the route's first request
-	}
 	old := st.targets
 	if len(st.pods) == 0 {
 		delete(r.ws, key)
@@ -261,11 +260,11 @@ func (r *router) claimants(prefix string) []*target {
 	return nil
 }
 
-// isReady is workspace.IsReady of a cached pod, materialised on the stack.
+// isReady is workspace.IsReady of a cached pod, of the fields it reads (materialising the pod
+// would build its label and annotation maps).
 func isReady(p *podcache.Pod) bool {
-	var m corev1.Pod
-	p.MaterializeInto(&m)
-	return workspace.IsReady(&m)
+	return workspace.IsReady(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: p.DeletionTimestamp},
+		Status: corev1.PodStatus{Phase: p.Phase, PodIP: p.PodIP, Conditions: p.Conditions}})
 }
 
 func podByUID(pods []*podcache.Pod, uid types.UID) *podcache.Pod {

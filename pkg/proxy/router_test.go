@@ -110,7 +110,7 @@ func checkRouterAgainstModel(t *testing.T, r *router, model map[wsKey]map[types.
 	}
 	for prefix, w := range want {
 		got := r.tbl.routes[prefix]
-		if got == nil || got.ws != w.ws || got.podName != w.podName || got.addr != w.addr || got.status != w.status || got.kind != w.kind {
+		if got == nil || got.ws != w.ws || got.podName != w.podName || got.addr != w.addr || *got.status != *w.status || got.kind != w.kind {
 			t.Errorf("%s: %s routes to %+v, want workspace %s pod %q addr %q %s", at, prefix, got, w.ws, w.podName, w.addr, w.status.Phase)
 		}
 	}

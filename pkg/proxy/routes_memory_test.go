@@ -83,7 +83,7 @@ func TestServedRoutesHoldNoMessage(t *testing.T) {
 				t.Errorf("%s: route phase %s, workspace phase %s", ws.Name, tg.status.Phase, full.Phase)
 			case full.Phase.Served() && (tg.status.Reason != "" || tg.status.Message != ""):
 				t.Errorf("%s: served route holds %+v", ws.Name, tg.status)
-			case !full.Phase.Served() && tg.status != full:
+			case !full.Phase.Served() && *tg.status != full:
 				t.Errorf("%s: route status %+v, want %+v (its 503 explains it)", ws.Name, tg.status, full)
 			}
 		}

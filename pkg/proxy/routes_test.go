@@ -337,7 +337,7 @@ func TestReverseProxyMadeAtFirstRequest(t *testing.T) {
 	got := make([]*httputil.ReverseProxy, 8)
 	for i := range got {
 		wg.Add(1)
-		go func() { defer wg.Done(); got[i] = ready.reverseProxy() }()
+		go func() { defer wg.Done(); got[i] = ready.reverseProxy(r.newRP) }()
 	}
 	wg.Wait()
 	for i, rp := range got {
@@ -345,10 +345,10 @@ func TestReverseProxyMadeAtFirstRequest(t *testing.T) {
 			t.Fatalf("request %d got ReverseProxy %p, request 0 got %p: want one, the same", i, rp, got[0])
 		}
 	}
-	if rp := ready.reverseProxy(); rp != got[0] {
+	if rp := ready.reverseProxy(r.newRP); rp != got[0] {
 		t.Fatal("a later request got another ReverseProxy")
 	}
-	if tg := r.lookup("/ws/jane/other/x"); tg == nil || tg.reverseProxy() != nil {
+	if tg := r.lookup("/ws/jane/other/x"); tg == nil || tg.reverseProxy(r.newRP) != nil {
 		t.Fatalf("a route with no ready pod must have no ReverseProxy: %+v", tg)
 	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,6 +46,23 @@ func deref(ts []*target) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = fmt.Sprintf("%+v", t)
+		if t.status != nil { // the status by value: the pointer differs from run to run
+			out[i] += fmt.Sprintf(" status=%+v", *t.status)
+		}
+		out[i] = strings.ReplaceAll(out[i], fmt.Sprintf("status:%p", t.status), "")
 	}
 	return out
+}
+
+// TestIsReadyAsTheMaterialisedPod: the router's isReady, which reads a cached pod's fields
+// without materialising it, answers as workspace.IsReady of the materialised pod in every state.
+func TestIsReadyAsTheMaterialisedPod(t *testing.T) {
+	for _, ws := range podcachetest.Workspaces() {
+		for _, p := range ws.Pods {
+			c := podcache.Of(p)
+			if got, want := isReady(c), workspace.IsReady(c.Materialize()); got != want {
+				t.Errorf("%s, pod %s: isReady %v, workspace.IsReady %v", ws.Name, p.Name, got, want)
+			}
+		}
+	}
 }

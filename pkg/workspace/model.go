@@ -14,15 +14,38 @@ func IsWorkspacePod(pod *corev1.Pod) bool { return IsWorkspaceObject(pod) }
 // IsWorkspaceObject is IsWorkspacePod of any pod object by its metadata (the informer's cached
 // podcache.Pod, a *corev1.Pod).
 func IsWorkspaceObject(o metav1.Object) bool {
-	l := o.GetLabels()
-	return l[LabelType] == TypeWorkspace && l[LabelWorkspaceID] != ""
+	return LabelOf(o, LabelType) == TypeWorkspace && LabelOf(o, LabelWorkspaceID) != ""
+}
+
+// keyed is an object that reads one label or annotation without building a map: the informer's
+// cached podcache.Pod, whose GetLabels and GetAnnotations build a map per call.
+type keyed interface {
+	Label(key string) string
+	Annotation(key string) string
+}
+
+// LabelOf is the value of o's label key ("" for none), read without building a map when o can.
+func LabelOf(o metav1.Object, key string) string {
+	if k, ok := o.(keyed); ok {
+		return k.Label(key)
+	}
+	return o.GetLabels()[key]
+}
+
+// AnnotationOf is the value of o's annotation key ("" for none), read without building a map when
+// o can.
+func AnnotationOf(o metav1.Object, key string) string {
+	if k, ok := o.(keyed); ok {
+		return k.Annotation(key)
+	}
+	return o.GetAnnotations()[key]
 }
 
 // ID is the workspace id of a workspace pod.
 func ID(pod *corev1.Pod) string { return pod.Labels[LabelWorkspaceID] }
 
 // IDOf is ID of any pod object by its metadata.
-func IDOf(o metav1.Object) string { return o.GetLabels()[LabelWorkspaceID] }
+func IDOf(o metav1.Object) string { return LabelOf(o, LabelWorkspaceID) }
 
 // Owner is the raw owner subject of a workspace pod. Ownership checks compare this value. A pod
 // made by the original product carries no AnnOwner: its owner is then the LabelUserSub label when
@@ -32,10 +55,10 @@ func Owner(pod *corev1.Pod) string { return OwnerOf(pod) }
 
 // OwnerOf is Owner of any pod object by its metadata.
 func OwnerOf(o metav1.Object) string {
-	if v := o.GetAnnotations()[AnnOwner]; v != "" {
+	if v := AnnotationOf(o, AnnOwner); v != "" {
 		return v
 	}
-	if l := o.GetLabels()[LabelUserSub]; l != "" && UserLabel(l) == l {
+	if l := LabelOf(o, LabelUserSub); l != "" && UserLabel(l) == l {
 		return l
 	}
 	return ""
