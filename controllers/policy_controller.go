@@ -218,10 +218,8 @@ func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 			p.warnOnce(pod, d.Reason)
 		}
 		if d.Upgrade {
-			// A copy of the pod struct: fn's pods may be a buffer reused for the next workspace
-			// (its maps are the cache's, only read).
-			c := *pod
-			due = append(due, candidate{pod: &c, key: pod.Namespace + "/" + workspace.ID(pod), policy: d.Policy, to: tmpl.Version, reason: d.Reason})
+			// A copy: fn's pods and their maps may be a buffer reused for the next workspace.
+			due = append(due, candidate{pod: podcache.Keep(pod), key: pod.Namespace + "/" + workspace.ID(pod), policy: d.Policy, to: tmpl.Version, reason: d.Reason})
 		}
 	})
 	if err != nil || !synced {

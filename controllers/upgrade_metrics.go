@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,9 +135,7 @@ func appendUpgrading(pods, group []*corev1.Pod) []*corev1.Pod {
 	for _, p := range group {
 		if p.Annotations[workspace.AnnUpgradeFrom] != "" {
 			for _, q := range group {
-				c := *q
-				c.Labels, c.Annotations = maps.Clone(q.Labels), maps.Clone(q.Annotations)
-				pods = append(pods, &c)
+				pods = append(pods, podcache.Keep(q))
 			}
 			break
 		}

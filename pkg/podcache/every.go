@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -84,6 +85,14 @@ func (e *Every) Pods() (pods []*corev1.Pod, ok bool) {
 		pods = append(pods, p.Materialize())
 	}
 	return pods, true
+}
+
+// Keep returns a copy of a pod that Workspaces handed to fn, for fn to keep past its call: the
+// pod struct and its label and annotation maps, which Workspaces reuses for the next workspace.
+func Keep(p *corev1.Pod) *corev1.Pod {
+	c := *p
+	c.Labels, c.Annotations = maps.Clone(p.Labels), maps.Clone(p.Annotations)
+	return &c
 }
 
 // Workspaces calls fn with the pods of each cached workspace (one namespace and workspace id),
