@@ -240,6 +240,10 @@ func (f *fastRequest) writeRequest(bw *bufio.Writer) error {
 func (f *fastRequest) writeLines(bw *bufio.Writer, conn []string) {
 	rest := f.lines
 	cookiesDone := false
+	// The Connection header's names, cut once instead of for every line: those every line of
+	// that name is skipped for anyway (keep-alive, what a browser sends) are left out.
+	var tokArr [8]string
+	toks, cut := connNames(conn, tokArr[:0], f.t.strip)
 	for len(rest) > 2 {
 		i := strings.IndexByte(rest, '\n')
 		if i < 0 {
@@ -247,12 +251,16 @@ func (f *fastRequest) writeLines(bw *bufio.Writer, conn []string) {
 		}
 		line := rest[:i+1]
 		rest = rest[i+1:]
-		c := strings.IndexByte(line, ':')
-		if c < 0 {
+		// The name is short: a loop finds its colon faster than IndexByte's setup.
+		c := 0
+		for c < len(line) && line[c] != ':' {
+			c++
+		}
+		if c == len(line) {
 			continue // never, as above
 		}
 		name := line[:c]
-		if skipRequestHeaderFold(name, f.t.strip) || (conn != nil && namedIn(conn, name)) {
+		if skipRequestHeaderFold(name, f.t.strip) || (!cut && namedIn(conn, name)) || namedInTokens(toks, name) {
 			continue
 		}
 		if f.cookieOK && len(name) == len("Cookie") && asciiEqualFoldString(name, "Cookie") {
@@ -266,6 +274,46 @@ func (f *fastRequest) writeLines(bw *bufio.Writer, conn []string) {
 		}
 		_, _ = bw.WriteString(line)
 	}
+}
+
+// connNames appends to toks the names a Connection header (conn) lists, without blanks, except
+// ASCII ones skipRequestHeaderFold skips (every field such a name matches is skipped anyway). cut
+// is false when there are more names than toks holds: the caller then asks namedIn for every line.
+func connNames(conn, toks []string, strip bool) (_ []string, cut bool) {
+	for _, v := range conn {
+		for v != "" {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			tok = strings.TrimSpace(tok)
+			if tok == "" || isASCII(tok) && skipRequestHeaderFold(tok, strip) {
+				continue
+			}
+			if len(toks) == cap(toks) {
+				return toks[:0], false
+			}
+			toks = append(toks, tok)
+		}
+	}
+	return toks, true
+}
+
+// namedInTokens is namedIn for names cut by connNames.
+func namedInTokens(toks []string, k string) bool {
+	for _, t := range toks {
+		if strings.EqualFold(t, k) {
+			return true
+		}
+	}
+	return false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // skipRequestHeaderFold is skipRequestHeader for a name in any case (a valid field name: ASCII).

@@ -219,6 +219,8 @@ func FuzzForwardedHeaderLines(f *testing.F) {
 		"Host: h\r\nCookie: " + InsecureCookieName + "=tok\r\nPROXY-AUTHORIZATION: basic x\r\nTe: trailers\r\nForwarded: for=x\r\n",
 		"Host: h\r\nX-Forwarded-Host: evil\r\nx-forwarded-proto: https\r\nProxy-Connection: keep-alive\r\nX-Empty:\r\nX-Sp:   v  \r\n",
 		"HOST: h\r\nConnection: keep-alive, Cookie\r\nCookie: a=b\r\nTrailer: X\r\nProxy-Authenticate: x\r\n",
+		"Host: h\r\nConnection: close\r\nclose: x\r\nConnection: , x-\u212aeep ,keep-alive,\r\nX-Keep: 1\r\nx-keep: 2\r\n",
+		"Host: h\r\nConnection: a, b, c, d, e, f, g, h, i\r\nI: 1\r\nA: 2\r\nJ: 3\r\n",
 	} {
 		f.Add(s, false)
 		f.Add(s, true)
