@@ -201,11 +201,13 @@ func BenchmarkQuickParse(b *testing.B) {
 		"Referer: https://ide.example.com/ws/jane/demo/\r\nAuthorization: Bearer bench\r\n\r\n")
 	q := newQuickReq()
 	b.ReportAllocs()
+	cpu0 := processCPU(b)
 	for b.Loop() {
 		if _, ok := q.quickParse(head, "192.0.2.1:1"); !ok {
 			b.Fatal("not taken")
 		}
 	}
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkQuickResponse is the pod transport's answer parser alone (no connection).
@@ -213,11 +215,13 @@ func BenchmarkQuickResponse(b *testing.B) {
 	head := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\n" +
 		"Cache-Control: no-cache\r\nEtag: \"abc\"\r\nVary: Accept-Encoding\r\nContent-Length: 1024\r\n\r\n")
 	b.ReportAllocs()
+	cpu0 := processCPU(b)
 	for b.Loop() {
 		if _, ok := parseQuickResponse(head); !ok {
 			b.Fatal("not taken")
 		}
 	}
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkForwardedHeaders is the fast path's forwarded request head alone (no connection), for a
