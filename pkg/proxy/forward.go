@@ -44,6 +44,9 @@ type fastRequest struct {
 	rawQuery string
 	cookies  []string // the Cookie values to send when the nogoo9 cookie was removed
 	cookieOK bool     // cookies is set
+	// lines is r's header lines as the client sent them (quickReq.lines) when the lean loop's
+	// parser read r: writeRequest copies them instead of walking r's header map.
+	lines    string
 	bodySent bool
 	ans      answerStore
 }
@@ -62,6 +65,9 @@ func (p *Proxy) forwardFast(w http.ResponseWriter, r *http.Request, t *target) {
 	}
 	r.URL.Host = t.addr // for the error log
 	h := w.Header()
+	if lw, ok := w.(*leanResponse); ok && r == lw.lc.quick.req {
+		f.lines = lw.lc.quick.lines
+	}
 	if lw, ok := w.(*leanResponse); ok && len(h) == 0 {
 		// The pod's answer is parsed straight into the client response's header map, its
 		// values into a buffer of the client connection: no header map of its own, no copy.
@@ -171,15 +177,19 @@ func (f *fastRequest) writeRequest(bw *bufio.Writer) error {
 	bw.WriteString(r.Host)
 	bw.WriteString("\r\n")
 	conn := r.Header["Connection"]
-	for k, vv := range r.Header {
-		if skipRequestHeader(k, f.t.strip) || (conn != nil && namedIn(conn, k)) {
-			continue
-		}
-		if k == "Cookie" && f.cookieOK {
-			vv = f.cookies
-		}
-		for _, v := range vv {
-			writeHeaderLine(bw, k, v)
+	if f.lines != "" {
+		f.writeLines(bw, conn)
+	} else {
+		for k, vv := range r.Header {
+			if skipRequestHeader(k, f.t.strip) || (conn != nil && namedIn(conn, k)) {
+				continue
+			}
+			if k == "Cookie" && f.cookieOK {
+				vv = f.cookies
+			}
+			for _, v := range vv {
+				writeHeaderLine(bw, k, v)
+			}
 		}
 	}
 	if r.TLS == nil {
@@ -218,6 +228,165 @@ func (f *fastRequest) writeRequest(bw *bufio.Writer) error {
 	}
 	_, err := bw.WriteString("\r\n")
 	return err
+}
+
+// writeLines writes the request's header lines as the client sent them (f.lines, each checked
+// by fillHeader: a valid name, a colon, a valid value, CRLF), minus those the map walk above
+// skips, and the kept cookies in place of the first Cookie line. What the pod reads is what the
+// map walk sends (the same fields and values, in the client's order and spelling instead of the
+// map's order and canonical names; fuzz_test.go's FuzzForwardedHeaderLines compares the two):
+// one IndexByte per line and a length switch per name instead of a map walk, with no per-line
+// canonical key.
+func (f *fastRequest) writeLines(bw *bufio.Writer, conn []string) {
+	rest := f.lines
+	cookiesDone := false
+	// The Connection header's names, cut once instead of for every line: those every line of
+	// that name is skipped for anyway (keep-alive, what a browser sends) are left out.
+	var tokArr [8]string
+	toks, cut := connNames(conn, tokArr[:0], f.t.strip)
+	for len(rest) > 2 {
+		i := strings.IndexByte(rest, '\n')
+		if i < 0 {
+			return // never: fillHeader checked every line
+		}
+		line := rest[:i+1]
+		rest = rest[i+1:]
+		// The name is short: a loop finds its colon faster than IndexByte's setup.
+		c := 0
+		for c < len(line) && line[c] != ':' {
+			c++
+		}
+		if c == len(line) {
+			continue // never, as above
+		}
+		name := line[:c]
+		if skipRequestHeaderFold(name, f.t.strip) || (!cut && namedIn(conn, name)) || namedInTokens(toks, name) {
+			continue
+		}
+		if f.cookieOK && len(name) == len("Cookie") && asciiEqualFoldString(name, "Cookie") {
+			if !cookiesDone {
+				cookiesDone = true
+				for _, v := range f.cookies {
+					writeHeaderLine(bw, "Cookie", v)
+				}
+			}
+			continue
+		}
+		_, _ = bw.WriteString(line)
+	}
+}
+
+// connNames appends to toks the names a Connection header (conn) lists, without blanks, except
+// ASCII ones skipRequestHeaderFold skips (every field such a name matches is skipped anyway). cut
+// is false when there are more names than toks holds: the caller then asks namedIn for every line.
+func connNames(conn, toks []string, strip bool) (_ []string, cut bool) {
+	for _, v := range conn {
+		for v != "" {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			tok = strings.TrimSpace(tok)
+			if tok == "" || isASCII(tok) && skipRequestHeaderFold(tok, strip) {
+				continue
+			}
+			if len(toks) == cap(toks) {
+				return toks[:0], false
+			}
+			toks = append(toks, tok)
+		}
+	}
+	return toks, true
+}
+
+// namedInTokens is namedIn for names cut by connNames.
+func namedInTokens(toks []string, k string) bool {
+	for _, t := range toks {
+		if strings.EqualFold(t, k) {
+			return true
+		}
+	}
+	return false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// skipRequestHeaderFold is skipRequestHeader for a name in any case (a valid field name: ASCII).
+func skipRequestHeaderFold(k string, strip bool) bool {
+	var want string
+	switch len(k) {
+	case 2:
+		want = "Te"
+	case 4:
+		want = "Host"
+	case 7:
+		if asciiEqualFoldString(k, "Trailer") {
+			return true
+		}
+		want = "Upgrade"
+	case 9:
+		want = "Forwarded"
+	case 10:
+		if asciiEqualFoldString(k, "Connection") {
+			return true
+		}
+		want = "Keep-Alive"
+	case 13:
+		want = "Authorization"
+	case 14:
+		want = "Content-Length"
+	case 15:
+		want = "X-Forwarded-For"
+	case 16:
+		if asciiEqualFoldString(k, "Proxy-Connection") {
+			return true
+		}
+		want = "X-Forwarded-Host"
+	case 17:
+		if asciiEqualFoldString(k, "Transfer-Encoding") {
+			return true
+		}
+		want = "X-Forwarded-Proto"
+	case 18:
+		if asciiEqualFoldString(k, "Proxy-Authenticate") {
+			return true
+		}
+		if !strip {
+			return false
+		}
+		want = "X-Forwarded-Prefix"
+	case 19:
+		want = "Proxy-Authorization"
+	default:
+		return false
+	}
+	return asciiEqualFoldString(k, want)
+}
+
+// asciiEqualFoldString is asciiEqualFold (server.go) for a string: ASCII letters only, no
+// Unicode folding (a field name is ASCII).
+func asciiEqualFoldString(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		c, d := a[i], b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if 'A' <= d && d <= 'Z' {
+			d += 'a' - 'A'
+		}
+		if c != d {
+			return false
+		}
+	}
+	return true
 }
 
 // got1xx passes an informational answer on to the client, as ReverseProxy does.

@@ -1,8 +1,12 @@
 package proxy
 
 import (
+	"bufio"
+	"bytes"
+	"net/http"
 	"net/url"
 	"path"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -167,4 +171,109 @@ func FuzzLoginOrigin(f *testing.F) {
 			t.Fatalf("login answered %d", w.Code)
 		}
 	})
+}
+
+// forwardedBoth writes the request quickParse made of head the way the fast path forwards it,
+// once from the request's header map and once from its header lines (writeLines), and parses
+// both as the pod would; ok is false when quickParse does not take head.
+func forwardedBoth(t *testing.T, head string, strip bool) (fromMap, fromLines *http.Request, ok bool) {
+	t.Helper()
+	q := newQuickReq()
+	r, ok := q.quickParse([]byte(head), "10.1.2.3:4567")
+	if !ok {
+		return nil, nil, false
+	}
+	if q.lines == "" {
+		t.Fatalf("quickParse took %q without its header lines", head)
+	}
+	tg := &target{prefix: "/ws/jane/demo/", strip: strip}
+	write := func(lines string) *http.Request {
+		f := &fastRequest{in: r, t: tg, rawQuery: cleanQueryParams(r.URL.RawQuery), lines: lines}
+		if c, ok := r.Header["Cookie"]; ok && containsCookie(c) {
+			f.cookies, f.cookieOK = keptCookies(c), true
+		}
+		var buf bytes.Buffer
+		bw := bufio.NewWriter(&buf)
+		if err := f.writeRequest(bw); err != nil {
+			t.Fatalf("writeRequest(%q): %v", head, err)
+		}
+		_ = bw.Flush()
+		out, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(buf.Bytes())))
+		if err != nil {
+			t.Fatalf("the pod cannot read what the proxy forwards for %q (lines %t): %v\n%q", head, lines != "", err, buf.String())
+		}
+		return out
+	}
+	return write(""), write(q.lines), true
+}
+
+// FuzzForwardedHeaderLines: the header block the fast path writes from the client's header lines
+// (writeLines) reaches the pod as the same request as the one written from the header map, with
+// and without prefix stripping: hop-by-hop fields, those named in Connection, Authorization, the
+// forwarding fields and the nogoo9 cookie are gone in both, whatever their spelling.
+func FuzzForwardedHeaderLines(f *testing.F) {
+	for _, s := range []string{
+		"Host: h\r\nAuthorization: Bearer t\r\nX-A: 1\r\n",
+		"host: h\r\nx-a: 1\r\nX-A: 2\r\nconnection: close, X-Drop\r\nx-drop: gone\r\nkeep-alive: 5\r\n",
+		"Host: h\r\nCookie: theme=dark; " + CookieName + "=tok; lang=en\r\ncookie: x=y\r\nX-Forwarded-For: 6.6.6.6\r\nx-forwarded-prefix: /evil\r\n",
+		"Host: h\r\nCookie: " + InsecureCookieName + "=tok\r\nPROXY-AUTHORIZATION: basic x\r\nTe: trailers\r\nForwarded: for=x\r\n",
+		"Host: h\r\nX-Forwarded-Host: evil\r\nx-forwarded-proto: https\r\nProxy-Connection: keep-alive\r\nX-Empty:\r\nX-Sp:   v  \r\n",
+		"HOST: h\r\nConnection: keep-alive, Cookie\r\nCookie: a=b\r\nTrailer: X\r\nProxy-Authenticate: x\r\n",
+		"Host: h\r\nConnection: close\r\nclose: x\r\nConnection: , x-\u212aeep ,keep-alive,\r\nX-Keep: 1\r\nx-keep: 2\r\n",
+		"Host: h\r\nConnection: a, b, c, d, e, f, g, h, i\r\nI: 1\r\nA: 2\r\nJ: 3\r\n",
+	} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, lines string, strip bool) {
+		head := "GET /ws/jane/demo/x?a=b HTTP/1.1\r\n" + lines + "\r\n"
+		if strings.Count(head, "\r\n\r\n") != 1 || !strings.HasSuffix(head, "\r\n\r\n") {
+			return // the lean loop hands quickParse exactly one head ending in a blank line
+		}
+		fromMap, fromLines, ok := forwardedBoth(t, head, strip)
+		if !ok {
+			return
+		}
+		if fromMap.Method != fromLines.Method || fromMap.RequestURI != fromLines.RequestURI || fromMap.Host != fromLines.Host {
+			t.Fatalf("%q: request line or host differ: map %s %s %s, lines %s %s %s", head,
+				fromMap.Method, fromMap.RequestURI, fromMap.Host, fromLines.Method, fromLines.RequestURI, fromLines.Host)
+		}
+		if !reflect.DeepEqual(fromMap.Header, fromLines.Header) {
+			t.Fatalf("%q (strip %t): the pod reads different headers\nfrom the map:   %v\nfrom the lines: %v", head, strip, fromMap.Header, fromLines.Header)
+		}
+	})
+}
+
+// TestForwardedHeaderLines: what writeLines leaves out and puts in, whatever the spelling, and that
+// it keeps the client's order.
+func TestForwardedHeaderLines(t *testing.T) {
+	head := "GET /ws/jane/demo/x HTTP/1.1\r\nhost: h\r\nx-b: 1\r\nconnection: X-Drop\r\nX-DROP: gone\r\n" +
+		"authorization: Bearer secret\r\ncookie: a=b; " + CookieName + "=tok\r\nCOOKIE: c=d\r\nx-forwarded-for: 6.6.6.6\r\n" +
+		"X-Forwarded-Prefix: /evil\r\nTRANSFER-ENCODING-X: y\r\nx-a: 2\r\n\r\n"
+	_, got, ok := forwardedBoth(t, head, true)
+	if !ok {
+		t.Fatal("quickParse did not take the request")
+	}
+	want := http.Header{
+		"X-B": {"1"}, "X-A": {"2"}, "Transfer-Encoding-X": {"y"}, "Cookie": {"a=b", "c=d"},
+		"X-Forwarded-For": {"10.1.2.3"}, "X-Forwarded-Host": {"h"}, "X-Forwarded-Proto": {"http"},
+		"X-Forwarded-Prefix": {"/ws/jane/demo"},
+	}
+	if !reflect.DeepEqual(got.Header, want) {
+		t.Errorf("forwarded headers %v, want %v", got.Header, want)
+	}
+	// The order of the client's lines is kept (the map walk's is random).
+	q := newQuickReq()
+	r, _ := q.quickParse([]byte(head), "10.1.2.3:4567")
+	f := &fastRequest{in: r, t: &target{prefix: "/ws/jane/demo/", strip: true}, lines: q.lines}
+	var buf bytes.Buffer
+	bw := bufio.NewWriter(&buf)
+	if err := f.writeRequest(bw); err != nil {
+		t.Fatal(err)
+	}
+	_ = bw.Flush()
+	s := buf.String()
+	if i, j := strings.Index(s, "x-b: 1"), strings.Index(s, "x-a: 2"); i < 0 || j < i {
+		t.Errorf("the client's lines are not forwarded in its order and spelling:\n%s", s)
+	}
 }

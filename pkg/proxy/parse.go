@@ -25,6 +25,10 @@ type quickReq struct {
 	header    http.Header
 	// vals holds the header values of the request (fillHeader), reused like header.
 	vals []string
+	// lines is the header lines of the request req holds (after the request line, with the
+	// final blank line), as the client sent them and fillHeader checked them; "" when req
+	// holds none. The fast path writes the forwarded header block from them (forward.go).
+	lines string
 }
 
 // quickParse parses head (the request line and headers with the final blank line) into q's
@@ -32,6 +36,7 @@ type quickReq struct {
 // (leanEligible then decides). A request it takes is one leanEligible takes: HTTP/1.1, one
 // Host, no Content-Length, Expect, Upgrade or Transfer-Encoding (parse_test.go checks).
 func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) {
+	q.lines = ""
 	// One copy of the whole head: every string of the request is cut from it, so none of them
 	// changes when the connection's buffer is reused (the token cache keeps a token, for one).
 	s := string(head)
@@ -73,6 +78,7 @@ func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) 
 	r.Close = httpguts.HeaderValuesContainsToken(h["Connection"], "close")
 	r.RemoteAddr = remote
 	r.RequestURI = uri
+	q.lines = rest
 	return r, true
 }
 

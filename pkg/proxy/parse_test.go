@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"net/textproto"
 	"reflect"
 	"strings"
 	"testing"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 type ctxKey struct{}
@@ -146,5 +149,25 @@ func FuzzQuickParse(f *testing.F) {
 			return // the lean loop hands quickParse exactly one head ending in a blank line
 		}
 		checkQuickParse(t, newQuickReq(), head)
+	})
+}
+
+// FuzzHeaderChecks: canonicalName and validValue, the quick parsers' checks of a header line, say
+// what httpguts and textproto say.
+func FuzzHeaderChecks(f *testing.F) {
+	for _, s := range []string{"", "Content-Type", "content-type", "X-A", "x-", "-x", "a b", "Ä", "\x7f", "text/html; q=0.9\t", "abcdefg\x1fhij", "abcdefgh\x7f", "abc\x7fdefghi", "\xff\xfe\xa0\xa1\xa2\xa3\xa4\xa5\xa6", "ab\tcdefghijklmnop\r"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		key, ok := canonicalName(s)
+		if want := httpguts.ValidHeaderFieldName(s); ok != want {
+			t.Fatalf("canonicalName(%q) ok %t, ValidHeaderFieldName %t", s, ok, want)
+		}
+		if want := textproto.CanonicalMIMEHeaderKey(s); ok && key != want {
+			t.Fatalf("canonicalName(%q) = %q, CanonicalMIMEHeaderKey %q", s, key, want)
+		}
+		if got, want := validValue(s), httpguts.ValidHeaderFieldValue(s); got != want {
+			t.Fatalf("validValue(%q) = %t, ValidHeaderFieldValue %t", s, got, want)
+		}
 	})
 }

@@ -42,7 +42,8 @@ func fillHeader(h http.Header, vals *[]string, rest string, special, pick string
 			return "", 0, false
 		}
 		name, value := l[:c], l[c+1:]
-		if !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(value) {
+		key, ok := canonicalName(name)
+		if !ok || !validValue(value) {
 			return "", 0, false
 		}
 		if n := len(name); (n == 6 || n == 7 || n == len(special) || special == requestSpecial && n == 17) &&
@@ -51,7 +52,6 @@ func fillHeader(h http.Header, vals *[]string, rest string, special, pick string
 			return "", 0, false
 		}
 		value = trimBlanks(value)
-		key := textproto.CanonicalMIMEHeaderKey(name)
 		if key == pick {
 			picked, n = value, n+1
 			if !keepPick {
@@ -101,4 +101,51 @@ func trimBlanks(v string) string {
 		v = v[:len(v)-1]
 	}
 	return v
+}
+
+// canonicalName is textproto.CanonicalMIMEHeaderKey(name) for a name httpguts.ValidHeaderFieldName
+// accepts, and ok false for one it refuses: one pass over a name already in canonical form (what
+// browsers and servers send) instead of one to check it and another to canonicalize it.
+func canonicalName(name string) (key string, ok bool) {
+	if name == "" {
+		return "", false
+	}
+	upper, canonical := true, true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !httpguts.IsTokenRune(rune(c)) {
+			return "", false
+		}
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			canonical = false
+		}
+		upper = c == '-'
+	}
+	if canonical {
+		return name, true
+	}
+	return textproto.CanonicalMIMEHeaderKey(name), true
+}
+
+// validValue is httpguts.ValidHeaderFieldValue eight bytes at a time: a word with no byte below
+// 0x20 and none equal to 0x7f (no control byte, tab included) is valid; one with such a byte is
+// looked at byte by byte. The word test is exact ("hasless" and "haszero" of Bit Twiddling Hacks:
+// a borrow can only come from a byte that already makes the test true).
+func validValue(v string) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	i := 0
+	for ; i+8 <= len(v); i += 8 {
+		x := uint64(v[i]) | uint64(v[i+1])<<8 | uint64(v[i+2])<<16 | uint64(v[i+3])<<24 |
+			uint64(v[i+4])<<32 | uint64(v[i+5])<<40 | uint64(v[i+6])<<48 | uint64(v[i+7])<<56
+		y := x ^ (ones * 0x7f)
+		if (x-ones*0x20)&^x&highs != 0 || (y-ones)&^y&highs != 0 {
+			if !httpguts.ValidHeaderFieldValue(v[i : i+8]) {
+				return false
+			}
+		}
+	}
+	return httpguts.ValidHeaderFieldValue(v[i:])
 }

@@ -718,6 +718,7 @@ func (lc *leanConn) serveRequest(req *http.Request) (keep bool) {
 	lc.respVals = reuseVals(lc.respVals)
 	lc.quick.header = reuseHeader(lc.quick.header)
 	lc.quick.vals = reuseVals(lc.quick.vals)
+	lc.quick.lines = ""
 	return keep
 }
 

@@ -8,6 +8,8 @@
 #
 # Usage (under the machine-wide cluster lock, like proxybench):
 #   flock /work/cluster.lock bash hack/bench/proxybench/cpusplit.sh ROUNDS NEW_PROXYBENCH MAIN_PROXYBENCH
+# With BROWSER=1 every request also carries a browser's dozen header lines (User-Agent, Accept*,
+# Cookie, Referer, Sec-Fetch-*, Connection: keep-alive) instead of Authorization alone.
 # Needs wrk, nginx and taskset.
 set -eu
 rounds=$1; new=$2; main=$3
@@ -39,10 +41,17 @@ http {
   }
 }
 NGX
+hdrs=(-H 'Authorization: Bearer bench-token')
+if [ "${BROWSER:-}" = 1 ]; then
+  hdrs+=(-H 'User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0'
+    -H 'Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8' -H 'Accept-Language: en-GB,en;q=0.5'
+    -H 'Accept-Encoding: gzip, deflate, br' -H 'Referer: http://127.0.0.1/ws/bench/demo/' -H 'Cookie: theme=dark; lang=en'
+    -H 'Sec-Fetch-Dest: document' -H 'Sec-Fetch-Mode: navigate' -H 'Sec-Fetch-Site: same-origin' -H 'Connection: keep-alive')
+fi
 measure() { # name pid url
-  taskset -c 0 wrk -t1 -c32 -d1s -H 'Authorization: Bearer bench-token' "$3" >/dev/null
+  taskset -c 0 wrk -t1 -c32 -d1s "${hdrs[@]}" "$3" >/dev/null
   read u0 s0 < <(cpu $2)
-  reqs=$(taskset -c 0 wrk -t1 -c32 -d4s -H 'Authorization: Bearer bench-token' "$3" | awk '/requests in/ {print $1}')
+  reqs=$(taskset -c 0 wrk -t1 -c32 -d4s "${hdrs[@]}" "$3" | awk '/requests in/ {print $1}')
   read u1 s1 < <(cpu $2)
   echo "$1 $reqs $(( (u1-u0) )) $(( (s1-s0) ))" | awk '{printf "| %s | %d | %.1f | %.1f | %.1f |\n", $1, $2, ($3*10000)/$2, ($4*10000)/$2, (($3+$4)*10000)/$2}'
 }
@@ -58,7 +67,7 @@ row() {
      measure "$1,r$2" $pp http://$paddr/ws/bench/demo/; kill $pp; wait $pp 2>/dev/null || true ;;
   esac
 }
-echo "load at the start: $(cut -d' ' -f1-3 /proc/loadavg) $(date -u +%H:%M:%S)"
+echo "load at the start: $(cut -d' ' -f1-3 /proc/loadavg) $(date -u +%H:%M:%S)${BROWSER:+ (browser headers)}"
 echo "| row | requests | user us/req | system us/req | total us/req |"
 echo "|---|---|---|---|---|"
 orders=("new main nginx" "main nginx new" "nginx new main" "new nginx main" "main new nginx" "nginx main new")
