@@ -86,22 +86,18 @@ func (p *Pod) setMeta(labels, annotations map[string]string) {
 	slices.Sort(lk)
 	slices.Sort(ak)
 	vals := make([]string, 0, len(keys))
-	for i, k := range lk {
-		v := labels[k]
-		if internedLabelValues[k] {
-			v = intern(v)
+	add := func(ks []string, m map[string]string, internedValues map[string]bool) {
+		for i, k := range ks {
+			v := m[k]
+			if internedValues[k] {
+				v = intern(v)
+			}
+			ks[i] = intern(k)
+			vals = append(vals, v)
 		}
-		lk[i] = intern(k)
-		vals = append(vals, v)
 	}
-	for i, k := range ak {
-		v := annotations[k]
-		if internedAnnotationValues[k] {
-			v = intern(v)
-		}
-		ak[i] = intern(k)
-		vals = append(vals, v)
-	}
+	add(lk, labels, internedLabelValues)
+	add(ak, annotations, internedAnnotationValues)
 	p.keys, p.vals = internKeys(lk, ak), vals
 }
 

@@ -263,7 +263,7 @@ func (f *fastRequest) writeLines(bw *bufio.Writer, conn []string) {
 		if skipRequestHeaderFold(name, f.t.strip) || (!cut && namedIn(conn, name)) || namedInTokens(toks, name) {
 			continue
 		}
-		if f.cookieOK && len(name) == len("Cookie") && asciiEqualFoldString(name, "Cookie") {
+		if f.cookieOK && len(name) == len("Cookie") && asciiEqualFold(name, "Cookie") {
 			if !cookiesDone {
 				cookiesDone = true
 				for _, v := range f.cookies {
@@ -325,14 +325,14 @@ func skipRequestHeaderFold(k string, strip bool) bool {
 	case 4:
 		want = "Host"
 	case 7:
-		if asciiEqualFoldString(k, "Trailer") {
+		if asciiEqualFold(k, "Trailer") {
 			return true
 		}
 		want = "Upgrade"
 	case 9:
 		want = "Forwarded"
 	case 10:
-		if asciiEqualFoldString(k, "Connection") {
+		if asciiEqualFold(k, "Connection") {
 			return true
 		}
 		want = "Keep-Alive"
@@ -343,17 +343,17 @@ func skipRequestHeaderFold(k string, strip bool) bool {
 	case 15:
 		want = "X-Forwarded-For"
 	case 16:
-		if asciiEqualFoldString(k, "Proxy-Connection") {
+		if asciiEqualFold(k, "Proxy-Connection") {
 			return true
 		}
 		want = "X-Forwarded-Host"
 	case 17:
-		if asciiEqualFoldString(k, "Transfer-Encoding") {
+		if asciiEqualFold(k, "Transfer-Encoding") {
 			return true
 		}
 		want = "X-Forwarded-Proto"
 	case 18:
-		if asciiEqualFoldString(k, "Proxy-Authenticate") {
+		if asciiEqualFold(k, "Proxy-Authenticate") {
 			return true
 		}
 		if !strip {
@@ -365,28 +365,7 @@ func skipRequestHeaderFold(k string, strip bool) bool {
 	default:
 		return false
 	}
-	return asciiEqualFoldString(k, want)
-}
-
-// asciiEqualFoldString is asciiEqualFold (server.go) for a string: ASCII letters only, no
-// Unicode folding (a field name is ASCII).
-func asciiEqualFoldString(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		c, d := a[i], b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if 'A' <= d && d <= 'Z' {
-			d += 'a' - 'A'
-		}
-		if c != d {
-			return false
-		}
-	}
-	return true
+	return asciiEqualFold(k, want)
 }
 
 // got1xx passes an informational answer on to the client, as ReverseProxy does.

@@ -630,7 +630,9 @@ func leanEligible(head []byte) bool {
 	return hosts == 1
 }
 
-func asciiEqualFold(b []byte, s string) bool {
+// asciiEqualFold compares a field name (bytes of the request or a string) with s, folding ASCII
+// letters only, no Unicode folding (a field name is ASCII).
+func asciiEqualFold[T string | []byte](b T, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}
