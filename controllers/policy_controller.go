@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -109,6 +110,13 @@ func (p *PolicyRunner) defaults() {
 func (p *PolicyRunner) Start(ctx context.Context) error {
 	p.defaults()
 	log := ctrl.Log.WithName("update-policy")
+	// The first tick evaluates as soon as the templates and the cache's pods are in, not an
+	// interval later (a tick before that evaluates nothing).
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return templatesSynced(p.Templates) && (p.Pods == nil || p.Pods.Synced()), nil
+	}); err != nil {
+		return nil // stopped before
+	}
 	t := time.NewTicker(p.Opts.Interval)
 	defer t.Stop()
 	for {

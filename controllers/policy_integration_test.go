@@ -158,3 +158,64 @@ func waitEveryCaughtUp(t *testing.T, ctx context.Context, c client.Client, pods 
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestPolicyRunnersFirstTickWaitsForTheCachesPods: a runner that starts before the cache's pods
+// are in evaluates them as soon as they are, not an --update-policy-interval later (the first
+// tick would evaluate nothing and the next one come an hour later here).
+func TestPolicyRunnersFirstTickWaitsForTheCachesPods(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "ws-first", Namespace: "default",
+			Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: "first",
+				workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "1"},
+			Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	reg := &fakeTemplates{}
+	tmpl := ideTemplate("2", "example.com/ide:2", "")
+	tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "when-idle"}
+	reg.set(tmpl)
+	mgr := newTestManager(t, cfg)
+	pods, err := podcache.NewEvery(ctx, mgr.GetCache())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &PolicyRunner{Client: c, Pods: pods, Templates: reg, Recorder: record.NewFakeRecorder(100),
+		Opts: PolicyOptions{Interval: time.Hour, PerInterval: 1, IdleAfter: time.Minute, Now: func() time.Time { return now }}}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Start(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("policy runner: %v", err)
+		}
+	})
+	if pods.Synced() {
+		t.Fatal("the cache's pods are in before the manager started: the test proves nothing")
+	}
+	runManager(t, ctx, mgr)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var got corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Annotations[workspace.AnnUpgradeRequested] != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no upgrade requested 30 s after the cache's pods came in (interval 1 h): %v", got.Annotations)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -54,6 +54,9 @@ func NewEvery(ctx context.Context, c informers) (*Every, error) {
 	return e, nil
 }
 
+// Synced says whether Every has had the informer's initial list (Pods and Workspaces answer).
+func (e *Every) Synced() bool { return e.synced.HasSynced() }
+
 // replace drops the object the informer handed over before (nil: none) and adds the one it hands
 // over now (nil: the pod was deleted).
 func (e *Every) replace(before, now any) {
@@ -75,7 +78,7 @@ func (e *Every) replace(before, now any) {
 // the cache, read only; a pod struct and two maps each), or ok false until the informer has handed over its initial list.
 // Readers of every workspace use Workspaces, which makes no pod struct per pod.
 func (e *Every) Pods() (pods []*corev1.Pod, ok bool) {
-	if !e.synced.HasSynced() {
+	if !e.Synced() {
 		return nil, false
 	}
 	e.mu.RLock()
@@ -103,7 +106,7 @@ func Keep(p *corev1.Pod) *corev1.Pod {
 // workspaces a call allocates the sorted list of pointers, not a pod struct nor two maps per pod
 // (12 MB and 14 MB per /metrics scrape).
 func (e *Every) Workspaces(fn func(pods []*corev1.Pod)) bool {
-	if !e.synced.HasSynced() {
+	if !e.Synced() {
 		return false
 	}
 	e.mu.RLock()
