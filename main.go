@@ -144,7 +144,7 @@ func main() {
 	flag.DurationVar(&o.upgradeTimeout, "upgrade-timeout", 10*time.Minute, "How long an upgraded pod may take to become Ready before the upgrade fails.")
 	flag.IntVar(&o.maxConcurrentUpgr, "max-concurrent-upgrades", 200, "Upgrades in flight at once; more requests wait their turn.")
 	flag.IntVar(&o.upgradeWorkers, "upgrade-workers", 128, "Workspace reconcile workers: each waits on two to four API round trips per pass, so a bulk upgrade needs many in flight.")
-	flag.DurationVar(&o.controllersDelay, "controllers-start-delay", 500*time.Millisecond, "How long after the replica turns ready its controllers start their first pass over every workspace, so that the first requests after a start are served first (docs/reliability.md); upgrades in flight, update policies and idle culling resume that much later. 0: as soon as it is ready.")
+	flag.DurationVar(&o.controllersDelay, "controllers-start-delay", 500*time.Millisecond, "How long after the replica turns ready its controllers start their first pass over every workspace, so that the first requests after a start are served first (docs/reliability.md); upgrades in flight, workspace starts and stops, update policies and idle culling resume that much later. 0: as soon as it is ready.")
 	flag.StringVar(&o.apiAddr, "api-bind-address", ":8090", "Address of the REST API (/api/v1) and MCP endpoint (/mcp).")
 	flag.StringVar(&o.proxyAddr, "proxy-bind-address", ":8091", "Address of the workspace proxy.")
 	flag.StringVar(&o.proxyOrigins, "proxy-allowed-origins", "", "Comma-separated extra origins (scheme://host[:port]) allowed to open WebSockets through the proxy; its own origin is always allowed.")

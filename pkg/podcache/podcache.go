@@ -172,7 +172,8 @@ func idBucketKey(ns, id string) string {
 // seconds). Without it the process keeps that peak as RSS until the Go runtime's background
 // scavenger gets to it, minutes later, and the heap in use holds garbage no GC has swept yet.
 //
-// When Cache has synced (main.go passes the StartupGate: the cache and the read path's handlers)
+// When Cache has synced (main.go passes the StartupGate's Controllers: the release of the
+// controllers, --controllers-start-delay after the read path has the initial lists)
 // it runs the garbage collector at StartupGCPercent (unless GOGC is set) while the controllers
 // make their first pass, so that peak stays near the live heap instead of twice it; the
 // collector then goes back to its default. After the cache has synced it samples the bytes allocated each Poll; when

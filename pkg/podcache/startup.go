@@ -25,9 +25,9 @@ import (
 // Components that serve reads get their informers through Readers(mgr): every event handler
 // they add is remembered. The gate opens once the cache has synced and every remembered handler
 // has been handed the initial list (or Max after the gate started waiting, so that a handler that
-// never syncs only delays the rest). Runnables added through Hold(mgr) (the controllers) start only
-// then; Check is a readiness check that fails until then, so that a replica is ready only when
-// its lists come from the views and its proxy has its routes.
+// never syncs only delays the rest). Runnables added through Hold(mgr) (the controllers) start
+// AfterReady after the gate opens. Check is a readiness check that fails until the gate opens,
+// so that a replica is ready only when its lists come from the views and its proxy has its routes.
 type StartupGate struct {
 	// Max bounds the wait for the handlers after the cache has synced (default 30s).
 	Max time.Duration
@@ -177,7 +177,7 @@ func (g *StartupGate) wait(ctx context.Context) {
 					pending++
 				}
 			}
-			logf.FromContext(ctx).Info("start-up gate opened without every read-path handler's initial list: the controllers start and /readyz passes; lists may be incomplete until those handlers catch up",
+			logf.FromContext(ctx).Info("start-up gate opened without every read-path handler's initial list: /readyz passes and the controllers start AfterReady later; lists may be incomplete until those handlers catch up",
 				"waited", max, "handlersPending", pending, "handlers", len(regs))
 			g.openGate()
 			g.stamp(ctx, "Ready without every read-path handler's initial list")
