@@ -225,7 +225,7 @@ func TestStartupGateHoldsControllersAfterReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const after = 2 * time.Second
+	const after = 3 * time.Second
 	gate := podcache.NewStartupGate(mgr.GetCache())
 	gate.AfterReady = after
 	if err := mgr.Add(gate); err != nil {
@@ -241,22 +241,23 @@ func TestStartupGateHoldsControllersAfterReady(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
 			t.Errorf("manager: %v", err)
 		}
-	}()
+	})
 	var ready time.Time
-	for ready.IsZero() {
-		if gate.Check(nil) == nil {
-			ready = time.Now()
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("never ready")
-		case <-time.After(10 * time.Millisecond):
-		}
+	select {
+	case <-gate.Opened():
+		ready = time.Now()
+	case <-ctx.Done():
+		t.Fatal("never ready")
+	}
+	if err := gate.Check(nil); err != nil {
+		t.Fatalf("the gate opened but the readiness check says %v", err)
 	}
 	select {
 	case <-startedAt:
@@ -269,7 +270,7 @@ func TestStartupGateHoldsControllersAfterReady(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the held runnable never started")
 	}
-	if d := started.Sub(ready); d < after-time.Second {
+	if d := started.Sub(ready); d < after/2 {
 		t.Errorf("the held runnable started %s after the replica turned ready, want about %s", d, after)
 	}
 	select {
