@@ -3,6 +3,7 @@ package podcache
 import (
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"testing"
@@ -68,6 +69,52 @@ func TestPodLabelsMatchSelectorsAsTheMapDid(t *testing.T) {
 		}
 	}
 }
+
+// TestPodOfManyKeysAnswersAsTheMap: pods with up to 44 labels and 44 annotations (lookups past a
+// few keys search, and more than 32 keys overflow setMeta's stack buffer) answer every lookup and
+// selector as their maps do.
+func TestPodOfManyKeysAnswersAsTheMap(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	pool := make([]string, 60)
+	for i := range pool {
+		pool[i] = fmt.Sprintf("k%02d.example.com/key", i)
+	}
+	for n := 0; n < 300; n++ {
+		full := podcachetest.Ready()
+		for _, m := range []map[string]string{full.Labels, full.Annotations} {
+			for range rnd.IntN(45) {
+				m[pool[rnd.IntN(len(pool))]] = fmt.Sprint(rnd.IntN(3))
+			}
+		}
+		want, err := Strip(full.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := transformed(t, full)
+		for _, k := range append(pool, keysOf(want.Labels, want.Annotations)...) {
+			if v, ok := p.LookupLabel(k); v != want.Labels[k] || ok != hasKey(want.Labels, k) {
+				t.Fatalf("pod %d: label %q: %q %v, want %q", n, k, v, ok, want.Labels[k])
+			}
+			if v, ok := p.LookupAnnotation(k); v != want.Annotations[k] || ok != hasKey(want.Annotations, k) {
+				t.Fatalf("pod %d: annotation %q: %q %v, want %q", n, k, v, ok, want.Annotations[k])
+			}
+			for _, s := range []string{k, "!" + k, k + "=1", k + "!=1", k + " in (0,2)", k + " notin (1)"} {
+				sel, err := labels.Parse(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, exp := sel.Matches(p.Labels()), sel.Matches(labels.Set(want.Labels)); got != exp {
+					t.Fatalf("pod %d: selector %q matches the cached pod: %v, the map: %v", n, s, got, exp)
+				}
+			}
+		}
+		if !maps.Equal(p.GetLabels(), want.Labels) || !maps.Equal(p.GetAnnotations(), want.Annotations) {
+			t.Fatalf("pod %d: GetLabels / GetAnnotations differ from the maps", n)
+		}
+	}
+}
+
+func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
 
 func keysOf(ms ...map[string]string) []string {
 	var out []string

@@ -34,7 +34,7 @@ type Pod struct {
 	DeletionTimestamp *metav1.Time
 	keys              *keySet  // the label and annotation keys, shared (meta.go)
 	vals              []string // their values: the labels', then the annotations'
-	// Rare is what few pods have (nil for none): a pointer instead of 152 bytes of empty
+	// Rare is what few pods have (nil for none): a pointer instead of 160 bytes of empty
 	// fields in every pod.
 	Rare *Rare
 
@@ -219,7 +219,8 @@ func compact(p *corev1.Pod) *Pod {
 	}
 	if r.DeletionGracePeriodSeconds != nil || len(r.OwnerReferences)+len(r.Finalizers)+len(r.ReadinessGates)+len(r.SchedulingGates)+
 		len(r.InitContainerStatuses) > 0 || r.Reason != "" || r.Message != "" {
-		out.Rare = &r
+		rare := r // a copy, so that r stays on the stack: a pod without a Rare part allocates none
+		out.Rare = &rare
 	}
 	out.setMeta(p.Labels, p.Annotations)
 	n := 0
