@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // The fast path forwards a plain request (no upgrade, no Expect or TE, a body of known length up
@@ -180,8 +181,10 @@ func (f *fastRequest) writeRequest(bw *bufio.Writer) error {
 	if f.lines != "" {
 		f.writeLines(bw, conn)
 	} else {
+		var hop hopNames
+		hop.cut(conn, nil)
 		for k, vv := range r.Header {
-			if skipRequestHeader(k, f.t.strip) || (conn != nil && namedIn(conn, k)) {
+			if skipRequestHeader(k, f.t.strip) || hop.has(k) {
 				continue
 			}
 			if k == "Cookie" && f.cookieOK {
@@ -242,8 +245,8 @@ func (f *fastRequest) writeLines(bw *bufio.Writer, conn []string) {
 	cookiesDone := false
 	// The Connection header's names, cut once instead of for every line: those every line of
 	// that name is skipped for anyway (keep-alive, what a browser sends) are left out.
-	var tokArr [8]string
-	toks, cut := connNames(conn, tokArr[:0], f.t.strip)
+	var hop hopNames
+	hop.cut(conn, func(tok string) bool { return isASCII(tok) && skipRequestHeaderFold(tok, f.t.strip) })
 	for len(rest) > 2 {
 		i := strings.IndexByte(rest, '\n')
 		if i < 0 {
@@ -260,7 +263,7 @@ func (f *fastRequest) writeLines(bw *bufio.Writer, conn []string) {
 			continue // never, as above
 		}
 		name := line[:c]
-		if skipRequestHeaderFold(name, f.t.strip) || (!cut && namedIn(conn, name)) || namedInTokens(toks, name) {
+		if skipRequestHeaderFold(name, f.t.strip) || hop.has(name) {
 			continue
 		}
 		if f.cookieOK && len(name) == len("Cookie") && asciiEqualFold(name, "Cookie") {
@@ -276,35 +279,102 @@ func (f *fastRequest) writeLines(bw *bufio.Writer, conn []string) {
 	}
 }
 
-// connNames appends to toks the names a Connection header (conn) lists, without blanks, except
-// ASCII ones skipRequestHeaderFold skips (every field such a name matches is skipped anyway). cut
-// is false when there are more names than toks holds: the caller then asks namedIn for every line.
-func connNames(conn, toks []string, strip bool) (_ []string, cut bool) {
+// hopNames is the set of names one Connection header lists (the fields it makes hop-by-hop), cut
+// once per request or answer. Up to eight are compared in turn; past that they are looked up by
+// their ASCII fold in a map, so that a peer listing thousands of names (a hostile workspace's
+// answer may carry 1 MiB of header) costs a lookup per field, not a scan of the Connection header
+// per field, which was quadratic in the header's size. has answers as strings.EqualFold against
+// every listed name did.
+type hopNames struct {
+	few  [8]string
+	n    int
+	many map[string]struct{} // the names' ASCII folds, once more than eight; nil before
+	odd  []string            // with many: the names that have no ASCII fold
+}
+
+// cut reads the Connection header's values conn, leaving out blanks and the names skip reports
+// (nil: none).
+func (h *hopNames) cut(conn []string, skip func(string) bool) {
 	for _, v := range conn {
 		for v != "" {
 			var tok string
 			tok, v, _ = strings.Cut(v, ",")
-			tok = strings.TrimSpace(tok)
-			if tok == "" || isASCII(tok) && skipRequestHeaderFold(tok, strip) {
+			if tok = strings.TrimSpace(tok); tok == "" || skip != nil && skip(tok) {
 				continue
 			}
-			if len(toks) == cap(toks) {
-				return toks[:0], false
-			}
-			toks = append(toks, tok)
+			h.add(tok)
 		}
 	}
-	return toks, true
 }
 
-// namedInTokens is namedIn for names cut by connNames.
-func namedInTokens(toks []string, k string) bool {
-	for _, t := range toks {
+func (h *hopNames) add(tok string) {
+	if h.many == nil && h.n < len(h.few) {
+		h.few[h.n] = tok
+		h.n++
+		return
+	}
+	if h.many == nil {
+		h.many = make(map[string]struct{}, 2*len(h.few))
+		for _, t := range h.few[:h.n] {
+			h.addFold(t)
+		}
+	}
+	h.addFold(tok)
+}
+
+func (h *hopNames) addFold(tok string) {
+	var buf [64]byte
+	if f, ok := asciiFold(buf[:0], tok); ok {
+		h.many[string(f)] = struct{}{}
+	} else {
+		h.odd = append(h.odd, tok)
+	}
+}
+
+// has reports whether the header named k is one of the names.
+func (h *hopNames) has(k string) bool {
+	if h.many == nil {
+		for _, t := range h.few[:h.n] {
+			if strings.EqualFold(t, k) {
+				return true
+			}
+		}
+		return false
+	}
+	var buf [64]byte
+	if f, ok := asciiFold(buf[:0], k); ok {
+		_, hit := h.many[string(f)]
+		return hit
+	}
+	for _, t := range h.odd { // k has no ASCII fold: never a parsed field name
 		if strings.EqualFold(t, k) {
 			return true
 		}
 	}
 	return false
+}
+
+// asciiFold appends to dst s in ASCII lower case, and reports false when s has a rune that
+// strings.EqualFold equates with no ASCII character. The Kelvin sign and the long s are the two
+// non-ASCII runes it equates with ASCII letters (k and s), so two strings that have ASCII folds
+// are EqualFold exactly when their folds are equal, and a string without one equals no ASCII name.
+func asciiFold(dst []byte, s string) ([]byte, bool) {
+	for _, r := range s {
+		switch {
+		case r < utf8.RuneSelf:
+			if 'A' <= r && r <= 'Z' {
+				r += 'a' - 'A'
+			}
+			dst = append(dst, byte(r))
+		case r == '\u212A': // KELVIN SIGN
+			dst = append(dst, 'k')
+		case r == '\u017F': // LATIN SMALL LETTER LONG S
+			dst = append(dst, 's')
+		default:
+			return dst, false
+		}
+	}
+	return dst, true
 }
 
 func isASCII(s string) bool {
@@ -432,26 +502,13 @@ func hopHeader(k string) bool {
 	return false
 }
 
-// namedIn reports whether header k is listed in a Connection header (so it is hop-by-hop).
-func namedIn(conn []string, k string) bool {
-	for _, v := range conn {
-		for v != "" {
-			var tok string
-			tok, v, _ = strings.Cut(v, ",")
-			if strings.EqualFold(strings.TrimSpace(tok), k) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // copyHeaderSkipping adds src's end-to-end headers to dst. src is a response's header, dropped
 // afterwards: its value slices are handed over instead of copied.
 func copyHeaderSkipping(dst, src http.Header) {
-	conn := src["Connection"]
+	var hop hopNames
+	hop.cut(src["Connection"], nil)
 	for k, vv := range src {
-		if hopHeader(k) || (conn != nil && namedIn(conn, k)) {
+		if hopHeader(k) || hop.has(k) {
 			continue
 		}
 		if old, ok := dst[k]; ok {
@@ -465,9 +522,10 @@ func copyHeaderSkipping(dst, src http.Header) {
 // dropHopHeaders removes from h what copyHeaderSkipping would not copy: the answer's hop-by-hop
 // headers.
 func dropHopHeaders(h http.Header) {
-	conn := h["Connection"]
+	var hop hopNames
+	hop.cut(h["Connection"], nil)
 	for k := range h {
-		if hopHeader(k) || (conn != nil && namedIn(conn, k)) {
+		if hopHeader(k) || hop.has(k) {
 			delete(h, k)
 		}
 	}
