@@ -39,23 +39,7 @@ func testPolicyRunner(t *testing.T, fromCache bool) {
 	names := make([]string, 6)
 	for i := range names {
 		names[i] = fmt.Sprintf("ws-p%d", i)
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: "default",
-				Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: fmt.Sprintf("p%d", i),
-					workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "1"},
-				Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
-		}
-		if i == 5 {
-			pod.Annotations[workspace.AnnPinned] = "true"
-		}
-		if err := c.Create(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}
-		if err := c.Status().Update(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
+		createIdleIDEPod(t, c, names[i], fmt.Sprintf("p%d", i), i == 5, now)
 	}
 	reg := &fakeTemplates{}
 	tmpl := ideTemplate("2", "example.com/ide:2", "")
@@ -166,20 +150,7 @@ func TestPolicyRunnersFirstTickWaitsForTheCachesPods(t *testing.T) {
 	cfg, c := startAPIServer(t)
 	ctx := context.Background()
 	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "ws-first", Namespace: "default",
-			Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: "first",
-				workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "1"},
-			Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
-	}
-	if err := c.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}
-	if err := c.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
+	pod := createIdleIDEPod(t, c, "ws-first", "first", false, now)
 	reg := &fakeTemplates{}
 	tmpl := ideTemplate("2", "example.com/ide:2", "")
 	tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "when-idle"}
@@ -218,4 +189,29 @@ func TestPolicyRunnersFirstTickWaitsForTheCachesPods(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// createIdleIDEPod creates jane's workspace id in default, on the "ide" template's version 1,
+// Ready for an hour before now (idle for the when-idle policy), pinned or not.
+func createIdleIDEPod(t *testing.T, c client.Client, name, id string, pinned bool, now time.Time) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default",
+			Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id,
+				workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "1"},
+			Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
+	}
+	if pinned {
+		pod.Annotations[workspace.AnnPinned] = "true"
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	return pod
 }

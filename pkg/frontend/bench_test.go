@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/podcache"
@@ -104,18 +103,8 @@ func BenchmarkDescribe10k(b *testing.B) {
 //	go test -run '^$' -bench ViewsBytesPerWorkspace -benchtime 1x ./pkg/frontend/
 func BenchmarkViewsBytesPerWorkspace(b *testing.B) {
 	const n = 10000
-	base := podcachetest.Ready()
 	pods := make([]*podcache.Pod, n)
-	for i := range pods {
-		p := base.DeepCopy()
-		id, owner := fmt.Sprintf("ws-%d", i), fmt.Sprintf("user-%d", i%100)
-		p.Namespace = "ns"
-		p.Name = workspace.PodName(owner, id)
-		p.UID = types.UID(fmt.Sprintf("uid-%d", i))
-		p.Labels[workspace.LabelWorkspaceID] = id
-		p.Annotations[workspace.AnnOwner] = owner
-		p.Annotations[workspace.AnnWorkspacePath] = "/ws/" + owner + "/" + id + "/"
-		p.Status.PodIP = fmt.Sprintf("127.1.%d.%d", i/256, i%256)
+	for i, p := range podcachetest.ReadyWorkspaces(n, "ns") {
 		pods[i] = podcache.Of(p)
 	}
 	ctx := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})

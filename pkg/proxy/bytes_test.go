@@ -1,17 +1,14 @@
 package proxy
 
 import (
-	"fmt"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/podcache/podcachetest"
-	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // BenchmarkRouterBytesPerWorkspace reports what the router holds per ready workspace, exactly
@@ -23,17 +20,8 @@ import (
 //	go test -run '^$' -bench RouterBytesPerWorkspace -benchtime 1x ./pkg/proxy/
 func BenchmarkRouterBytesPerWorkspace(b *testing.B) {
 	const n = 10000
-	base := podcachetest.Ready()
 	pods := make([]*podcache.Pod, n)
-	for i := range pods {
-		p := base.DeepCopy()
-		id, owner := fmt.Sprintf("ws-%d", i), fmt.Sprintf("user-%d", i%100)
-		p.Name = workspace.PodName(owner, id)
-		p.UID = types.UID(fmt.Sprintf("uid-%d", i))
-		p.Labels[workspace.LabelWorkspaceID] = id
-		p.Annotations[workspace.AnnOwner] = owner
-		p.Annotations[workspace.AnnWorkspacePath] = "/ws/" + owner + "/" + id + "/"
-		p.Status.PodIP = fmt.Sprintf("127.1.%d.%d", i/256, i%256)
+	for i, p := range podcachetest.ReadyWorkspaces(n, "") {
 		pods[i] = podcache.Of(p)
 	}
 	heap := podcachetest.HeapAllocated

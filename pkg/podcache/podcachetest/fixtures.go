@@ -38,6 +38,29 @@ func HeapAllocated() float64 {
 	return float64(m.HeapAlloc)
 }
 
+// ReadyWorkspaces returns n ready workspaces of one pod each (Ready's pod under its own id, owner
+// user-<i mod 100>, path and pod IP), in namespace ns ("": the fixture's): the memory benchmarks'
+// population.
+func ReadyWorkspaces(n int, ns string) []*corev1.Pod {
+	base := Ready()
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		p := base.DeepCopy()
+		id, owner := fmt.Sprintf("ws-%d", i), fmt.Sprintf("user-%d", i%100)
+		if ns != "" {
+			p.Namespace = ns
+		}
+		p.Name = workspace.PodName(owner, id)
+		p.UID = types.UID(fmt.Sprintf("uid-%d", i))
+		p.Labels[workspace.LabelWorkspaceID] = id
+		p.Annotations[workspace.AnnOwner] = owner
+		p.Annotations[workspace.AnnWorkspacePath] = "/ws/" + owner + "/" + id + "/"
+		p.Status.PodIP = fmt.Sprintf("127.1.%d.%d", i/256, i%256)
+		pods[i] = p
+	}
+	return pods
+}
+
 // Ready returns a fresh full pod of the "ready" workspace: the common case the memory
 // benchmarks copy.
 func Ready() *corev1.Pod {
