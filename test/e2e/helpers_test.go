@@ -271,6 +271,14 @@ func (p *Nogoo9Process) signal(sig syscall.Signal, timeout time.Duration) bool {
 	}
 }
 
+// WaitControllersRunning waits until the replica's controllers run: it holds the lease (with
+// leader election) and, --controllers-start-delay after it turned ready, the upgrade
+// controller's workers have started, its watches with them.
+func (p *Nogoo9Process) WaitControllersRunning() {
+	GinkgoHelper()
+	Eventually(func() string { return p.LogTail(2000) }).Should(ContainSubstring(`"msg":"Starting workers","controller":"workspace-upgrade"`))
+}
+
 // LogTail returns the last n lines of the process's log.
 func (p *Nogoo9Process) LogTail(n int) string {
 	data, err := os.ReadFile(p.LogPath)

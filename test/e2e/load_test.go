@@ -118,6 +118,7 @@ var _ = Describe("Resilience: load", Label("resilience", "load"), func() {
 		pprofAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 		proc := StartNogoo9("--namespace="+ns, "--max-workspaces-per-user="+strconv.Itoa(perUser), "--pprof-bind-address="+pprofAddr,
 			"--auth=oidc", "--oidc-issuer-url="+Cluster.IssuerURL, "--oidc-client-id=nogoo9", "--oidc-ca-file="+Cluster.CAFile)
+		proc.WaitControllersRunning() // their workers belong in the goroutine baseline below
 		StartStandin(ns)
 		tokens := make([]string, users)
 		for i := range tokens {

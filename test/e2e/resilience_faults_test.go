@@ -44,7 +44,7 @@ var _ = Describe("Resilience: more faults of the control plane", Label("resilien
 			"--leader-election-lease-duration="+(outage+80*time.Second).String(), "--auth=oidc", "--api-write-timeout=4s",
 			"--max-workspaces-per-user=50",
 			"--oidc-issuer-url="+Cluster.IssuerURL, "--oidc-client-id=nogoo9", "--oidc-ca-file="+Cluster.CAFile)
-		Eventually(func() string { return proc.LogTail(2000) }).Should(ContainSubstring("Successfully acquired lease"))
+		proc.WaitControllersRunning()
 		StartStandin(ns)
 		before := pxSpawnReachable(proc, alice, "py", "etcd", n)
 
@@ -292,7 +292,7 @@ var _ = Describe("Resilience: more faults of the control plane", Label("resilien
 		proc := StartNogoo9("--namespace="+ns, "--leader-elect=true", "--leader-election-renew-deadline=40s",
 			"--leader-election-lease-duration=60s", "--auth=oidc",
 			"--oidc-issuer-url="+Cluster.IssuerURL, "--oidc-client-id=nogoo9", "--oidc-ca-file="+Cluster.CAFile)
-		Eventually(func() string { return proc.LogTail(2000) }).Should(ContainSubstring("Successfully acquired lease"))
+		proc.WaitControllersRunning()
 		StartStandin(ns)
 		ids := []string{"watch-maint", "watch-gone", "watch-up"}
 		info := map[string]workspace.Info{}

@@ -128,7 +128,7 @@ var _ = Describe("Resilience: faults of the control plane", Label("resilience"),
 			"--leader-election-lease-duration="+(resOutage()+80*time.Second).String(), "--auth=oidc",
 			"--oidc-issuer-url="+Cluster.IssuerURL, "--oidc-client-id=nogoo9", "--oidc-ca-file="+Cluster.CAFile,
 			"--oidc-admin-claim=sub", "--oidc-admin-value=system:serviceaccount:"+ns+":admin")
-		Eventually(func() string { return proc.LogTail(2000) }).Should(ContainSubstring("Successfully acquired lease"))
+		proc.WaitControllersRunning()
 		StartStandin(ns)
 
 		By(fmt.Sprintf("spawning %d workspaces and reaching each through the proxy", n))

@@ -331,7 +331,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		Expect(K8s.Create(ctx, upgradeTemplate(ns, "plain", "1.0", "example.com/ide:1.0", ""))).To(Succeed())
 		// A small cap keeps the leader from finishing everything before it is killed.
 		leader := StartNogoo9("--namespace="+ns, "--leader-elect=true", "--max-concurrent-upgrades=5")
-		Eventually(func() string { return leader.LogTail(1000) }).Should(ContainSubstring("Successfully acquired lease"))
+		leader.WaitControllersRunning()
 		standby := StartNogoo9("--namespace="+ns, "--leader-elect=true", "--max-concurrent-upgrades=5")
 		erin := userClient(ctx, standby, ns, "erin")
 
