@@ -76,6 +76,10 @@ func (p *Proxy) forwardFast(w http.ResponseWriter, r *http.Request, t *target) {
 		clear(*vals) // the last answer's strings
 		*vals = (*vals)[:0]
 		f.ans.h, f.ans.vals = h, vals
+		if !p.opts.NoRawAnswer {
+			// Better still: the answer's header lines copied to the client as they are.
+			f.ans.raw = &lw.lc.rawAns
+		}
 	}
 	res, err := p.transport.do(r, t.addr, f)
 	if err != nil {
@@ -85,18 +89,29 @@ func (p *Proxy) forwardFast(w http.ResponseWriter, r *http.Request, t *target) {
 		p.errorHandler(w, r, err)
 		return
 	}
-	if err := p.filterResponseCookies(res.Header, r); err != nil {
-		_ = res.Body.Close()
-		if f.ans.direct {
-			clear(h) // the 502 carries none of the pod's headers
+	if f.ans.rawDirect {
+		// The answer's lines go to the client as they are (parseRawResponse dropped the
+		// hop-by-hop ones and refused a nogoo9 cookie); h is empty.
+		if f.ans.raw.cookies > p.opts.MaxSetCookies {
+			_ = res.Body.Close()
+			p.errorHandler(w, r, tooManyCookiesError(p.opts.MaxSetCookies)) // none of the pod's headers
+			return
 		}
-		p.errorHandler(w, r, err)
-		return
-	}
-	if f.ans.direct {
-		dropHopHeaders(h)
+		w.(*leanResponse).raw = f.ans.raw
 	} else {
-		copyHeaderSkipping(h, res.Header)
+		if err := p.filterResponseCookies(res.Header, r); err != nil {
+			_ = res.Body.Close()
+			if f.ans.direct {
+				clear(h) // the 502 carries none of the pod's headers
+			}
+			p.errorHandler(w, r, err)
+			return
+		}
+		if f.ans.direct {
+			dropHopHeaders(h)
+		} else {
+			copyHeaderSkipping(h, res.Header)
+		}
 	}
 	announced := len(res.Trailer)
 	if announced > 0 {

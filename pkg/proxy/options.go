@@ -63,6 +63,10 @@ type Options struct {
 	// NoFastPath sends plain requests through httputil.ReverseProxy too, instead of writing them
 	// straight from the incoming request (forward.go): an escape hatch, and a benchmark row.
 	NoFastPath bool
+	// NoRawAnswer parses a pod's answer into the client response's header map on the lean loop
+	// instead of copying its header lines as they are (the raw answer, response.go): for tests
+	// and benchmarks that compare the two.
+	NoRawAnswer bool
 	// Activity records what people do through the proxy as nogoo9/last-activity (idle culling);
 	// without a Writer nothing is recorded.
 	Activity ActivityOptions

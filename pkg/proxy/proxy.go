@@ -416,12 +416,16 @@ func setsReservedCookie(v string) bool {
 	return reservedCookieName(name)
 }
 
+func tooManyCookiesError(max int) error {
+	return &boundError{fmt.Sprintf("the workspace pod sent more than %d Set-Cookie headers in one response", max)}
+}
+
 // filterSetCookies removes the Set-Cookie values that would set one of nogoo9's cookies, and
 // refuses an answer with more than max of them (a flood meant to push nogoo9's cookie out of the
 // browser's jar). It returns vv itself, not a copy, when nothing is removed.
 func filterSetCookies(vv []string, max int) ([]string, error) {
 	if len(vv) > max {
-		return nil, &boundError{fmt.Sprintf("the workspace pod sent more than %d Set-Cookie headers in one response", max)}
+		return nil, tooManyCookiesError(max)
 	}
 	for i, v := range vv {
 		if !setsReservedCookie(v) {

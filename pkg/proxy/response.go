@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"net/http"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -96,4 +98,278 @@ func parseLength(v string) (int64, bool) {
 		n = n*10 + int64(v[i]-'0')
 	}
 	return n, true
+}
+
+// The raw answer (eleventh round): on the lean loop, the fast path does not need the pod's
+// answer as a header map at all. The client gets the answer's header lines byte for byte minus
+// the hop-by-hop ones, so parseRawResponse checks the head in one pass and copies the lines to
+// keep into a buffer of the client connection, and the lean response writer writes that buffer
+// after its status line (server.go): no string copy of the head, no map, no canonical keys, no
+// second walk to drop hop-by-hop fields and a third to write the rest. It takes exactly the
+// answers parseQuickResponseInto takes, except one that sets a nogoo9 cookie (the map path
+// removes that Set-Cookie and logs it); FuzzRawAnswer checks the client reads the same answer
+// from both.
+
+// rawAnswer is a quick answer's header block as the client gets it.
+type rawAnswer struct {
+	// lines is the kept header lines, each as the pod sent it ("name:value" and CRLF): the
+	// client connection's buffer (leanConn.rawAns), overwritten by its next answer.
+	lines []byte
+	// length is the answer's Content-Length, which the writer sends itself; -1 when the
+	// answer's Connection header named Content-Length (then the writer frames the body as for
+	// an answer without one, as the map path does once it dropped the field).
+	length int64
+	// cookies is how many Set-Cookie lines the answer has (MaxSetCookies bounds them).
+	cookies int
+	// What the writer looks for in the headers it sends.
+	hasType, hasEncoding, hasDate bool
+}
+
+// quickStatus checks the status line of head as parseQuickResponseInto takes it and returns the
+// status code and the offset of the header lines.
+func quickStatus(head []byte) (code, rest int, ok bool) {
+	if len(head) < 16 || string(head[:9]) != "HTTP/1.1 " || head[9] < '2' || head[9] > '5' || !isDigit(head[10]) || !isDigit(head[11]) {
+		return 0, 0, false
+	}
+	code = int(head[9]-'0')*100 + int(head[10]-'0')*10 + int(head[11]-'0')
+	if code == http.StatusNoContent || code == http.StatusNotModified {
+		return 0, 0, false // no body: http.ReadResponse's rules for those
+	}
+	i := bytes.IndexByte(head, '\n')
+	if i < 1 || head[i-1] != '\r' {
+		return 0, 0, false
+	}
+	if line := head[:i-1]; len(line) > 12 && (line[12] != ' ' || !validValue(unsafeString(line[13:]))) {
+		return 0, 0, false
+	}
+	return code, i + 1, true
+}
+
+// unsafeString views b as a string without copying it. Only for a look that keeps nothing: the
+// bytes belong to a pod connection's read buffer, which its next read overwrites.
+func unsafeString(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// parseRawResponse parses head (the status line and headers with the final blank line) of the
+// answer to a request that is not HEAD into res (no Header, Status, Body or Request: the caller
+// sets what it needs) and ra, whose lines buffer it reuses. ok is false when the map path
+// (parseQuickResponseInto, then http.ReadResponse) must do it: every answer parseQuickResponseInto
+// refuses, and one that sets a nogoo9 cookie. No string of head is kept.
+func parseRawResponse(head []byte, res *http.Response, ra *rawAnswer) bool {
+	code, off, ok := quickStatus(head)
+	if !ok {
+		return false
+	}
+	*ra = rawAnswer{lines: ra.lines[:0], length: -1}
+	rest := unsafeString(head[off:])
+	var (
+		hop       hopNames
+		length    string
+		lengths   int
+		closing   bool
+		encodings bool // a Content-Encoding line was seen (the writer looks at the first)
+	)
+	for len(rest) > 2 {
+		i := strings.IndexByte(rest, '\n')
+		if i < 1 || rest[i-1] != '\r' {
+			return false // a bare LF
+		}
+		line := rest[:i+1]
+		l := rest[:i-1]
+		rest = rest[i+1:]
+		c := strings.IndexByte(l, ':')
+		if c < 0 {
+			return false
+		}
+		name, value := l[:c], l[c+1:]
+		if !validName(name) || !validValue(value) {
+			return false
+		}
+		switch rawField(name) {
+		case fieldRefused:
+			return false // Pragma, Trailer, Transfer-Encoding: http.ReadResponse's special cases
+		case fieldLength:
+			length, lengths = trimBlanks(value), lengths+1
+			continue // the writer sends its own
+		case fieldConnection:
+			v := trimBlanks(value)
+			if !closing && headerHasToken([]string{v}, "close") {
+				closing = true
+			}
+			hop.cut([]string{v}, connectionOption)
+			continue
+		case fieldHop:
+			continue
+		case fieldSetCookie:
+			if setsReservedCookie(trimBlanks(value)) {
+				return false // the map path removes it, and logs that it did
+			}
+			ra.cookies++
+		case fieldDate:
+			ra.hasDate = true
+		case fieldType:
+			ra.hasType = true
+		case fieldEncoding:
+			if !encodings {
+				encodings, ra.hasEncoding = true, trimBlanks(value) != ""
+			}
+		}
+		ra.lines = append(ra.lines, line...)
+	}
+	if lengths != 1 {
+		return false // none: chunked or read until the pod closes; more: net/http's rules
+	}
+	n, ok := parseLength(length)
+	if !ok {
+		return false
+	}
+	ra.length = n
+	if hop.n > 0 || hop.many != nil {
+		ra.dropNamed(&hop)
+	}
+	*res = http.Response{
+		StatusCode: code,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1, ProtoMinor: 1,
+		ContentLength: n,
+		Close:         closing,
+	}
+	return true
+}
+
+// dropNamed removes from ra the fields the answer's Connection header names (RFC 9110 7.6.1),
+// wherever they came in the head, and looks again at what is left.
+func (ra *rawAnswer) dropNamed(hop *hopNames) {
+	if hop.has("Content-Length") {
+		ra.length = -1
+	}
+	ra.hasType, ra.hasEncoding, ra.hasDate = false, false, false
+	encodings := false
+	kept := ra.lines[:0]
+	for rest := ra.lines; len(rest) > 0; {
+		i := bytes.IndexByte(rest, '\n')
+		line := rest[:i+1]
+		rest = rest[i+1:]
+		c := bytes.IndexByte(line, ':')
+		name := unsafeString(line[:c])
+		if hop.has(name) {
+			continue
+		}
+		switch rawField(name) {
+		case fieldDate:
+			ra.hasDate = true
+		case fieldType:
+			ra.hasType = true
+		case fieldEncoding:
+			if !encodings {
+				encodings, ra.hasEncoding = true, trimBlanks(unsafeString(line[c+1:len(line)-2])) != ""
+			}
+		}
+		kept = append(kept, line...) // never ahead of line: an in-place compaction
+	}
+	ra.lines = kept
+}
+
+// connectionOption reports the Connection tokens that name no field the raw copy would keep
+// anyway: close and keep-alive (connection options, as the map path treats them) and the
+// fields dropped in any case.
+func connectionOption(tok string) bool {
+	if asciiEqualFold(tok, "close") {
+		return true
+	}
+	if !isASCII(tok) {
+		return false
+	}
+	f := rawField(tok)
+	return f == fieldHop || f == fieldConnection
+}
+
+// The fields parseRawResponse treats apart, by name in any case.
+const (
+	fieldOther = iota
+	fieldRefused
+	fieldLength
+	fieldConnection
+	fieldHop
+	fieldSetCookie
+	fieldDate
+	fieldType
+	fieldEncoding
+)
+
+// rawField classifies a header name (a token: ASCII) by its length, then one comparison.
+func rawField(name string) int {
+	switch len(name) {
+	case 2:
+		if asciiEqualFold(name, "Te") {
+			return fieldHop
+		}
+	case 4:
+		if asciiEqualFold(name, "Date") {
+			return fieldDate
+		}
+	case 6:
+		if asciiEqualFold(name, "Pragma") {
+			return fieldRefused
+		}
+	case 7:
+		if asciiEqualFold(name, "Trailer") {
+			return fieldRefused
+		}
+		if asciiEqualFold(name, "Upgrade") {
+			return fieldHop
+		}
+	case 10:
+		if asciiEqualFold(name, "Connection") {
+			return fieldConnection
+		}
+		if asciiEqualFold(name, "Keep-Alive") {
+			return fieldHop
+		}
+		if asciiEqualFold(name, "Set-Cookie") {
+			return fieldSetCookie
+		}
+	case 12:
+		if asciiEqualFold(name, "Content-Type") {
+			return fieldType
+		}
+	case 14:
+		if asciiEqualFold(name, "Content-Length") {
+			return fieldLength
+		}
+	case 16:
+		if asciiEqualFold(name, "Proxy-Connection") {
+			return fieldHop
+		}
+		if asciiEqualFold(name, "Content-Encoding") {
+			return fieldEncoding
+		}
+	case 17:
+		if asciiEqualFold(name, "Transfer-Encoding") {
+			return fieldRefused
+		}
+	case 18:
+		if asciiEqualFold(name, "Proxy-Authenticate") {
+			return fieldHop
+		}
+	case 19:
+		if asciiEqualFold(name, "Proxy-Authorization") {
+			return fieldHop
+		}
+	}
+	return fieldOther
+}
+
+// validName is httpguts.ValidHeaderFieldName: a non-empty token.
+func validName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if !httpguts.IsTokenRune(rune(name[i])) {
+			return false
+		}
+	}
+	return true
 }

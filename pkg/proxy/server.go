@@ -262,6 +262,9 @@ type leanConn struct {
 	// respVals holds the values of a pod's answer parsed straight into it (forward.go).
 	header   http.Header
 	respVals []string
+	// rawAns is a pod's answer kept as its header lines for the client (parseRawResponse),
+	// its buffer reused for every request.
+	rawAns rawAnswer
 
 	// ctx is every request's context: cancelled when the client is gone (the connection ends
 	// then) or the connection closes.
@@ -718,6 +721,9 @@ func (lc *leanConn) serveRequest(req *http.Request) (keep bool) {
 	*w = leanResponse{}
 	lc.header = reuseHeader(lc.header)
 	lc.respVals = reuseVals(lc.respVals)
+	if cap(lc.rawAns.lines) > maxKeptRawLines {
+		lc.rawAns.lines = nil // a large answer's lines are not kept while the connection idles
+	}
 	lc.quick.header = reuseHeader(lc.quick.header)
 	lc.quick.vals = reuseVals(lc.quick.vals)
 	lc.quick.lines = ""
@@ -728,6 +734,10 @@ func (lc *leanConn) serveRequest(req *http.Request) (keep bool) {
 // request or an answer with more headers (a hostile pod's thousands of short lines) leaves them
 // to the collector instead of pinning them while the connection idles.
 const maxKeptHeaders = 64
+
+// maxKeptRawLines bounds the buffer of an answer's header lines a connection keeps between
+// requests (at most the pod connection's read buffer, 16 KiB, while it is used).
+const maxKeptRawLines = 4 << 10
 
 // reuseHeader empties h for the connection's next request, or drops it when it grew past
 // maxKeptHeaders keys (clear never shrinks a map).
@@ -865,6 +875,9 @@ type leanResponse struct {
 	lc     *leanConn
 	req    *http.Request
 	header http.Header
+	// raw, when not nil, is the pod's answer as header lines to send besides header (the fast
+	// path's raw answer: forward.go); set before WriteHeader.
+	raw *rawAnswer
 
 	status     int // 0 until WriteHeader
 	headerSent bool
@@ -907,6 +920,9 @@ func (w *leanResponse) WriteHeader(code int) {
 	}
 	w.status = code
 	w.contentLen = -1
+	if w.raw != nil {
+		w.contentLen = w.raw.length
+	}
 	// The keys are canonical: an index, not Header.Get, which canonicalizes its key again.
 	if v := headerFirst(w.header, "Content-Length"); v != "" {
 		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n >= 0 {
@@ -949,7 +965,7 @@ func (w *leanResponse) Write(p []byte) (int, error) {
 	if w.contentLen >= 0 && w.written > w.contentLen {
 		return 0, http.ErrContentLength
 	}
-	if !w.headerSent && w.contentLen >= 0 && w.header["Content-Type"] != nil {
+	if !w.headerSent && w.contentLen >= 0 && w.hasType() {
 		// The start of the body is held only to count it for a Content-Length or to sniff a
 		// Content-Type: with both set (the pod's answer on the fast path) the header goes now
 		// and the body straight to the connection's writer, one copy fewer.
@@ -1030,10 +1046,19 @@ func (w *leanResponse) sendHeader(final bool) {
 	default:
 		w.chunked = true
 	}
-	_, haveType := h["Content-Type"]
-	sniff := allowed && !haveType && headerFirst(h, "Content-Encoding") == "" && len(w.buf) > 0
+	sniff := allowed && !w.hasType() && !w.hasEncoding() && len(w.buf) > 0
 	bw := w.lc.bw
 	writeStatusLine(bw, w.status)
+	if ra := w.raw; ra != nil {
+		// The pod's lines as it sent them, then its length (contentLen: WriteHeader took it).
+		_, _ = bw.Write(ra.lines)
+		if ra.length >= 0 && allowed {
+			var num [20]byte
+			bw.WriteString("Content-Length: ")
+			bw.Write(strconv.AppendInt(num[:0], ra.length, 10))
+			bw.WriteString("\r\n")
+		}
+	}
 	w.writeHeaders(bw, func(k string) bool {
 		switch k {
 		case "Transfer-Encoding":
@@ -1060,7 +1085,7 @@ func (w *leanResponse) sendHeader(final bool) {
 	if w.chunked {
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
 	}
-	if _, ok := h["Date"]; !ok {
+	if _, ok := h["Date"]; !ok && (w.raw == nil || !w.raw.hasDate) {
 		bw.WriteString("Date: ")
 		bw.WriteString(httpDate())
 		bw.WriteString("\r\n")
@@ -1077,6 +1102,16 @@ func (w *leanResponse) sendHeader(final bool) {
 		w.buf = nil
 		_, _ = w.writeBody(buf)
 	}
+}
+
+// hasType reports whether the answer has a Content-Type (in the header map or the raw lines).
+func (w *leanResponse) hasType() bool {
+	return w.header["Content-Type"] != nil || w.raw != nil && w.raw.hasType
+}
+
+// hasEncoding reports whether the answer has a non-empty Content-Encoding.
+func (w *leanResponse) hasEncoding() bool {
+	return headerFirst(w.header, "Content-Encoding") != "" || w.raw != nil && w.raw.hasEncoding
 }
 
 // hasTrailers reports whether the answer has trailers, announced or with the trailer prefix

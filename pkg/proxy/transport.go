@@ -235,6 +235,11 @@ type answerStore struct {
 	h      http.Header
 	vals   *[]string
 	direct bool
+	// raw, when not nil, is where a quick answer's header lines go for the client
+	// (parseRawResponse), tried before h; rawDirect reports they went there (res.Header is
+	// then h, empty).
+	raw       *rawAnswer
+	rawDirect bool
 }
 
 // do sends req to addr on a pooled or new connection, written by ex (nil: req.Write). req's
@@ -425,7 +430,10 @@ func (pc *persistConn) quickResponse(req *http.Request, st *answerStore) *http.R
 	}
 	head := buf[:end+len(crlfcrlf)]
 	res := &st.res
-	if st.h != nil {
+	if st.raw != nil && st.h != nil && parseRawResponse(head, res, st.raw) {
+		res.Header = st.h
+		st.rawDirect = true
+	} else if st.h != nil {
 		n := len(*st.vals)
 		if !parseQuickResponseInto(head, res, st.h, st.vals) {
 			clear(st.h)
