@@ -114,7 +114,7 @@ bench: tools build ## Measure (ratios against baselines in the same run); writes
 FUZZ_TARGETS ?= pkg/templates:FuzzDecode pkg/spawner:FuzzBuildPodContext pkg/spawner:FuzzPodName \
 	pkg/upgrade:FuzzParseIntent pkg/upgrade:FuzzPlanAnnotations pkg/workspace:FuzzAnnotations \
 	pkg/proxy:FuzzCleanPath pkg/proxy:FuzzRouteLookup pkg/proxy:FuzzSafeNext pkg/proxy:FuzzLoginOrigin pkg/proxy:FuzzQuickParse pkg/proxy:FuzzQuickResponse \
-	pkg/proxy:FuzzForwardedHeaderLines pkg/proxy:FuzzHeaderChecks \
+	pkg/proxy:FuzzForwardedHeaderLines pkg/proxy:FuzzHeaderChecks pkg/proxy:FuzzRawAnswer \
 	pkg/ui:FuzzSafeNext pkg/auth:FuzzTokenFromRequest pkg/api:FuzzDecodeBody
 FUZZTIME ?= 60s
 # test-fuzz-short (part of make test) fuzzes each target for FUZZTIME_SHORT; FUZZ_TARGETS lists a package's targets together,

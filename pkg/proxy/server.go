@@ -1053,10 +1053,7 @@ func (w *leanResponse) sendHeader(final bool) {
 		// The pod's lines as it sent them, then its length (contentLen: WriteHeader took it).
 		_, _ = bw.Write(ra.lines)
 		if ra.length >= 0 && allowed {
-			var num [20]byte
-			bw.WriteString("Content-Length: ")
-			bw.Write(strconv.AppendInt(num[:0], ra.length, 10))
-			bw.WriteString("\r\n")
+			writeLengthLine(bw, ra.length)
 		}
 	}
 	w.writeHeaders(bw, func(k string) bool {
@@ -1102,6 +1099,24 @@ func (w *leanResponse) sendHeader(final bool) {
 		w.buf = nil
 		_, _ = w.writeBody(buf)
 	}
+}
+
+// writeLengthLine writes a Content-Length line of n, in the writer's free space when it fits
+// (a number array of its own would escape through bufio.Writer.Write: an allocation).
+func writeLengthLine(bw *bufio.Writer, n int64) {
+	const k = "Content-Length: "
+	if bw.Available() < len(k)+20+2 {
+		_ = bw.Flush() // an error stays in bw and ends the answer
+	}
+	if bw.Available() < len(k)+20+2 {
+		bw.WriteString(k + strconv.FormatInt(n, 10) + "\r\n")
+		return
+	}
+	b := bw.AvailableBuffer()
+	b = append(b, k...)
+	b = strconv.AppendInt(b, n, 10)
+	b = append(b, "\r\n"...)
+	_, _ = bw.Write(b)
 }
 
 // hasType reports whether the answer has a Content-Type (in the header map or the raw lines).
