@@ -194,7 +194,7 @@ func TestTheProxyReadsItsOwnCookie(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, "http://proxy.example/ws/jane/demo/", nil)
 			r.Header.Set("Cookie", tc.cookie)
-			c, err := p.authenticate(r)
+			c, err := p.authenticate(nil, r)
 			if tc.wantErr == "" {
 				if err != nil || c.Subject != "jane" {
 					t.Fatalf("authenticate: %v %v, want jane", c, err)

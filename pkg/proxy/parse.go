@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 
@@ -29,6 +30,29 @@ type quickReq struct {
 	// final blank line), as the client sent them and fillHeader checked them; "" when req
 	// holds none. The fast path writes the forwarded header block from them (forward.go).
 	lines string
+	// lazy: leave the fields lazyField names out of header (the lean loop does when its
+	// handler is the Proxy, which adds them on the paths that read them); partial: req's
+	// header lacks some.
+	lazy, partial bool
+}
+
+// wholeHeader adds to req's header map the fields quickParse left out of it (lazyField), in
+// the order the client sent them.
+func (q *quickReq) wholeHeader() {
+	if !q.partial {
+		return
+	}
+	q.partial = false
+	for rest := q.lines; len(rest) > 2; {
+		i := strings.IndexByte(rest, '\n')
+		l := rest[:i-1]
+		rest = rest[i+1:]
+		name, value, _ := strings.Cut(l, ":")
+		if lazyField(name) {
+			key := textproto.CanonicalMIMEHeaderKey(name)
+			q.header[key] = append(q.header[key], trimBlanks(value))
+		}
+	}
 }
 
 // quickParse parses head (the request line and headers with the final blank line) into q's
@@ -36,7 +60,7 @@ type quickReq struct {
 // (leanEligible then decides). A request it takes is one leanEligible takes: HTTP/1.1, one
 // Host, no Content-Length, Expect, Upgrade or Transfer-Encoding (parse_test.go checks).
 func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) {
-	q.lines = ""
+	q.lines, q.partial = "", false
 	// One copy of the whole head: every string of the request is cut from it, so none of them
 	// changes when the connection's buffer is reused (the token cache keeps a token, for one).
 	s := string(head)
@@ -61,7 +85,11 @@ func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) 
 	clear(q.vals) // the last request's strings
 	q.vals = q.vals[:0]
 	// Host goes to the Request's Host, not its header.
-	host, hosts, ok := fillHeader(h, &q.vals, rest, requestSpecial, "Host", false)
+	var lazy *bool
+	if q.lazy {
+		lazy = &q.partial
+	}
+	host, hosts, ok := fillHeader(h, &q.vals, rest, requestSpecial, "Host", false, lazy)
 	if !ok || hosts != 1 || host == "" || !httpguts.ValidHostHeader(host) {
 		return nil, false
 	}

@@ -56,6 +56,18 @@ func checkQuickParse(t *testing.T, q *quickReq, head string) bool {
 	if g, w := v(got, got.RemoteAddr), v(want, "192.0.2.1:1234"); !reflect.DeepEqual(g, w) {
 		t.Errorf("%q:\nquickParse    %+v\nReadRequest   %+v", head, g, w)
 	}
+	// The lean loop's lazy parse (lazyField) takes the same requests and, once wholeHeader has
+	// added what it left out, makes the same header map.
+	lq := newQuickReq()
+	lq.lazy = true
+	lazy, ok := lq.quickParse([]byte(head), "192.0.2.1:1234")
+	if !ok {
+		t.Fatalf("the lazy quickParse refuses %q, which the full one takes", head)
+	}
+	lq.wholeHeader()
+	if !reflect.DeepEqual(lazy.Header, want.Header) {
+		t.Errorf("%q: the lazy parse and wholeHeader make\n%v\nReadRequest\n%v", head, lazy.Header, want.Header)
+	}
 	return true
 }
 

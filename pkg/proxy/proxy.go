@@ -151,20 +151,26 @@ func (p *Proxy) OpenWebSockets(uid string) int { return p.conns.count(typesUID(u
 // authentication and authorization (unless a public preview; also before the trailing-slash
 // redirect), phase, WebSocket origin, forward (the fast path for plain requests, else the
 // route's ReverseProxy).
+//
+// On the lean loop, r's header map may lack the fields lazyField names (nothing on the way to
+// the fast path reads them): every other path makes it whole first (wholeHeader).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, ReservedPrefix) {
+		wholeHeader(w, r)
 		p.serveOwn(w, r)
 		return
 	}
 	clean := cleanPath(r.URL.Path)
 	t := p.router.lookup(clean)
 	if t == nil {
+		wholeHeader(w, r)
 		p.serveNoRoute(w, r, clean)
 		return
 	}
 	if !t.public {
-		caller, err := p.authenticate(r)
+		caller, err := p.authenticate(w, r)
 		if err != nil {
+			wholeHeader(w, r)
 			p.unauthorized(w, r, err)
 			return
 		}
@@ -173,6 +179,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if t.status.Phase == workspace.PhaseStopped {
+		wholeHeader(w, r)
 		p.serveStopped(w, r, t)
 		return
 	}
@@ -209,6 +216,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.forwardFast(w, r, t)
 		return
 	}
+	wholeHeader(w, r)
 	t.reverseProxy(p.router.newRP).ServeHTTP(w, r) // made at the route's first request
 }
 
@@ -223,7 +231,7 @@ func (p *Proxy) serveNoRoute(w http.ResponseWriter, r *http.Request, clean strin
 		rt = p.router.route(clean + "/")
 	}
 	if rt == nil || !rt.public {
-		caller, err := p.authenticate(r)
+		caller, err := p.authenticate(w, r)
 		if err != nil {
 			p.unauthorized(w, r, err)
 			return
@@ -492,7 +500,7 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 
 // authenticate verifies the caller's token (the Authorization header, else the proxy's login
 // cookie), remembering the answer for AuthCacheTTL.
-func (p *Proxy) authenticate(r *http.Request) (*auth.Caller, error) {
+func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Caller, error) {
 	token, err := p.credentials(r)
 	if err != nil {
 		return nil, err
@@ -501,12 +509,21 @@ func (p *Proxy) authenticate(r *http.Request) (*auth.Caller, error) {
 	if c := p.tokens.get(token, now); c != nil {
 		return c, nil
 	}
+	wholeHeader(w, r) // the verifier gets the request as it came
 	c, err := p.verify(r, token)
 	if err != nil {
 		return nil, err
 	}
 	p.tokens.put(token, c, now)
 	return c, nil
+}
+
+// wholeHeader makes r's header map whole when the lean loop's parser left out of it the fields
+// nothing on the way to the fast path reads (lazyField, quickReq.wholeHeader).
+func wholeHeader(w http.ResponseWriter, r *http.Request) {
+	if lw, ok := w.(*leanResponse); ok && lw.lc.quick.partial && r == lw.lc.quick.req {
+		lw.lc.quick.wholeHeader()
+	}
 }
 
 // errTwoCookies: a second login cookie with another value can only come from someone trying to

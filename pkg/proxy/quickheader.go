@@ -29,7 +29,11 @@ import (
 // A key's first value is a slice of *vals (capacity 1, so a second value appends to a copy):
 // the values of a whole head cost no allocation when *vals is a buffer kept by its owner (the
 // client connection's, reused for each of its requests or answers), and one otherwise.
-func fillHeader(h http.Header, vals *[]string, rest string, special, pick string, keepPick bool) (picked string, n int, ok bool) {
+//
+// With lazy not nil (a request on the lean loop whose handler is the Proxy), the fields
+// lazyField names are checked but not added, and *lazy reports whether there were any: the
+// request's handler adds them (quickReq.wholeHeader) only on the paths that read them.
+func fillHeader(h http.Header, vals *[]string, rest string, special, pick string, keepPick bool, lazy *bool) (picked string, n int, ok bool) {
 	for len(rest) > 2 {
 		i := strings.IndexByte(rest, '\n')
 		if i < 1 || rest[i-1] != '\r' {
@@ -42,6 +46,13 @@ func fillHeader(h http.Header, vals *[]string, rest string, special, pick string
 			return "", 0, false
 		}
 		name, value := l[:c], l[c+1:]
+		if lazy != nil && lazyField(name) {
+			if !validValue(value) {
+				return "", 0, false
+			}
+			*lazy = true // a lazy field's name is valid: lazyField compares it with one
+			continue
+		}
 		key, ok := canonicalName(name)
 		if !ok || !validValue(value) {
 			return "", 0, false
@@ -67,6 +78,39 @@ func fillHeader(h http.Header, vals *[]string, rest string, special, pick string
 		}
 	}
 	return picked, n, true
+}
+
+// lazyField reports, in any case, the request fields a browser sends that nothing on the proxy's
+// hot path reads (routing, authentication, activity, the fast path, which forwards the client's
+// lines as they are): content negotiation, caching and fetch metadata. Every other path of
+// Proxy.ServeHTTP adds them to the header map first (wholeHeader).
+func lazyField(name string) bool {
+	switch len(name) {
+	case 6:
+		return asciiEqualFold(name, "Accept")
+	case 7:
+		return asciiEqualFold(name, "Referer")
+	case 8:
+		return asciiEqualFold(name, "Priority")
+	case 9:
+		return asciiEqualFold(name, "Sec-Ch-Ua")
+	case 13:
+		return asciiEqualFold(name, "Cache-Control") || asciiEqualFold(name, "If-None-Match")
+	case 14:
+		return asciiEqualFold(name, "Sec-Fetch-Dest") || asciiEqualFold(name, "Sec-Fetch-Mode") ||
+			asciiEqualFold(name, "Sec-Fetch-Site") || asciiEqualFold(name, "Sec-Fetch-User")
+	case 15:
+		return asciiEqualFold(name, "Accept-Encoding") || asciiEqualFold(name, "Accept-Language")
+	case 16:
+		return asciiEqualFold(name, "Sec-Ch-Ua-Mobile")
+	case 17:
+		return asciiEqualFold(name, "If-Modified-Since")
+	case 18:
+		return asciiEqualFold(name, "Sec-Ch-Ua-Platform")
+	case 25:
+		return asciiEqualFold(name, "Upgrade-Insecure-Requests")
+	}
+	return false
 }
 
 // requestSpecial is quickParse's special: with it fillHeader also refuses the fields that make

@@ -59,7 +59,7 @@ func parseQuickResponseInto(head []byte, res *http.Response, h http.Header, vals
 		return false
 	}
 	// Pragma, Trailer and Transfer-Encoding are http.ReadResponse's special cases.
-	value, lengths, ok := fillHeader(h, vals, rest, "Transfer-Encoding", "Content-Length", true)
+	value, lengths, ok := fillHeader(h, vals, rest, "Transfer-Encoding", "Content-Length", true, nil)
 	if !ok || lengths == 0 {
 		return false // lengths 0: chunked or read until the pod closes: http.ReadResponse
 	}

@@ -194,6 +194,9 @@ func (s *leanServer) newConn(ctx context.Context, c net.Conn) *leanConn {
 	context.AfterFunc(lc.ctx, lc.ctx.abortPod)
 	lc.quick.base = (&http.Request{}).WithContext(lc.ctx)
 	lc.quick.req = new(http.Request)
+	// The Proxy adds the fields a parse leaves out on the paths that read them (wholeHeader);
+	// another handler gets them all.
+	_, lc.quick.lazy = s.handler.(*Proxy)
 	lc.r.c = c
 	lc.r.raw, _ = rawSource(c)
 	lc.r.waits = &s.waits
@@ -726,7 +729,7 @@ func (lc *leanConn) serveRequest(req *http.Request) (keep bool) {
 	}
 	lc.quick.header = reuseHeader(lc.quick.header)
 	lc.quick.vals = reuseVals(lc.quick.vals)
-	lc.quick.lines = ""
+	lc.quick.lines, lc.quick.partial = "", false
 	return keep
 }
 
