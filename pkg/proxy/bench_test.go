@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -152,14 +153,32 @@ func rawBackend(tb testing.TB) (host, port string) {
 // raw client bytes to raw pod bytes; client and pod do not allocate, so -benchmem counts the
 // proxy's allocations per request.
 func BenchmarkLeanKeepAlive(b *testing.B) {
+	benchLeanKeepAlive(b, Options{}, "User-Agent: bench\r\nAccept: */*\r\n")
+}
+
+// browserLines are a browser's header lines besides Host and Authorization (cpusplit.sh's
+// BROWSER=1).
+const browserLines = "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0\r\n" +
+	"Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\r\nAccept-Language: en-GB,en;q=0.5\r\n" +
+	"Accept-Encoding: gzip, deflate, br\r\nReferer: http://127.0.0.1/ws/bench/demo/\r\nCookie: theme=dark; lang=en\r\n" +
+	"Sec-Fetch-Dest: document\r\nSec-Fetch-Mode: navigate\r\nSec-Fetch-Site: same-origin\r\nConnection: keep-alive\r\n"
+
+// BenchmarkLeanKeepAliveAnswer is BenchmarkLeanKeepAlive with a browser's header lines, the pod's
+// answer copied raw (raw) or parsed into the client response's map (map, Options.NoRawAnswer).
+func BenchmarkLeanKeepAliveAnswer(b *testing.B) {
+	b.Run("raw", func(b *testing.B) { benchLeanKeepAlive(b, Options{}, browserLines) })
+	b.Run("map", func(b *testing.B) { benchLeanKeepAlive(b, Options{NoRawAnswer: true}, browserLines) })
+}
+
+func benchLeanKeepAlive(b *testing.B, opts Options, lines string) {
 	host, port := rawBackend(b)
-	_, addr := startProxy(b, Options{}, host, port)
+	_, addr := startProxy(b, opts, host, port)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	req := []byte("GET /ws/jane/demo/x HTTP/1.1\r\nHost: proxy.example\r\nUser-Agent: bench\r\nAccept: */*\r\nAuthorization: Bearer bench\r\n\r\n")
+	req := []byte("GET /ws/jane/demo/x HTTP/1.1\r\nHost: proxy.example\r\n" + lines + "Authorization: Bearer bench\r\n\r\n")
 	buf := make([]byte, 8<<10)
 	exchange := func() {
 		if _, err := c.Write(req); err != nil {
@@ -188,9 +207,11 @@ func BenchmarkLeanKeepAlive(b *testing.B) {
 	exchange() // dial the pod, fill the auth cache
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU(b)
 	for b.Loop() {
 		exchange()
 	}
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkQuickParse is the lean server's request parser alone (no connection), for a browser's
@@ -199,15 +220,58 @@ func BenchmarkQuickParse(b *testing.B) {
 	head := []byte("GET /ws/jane/demo/static/app.js?v=3 HTTP/1.1\r\nHost: ide.example.com\r\nUser-Agent: Mozilla/5.0\r\n" +
 		"Accept: */*\r\nAccept-Encoding: gzip, deflate, br\r\nAccept-Language: en-GB,en;q=0.9\r\nCookie: a=1; b=2\r\n" +
 		"Referer: https://ide.example.com/ws/jane/demo/\r\nAuthorization: Bearer bench\r\n\r\n")
-	q := newQuickReq()
-	b.ReportAllocs()
-	cpu0 := processCPU(b)
-	for b.Loop() {
-		if _, ok := q.quickParse(head, "192.0.2.1:1"); !ok {
-			b.Fatal("not taken")
-		}
+	for _, lazy := range []bool{false, true} {
+		b.Run(fmt.Sprintf("lazy=%t", lazy), func(b *testing.B) {
+			q := newQuickReq()
+			q.lazy = lazy
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				if _, ok := q.quickParse(head, "192.0.2.1:1"); !ok {
+					b.Fatal("not taken")
+				}
+				clear(q.header)
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
 	}
-	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkRawAnswer is the pod's answer parsed raw (parseRawResponse) and as a header map
+// (parseQuickResponseInto, with the connection's buffers, then the hop-by-hop fields dropped as
+// the fast path does).
+func BenchmarkRawAnswer(b *testing.B) {
+	head := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\n" +
+		"Cache-Control: no-cache\r\nEtag: \"abc\"\r\nVary: Accept-Encoding\r\nContent-Length: 1024\r\n\r\n")
+	b.Run("raw", func(b *testing.B) {
+		var res http.Response
+		var ra rawAnswer
+		b.ReportAllocs()
+		cpu0 := processCPU(b)
+		for b.Loop() {
+			if !parseRawResponse(head, &res, &ra) {
+				b.Fatal("not taken")
+			}
+		}
+		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	})
+	b.Run("map", func(b *testing.B) {
+		var res http.Response
+		h := http.Header{}
+		var vals []string
+		b.ReportAllocs()
+		cpu0 := processCPU(b)
+		for b.Loop() {
+			clear(h)
+			clear(vals)
+			vals = vals[:0]
+			if !parseQuickResponseInto(head, &res, h, &vals) {
+				b.Fatal("not taken")
+			}
+			dropHopHeaders(h)
+		}
+		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	})
 }
 
 // BenchmarkQuickResponse is the pod transport's answer parser alone (no connection).
