@@ -13,7 +13,7 @@ import (
 )
 
 // upgradeEcho is a pod that switches protocols on any request and echoes the raw bytes.
-func upgradeEcho(t *testing.T) (host, port string) {
+func upgradeEcho(t testing.TB) (host, port string) {
 	t.Helper()
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, brw, err := http.NewResponseController(w).Hijack()
@@ -33,7 +33,7 @@ func upgradeEcho(t *testing.T) (host, port string) {
 }
 
 // openUpgraded opens an upgraded connection through the proxy at addr.
-func openUpgraded(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+func openUpgraded(t testing.TB, addr string) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -219,7 +219,7 @@ func flood(c net.Conn, stuck chan<- struct{}) {
 }
 
 // tcpPair is a connected pair of loopback TCP connections.
-func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
+func tcpPair(t testing.TB) (*net.TCPConn, *net.TCPConn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
