@@ -86,7 +86,7 @@ func (r *limitedConnReader) rawRead(fd uintptr) bool {
 //
 // It is recvfrom(2) with no flags and no address, as nginx's recv: for a socket that is read(2),
 // without the file layer read(2) goes through first (measured on this machine's kernel with
-// BenchmarkSocketCalls: a 64-byte send and its receive on loopback cost about 4% less CPU than
+// BenchmarkSocketCalls: a 64-byte send and its receive on loopback cost about 2% less CPU than
 // write and read).
 //
 // The socket is non-blocking, so read(2) returns at once, and it is made with RawSyscall: the
