@@ -81,7 +81,11 @@ row() {
   esac
 }
 echo "load at the start: $(cut -d' ' -f1-3 /proc/loadavg) $(date -u +%H:%M:%S)${BROWSER:+ (browser headers)}${WS:+ (WebSocket round trips)}"
-echo "| row | requests | user us/req | system us/req | total us/req |"
+if [ "${WS:-}" = 1 ]; then
+  echo "| row | round trips | user us/rt | system us/rt | total us/rt |"
+else
+  echo "| row | requests | user us/req | system us/req | total us/req |"
+fi
 echo "|---|---|---|---|---|"
 orders=("new main nginx" "main nginx new" "nginx new main" "new nginx main" "main new nginx" "nginx main new")
 for r in $(seq 1 $rounds); do
