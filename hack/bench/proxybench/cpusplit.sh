@@ -10,6 +10,8 @@
 #   flock /work/cluster.lock bash hack/bench/proxybench/cpusplit.sh ROUNDS NEW_PROXYBENCH MAIN_PROXYBENCH
 # With BROWSER=1 every request also carries a browser's dozen header lines (User-Agent, Accept*,
 # Cookie, Referer, Sec-Fetch-*, Connection: keep-alive) instead of Authorization alone.
+# With WS=1 the rows are WebSocket echo round trips instead (proxybench's wsload from
+# NEW_PROXYBENCH: 32 connections, 64-byte messages), per round trip.
 # Needs wrk, nginx and taskset.
 set -eu
 rounds=$1; new=$2; main=$3
@@ -28,6 +30,7 @@ events { worker_connections 4096; }
 http {
   access_log off;
   client_body_temp_path $dir/body; proxy_temp_path $dir/proxy; fastcgi_temp_path $dir/fastcgi; uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi;
+  map \$http_upgrade \$connection_upgrade { default upgrade; '' ''; }
   upstream backend { server $backend; keepalive 256; }
   server {
     listen $naddr;
@@ -35,7 +38,8 @@ http {
       proxy_pass http://backend;
       proxy_http_version 1.1;
       proxy_set_header Host \$host;
-      proxy_set_header Connection "";
+      proxy_set_header Upgrade \$http_upgrade;
+      proxy_set_header Connection \$connection_upgrade;
       proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
     }
   }
@@ -48,11 +52,20 @@ if [ "${BROWSER:-}" = 1 ]; then
     -H 'Accept-Encoding: gzip, deflate, br' -H 'Referer: http://127.0.0.1/ws/bench/demo/' -H 'Cookie: theme=dark; lang=en'
     -H 'Sec-Fetch-Dest: document' -H 'Sec-Fetch-Mode: navigate' -H 'Sec-Fetch-Site: same-origin' -H 'Connection: keep-alive')
 fi
-measure() { # name pid url
-  taskset -c 0 wrk -t1 -c32 -d1s "${hdrs[@]}" "$3" >/dev/null
-  read u0 s0 < <(cpu $2)
-  reqs=$(taskset -c 0 wrk -t1 -c32 -d4s "${hdrs[@]}" "$3" | awk '/requests in/ {print $1}')
-  read u1 s1 < <(cpu $2)
+measure() { # name pid url (the HTTP one; WS=1 uses its WebSocket counterpart)
+  if [ "${WS:-}" = 1 ]; then
+    u=ws://${3#http://}echo
+    [ "${1%%,*}" = nginx ] && u=ws://$naddr/echo # nginx passes the path on unchanged
+    taskset -c 0 $new wsload -url "$u" -conns 32 -duration 1s >/dev/null
+    read u0 s0 < <(cpu $2)
+    reqs=$(taskset -c 0 $new wsload -url "$u" -conns 32 -duration 4s | sed 's/.*"rps":\([0-9.e+]*\).*/\1/' | awk '{printf "%d", $1*4}')
+    read u1 s1 < <(cpu $2)
+  else
+    taskset -c 0 wrk -t1 -c32 -d1s "${hdrs[@]}" "$3" >/dev/null
+    read u0 s0 < <(cpu $2)
+    reqs=$(taskset -c 0 wrk -t1 -c32 -d4s "${hdrs[@]}" "$3" | awk '/requests in/ {print $1}')
+    read u1 s1 < <(cpu $2)
+  fi
   echo "$1 $reqs $(( (u1-u0) )) $(( (s1-s0) ))" | awk '{printf "| %s | %d | %.1f | %.1f | %.1f |\n", $1, $2, ($3*10000)/$2, ($4*10000)/$2, (($3+$4)*10000)/$2}'
 }
 row() {
@@ -67,8 +80,12 @@ row() {
      measure "$1,r$2" $pp http://$paddr/ws/bench/demo/; kill $pp; wait $pp 2>/dev/null || true ;;
   esac
 }
-echo "load at the start: $(cut -d' ' -f1-3 /proc/loadavg) $(date -u +%H:%M:%S)${BROWSER:+ (browser headers)}"
-echo "| row | requests | user us/req | system us/req | total us/req |"
+echo "load at the start: $(cut -d' ' -f1-3 /proc/loadavg) $(date -u +%H:%M:%S)${BROWSER:+ (browser headers)}${WS:+ (WebSocket round trips)}"
+if [ "${WS:-}" = 1 ]; then
+  echo "| row | round trips | user us/rt | system us/rt | total us/rt |"
+else
+  echo "| row | requests | user us/req | system us/req | total us/req |"
+fi
 echo "|---|---|---|---|---|"
 orders=("new main nginx" "main nginx new" "nginx new main" "new nginx main" "main new nginx" "nginx main new")
 for r in $(seq 1 $rounds); do

@@ -6,7 +6,9 @@
 # Usage (under the machine-wide cluster lock, like proxybench):
 #   flock /work/cluster.lock bash hack/bench/proxybench/perfstat.sh [-d 4s] [-r 2] PROXYBENCH [OTHER_PROXYBENCH...]
 # Each PROXYBENCH is a binary built with `go build ./hack/bench/proxybench` (e.g. one from main);
-# the first one's backend serves every row. Needs perf, wrk, nginx and taskset.
+# the first one's backend serves every row. With WS=1 the rows are WebSocket echo round trips
+# (the first PROXYBENCH's wsload: 32 connections, 64-byte messages) and the columns per round
+# trip. Needs perf, wrk, nginx and taskset.
 set -eu
 
 dur=4s
@@ -23,7 +25,7 @@ done
 backend=127.0.0.1:28080
 proxyaddr=127.0.0.1:28081
 nginxaddr=127.0.0.1:28083
-events=task-clock,context-switches,syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_recvfrom,syscalls:sys_enter_writev,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex,syscalls:sys_enter_nanosleep,syscalls:sys_enter_getsockopt
+events=task-clock,context-switches,syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_recvfrom,syscalls:sys_enter_writev,syscalls:sys_enter_sendto,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex,syscalls:sys_enter_nanosleep,syscalls:sys_enter_getsockopt
 
 dir=$(mktemp -d)
 pids=""
@@ -43,18 +45,30 @@ waitport() {
 	done
 }
 
+first=$1
 taskset -c 1 "$1" backend -addr "$backend" &
 pids="$pids $!"
 waitport 28080
 
 # measure NAME PID URL: warm up, then perf stat on PID while wrk runs; one line per row.
 measure() {
-	taskset -c 0 wrk -t1 -c32 -d1s -H 'Authorization: Bearer bench-token' "$3" >/dev/null
-	perf stat -x, -e "$events" -p "$2" -o "$dir/perf" -- sleep "$(echo "$dur" | tr -d s)" &
-	perfpid=$!
-	out=$(taskset -c 0 wrk -t1 -c32 -d"$dur" -H 'Authorization: Bearer bench-token' "$3")
-	wait $perfpid
-	reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+	if [ "${WS:-}" = 1 ]; then
+		u=ws://${3#http://}echo
+		case $1 in nginx*) u=ws://$nginxaddr/echo ;; esac # nginx passes the path on unchanged
+		taskset -c 0 "$first" wsload -url "$u" -conns 32 -duration 1s >/dev/null
+		perf stat -x, -e "$events" -p "$2" -o "$dir/perf" -- sleep "$(echo "$dur" | tr -d s)" &
+		perfpid=$!
+		out=$(taskset -c 0 "$first" wsload -url "$u" -conns 32 -duration "$dur")
+		wait $perfpid
+		reqs=$(echo "$out" | sed 's/.*"rps":\([0-9.e+]*\).*/\1/' | awk -v d="$(echo "$dur" | tr -d s)" '{printf "%d", $1*d}')
+	else
+		taskset -c 0 wrk -t1 -c32 -d1s -H 'Authorization: Bearer bench-token' "$3" >/dev/null
+		perf stat -x, -e "$events" -p "$2" -o "$dir/perf" -- sleep "$(echo "$dur" | tr -d s)" &
+		perfpid=$!
+		out=$(taskset -c 0 wrk -t1 -c32 -d"$dur" -H 'Authorization: Bearer bench-token' "$3")
+		wait $perfpid
+		reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+	fi
 	awk -F, -v name="$1" -v reqs="$reqs" '
 		/^#/ || NF < 3 { next }
 		{ v[$3] = $1 }
@@ -62,7 +76,7 @@ measure() {
 			printf "| %s | %d | %.1f | %.2f | %.2f | %.2f | %.2f | %.3f | %.3f | %.3f |\n", name, reqs,
 				v["task-clock"] * 1000 / reqs, v["context-switches"] / reqs,
 				(v["syscalls:sys_enter_read"] + v["syscalls:sys_enter_recvfrom"]) / reqs,
-				(v["syscalls:sys_enter_write"] + v["syscalls:sys_enter_writev"]) / reqs,
+				(v["syscalls:sys_enter_write"] + v["syscalls:sys_enter_writev"] + v["syscalls:sys_enter_sendto"]) / reqs,
 				(v["syscalls:sys_enter_epoll_pwait"] + v["syscalls:sys_enter_epoll_wait"]) / reqs,
 				v["syscalls:sys_enter_futex"] / reqs, v["syscalls:sys_enter_nanosleep"] / reqs,
 				v["syscalls:sys_enter_getsockopt"] / reqs
@@ -81,6 +95,7 @@ http {
   fastcgi_temp_path $dir/fastcgi;
   uwsgi_temp_path $dir/uwsgi;
   scgi_temp_path $dir/scgi;
+  map \$http_upgrade \$connection_upgrade { default upgrade; '' ''; }
   upstream backend { server $backend; keepalive 256; }
   server {
     listen $nginxaddr;
@@ -88,7 +103,8 @@ http {
       proxy_pass http://backend;
       proxy_http_version 1.1;
       proxy_set_header Host \$host;
-      proxy_set_header Connection "";
+      proxy_set_header Upgrade \$http_upgrade;
+      proxy_set_header Connection \$connection_upgrade;
       proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
     }
   }
@@ -96,7 +112,9 @@ http {
 EOF
 
 echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| proxy | requests | CPU us/req | context switches/req | reads/req | writes/req | epoll waits/req | futex/req | nanosleep/req | getsockopt/req |"
+u=req; ops=requests
+[ "${WS:-}" != 1 ] || { u=rt; ops="round trips"; }
+echo "| proxy | $ops | CPU us/$u | context switches/$u | reads/$u | writes/$u | epoll waits/$u | futex/$u | nanosleep/$u | getsockopt/$u |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 r=1
 while [ $r -le "$rounds" ]; do
