@@ -66,11 +66,18 @@ func (c *Cache) Start(ctx context.Context) error {
 // included, only once it returns: a replica turned ready 0-100 ms after its informers had synced
 // (docs/performance.md, "Eleventh round: cold start"). This one first waits for the informers
 // made so far to signal their sync, then asks the wrapped cache, which then finds them synced at
-// its first look (and waits as before for any informer made since).
+// its first look (and waits as before for any informer made since). The wrapped cache's own
+// wait runs beside the signals' and ends this one if it returns first: an informer made but then
+// dropped by the wrapped cache (its set-up failing after it was made) never signals, and must not
+// hold the start.
 func (c *Cache) WaitForCacheSync(ctx context.Context) bool {
+	polled := make(chan bool, 1)
+	go func() { polled <- c.Cache.WaitForCacheSync(ctx) }()
 	for _, l := range c.initialLists() {
 		select {
 		case <-l.inf.HasSyncedChecker().Done():
+		case ok := <-polled:
+			return ok
 		case <-ctx.Done():
 			return false
 		}
