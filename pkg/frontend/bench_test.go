@@ -133,3 +133,31 @@ func BenchmarkViewsBytesPerWorkspace(b *testing.B) {
 		runtime.KeepAlive(svc)
 	}
 }
+
+// BenchmarkViewsInitialList10k is the views' share of the start-up (docs/performance.md,
+// "Eleventh round: cold start"): the informer's initial list of 10,000 workspace pods, in the
+// order the API server streams them (by pod name, not by workspace id), handed to the views, then
+// the first list's snapshot.
+func BenchmarkViewsInitialList10k(b *testing.B) {
+	const n = 10000
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		owner, id := fmt.Sprintf("user-%d", i%100), fmt.Sprintf("ws-%d", i)
+		pods[i] = pod(workspace.PodName(owner, id), owner, id, "1.0", t0, ready)
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	cached := make([]*podcache.Pod, n)
+	for i, p := range pods {
+		cached[i] = podcache.Of(p)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		v := newViews("ns")
+		for _, p := range cached {
+			v.OnAdd(p, true)
+		}
+		if all, _ := v.snapshot("", true, "", 0); len(all) != n {
+			b.Fatalf("%d workspaces listed, want %d", len(all), n)
+		}
+	}
+}

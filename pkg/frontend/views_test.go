@@ -205,6 +205,61 @@ func TestViewsFollowPodEvents(t *testing.T) {
 	}
 }
 
+// TestViewsSortTheInitialListOnce: the initial list's workspaces are appended out of order and
+// sorted once; every list, and every change made before the first list, still sees them in id
+// order, each owner's too.
+func TestViewsSortTheInitialListOnce(t *testing.T) {
+	v := newViews("ns")
+	var want []string
+	owners := map[string][]string{}
+	for i := 99; i >= 0; i-- { // reverse order: every append is out of order
+		id, owner := fmt.Sprintf("ws-%02d", i), fmt.Sprintf("user-%d", i%3)
+		v.OnAdd(pod("p-"+id, owner, id, "1.0", t0), true)
+		want = append([]string{id}, want...)
+		owners[owner] = append([]string{id}, owners[owner]...)
+	}
+	if !v.unsorted {
+		t.Fatal("the initial list's workspaces were inserted in order, not appended")
+	}
+	check := func(step string, want []string, owners map[string][]string) {
+		t.Helper()
+		if all, _ := v.snapshot("", true, "", 0); fmt.Sprint(ids(all)) != fmt.Sprint(want) {
+			t.Errorf("%s: all = %v, want %v", step, ids(all), want)
+		}
+		for owner, w := range owners {
+			if got, _ := v.snapshot(owner, false, "", 0); fmt.Sprint(ids(got)) != fmt.Sprint(w) {
+				t.Errorf("%s: %s's = %v, want %v", step, owner, ids(got), w)
+			}
+		}
+		if page, more := v.snapshot("", true, "ws-49", 2); fmt.Sprint(ids(page)) != "[ws-50 ws-51]" || !more {
+			t.Errorf("%s: the page after ws-49 = %v (more %v), want [ws-50 ws-51] and more", step, ids(page), more)
+		}
+	}
+	// A change before any read: the lists are sorted before it applies.
+	moved := pod("p-ws-07", "user-1", "ws-07", "2.0", t0)
+	v.OnUpdate(pod("p-ws-07", "user-1", "ws-07", "1.0", t0), moved)
+	v.OnDelete(pod("p-ws-98", "user-2", "ws-98", "1.0", t0))
+	want = slices.DeleteFunc(want, func(id string) bool { return id == "ws-98" })
+	owners["user-2"] = slices.DeleteFunc(owners["user-2"], func(id string) bool { return id == "ws-98" })
+	check("after an update and a delete", want, owners)
+	// A workspace added after the initial list is inserted in order.
+	v.OnAdd(pod("p-ws-995", "user-0", "ws-995", "1.0", t0), false)
+	if v.unsorted {
+		t.Error("a workspace added after the initial list left the lists unsorted")
+	}
+	i, _ := slices.BinarySearch(want, "ws-995")
+	want = slices.Insert(want, i, "ws-995")
+	j, _ := slices.BinarySearch(owners["user-0"], "ws-995")
+	owners["user-0"] = slices.Insert(owners["user-0"], j, "ws-995")
+	check("after a later add", want, owners)
+	// A second pod of a workspace in the initial list joins its entry (no second entry).
+	v.OnAdd(pod("p-ws-10-up", "user-1", "ws-10", "2.0", t0.Add(time.Minute)), true)
+	check("after a second pod of a workspace", want, owners)
+	if e := v.get("ws-10"); e == nil || len(e.pods) != 2 {
+		t.Errorf("ws-10's entry = %+v, want its two pods", e)
+	}
+}
+
 func TestSnapshotPages(t *testing.T) {
 	v := newViews("ns")
 	for _, id := range []string{"e", "a", "d", "b", "c"} {

@@ -45,6 +45,51 @@ type Cache struct {
 	informers []toolscache.SharedIndexInformer // the pod informers, one per watched namespace
 	stores    []toolscache.Indexer             // their stores
 	idBuckets atomic.Bool                      // the workspace-id index files pods by bucket (AddWorkspaceIDIndex)
+	lists     []*initialList                   // every informer's initial list, timed for the start-up's log
+	ctx       context.Context                  // Start's
+}
+
+// Start implements cache.Cache: it starts the informers and stamps each one's sync as it comes
+// (initialList).
+func (c *Cache) Start(ctx context.Context) error {
+	c.mu.Lock()
+	c.ctx = ctx
+	for _, l := range c.lists {
+		go l.waitSynced(ctx)
+	}
+	c.mu.Unlock()
+	return c.Cache.Start(ctx)
+}
+
+// WaitForCacheSync implements cache.Cache. controller-runtime's polls its informers every 100 ms
+// (client-go's WaitForCacheSync), and the manager starts every other runnable, the StartupGate
+// included, only once it returns: a replica turned ready 0-100 ms after its informers had synced
+// (docs/performance.md, "Eleventh round: cold start"). This one first waits for the informers
+// made so far to signal their sync, then asks the wrapped cache, which then finds them synced at
+// its first look (and waits as before for any informer made since). The wrapped cache's own
+// wait runs beside the signals' and ends this one if it returns first: an informer made but then
+// dropped by the wrapped cache (its set-up failing after it was made) never signals, and must not
+// hold the start.
+func (c *Cache) WaitForCacheSync(ctx context.Context) bool {
+	polled := make(chan bool, 1)
+	go func() { polled <- c.Cache.WaitForCacheSync(ctx) }()
+	for _, l := range c.initialLists() {
+		select {
+		case <-l.inf.HasSyncedChecker().Done():
+		case ok := <-polled:
+			return ok
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return c.Cache.WaitForCacheSync(ctx)
+}
+
+// initialLists returns the timelines of the initial lists of the informers made so far.
+func (c *Cache) initialLists() []*initialList {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return append([]*initialList(nil), c.lists...)
 }
 
 // NewCache is cache.New, with Pod Get and List served by Cache.
@@ -55,14 +100,22 @@ func NewCache(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
 		newInformer = toolscache.NewSharedIndexInformer
 	}
 	opts.NewInformer = func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+		l, lw := newInitialList(lw, obj)
 		inf := newInformer(lw, obj, resync, idx)
+		l.inf = inf
+		c.mu.Lock()
+		c.lists = append(c.lists, l)
+		if c.ctx != nil {
+			go l.waitSynced(c.ctx)
+		}
+		c.mu.Unlock()
 		if _, ok := obj.(*corev1.Pod); ok {
 			c.mu.Lock()
 			c.informers = append(c.informers, inf)
 			c.stores = append(c.stores, inf.GetIndexer())
 			c.mu.Unlock()
 		}
-		return inf
+		return timedInformer{SharedIndexInformer: inf, l: l}
 	}
 	inner, err := cache.New(cfg, opts)
 	if err != nil {

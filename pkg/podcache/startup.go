@@ -157,6 +157,14 @@ func (g *StartupGate) wait(ctx context.Context) {
 	if !g.base.WaitForCacheSync(ctx) {
 		return
 	}
+	// Each informer's initial list, as nogoo9's Cache timed it (Cache.Start stamps each sync).
+	if c, ok := g.base.(*Cache); ok && !g.Started.IsZero() {
+		for _, l := range c.initialLists() {
+			if l.waitSynced(ctx) {
+				logf.FromContext(ctx).WithName("startup").Info("Initial list", l.keysAndValues(g.Started)...)
+			}
+		}
+	}
 	g.stamp(ctx, "Informers synced")
 	max := g.Max
 	if max <= 0 {
