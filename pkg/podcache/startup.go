@@ -157,10 +157,12 @@ func (g *StartupGate) wait(ctx context.Context) {
 	if !g.base.WaitForCacheSync(ctx) {
 		return
 	}
-	// Each informer's initial list, as nogoo9's Cache timed it (Cache.Start stamps each sync).
+	// Each informer's initial list, as nogoo9's Cache timed it (Cache.Start stamps each sync):
+	// only those that have synced. The wait above covered every informer the wrapped cache
+	// holds; one it made and then dropped before its sync never syncs and must not hold the gate.
 	if c, ok := g.base.(*Cache); ok && !g.Started.IsZero() {
 		for _, l := range c.initialLists() {
-			if l.waitSynced(ctx) {
+			if l.inf.HasSynced() && l.waitSynced(ctx) {
 				logf.FromContext(ctx).WithName("startup").Info("Initial list", l.keysAndValues(g.Started)...)
 			}
 		}

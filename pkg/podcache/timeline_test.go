@@ -8,7 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/nogoo9/no-crd/pkg/workspace"
 	"github.com/nogoo9/no-crd/test/apiserver"
@@ -40,6 +42,8 @@ func TestCacheTimesEachInitialListAndWaitsForTheirSync(t *testing.T) {
 	}
 	opts := Options(ns)
 	opts.Scheme = clientgoscheme.Scheme
+	// Secrets with a field selector the API server refuses: an informer that never syncs.
+	opts.ByObject[&corev1.Secret{}] = cache.ByObject{Field: fields.OneTermEqualSelector("spec.nope", "x")}
 	ca, err := NewCache(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -94,15 +98,39 @@ func TestCacheTimesEachInitialListAndWaitsForTheirSync(t *testing.T) {
 			t.Errorf("log values %v do not start with the kind", kv)
 		}
 	}
-	// An informer made after the cache started: the wait covers it too.
-	inf, err := ca.GetInformer(ctx, &corev1.PersistentVolumeClaim{})
-	if err != nil {
+	// An informer made after the cache started: the wait covers it too. It cannot sync (a field
+	// selector the API server refuses), so the wait must not return true while the cache holds it,
+	// and must once the informer is removed.
+	if _, err := ca.GetInformer(ctx, &corev1.Secret{}, cache.BlockUntilSynced(false)); err != nil {
 		t.Fatal(err)
-	}
-	if !ca.WaitForCacheSync(ctx) || !inf.HasSynced() {
-		t.Error("WaitForCacheSync returned before an informer made after the start had synced")
 	}
 	if n := len(cc.initialLists()); n != 3 {
 		t.Errorf("%d initial lists timed after a third informer, want 3", n)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	if ca.WaitForCacheSync(short) {
+		t.Error("WaitForCacheSync returned true while an informer made after the start had not synced")
+	}
+	if err := ca.RemoveInformer(ctx, &corev1.Secret{}); err != nil {
+		t.Fatal(err)
+	}
+	bounded, cancelBounded := context.WithTimeout(ctx, 20*time.Second)
+	defer cancelBounded()
+	if !ca.WaitForCacheSync(bounded) {
+		t.Error("WaitForCacheSync did not return true once the informer that cannot sync was removed")
+	}
+
+	// The start-up gate, as main.go runs it (Started set: it logs each initial list), opens
+	// although the removed informer never synced.
+	gate := NewStartupGate(ca)
+	gate.Started = time.Now()
+	gctx, gcancel := context.WithCancel(ctx)
+	defer gcancel()
+	go func() { _ = gate.Start(gctx) }()
+	select {
+	case <-gate.Opened():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the start-up gate did not open within 20 s: it waited for an informer the cache dropped before its sync")
 	}
 }

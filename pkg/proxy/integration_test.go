@@ -41,7 +41,8 @@ import (
 // One envtest API server and one manager with the proxy for every integration test here.
 var (
 	k8s       client.Client
-	proxyURL  string // http://127.0.0.1:port
+	envCfg    *rest.Config // the test API server's, for tests that start a manager of their own
+	proxyURL  string       // http://127.0.0.1:port
 	proxyHost string
 )
 
@@ -81,6 +82,7 @@ func TestMain(m *testing.M) {
 }
 
 func runWithEnv(m *testing.M, cfg *rest.Config) int {
+	envCfg = cfg
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
@@ -60,9 +61,13 @@ type Proxy struct {
 	tokens     *tokenCache
 	log        logr.Logger
 	errorLog   *log.Logger
-	// hasSynced, when set, is waited for before the proxy listens: until the informer has listed
-	// the pods, every workspace would look missing.
-	hasSynced func() bool
+	// synced, when set, is waited for before the proxy listens: until the informer has listed
+	// the pods, every workspace would look missing. Its signal, not a poll: the replica's start-up
+	// gate opens on the same handler's signal, and a poll's 100 ms put the listen after readiness.
+	synced toolscache.DoneChecker
+	// listening is closed once the proxy's listener is bound (Setup's readiness check).
+	listening     chan struct{}
+	listeningOnce sync.Once
 }
 
 // New builds a proxy. Feed it pods with PodChanged and PodDeleted (Setup does that from the
@@ -78,6 +83,7 @@ func New(authn Authenticator, opts Options) (*Proxy, error) {
 	lg := ctrl.Log.WithName("proxy")
 	p := &Proxy{
 		opts:       opts,
+		listening:  make(chan struct{}),
 		authn:      authn,
 		conns:      newConnRegistry(lg),
 		bufPool:    newBufferPool(),

@@ -33,8 +33,24 @@ func Setup(mgr ctrl.Manager, authn Authenticator, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("proxy: watch pods: %w", err)
 	}
-	p.hasSynced = reg.HasSynced
+	p.synced = reg.HasSyncedChecker()
+	// The replica is not ready before its proxy listens: the start-up gate opens once the read
+	// path's handlers (this one included) have the initial list, which is when Start begins to
+	// bind, so without this check /readyz could pass a moment before the port is open.
+	if err := mgr.AddReadyzCheck("proxy", p.listeningCheck); err != nil {
+		return fmt.Errorf("proxy: readiness check: %w", err)
+	}
 	return mgr.Add(p)
+}
+
+// listeningCheck is a readiness check: nil once the proxy's listener is bound.
+func (p *Proxy) listeningCheck(*http.Request) error {
+	select {
+	case <-p.listening:
+		return nil
+	default:
+		return errors.New("the proxy is not listening yet")
+	}
 }
 
 // EventHandler feeds pod events into the route table.
@@ -60,8 +76,12 @@ const (
 
 // Start serves until ctx ends, after the pod informer has synced.
 func (p *Proxy) Start(ctx context.Context) error {
-	if p.hasSynced != nil && !toolscache.WaitForCacheSync(ctx.Done(), p.hasSynced) {
-		return nil // stopped before the cache synced
+	if p.synced != nil {
+		select {
+		case <-p.synced.Done():
+		case <-ctx.Done():
+			return nil // stopped before the cache synced
+		}
 	}
 	ln := p.opts.Listener
 	if ln == nil {
@@ -70,6 +90,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 			return fmt.Errorf("proxy: listen on %s: %w", p.opts.BindAddress, err)
 		}
 	}
+	p.listeningOnce.Do(func() { close(p.listening) })
 	if p.opts.MaxConnsPerClient > 0 {
 		ln = connlimit.NewListener(ln, p.opts.MaxConnsPerClient)
 	}
