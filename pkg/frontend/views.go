@@ -37,10 +37,11 @@ type views struct {
 	byID    map[string]*entry
 	all     []*entry            // every entry, sorted by id (unless unsorted)
 	byOwner map[string][]*entry // each owner's entries, sorted by id (unless unsorted)
-	// unsorted says all and byOwner may end with entries appended out of order: the workspaces
-	// of the informer's initial list are appended (an insertion in order moved half the list per
-	// workspace: O(n²), 0.07-0.2 s of CPU at 10,000 on the start-up's path, docs/performance.md,
-	// "Eleventh round: cold start") and sorted once, by the first read or the first other change.
+	// unsorted says all and byOwner lag byID: the workspaces of the informer's initial list are
+	// filed in byID only (an insertion in order moved half the list per workspace: O(n²),
+	// 0.07-0.2 s of CPU at 10,000 on the start-up's path, docs/performance.md, "Eleventh round:
+	// cold start"), and the lists are made from byID and sorted once, by the first read or the
+	// first other change, however many pods each workspace has.
 	unsorted bool
 
 	// changed, when set (Service.OnViewChange), is called with each workspace id an event
@@ -94,8 +95,8 @@ func (v *views) workspaceOf(obj any) (*podcache.Pod, string) {
 
 // setPod files pod now (nil: deleted) under its workspace, and takes the pod as it was before
 // (nil: new) out of the workspace it was filed under when that differs. initial says the pod
-// comes with the informer's initial list: a workspace new to the views is then appended to the
-// lists, which the next read sorts.
+// comes with the informer's initial list: its workspace's entry is then filed by id only, and the
+// next read or other change makes the lists.
 func (v *views) setPod(before, now any, initial bool) {
 	prev, prevID := v.workspaceOf(before)
 	pod, id := v.workspaceOf(now)
@@ -107,10 +108,11 @@ func (v *views) setPod(before, now any, initial bool) {
 		v.rebuild(prevID, withPod(v.byID[prevID], prev.Name, nil))
 	}
 	if id != "" {
-		if e := v.byID[id]; e == nil && initial {
-			v.appendNew(id, newCachedEntry([]*podcache.Pod{pod}))
+		if initial {
+			v.byID[id] = newCachedEntry(withPod(v.byID[id], pod.Name, pod))
+			v.unsorted = true
 		} else {
-			v.rebuild(id, withPod(e, pod.Name, pod))
+			v.rebuild(id, withPod(v.byID[id], pod.Name, pod))
 		}
 	}
 	v.mu.Unlock()
@@ -141,26 +143,22 @@ func withPod(e *entry, name string, pod *podcache.Pod) []*podcache.Pod {
 	return out
 }
 
-// appendNew publishes the entry of a workspace the views do not hold yet at the end of the
-// lists, leaving them unsorted. v.mu must be held.
-func (v *views) appendNew(id string, e *entry) {
-	v.byID[id] = e
-	v.all = append(v.all, e)
-	v.byOwner[e.owner] = append(v.byOwner[e.owner], e)
-	v.unsorted = true
-}
-
-// sortLists sorts the lists by id if appendNew left them unsorted. v.mu must be held.
+// sortLists makes the lists from byID, sorted by id, if the initial list left them behind it:
+// once, O(n log n). v.mu must be held.
 func (v *views) sortLists() {
 	if !v.unsorted {
 		return
 	}
-	byID := func(a, b *entry) int { return strings.Compare(a.id, b.id) }
-	slices.SortFunc(v.all, byID)
-	for _, list := range v.byOwner {
-		slices.SortFunc(list, byID)
+	all := make([]*entry, 0, len(v.byID))
+	for _, e := range v.byID {
+		all = append(all, e)
 	}
-	v.unsorted = false
+	slices.SortFunc(all, func(a, b *entry) int { return strings.Compare(a.id, b.id) })
+	byOwner := make(map[string][]*entry, len(v.byOwner))
+	for _, e := range all { // in id order, so each owner's list is too
+		byOwner[e.owner] = append(byOwner[e.owner], e)
+	}
+	v.all, v.byOwner, v.unsorted = all, byOwner, false
 }
 
 // rebuild publishes the entry of workspace id made from pods (none: the workspace is gone).

@@ -218,8 +218,17 @@ func TestViewsSortTheInitialListOnce(t *testing.T) {
 		want = append([]string{id}, want...)
 		owners[owner] = append([]string{id}, owners[owner]...)
 	}
+	// A second pod of each of ten workspaces in the same initial list (an upgrade in flight
+	// across a restart) joins its entry and leaves the lists unsorted: no sort per pod.
+	for i := 20; i < 30; i++ {
+		id := fmt.Sprintf("ws-%02d", i)
+		v.OnAdd(pod("p-"+id+"-up", fmt.Sprintf("user-%d", i%3), id, "2.0", t0.Add(time.Minute)), true)
+	}
 	if !v.unsorted {
-		t.Fatal("the initial list's workspaces were inserted in order, not appended")
+		t.Fatal("the initial list's workspaces were inserted in order, or sorted for a workspace's second pod")
+	}
+	if e := v.get("ws-25"); e == nil || len(e.pods) != 2 {
+		t.Errorf("ws-25's entry = %+v, want its two pods", e)
 	}
 	check := func(step string, want []string, owners map[string][]string) {
 		t.Helper()

@@ -515,8 +515,7 @@ func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Call
 	if c := p.tokens.get(token, now); c != nil {
 		return c, nil
 	}
-	wholeHeader(w, r) // the verifier gets the request as it came
-	c, err := p.verify(r, token)
+	c, err := p.verify(r, token) // the token alone: verify reads no other header
 	if err != nil {
 		return nil, err
 	}

@@ -103,7 +103,7 @@ func readFD(fd uintptr, p []byte) (n int, empty bool, err error) {
 		ptr = unsafe.Pointer(&p[0])
 	}
 	for {
-		r, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(ptr), uintptr(len(p)), 0, 0, 0)
+		r, _, e := syscall.RawSyscall6(sysRecv, fd, uintptr(ptr), uintptr(len(p)), 0, 0, 0)
 		switch e {
 		case 0:
 			return int(r), false, nil
@@ -124,7 +124,7 @@ func readFD(fd uintptr, p []byte) (n int, empty bool, err error) {
 // sent to the process (which Go's handler then ignores for a socket).
 func writeFD(fd int, p []byte) (n int, again bool, err error) {
 	for n < len(p) {
-		r, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n), syscall.MSG_NOSIGNAL, 0, 0)
+		r, _, e := syscall.RawSyscall6(sysSend, uintptr(fd), uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n), msgNoSignal, 0, 0)
 		switch e {
 		case 0:
 			n += int(r)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"net/http"
+	"net/textproto"
 	"strings"
 	"unsafe"
 
@@ -76,8 +77,16 @@ func parseQuickResponseInto(head []byte, res *http.Response, h http.Header, vals
 		ContentLength: length,
 	}
 	if c, ok := h["Connection"]; ok && httpguts.HeaderValuesContainsToken(c, "close") {
-		// http.ReadResponse removes the header it has turned into Close.
+		// http.ReadResponse removes the header it has turned into Close; the fields it names go
+		// first (RFC 9110 7.6.1), as the raw copy drops them, or nothing would drop them later.
 		res.Close = true
+		for _, v := range c {
+			for _, name := range strings.Split(v, ",") {
+				if name = textproto.TrimString(name); name != "" && !asciiEqualFold(name, "close") {
+					h.Del(name)
+				}
+			}
+		}
 		delete(h, "Connection")
 	}
 	return true
