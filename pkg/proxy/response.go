@@ -192,7 +192,7 @@ func parseRawResponse(head []byte, res *http.Response, ra *rawAnswer) bool {
 			return false
 		}
 		name, value := l[:c], l[c+1:]
-		if !validName(name) || !validValue(value) {
+		if !httpguts.ValidHeaderFieldName(name) || !validValue(value) {
 			return false
 		}
 		switch rawField(name) {
@@ -368,17 +368,4 @@ func rawField(name string) int {
 		}
 	}
 	return fieldOther
-}
-
-// validName is httpguts.ValidHeaderFieldName: a non-empty token.
-func validName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		if !httpguts.IsTokenRune(rune(name[i])) {
-			return false
-		}
-	}
-	return true
 }
