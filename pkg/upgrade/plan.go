@@ -395,8 +395,60 @@ func OldPod(up *corev1.Pod, live []*corev1.Pod) *corev1.Pod { return workspace.U
 func InFlight(up *corev1.Pod, live []*corev1.Pod) bool { return workspace.UpgradeInFlight(up, live) }
 
 // InFlightWorkspaces returns the keys (namespace/id) of the workspaces with an upgrade in flight
-// among pods (any mix of workspaces). The concurrency cap counts these.
+// among pods (any mix of workspaces). --max-concurrent-upgrades counts these.
 func InFlightWorkspaces(pods []*corev1.Pod) map[types.NamespacedName]bool {
+	out := map[types.NamespacedName]bool{}
+	for k, s := range Slots(pods) {
+		if s.InFlight {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// Slot is what a workspace's upgrade holds of the upgrade gate's two limits.
+type Slot struct {
+	// InFlight: an upgraded pod whose upgrade has not concluded (--max-concurrent-upgrades).
+	InFlight bool
+	// WaitingForNode: that pod waits for room in the cluster (--max-pending-upgrades): it is not
+	// being deleted, has no node (spec.nodeName, which only a binding, i.e. the scheduler, sets
+	// after the create) and is not held by nogoo9's Recreate scheduling gate (GateVolumeRelease:
+	// such a pod waits for the old pod to go and takes its room, it asks for none of its own).
+	WaitingForNode bool
+}
+
+// SlotOf classifies one workspace's pods (live or not; any order).
+func SlotOf(group []*corev1.Pod) Slot {
+	var live []*corev1.Pod
+	for _, p := range group {
+		if p.DeletionTimestamp == nil && workspace.IsWorkspacePod(p) {
+			live = append(live, p)
+		}
+	}
+	var s Slot
+	for _, p := range live {
+		// Bookkeeping someone forged does not take a slot (see UpgradeLinkProblem).
+		if p.Annotations[workspace.AnnUpgradeFrom] == "" || !InFlight(p, live) || workspace.UpgradeLinkProblem(p, linkedPod(p, live)) != "" {
+			continue
+		}
+		s.InFlight = true
+		if waitsForNode(p) {
+			s.WaitingForNode = true
+		}
+	}
+	return s
+}
+
+// waitsForNode reports whether up waits for the scheduler to find it room.
+func waitsForNode(up *corev1.Pod) bool {
+	if up.Spec.NodeName != "" || gated(up) {
+		return false
+	}
+	return up.Status.Phase != corev1.PodSucceeded && up.Status.Phase != corev1.PodFailed
+}
+
+// Slots returns the slot of every workspace among pods (any mix of workspaces) that holds one.
+func Slots(pods []*corev1.Pod) map[types.NamespacedName]Slot {
 	byKey := map[types.NamespacedName][]*corev1.Pod{}
 	for _, p := range pods {
 		if workspace.IsWorkspacePod(p) && p.DeletionTimestamp == nil {
@@ -404,14 +456,10 @@ func InFlightWorkspaces(pods []*corev1.Pod) map[types.NamespacedName]bool {
 			byKey[k] = append(byKey[k], p)
 		}
 	}
-	out := map[types.NamespacedName]bool{}
+	out := map[types.NamespacedName]Slot{}
 	for k, group := range byKey {
-		for _, p := range group {
-			// Bookkeeping someone forged does not take a slot of the cap (see UpgradeLinkProblem).
-			if p.Annotations[workspace.AnnUpgradeFrom] != "" && InFlight(p, group) && workspace.UpgradeLinkProblem(p, linkedPod(p, group)) == "" {
-				out[k] = true
-				break
-			}
+		if s := SlotOf(group); s.InFlight {
+			out[k] = s
 		}
 	}
 	return out

@@ -458,3 +458,64 @@ func stripped(p *corev1.Pod) *corev1.Pod {
 	s, _ := workspace.StripPod(p.DeepCopy())
 	return s.(*corev1.Pod)
 }
+
+func TestSlotOfTellsAnUpgradeWaitingForANodeFromOnePlacedOrHeldByTheRecreateGate(t *testing.T) {
+	onNode := func(p *corev1.Pod) { p.Spec.NodeName = "node-1" }
+	old := func() *corev1.Pod { return with(wsPod("ws-old", "uid-old", "v1", t0), ready, onNode) }
+	next := func(s Strategy, opts ...podOpt) *corev1.Pod {
+		o := old()
+		return with(upgraded(o, workspace.NextPodName(o, "v2"), "uid-new", "v2", s, t0.Add(time.Second)), opts...)
+	}
+	// A Recreate whose old pod is gone: its record alone keeps it in flight until confirmed.
+	recreateAlone := func(opts ...podOpt) *corev1.Pod {
+		p := with(wsPod(workspace.UpgradePodName(testOwner, testID, "uid-old@v2"), "uid-new", "v2", t0), func(p *corev1.Pod) {
+			p.Annotations[workspace.AnnUpgradeFrom] = "ws-old"
+			p.Annotations[workspace.AnnUpgradeFromUID] = "uid-old"
+			p.Annotations[workspace.AnnUpgradeStrategy] = string(Recreate)
+			p.Annotations[workspace.AnnUpgradeStartedAt] = t0.Format(time.RFC3339)
+		})
+		return with(p, opts...)
+	}
+	otherGate := func(p *corev1.Pod) {
+		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: "example.com/quota"})
+	}
+	notWorkspace := func(p *corev1.Pod) { delete(p.Labels, workspace.LabelType) }
+	failedUnbound := func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }
+	for _, tc := range []struct {
+		name string
+		pods []*corev1.Pod
+		want Slot
+	}{
+		{"a workspace without an upgrade holds nothing", []*corev1.Pod{old()}, Slot{}},
+		{"a side-by-side pod just created, no node yet, waits for a node", []*corev1.Pod{old(), next(SideBySide, pending)}, Slot{InFlight: true, WaitingForNode: true}},
+		{"a side-by-side pod bound to a node (still pulling) is in flight but placed", []*corev1.Pod{old(), next(SideBySide, pending, onNode)}, Slot{InFlight: true}},
+		{"a side-by-side pod Ready on its node is in flight until the old pod goes", []*corev1.Pod{old(), next(SideBySide, ready, onNode)}, Slot{InFlight: true}},
+		{"a Recreate pod behind nogoo9's gate waits for the old pod, not for room", []*corev1.Pod{old(), next(Recreate, gatedPod)}, Slot{InFlight: true}},
+		{"a Recreate pod whose gate is gone and has no node waits for a node", []*corev1.Pod{recreateAlone(pending)}, Slot{InFlight: true, WaitingForNode: true}},
+		{"a Recreate pod bound to a node is placed", []*corev1.Pod{recreateAlone(pending, onNode)}, Slot{InFlight: true}},
+		{"someone else's scheduling gate still means no node: it waits", []*corev1.Pod{old(), next(SideBySide, otherGate)}, Slot{InFlight: true, WaitingForNode: true}},
+		{"a new pod being deleted holds nothing", []*corev1.Pod{old(), next(SideBySide, terminating)}, Slot{}},
+		{"a new pod that failed without a node waits for nothing", []*corev1.Pod{old(), next(SideBySide, failedUnbound)}, Slot{InFlight: true}},
+		{"a concluded side-by-side upgrade (old pod gone) holds nothing, node or not", []*corev1.Pod{next(SideBySide, pending)}, Slot{}},
+		{"forged bookkeeping on a pod nogoo9 did not name so holds nothing", []*corev1.Pod{old(), with(next(SideBySide, pending), func(p *corev1.Pod) { p.Name = "ws-forged" })}, Slot{}},
+		{"a pod without the workspace label is not the workspace's", []*corev1.Pod{old(), next(SideBySide, pending, notWorkspace)}, Slot{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := SlotOf(tc.pods); got != tc.want {
+				t.Errorf("SlotOf = %+v, want %+v", got, tc.want)
+			}
+			// The cache's stripped pods classify the same.
+			var s []*corev1.Pod
+			for _, p := range tc.pods {
+				s = append(s, stripped(p))
+			}
+			if got := SlotOf(s); got != tc.want {
+				t.Errorf("SlotOf(stripped) = %+v, want %+v", got, tc.want)
+			}
+			all := Slots(append(s, with(wsPod("ws-b", "uid-b", "v1", t0), ready, func(p *corev1.Pod) { p.Labels[workspace.LabelWorkspaceID] = "b" })))
+			if got := all[keyOf(old())]; got != tc.want || len(all) > 1 {
+				t.Errorf("Slots = %+v, want only %s: %+v", all, keyOf(old()), tc.want)
+			}
+		})
+	}
+}
