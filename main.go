@@ -70,6 +70,7 @@ type options struct {
 	integrityKeyFile  string
 	upgradeTimeout    time.Duration
 	maxConcurrentUpgr int
+	maxPendingUpgr    int
 	upgradeWorkers    int
 	controllersDelay  time.Duration
 	apiAddr           string
@@ -142,7 +143,8 @@ func main() {
 	flag.IntVar(&o.maxClaimsPerUser, "max-claims-per-user", 20, "Persistent volume claims a non-admin user may own, including those left by deleted workspaces (0 = unlimited).")
 	flag.StringVar(&o.integrityKeyFile, "integrity-key-file", "", "File of base64 keys (one per line, the first signs) that authenticate nogoo9's upgrade records; empty: a random key per process (docs/upgrades.md, \"Trust\").")
 	flag.DurationVar(&o.upgradeTimeout, "upgrade-timeout", 10*time.Minute, "How long an upgraded pod may take to become Ready before the upgrade fails.")
-	flag.IntVar(&o.maxConcurrentUpgr, "max-concurrent-upgrades", 200, "Upgrades in flight at once; more requests wait their turn.")
+	flag.IntVar(&o.maxPendingUpgr, "max-pending-upgrades", 200, "Upgrades whose new pod waits for a node (created, not scheduled yet; a Recreate's pod behind nogoo9's gate does not count): once that many have found no room, more requests wait until the scheduler places one or an upgrade ends. Bulk upgrades go as fast as the cluster places the new pods (0 = no limit).")
+	flag.IntVar(&o.maxConcurrentUpgr, "max-concurrent-upgrades", 0, "Upgrades in flight at once, placed or not, to bound image pulls or total churn; more requests wait until one finishes (0 = no cap: --max-pending-upgrades paces bulk upgrades by room in the cluster).")
 	flag.IntVar(&o.upgradeWorkers, "upgrade-workers", 128, "Workspace reconcile workers: each waits on two to four API round trips per pass, so a bulk upgrade needs many in flight.")
 	flag.DurationVar(&o.controllersDelay, "controllers-start-delay", 500*time.Millisecond, "How long after the replica turns ready its controllers start their first pass over every workspace, so that the first requests after a start are served first (docs/reliability.md); upgrades in flight, workspace starts and stops, update policies and idle culling resume that much later. 0: as soon as it is ready.")
 	flag.StringVar(&o.apiAddr, "api-bind-address", ":8090", "Address of the REST API (/api/v1) and MCP endpoint (/mcp).")
@@ -170,7 +172,7 @@ func main() {
 	flag.StringVar(&o.ui.oidcSecretFile, "ui-oidc-client-secret-file", "", "File holding the OIDC client secret for the UI's login (empty: a public client, PKCE only).")
 	flag.StringVar(&o.ui.oidcScopes, "ui-oidc-scopes", "profile,email", "Comma-separated scopes the UI's login requests besides openid (e.g. add groups).")
 	flag.DurationVar(&o.updates.interval, "update-policy-interval", time.Minute, "How often the update policies (when-idle, window) of every workspace are evaluated.")
-	flag.IntVar(&o.updates.perInterval, "auto-upgrades-per-interval", 10, "Automatic (policy) upgrades requested at most per --update-policy-interval; they also wait for --max-concurrent-upgrades.")
+	flag.IntVar(&o.updates.perInterval, "auto-upgrades-per-interval", 10, "Automatic (policy) upgrades requested at most per --update-policy-interval; they also wait for --max-pending-upgrades and --max-concurrent-upgrades.")
 	flag.DurationVar(&o.updates.idleAfter, "idle-after", 30*time.Minute, "How long a workspace must have had no activity before the when-idle policy upgrades it.")
 	flag.DurationVar(&o.updates.retryAfter, "auto-upgrade-retry-after", time.Hour, "How long after a failed upgrade an update policy may try the workspace's upgrade again.")
 	flag.IntVar(&o.updates.historyLimit, "template-history-limit", templates.DefaultHistoryLimit, "Versions of each template kept (current included) for rollbacks, as ConfigMaps nogoo9-history-*.")
@@ -387,7 +389,7 @@ func run(o options) error {
 			log.Info("No --integrity-key-file: upgrade records are signed with a random key, so a Recreate upgrade in flight across a restart cannot be rolled back automatically")
 		}
 		if err := controllers.SetupWorkspaceReconciler(held, registry, controllers.UpgradeOptions{
-			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, Timeout: o.upgradeTimeout, Keys: keys,
+			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, MaxPendingUpgrades: o.maxPendingUpgr, Timeout: o.upgradeTimeout, Keys: keys,
 			Lifecycle: controllers.LifecycleOptions{IdleTimeout: o.lifecycle.idleTimeout},
 			History:   history,
 			Pods:      pods,
@@ -396,7 +398,7 @@ func run(o options) error {
 		}
 		// Update policies and template history (issue 15): leader only.
 		if err := controllers.SetupPolicyRunner(held, registry, pods, controllers.PolicyOptions{
-			Interval: o.updates.interval, PerInterval: o.updates.perInterval, MaxInFlight: o.maxConcurrentUpgr, IdleAfter: o.updates.idleAfter,
+			Interval: o.updates.interval, PerInterval: o.updates.perInterval, MaxInFlight: o.maxConcurrentUpgr, MaxPending: o.maxPendingUpgr, IdleAfter: o.updates.idleAfter,
 			RetryAfter: o.updates.retryAfter,
 		}); err != nil {
 			return fmt.Errorf("set up update policies: %w", err)

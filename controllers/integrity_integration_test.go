@@ -237,7 +237,7 @@ func TestForgedAnnotationsOnAPIServer(t *testing.T) {
 		r := &WorkspaceReconciler{Client: c, Reader: c, APIReader: c, Recorder: record.NewFakeRecorder(10),
 			Opts: UpgradeOptions{Keys: keys}}
 		r.Opts.defaults()
-		r.gate = newGate(0, c, nil)
+		r.gate = newGate(0, 0, c, nil)
 		a := upgrade.Action{Kind: upgrade.CreateRollbackPod, Pod: stale, Name: workspace.RollbackPodName(stale),
 			Annotations: map[string]string{workspace.AnnUpgradeStrategy: string(upgrade.Rollback), workspace.AnnUpgradeFrom: stale.Name,
 				workspace.AnnUpgradeFromUID: string(stale.UID), workspace.AnnLastUpgradeError: "Upgrade failed"}}

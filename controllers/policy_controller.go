@@ -18,6 +18,7 @@ import (
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/updatepolicy"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -39,6 +40,9 @@ type PolicyOptions struct {
 	// MaxInFlight is --max-concurrent-upgrades: no automatic request is added while that many
 	// upgrades are requested or in flight (zero or negative: no cap).
 	MaxInFlight int
+	// MaxPending is --max-pending-upgrades: no automatic request is added while that many
+	// upgrades are requested and not started yet or wait for a node (zero or negative: no cap).
+	MaxPending int
 	// IdleAfter is the when-idle threshold (--idle-after).
 	IdleAfter time.Duration
 	// RetryAfter is how long after a failed upgrade an automatic one is tried again
@@ -172,7 +176,7 @@ func (p *PolicyRunner) workspaces(ctx context.Context, fn func(group []*corev1.P
 func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 	p.defaults()
 	now := p.Opts.Now()
-	pending := 0
+	busy, unplaced := 0, 0 // requested or in flight; requested or waiting for a node
 	var due []candidate
 	synced, err := p.workspaces(ctx, func(group []*corev1.Pod) {
 		var live []*corev1.Pod
@@ -189,7 +193,10 @@ func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 		}
 		intent := len(live) == 1 && live[0].Annotations[workspace.AnnUpgradeRequested] != ""
 		if inFlight || intent {
-			pending++
+			busy++
+		}
+		if intent || inFlight && upgrade.SlotOf(live).WaitingForNode {
+			unplaced++
 		}
 		if len(live) != 1 {
 			return
@@ -235,7 +242,10 @@ func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 	}
 	budget := p.Opts.PerInterval
 	if p.Opts.MaxInFlight > 0 {
-		budget = min(budget, p.Opts.MaxInFlight-pending)
+		budget = min(budget, p.Opts.MaxInFlight-busy)
+	}
+	if p.Opts.MaxPending > 0 {
+		budget = min(budget, p.Opts.MaxPending-unplaced)
 	}
 	// The longest-outdated first would need history; the oldest pod is a fair, stable proxy.
 	sort.Slice(due, func(i, j int) bool {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -214,4 +215,61 @@ func createIdleIDEPod(t *testing.T, c client.Client, name, id string, pinned boo
 		t.Fatal(err)
 	}
 	return pod
+}
+
+// TestPolicyRunnerPacesRequestsByUpgradesWaitingForANode: under --max-pending-upgrades the runner
+// counts the requests not started yet and the upgrades whose new pod has no node, not the
+// upgrades whose new pod the scheduler has placed; a binding makes room for another request.
+func TestPolicyRunnerPacesRequestsByUpgradesWaitingForANode(t *testing.T) {
+	_, c := startAPIServer(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+	for i := range 4 {
+		createIdleIDEPod(t, c, fmt.Sprintf("ws-q%d", i), fmt.Sprintf("q%d", i), false, now)
+	}
+	// Two workspaces with an upgrade in flight (busy for the policy), their new pods unbound.
+	var ups []*corev1.Pod
+	for _, id := range []string{"x", "y"} {
+		old := createIdleIDEPod(t, c, "ws-"+id, id, false, now)
+		up := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: workspace.NextPodName(old, "2"), Namespace: "default",
+				Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id,
+					workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "2"},
+				Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "2",
+					workspace.AnnUpgradeFrom: old.Name, workspace.AnnUpgradeFromUID: string(old.UID),
+					workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:2"}}},
+		}
+		if err := c.Create(ctx, up); err != nil {
+			t.Fatal(err)
+		}
+		ups = append(ups, up)
+	}
+	bind := func(p *corev1.Pod) {
+		t.Helper()
+		if err := c.SubResource("binding").Create(ctx, p, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind(ups[0])
+	reg := &fakeTemplates{}
+	tmpl := ideTemplate("2", "example.com/ide:2", "")
+	tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "when-idle"}
+	reg.set(tmpl)
+	r := &PolicyRunner{Client: c, Reader: c, Templates: reg, Recorder: record.NewFakeRecorder(1000),
+		Opts: PolicyOptions{PerInterval: 10, MaxPending: 3, IdleAfter: time.Minute, Now: func() time.Time { return now }}}
+	tick := func(want int) {
+		t.Helper()
+		n, err := r.Tick(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Fatalf("tick requested %d, want %d", n, want)
+		}
+	}
+	tick(2) // y waits for a node, x's pod is placed: room for two of the four due
+	tick(0) // y and the two requests fill the limit
+	bind(ups[1])
+	tick(1) // y's pod placed: room for one more
 }

@@ -399,6 +399,6 @@ func snapshotReconciler(name string, cl client.Client, snap snapshotCache, api c
 		Opts: UpgradeOptions{Name: name, Now: now}}
 	r.Opts.defaults()
 	r.wake = make(chan event.GenericEvent, 16)
-	r.gate = newGate(0, r.Reader, r.wake)
+	r.gate = newGate(0, 0, r.Reader, r.wake)
 	return r
 }

@@ -19,24 +19,33 @@ import (
 // reservationTTL bounds how long a create the cache has not shown yet counts against the cap.
 const reservationTTL = 2 * time.Minute
 
-// gate enforces --max-concurrent-upgrades. The count comes from the observed state (workspaces
-// with an upgraded pod in flight in the cache) plus the creates this process made that the cache
-// does not show yet (reservations, like the ReplicaSet controller's expectations). The observed
-// part is listed from the cache once, at the first admission, and then kept per workspace by
-// every reconcile, which observes that workspace's pods anyway (observed): a pod event always
-// brings its workspace's reconcile, so the set follows the cache with the queue's lag, and an
-// admission costs no list of every workspace pod (at 1,000 workspaces that list, taken under the
-// lock for every admission, serialised the starts of a bulk upgrade). A reservation
-// also keeps a stale read from starting a second upgrade of the same workspace under another
-// name. The reverse holds too: an upgrade this process has just concluded (the old pod deleted,
-// the failed pod deleted, the rollback spec dropped) stops counting at once, before the cache shows
-// the write (finished); otherwise the workspaces woken for the freed slot would find it still
-// taken and go back to sleep. Waiting workspaces are remembered only to wake them early when a
-// slot frees; without that memory (after a restart) they still come back on their own timer.
+// gate enforces --max-pending-upgrades and --max-concurrent-upgrades. The first counts the
+// upgrades whose new pod waits for a node (upgrade.Slot.WaitingForNode: created, not placed by the
+// scheduler yet, not held by nogoo9's own Recreate gate): each such pod asks the cluster for room
+// it may not have, so when pods stop fitting they pile up to the limit and admission stops, and
+// while the cluster has room nothing waits (a pod bound to a node frees its slot at once: its
+// workspace's reconcile runs on the binding's watch event and wakes waiting workspaces). The
+// second counts the upgrades in flight, for who wants to bound total churn or image pulls.
+//
+// The counts come from the observed state (the workspaces' pods in the cache) plus the creates
+// this process made that the cache does not show yet (reservations, like the ReplicaSet
+// controller's expectations). The observed part is listed from the cache once, at the first
+// admission, and then kept per workspace by every reconcile, which observes that workspace's pods
+// anyway (observed): a pod event always brings its workspace's reconcile, so the sets follow the
+// cache with the queue's lag, and an admission costs no list of every workspace pod (at 1,000
+// workspaces that list, taken under the lock for every admission, serialised the starts of a bulk
+// upgrade). A reservation also keeps a stale read from starting a second upgrade of the same
+// workspace under another name. The reverse holds too: an upgrade this process has just concluded
+// (the old pod deleted, the failed pod deleted, the rollback spec dropped) stops counting at once,
+// before the cache shows the write (finished); otherwise the workspaces woken for the freed slot
+// would find it still taken and go back to sleep. Waiting workspaces are remembered only to wake
+// them early when a slot frees; without that memory (after a restart) they still come back on
+// their own timer.
 type gate struct {
-	max    int
-	reader client.Reader
-	wake   chan<- event.GenericEvent
+	max     int // --max-concurrent-upgrades; zero or negative: no cap
+	pending int // --max-pending-upgrades; zero or negative: no cap
+	reader  client.Reader
+	wake    chan<- event.GenericEvent
 	// cached, when set, hands out the cache's own workspace pods (podcache.Every.Pods) for the
 	// first count; ok false (not synced yet) falls back to a List of reader.
 	cached func() (pods []*corev1.Pod, ok bool)
@@ -44,8 +53,8 @@ type gate struct {
 	mu        sync.Mutex
 	reserved  map[types.NamespacedName]reservation
 	finished  map[types.NamespacedName]time.Time
-	flying    map[types.NamespacedName]bool // observed in flight (see the type's comment)
-	seeded    bool                          // flying has been listed from the cache once
+	slots     map[types.NamespacedName]upgrade.Slot // observed (see the type's comment); only workspaces in flight
+	seeded    bool                                  // slots has been listed from the cache once
 	waiting   []types.NamespacedName
 	isWaiting map[types.NamespacedName]bool
 	announced map[types.UID]bool
@@ -54,75 +63,112 @@ type gate struct {
 type reservation struct {
 	name string
 	at   time.Time
+	// needsNode: the pod goes to the scheduler when created (not behind nogoo9's Recreate gate),
+	// so until the cache shows it, it counts as waiting for a node.
+	needsNode bool
 }
 
-func newGate(max int, reader client.Reader, wake chan<- event.GenericEvent) *gate {
-	return &gate{max: max, reader: reader, wake: wake, reserved: map[types.NamespacedName]reservation{},
-		finished: map[types.NamespacedName]time.Time{}, flying: map[types.NamespacedName]bool{},
+// admission is the gate's answer to one acquire: ok, or the limit that holds it back.
+type admission struct {
+	ok bool
+	// inFlight and waitingForNode are the counts the answer was made from.
+	inFlight, waitingForNode int
+	// byPending: held back by --max-pending-upgrades (else by --max-concurrent-upgrades).
+	byPending bool
+}
+
+func newGate(max, pending int, reader client.Reader, wake chan<- event.GenericEvent) *gate {
+	return &gate{max: max, pending: pending, reader: reader, wake: wake, reserved: map[types.NamespacedName]reservation{},
+		finished: map[types.NamespacedName]time.Time{}, slots: map[types.NamespacedName]upgrade.Slot{},
 		isWaiting: map[types.NamespacedName]bool{}, announced: map[types.UID]bool{}}
 }
 
-// acquire admits the upgrade of key creating pod name, or says how many are in flight.
-func (g *gate) acquire(ctx context.Context, key types.NamespacedName, name string, now time.Time) (ok bool, inFlight int, err error) {
+// acquire admits the upgrade of key creating pod name (needsNode: a pod the scheduler must
+// place), or says which limit holds it back.
+func (g *gate) acquire(ctx context.Context, key types.NamespacedName, name string, needsNode bool, now time.Time) (admission, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if r, has := g.reserved[key]; has && now.Sub(r.at) < reservationTTL {
 		// Same name: a retry of the create this process made (AlreadyExists makes it harmless).
 		// Another name: a stale read; wait until the cache shows the first pod.
-		return r.name == name, len(g.reserved), nil
+		return admission{ok: r.name == name, inFlight: len(g.reserved)}, nil
 	}
-	if g.max <= 0 {
+	if g.max <= 0 && g.pending <= 0 {
 		delete(g.finished, key)
-		g.reserved[key] = reservation{name: name, at: now}
-		return true, 0, nil
+		g.reserved[key] = reservation{name: name, at: now, needsNode: needsNode}
+		return admission{ok: true}, nil
 	}
 	if !g.seeded {
 		all, err := g.inFlight(ctx)
 		if err != nil {
-			return false, 0, err
+			return admission{}, err
 		}
-		g.flying, g.seeded = all, true
+		g.slots, g.seeded = all, true
 	}
-	flying := g.flying
-	n := len(flying)
+	slots := g.slots
+	var a admission
+	for _, s := range slots {
+		a.inFlight++
+		if s.WaitingForNode {
+			a.waitingForNode++
+		}
+	}
 	for k, at := range g.finished {
-		switch {
-		case now.Sub(at) >= reservationTTL:
+		if now.Sub(at) >= reservationTTL {
 			delete(g.finished, k)
-		case flying[k]:
-			n--
+			continue
+		}
+		if s, has := slots[k]; has {
+			a.inFlight--
+			if s.WaitingForNode {
+				a.waitingForNode--
+			}
 		}
 	}
 	for k, r := range g.reserved {
-		switch {
-		case now.Sub(r.at) >= reservationTTL:
+		if now.Sub(r.at) >= reservationTTL {
 			delete(g.reserved, k)
-		case !flying[k]:
-			n++
+			continue
+		}
+		s, has := slots[k]
+		if !has {
+			a.inFlight++
+		}
+		if r.needsNode && !s.WaitingForNode {
+			a.waitingForNode++
 		}
 	}
-	if n >= g.max {
+	switch {
+	case needsNode && g.pending > 0 && a.waitingForNode >= g.pending:
+		// A pod behind nogoo9's Recreate gate asks for no room of its own (it takes the old
+		// pod's): only the in-flight cap holds it back.
+		a.byPending = true
+	case g.max > 0 && a.inFlight >= g.max:
+	default:
+		a.ok = true
+	}
+	if !a.ok {
 		if !g.isWaiting[key] {
 			g.isWaiting[key] = true
 			g.waiting = append(g.waiting, key)
 		}
-		return false, n, nil
+		return a, nil
 	}
 	delete(g.finished, key)
-	g.reserved[key] = reservation{name: name, at: now}
+	g.reserved[key] = reservation{name: name, at: now, needsNode: needsNode}
 	if g.isWaiting[key] {
 		delete(g.isWaiting, key)
 	}
-	return true, n, nil
+	return a, nil
 }
 
 // inFlight lists, from the cache, the workspaces with an upgrade in flight. It reads the cache's
 // own pods (cached) where it can: a List copies every pod struct into the PodList, deep copy or
 // not (1.2 KB per pod, 12 MB of garbage at 10,000 workspaces).
-func (g *gate) inFlight(ctx context.Context) (map[types.NamespacedName]bool, error) {
+func (g *gate) inFlight(ctx context.Context) (map[types.NamespacedName]upgrade.Slot, error) {
 	if g.cached != nil {
 		if pods, ok := g.cached(); ok {
-			return upgrade.InFlightWorkspaces(pods), nil
+			return upgrade.Slots(pods), nil
 		}
 	}
 	var list corev1.PodList
@@ -133,32 +179,40 @@ func (g *gate) inFlight(ctx context.Context) (map[types.NamespacedName]bool, err
 	for i := range list.Items {
 		pods[i] = &list.Items[i]
 	}
-	return upgrade.InFlightWorkspaces(pods), nil
+	return upgrade.Slots(pods), nil
 }
 
-// observed drops key's reservation once the cache shows the pod it was for, and its finished mark
-// once the cache no longer shows the upgrade in flight.
+// observed updates key's slot from its pods as the cache shows them, drops key's reservation once
+// the cache shows the pod it was for, and its finished mark once the cache no longer shows the
+// upgrade in flight. When key stops waiting for a node (its new pod was bound, or the cache now
+// shows a reserved pod already placed), it wakes waiting workspaces as a finished upgrade does.
 func (g *gate) observed(key types.NamespacedName, pods []*corev1.Pod) {
-	flying := upgrade.InFlightWorkspaces(pods)[key]
+	slot := upgrade.SlotOf(pods)
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if flying {
-		g.flying[key] = true
+	r, reserved := g.reserved[key]
+	before := g.slots[key].WaitingForNode || reserved && r.needsNode
+	if slot.InFlight {
+		g.slots[key] = slot
 	} else {
-		delete(g.flying, key)
+		delete(g.slots, key)
 	}
-	if _, has := g.finished[key]; has && !flying {
+	if _, has := g.finished[key]; has && !slot.InFlight {
 		delete(g.finished, key)
 	}
-	r, has := g.reserved[key]
-	if !has {
-		return
-	}
-	for _, p := range pods {
-		if p.Name == r.name {
-			delete(g.reserved, key)
-			return
+	if reserved {
+		for _, p := range pods {
+			if p.Name == r.name {
+				delete(g.reserved, key)
+				reserved = false
+				break
+			}
 		}
+	}
+	after := slot.WaitingForNode || reserved && r.needsNode
+	freed := before && !after && g.pending > 0
+	g.mu.Unlock()
+	if freed {
+		g.wakeWaiting()
 	}
 }
 
@@ -193,10 +247,18 @@ func (g *gate) finish(key types.NamespacedName, now time.Time) {
 }
 
 // release frees key's reservation (its upgrade ended or never started) and wakes waiting
-// workspaces: two per freed slot, as some of them may have been served meanwhile.
+// workspaces (wakeWaiting).
 func (g *gate) release(key types.NamespacedName) {
 	g.mu.Lock()
 	delete(g.reserved, key)
+	g.mu.Unlock()
+	g.wakeWaiting()
+}
+
+// wakeWaiting wakes waiting workspaces for one freed slot: two, as some of them may have been
+// served meanwhile.
+func (g *gate) wakeWaiting() {
+	g.mu.Lock()
 	var wake []types.NamespacedName
 	for len(g.waiting) > 0 && len(wake) < 2 {
 		k := g.waiting[0]
@@ -221,7 +283,7 @@ func (g *gate) forget(key types.NamespacedName) {
 	defer g.mu.Unlock()
 	delete(g.reserved, key)
 	delete(g.finished, key)
-	delete(g.flying, key)
+	delete(g.slots, key)
 	delete(g.isWaiting, key)
 }
 
@@ -240,7 +302,7 @@ func (g *gate) announce(uid types.UID) bool {
 	return true
 }
 
-// waitingCount is the number of workspaces queued behind the cap, for the metrics.
+// waitingCount is the number of workspaces queued behind the limits, for the metrics.
 func (g *gate) waitingCount() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()

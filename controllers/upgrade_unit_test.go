@@ -60,7 +60,7 @@ func TestGateCountsObservedUpgradesAndReservations(t *testing.T) {
 		workspace.AnnUpgradeFrom: "ws-a", workspace.AnnUpgradeFromUID: "uid-ws-a", workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
 	c := fake.NewClientBuilder().WithObjects(old, inFlight).Build()
 	wake := make(chan event.GenericEvent, 10)
-	g := newGate(2, c, wake)
+	g := newGate(2, 0, c, wake)
 	ctx := context.Background()
 	key := func(id string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: id} }
 
@@ -76,7 +76,7 @@ func TestGateCountsObservedUpgradesAndReservations(t *testing.T) {
 		{"observed + reserved reach the cap of 2: a third waits", "c", "ws-c-up-1", false},
 	}
 	for _, tt := range tests {
-		ok, _, err := g.acquire(ctx, key(tt.key), tt.pod, now)
+		ok, _, err := g.admit(ctx, key(tt.key), tt.pod, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,11 +97,11 @@ func TestGateCountsObservedUpgradesAndReservations(t *testing.T) {
 	default:
 		t.Errorf("no workspace woken after a slot freed")
 	}
-	if ok, _, _ := g.acquire(ctx, key("c"), "ws-c-up-1", now); !ok {
+	if ok, _, _ := g.admit(ctx, key("c"), "ws-c-up-1", now); !ok {
 		t.Errorf("c not admitted after a slot freed")
 	}
 	// A reservation the cache never confirms expires.
-	if ok, _, _ := g.acquire(ctx, key("d"), "ws-d-up-1", now.Add(3*time.Minute)); !ok {
+	if ok, _, _ := g.admit(ctx, key("d"), "ws-d-up-1", now.Add(3*time.Minute)); !ok {
 		t.Errorf("an expired reservation still counts against the cap")
 	}
 }
@@ -116,7 +116,7 @@ func TestGateFinishedUpgradeFreesItsSlotBeforeTheCacheShowsIt(t *testing.T) {
 		workspace.AnnUpgradeFrom: "ws-a", workspace.AnnUpgradeFromUID: "uid-ws-a", workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
 	c := fake.NewClientBuilder().WithObjects(old, up).Build()
 	wake := make(chan event.GenericEvent, 10)
-	g := newGate(1, c, wake)
+	g := newGate(1, 0, c, wake)
 	ctx := context.Background()
 	a, b := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "ns", Name: "b"}
 
@@ -136,7 +136,7 @@ func TestGateFinishedUpgradeFreesItsSlotBeforeTheCacheShowsIt(t *testing.T) {
 	}
 	for _, st := range steps {
 		st.do()
-		ok, _, err := g.acquire(ctx, b, "ws-b-up-1", st.at)
+		ok, _, err := g.admit(ctx, b, "ws-b-up-1", st.at)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestGateFollowsEachWorkspaceAsItsReconcileObservesIt(t *testing.T) {
 	old := upgradeUnitPod("ws-x", "x", "python", "v1", nil)
 	up := upgradeUnitPod(workspace.NextPodName(old, "v2"), "x", "python", "v2", map[string]string{
 		workspace.AnnUpgradeFrom: "ws-x", workspace.AnnUpgradeFromUID: "uid-ws-x", workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
-	g := newGate(1, fake.NewClientBuilder().Build(), make(chan event.GenericEvent, 10))
+	g := newGate(1, 0, fake.NewClientBuilder().Build(), make(chan event.GenericEvent, 10))
 	ctx := context.Background()
 	b, x := types.NamespacedName{Namespace: "ns", Name: "b"}, types.NamespacedName{Namespace: "ns", Name: "x"}
 
@@ -180,7 +180,7 @@ func TestGateFollowsEachWorkspaceAsItsReconcileObservesIt(t *testing.T) {
 		if st.pods != nil {
 			g.observed(x, st.pods)
 		}
-		ok, _, err := g.acquire(ctx, b, "ws-b-up-1", now)
+		ok, _, err := g.admit(ctx, b, "ws-b-up-1", now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,14 +215,14 @@ func TestGateCountsFromTheCachesOwnPodsWithoutAList(t *testing.T) {
 					return c.List(ctx, l, opts...)
 				},
 			}).Build()
-			g := newGate(1, c, make(chan event.GenericEvent, 10))
+			g := newGate(1, 0, c, make(chan event.GenericEvent, 10))
 			g.cached = func() ([]*corev1.Pod, bool) {
 				if !tt.synced {
 					return nil, false
 				}
 				return []*corev1.Pod{old, up}, true
 			}
-			ok, n, err := g.acquire(context.Background(), b, "ws-b-up-1", now)
+			ok, n, err := g.admit(context.Background(), b, "ws-b-up-1", now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,5 +248,102 @@ func TestAtLeast(t *testing.T) {
 		if got := atLeast(tc.major, tc.minor, 1, 37); got != tc.want {
 			t.Errorf("atLeast(%q, %q, 1, 37) = %v, want %v", tc.major, tc.minor, got, tc.want)
 		}
+	}
+}
+
+// admit is acquire for a pod the scheduler places, answered as ok and the upgrades in flight.
+func (g *gate) admit(ctx context.Context, key types.NamespacedName, name string, now time.Time) (bool, int, error) {
+	a, err := g.acquire(ctx, key, name, true, now)
+	return a.ok, a.inFlight, err
+}
+
+// TestGatePacesByUpgradesWaitingForANode checks --max-pending-upgrades: it counts the upgrades
+// whose new pod has no node yet (observed or reserved), not those placed or held by the Recreate
+// gate, and a binding frees the slot at once and wakes a waiting workspace, while the upgrades
+// stay in flight.
+func TestGatePacesByUpgradesWaitingForANode(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pair := func(id string) (old, up *corev1.Pod) {
+		old = upgradeUnitPod("ws-"+id, id, "python", "v1", nil)
+		old.Spec.NodeName = "node-1"
+		up = upgradeUnitPod(workspace.NextPodName(old, "v2"), id, "python", "v2", map[string]string{
+			workspace.AnnUpgradeFrom: old.Name, workspace.AnnUpgradeFromUID: string(old.UID), workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
+		return old, up
+	}
+	oldA, upA := pair("a")
+	oldB, upB := pair("b")
+	wake := make(chan event.GenericEvent, 10)
+	g := newGate(0, 2, fake.NewClientBuilder().WithObjects(oldA, upA).Build(), wake)
+	ctx := context.Background()
+	key := func(id string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: id} }
+	acquire := func(id string, needsNode bool) admission {
+		t.Helper()
+		name := "ws-" + id + "-up"
+		if id == "b" {
+			name = upB.Name
+		}
+		a, err := g.acquire(ctx, key(id), name, needsNode, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+
+	if a := acquire("b", true); !a.ok || a.waitingForNode != 1 {
+		t.Errorf("b: %+v, want admitted with a's unbound pod waiting for a node", a)
+	}
+	if a := acquire("r", false); !a.ok || a.waitingForNode != 2 {
+		t.Errorf("a Recreate start behind nogoo9's gate: %+v, want admitted (it needs no room), a and b waiting", a)
+	}
+	if a := acquire("c", true); a.ok || !a.byPending || a.waitingForNode != 2 || a.inFlight != 3 {
+		t.Errorf("c: %+v, want held back by the pending limit at a and b", a)
+	}
+	// The cache shows b's pod, not bound yet: still waiting, nobody woken.
+	g.observed(key("b"), []*corev1.Pod{oldB, upB})
+	select {
+	case ev := <-wake:
+		t.Errorf("woke %s while nothing was placed", ev.Object.GetName())
+	default:
+	}
+	// The scheduler binds a's pod: a's upgrade is still in flight, but c is woken and fits.
+	bound := upA.DeepCopy()
+	bound.Spec.NodeName = "node-2"
+	g.observed(key("a"), []*corev1.Pod{oldA, bound})
+	select {
+	case ev := <-wake:
+		if ev.Object.GetName() != "c" {
+			t.Errorf("woke %s, want c", ev.Object.GetName())
+		}
+	default:
+		t.Errorf("no workspace woken after a's pod was bound")
+	}
+	if a := acquire("c", true); !a.ok || a.inFlight != 3 {
+		t.Errorf("c after a's binding: %+v, want admitted with a, b and r in flight", a)
+	}
+	// b's upgrade concluded by this process while its pod had no node: its slot frees at once.
+	if a := acquire("d", true); a.ok {
+		t.Errorf("d: %+v, want held back (b and c wait for a node)", a)
+	}
+	g.finish(key("b"), now)
+	if a := acquire("d", true); !a.ok {
+		t.Errorf("d after b finished: %+v, want admitted", a)
+	}
+}
+
+// TestGateKeepsBothLimits: with both limits set, the in-flight cap holds although every pod was
+// placed.
+func TestGateKeepsBothLimits(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	old := upgradeUnitPod("ws-a", "a", "python", "v1", nil)
+	up := upgradeUnitPod(workspace.NextPodName(old, "v2"), "a", "python", "v2", map[string]string{
+		workspace.AnnUpgradeFrom: "ws-a", workspace.AnnUpgradeFromUID: "uid-ws-a", workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
+	up.Spec.NodeName = "node-1"
+	g := newGate(1, 5, fake.NewClientBuilder().WithObjects(old, up).Build(), make(chan event.GenericEvent, 10))
+	a, err := g.acquire(context.Background(), types.NamespacedName{Namespace: "ns", Name: "b"}, "ws-b-up", true, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ok || a.byPending || a.inFlight != 1 || a.waitingForNode != 0 {
+		t.Errorf("b: %+v, want held back by --max-concurrent-upgrades=1 (a placed, in flight)", a)
 	}
 }

@@ -94,8 +94,12 @@ func LoadKeys(path string) (*upgrade.Keyring, error) {
 type UpgradeOptions struct {
 	// Workers is the number of workspaces reconciled at once (--upgrade-workers, default 128).
 	Workers int
+	// MaxPendingUpgrades caps the upgrades whose new pod waits for a node (--max-pending-upgrades,
+	// default 200 there): bulk upgrades go as fast as the cluster places the new pods, and stop
+	// asking for more once that many have found no room. Zero or negative: no cap.
+	MaxPendingUpgrades int
 	// MaxConcurrentUpgrades caps the workspaces with an upgrade in flight
-	// (--max-concurrent-upgrades, default 200 there); zero or negative: no cap.
+	// (--max-concurrent-upgrades, default 0 there); zero or negative: no cap.
 	MaxConcurrentUpgrades int
 	// Timeout is the upgrade deadline (--upgrade-timeout, default 10m).
 	Timeout time.Duration
@@ -209,7 +213,7 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("index pods by node: %w", err)
 	}
 	r.wake = make(chan event.GenericEvent, 1024)
-	r.gate = newGate(r.Opts.MaxConcurrentUpgrades, r.Reader, r.wake)
+	r.gate = newGate(r.Opts.MaxConcurrentUpgrades, r.Opts.MaxPendingUpgrades, r.Reader, r.wake)
 	every := r.Opts.Pods
 	var err error
 	if every == nil {
@@ -530,15 +534,21 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 	log := ctrl.LoggerFrom(ctx)
 	old := a.Pod
 	if a.NeedsSlot {
-		ok, inFlight, err := r.gate.acquire(ctx, key, a.Name, now)
+		adm, err := r.gate.acquire(ctx, key, a.Name, a.Gate == "", now)
 		if err != nil {
 			return 0, err
 		}
-		if !ok {
+		if !adm.ok {
 			if r.gate.announce(old.UID) {
-				r.Recorder.Eventf(old, corev1.EventTypeNormal, upgrade.ReasonUpgradeRequested,
-					"Upgrade of pod %s is queued: %d upgrades are in flight (--max-concurrent-upgrades=%d); it starts when one finishes.",
-					old.Name, inFlight, r.Opts.MaxConcurrentUpgrades)
+				if adm.byPending {
+					r.Recorder.Eventf(old, corev1.EventTypeNormal, upgrade.ReasonUpgradeRequested,
+						"Upgrade of pod %s is queued: %d upgraded pods are waiting for a node (--max-pending-upgrades=%d); it starts when the cluster places one of them or one finishes.",
+						old.Name, adm.waitingForNode, r.Opts.MaxPendingUpgrades)
+				} else {
+					r.Recorder.Eventf(old, corev1.EventTypeNormal, upgrade.ReasonUpgradeRequested,
+						"Upgrade of pod %s is queued: %d upgrades are in flight (--max-concurrent-upgrades=%d); it starts when one finishes.",
+						old.Name, adm.inFlight, r.Opts.MaxConcurrentUpgrades)
+				}
 			}
 			return waitForSlot(), nil
 		}

@@ -598,4 +598,97 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 			g.Expect(done).To(gomega.Equal(n))
 		}).WithTimeout(120 * time.Second).WithPolling(100 * time.Millisecond).Should(gomega.Succeed())
 	})
+
+	t.Run("pacing by room: with --max-pending-upgrades=2, five requested upgrades start two new pods while none is bound, and the rest as the scheduler binds them, before any upgrade finishes", func(t *testing.T) {
+		const n, limit = 5, 2
+		e := newEnv(t, ideTemplate("v1", "ide:1", ""), UpgradeOptions{MaxPendingUpgrades: limit})
+		e.start()
+		ids := make([]string, n)
+		olds := map[string]*corev1.Pod{}
+		for i := range ids {
+			ids[i] = fmt.Sprintf("pace-%d", i)
+			olds[ids[i]] = e.spawn("ines", ids[i])
+		}
+		e.reg.set(ideTemplate("v2", "ide:2", ""))
+		for _, id := range ids {
+			e.annotate(olds[id].Name, workspace.AnnUpgradeRequested, str("true"))
+		}
+		// newPods lists the upgraded pods (one List, so the counts agree) and checks on every
+		// poll that every old pod is still there: no upgrade finishes in this story.
+		newPods := func(g gomega.Gomega) (unbound, bound []*corev1.Pod) {
+			var list corev1.PodList
+			g.Expect(e.c.List(context.Background(), &list, client.InNamespace(e.ns))).To(gomega.Succeed())
+			live := map[string]bool{}
+			for i := range list.Items {
+				p := &list.Items[i]
+				if p.DeletionTimestamp != nil {
+					continue
+				}
+				live[p.Name] = true
+				switch {
+				case p.Annotations[workspace.AnnUpgradeFrom] == "":
+				case p.Spec.NodeName == "":
+					unbound = append(unbound, p)
+				default:
+					bound = append(bound, p)
+				}
+			}
+			for _, id := range ids {
+				if !live[olds[id].Name] {
+					e.t.Fatalf("old pod %s gone: an upgrade finished although no new pod became Ready", olds[id].Name)
+				}
+			}
+			if len(unbound) > limit {
+				e.t.Fatalf("%d upgraded pods wait for a node with --max-pending-upgrades=%d", len(unbound), limit)
+			}
+			return unbound, bound
+		}
+		// (a) None is bound: two start, and the other three are queued (their Event says so)
+		// with still only two new pods.
+		e.g.Eventually(func(g gomega.Gomega) {
+			queued := 0
+			for _, id := range ids {
+				for _, r := range e.events(g, olds[id].Name) {
+					if r == upgrade.ReasonUpgradeRequested {
+						queued++
+					}
+				}
+			}
+			g.Expect(queued).To(gomega.Equal(n - limit))
+			unbound, bound := newPods(g)
+			g.Expect(unbound).To(gomega.HaveLen(limit))
+			g.Expect(bound).To(gomega.BeEmpty())
+		}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(gomega.Succeed())
+		// (b) The test plays the scheduler: each new pod it binds frees its slot, so the rest
+		// start although none of the upgrades finishes (no new pod becomes Ready).
+		e.g.Eventually(func(g gomega.Gomega) {
+			unbound, bound := newPods(g)
+			for _, p := range unbound {
+				g.Expect(e.c.SubResource("binding").Create(context.Background(), p, &corev1.Binding{
+					Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}})).To(gomega.Succeed())
+			}
+			g.Expect(bound).To(gomega.HaveLen(n))
+		}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(gomega.Succeed())
+	})
+
+	t.Run("the concurrency cap still holds with the pending limit: bound new pods do not let a second upgrade start under --max-concurrent-upgrades=1", func(t *testing.T) {
+		e := newEnv(t, ideTemplate("v1", "ide:1", ""), UpgradeOptions{MaxConcurrentUpgrades: 1, MaxPendingUpgrades: 200})
+		e.start()
+		a, b := e.spawn("jon", "cap-a"), e.spawn("jon", "cap-b")
+		e.reg.set(ideTemplate("v2", "ide:2", ""))
+		e.annotate(a.Name, workspace.AnnUpgradeRequested, str("true"))
+		upA := e.upgradedPod("cap-a", a.Name)
+		e.g.Expect(e.c.SubResource("binding").Create(context.Background(), upA, &corev1.Binding{
+			Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}})).To(gomega.Succeed())
+		e.annotate(b.Name, workspace.AnnUpgradeRequested, str("true"))
+		// b is queued behind a (its Event names the cap) and has no second pod while a is in flight.
+		e.g.Eventually(func(g gomega.Gomega) {
+			g.Expect(e.events(g, b.Name)).To(gomega.ContainElement(upgrade.ReasonUpgradeRequested))
+			g.Expect(e.pods(g, "cap-b")).To(gomega.HaveLen(1))
+			g.Expect(e.pods(g, "cap-a")).To(gomega.HaveLen(2))
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		// a finishes: b starts.
+		e.setReady(upA.Name)
+		e.upgradedPod("cap-b", b.Name)
+	})
 }
