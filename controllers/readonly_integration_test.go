@@ -214,7 +214,7 @@ func TestCollectorNeverMutatesTheCache(t *testing.T) {
 	create("default", "ws-b", "b", "v2", nil)
 	create("team", "ws-a", "a", "v1", nil) // the same id in another namespace: another workspace
 	old := create("default", "ws-c", "c", "v1", nil)
-	create("default", workspace.NextPodName(old, "v2"), "c", "v2", map[string]string{
+	upC := create("default", workspace.NextPodName(old, "v2"), "c", "v2", map[string]string{
 		workspace.AnnUpgradeFrom: old.Name, workspace.AnnUpgradeFromUID: string(old.UID), workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
 
 	// figures gathers the collector's samples as "template/outdated" -> value, plus "in-flight".
@@ -236,6 +236,8 @@ func TestCollectorNeverMutatesTheCache(t *testing.T) {
 					out[l["template"]+"/"+l["outdated"]] = m.GetGauge().GetValue()
 				case "nogoo9_upgrades_in_flight":
 					out["in-flight"] = m.GetGauge().GetValue()
+				case "nogoo9_upgrades_waiting_for_node":
+					out["waiting-for-node"] = m.GetGauge().GetValue()
 				}
 			}
 		}
@@ -252,7 +254,12 @@ func TestCollectorNeverMutatesTheCache(t *testing.T) {
 		for i := range list.Items {
 			pods[i] = &list.Items[i]
 		}
-		out := map[string]float64{"in-flight": float64(len(upgrade.InFlightWorkspaces(pods)))}
+		out := map[string]float64{"in-flight": float64(len(upgrade.InFlightWorkspaces(pods))), "waiting-for-node": 0}
+		for _, s := range upgrade.Slots(pods) {
+			if s.WaitingForNode {
+				out["waiting-for-node"]++
+			}
+		}
 		for k, n := range OutdatedCounts(pods, reg) {
 			out[k.template+"/"+boolLabel(k.outdated)] = float64(n)
 		}
@@ -274,7 +281,7 @@ func TestCollectorNeverMutatesTheCache(t *testing.T) {
 		}
 	}
 	// default/a and team/a are outdated; b and c (its active pod is the new one) are not.
-	waitFor(map[string]float64{"python/true": 2, "python/false": 2, "in-flight": 1})
+	waitFor(map[string]float64{"python/true": 2, "python/false": 2, "in-flight": 1, "waiting-for-node": 1})
 	if d := cmp.Diff(former(), figures()); d != "" {
 		t.Errorf("the collector's figures differ from a List's (-list +collector):\n%s", d)
 	}
@@ -308,10 +315,16 @@ func TestCollectorNeverMutatesTheCache(t *testing.T) {
 	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "ws-a"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(map[string]float64{"python/true": 1, "python/false": 2, "in-flight": 1})
+	waitFor(map[string]float64{"python/true": 1, "python/false": 2, "in-flight": 1, "waiting-for-node": 1})
 	if d := cmp.Diff(former(), figures()); d != "" {
 		t.Errorf("after a deletion, the collector's figures differ from a List's (-list +collector):\n%s", d)
 	}
+
+	// The scheduler places c's new pod: still in flight, no longer waiting for a node.
+	if err := c.SubResource("binding").Create(ctx, upC, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(map[string]float64{"python/true": 1, "python/false": 2, "in-flight": 1, "waiting-for-node": 0})
 
 	// The check sees a write through a pod the collector reads.
 	pods[0].Labels["example.com/written"] = "by the test"

@@ -29,7 +29,8 @@ var (
 		"Workspaces per template (its name; <namespace>/<name> for a team template) and whether they run an older version than the template's current one (outdated=\"true\").",
 		[]string{"template", "outdated"}, nil)
 	inFlightDesc = prometheus.NewDesc("nogoo9_upgrades_in_flight", "Workspaces with an upgrade in flight, as observed in the cache.", nil, nil)
-	waitingDesc  = prometheus.NewDesc("nogoo9_upgrades_waiting", "Workspaces whose upgrade waits for a slot (--max-concurrent-upgrades).", nil, nil)
+	waitingDesc  = prometheus.NewDesc("nogoo9_upgrades_waiting", "Workspaces whose upgrade request waits for a slot (--max-pending-upgrades, --max-concurrent-upgrades) in this process.", nil, nil)
+	unplacedDesc = prometheus.NewDesc("nogoo9_upgrades_waiting_for_node", "Upgrades in flight whose new pod waits for a node (counted against --max-pending-upgrades), as observed in the cache.", nil, nil)
 
 	collectorOnce sync.Once
 	// current is the reconciler whose cache the collector reads (the last one set up).
@@ -61,6 +62,7 @@ func (workspaceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- outdatedDesc
 	ch <- inFlightDesc
 	ch <- waitingDesc
+	ch <- unplacedDesc
 }
 
 func (workspaceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -82,7 +84,15 @@ func (workspaceCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(outdatedDesc, prometheus.GaugeValue, float64(n), k.template, boolLabel(k.outdated))
 	}
-	ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(len(upgrade.InFlightWorkspaces(upgrading))))
+	slots := upgrade.Slots(upgrading)
+	unplaced := 0
+	for _, s := range slots {
+		if s.WaitingForNode {
+			unplaced++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(len(slots)))
+	ch <- prometheus.MustNewConstMetric(unplacedDesc, prometheus.GaugeValue, float64(unplaced))
 	if r.gate != nil {
 		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(r.gate.waitingCount()))
 	}
