@@ -413,7 +413,8 @@ type Slot struct {
 	// WaitingForNode: that pod waits for room in the cluster (--max-pending-upgrades): it is not
 	// being deleted, has no node (spec.nodeName, which only a binding, i.e. the scheduler, sets
 	// after the create) and is not held by nogoo9's Recreate scheduling gate (GateVolumeRelease:
-	// such a pod waits for the old pod to go and takes its room, it asks for none of its own).
+	// such a pod waits for the old pod to go and takes its room, it asks for none of its own) nor
+	// by its stop gate (GateStopped: a stopped pod asks for no node at all).
 	WaitingForNode bool
 }
 
@@ -441,7 +442,7 @@ func SlotOf(group []*corev1.Pod) Slot {
 
 // waitsForNode reports whether up waits for the scheduler to find it room.
 func waitsForNode(up *corev1.Pod) bool {
-	if up.Spec.NodeName != "" || gated(up) {
+	if up.Spec.NodeName != "" || gated(up) || workspace.IsStoppedPod(up) {
 		return false
 	}
 	return up.Status.Phase != corev1.PodSucceeded && up.Status.Phase != corev1.PodFailed

@@ -493,6 +493,9 @@ func TestSlotOfTellsAnUpgradeWaitingForANodeFromOnePlacedOrHeldByTheRecreateGate
 		{"a Recreate pod behind nogoo9's gate waits for the old pod, not for room", []*corev1.Pod{old(), next(Recreate, gatedPod)}, Slot{InFlight: true}},
 		{"a Recreate pod whose gate is gone and has no node waits for a node", []*corev1.Pod{recreateAlone(pending)}, Slot{InFlight: true, WaitingForNode: true}},
 		{"a Recreate pod bound to a node is placed", []*corev1.Pod{recreateAlone(pending, onNode)}, Slot{InFlight: true}},
+		{"a pod behind nogoo9's stop gate asks for no node", []*corev1.Pod{old(), next(SideBySide, func(p *corev1.Pod) {
+			p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: workspace.GateStopped})
+		})}, Slot{InFlight: true}},
 		{"someone else's scheduling gate still means no node: it waits", []*corev1.Pod{old(), next(SideBySide, otherGate)}, Slot{InFlight: true, WaitingForNode: true}},
 		{"a new pod being deleted holds nothing", []*corev1.Pod{old(), next(SideBySide, terminating)}, Slot{}},
 		{"a new pod that failed without a node waits for nothing", []*corev1.Pod{old(), next(SideBySide, failedUnbound)}, Slot{InFlight: true}},
