@@ -256,41 +256,47 @@ func (f *fastRequest) writeRequest(bw *bufio.Writer) error {
 // one IndexByte per line and a length switch per name instead of a map walk, with no per-line
 // canonical key.
 func (f *fastRequest) writeLines(bw *bufio.Writer, conn []string) {
-	rest := f.lines
+	all := f.lines
 	cookiesDone := false
 	// The Connection header's names, cut once instead of for every line: those every line of
 	// that name is skipped for anyway (keep-alive, what a browser sends) are left out.
 	var hop hopNames
 	hop.cut(conn, func(tok string) bool { return isASCII(tok) && skipRequestHeaderFold(tok, f.t.strip) })
-	for len(rest) > 2 {
-		i := strings.IndexByte(rest, '\n')
+	// Lines kept in a row are written together, as one slice of all (run is where the lines
+	// not written yet begin): one write per run of kept lines instead of one per line.
+	run, off := 0, 0
+	for len(all)-off > 2 {
+		i := strings.IndexByte(all[off:], '\n')
 		if i < 0 {
-			return // never: fillHeader checked every line
+			break // never: fillHeader checked every line
 		}
-		line := rest[:i+1]
-		rest = rest[i+1:]
+		line := all[off : off+i+1]
+		next := off + i + 1
 		// The name is short: a loop finds its colon faster than IndexByte's setup.
 		c := 0
 		for c < len(line) && line[c] != ':' {
 			c++
 		}
-		if c == len(line) {
-			continue // never, as above
-		}
 		name := line[:c]
-		if skipRequestHeaderFold(name, f.t.strip) || hop.has(name) {
-			continue
-		}
-		if f.cookieOK && len(name) == len("Cookie") && asciiEqualFold(name, "Cookie") {
-			if !cookiesDone {
+		skip := c == len(line) || // never, as above
+			skipRequestHeaderFold(name, f.t.strip) || hop.has(name)
+		cookie := !skip && f.cookieOK && len(name) == len("Cookie") && asciiEqualFold(name, "Cookie")
+		if skip || cookie {
+			if run < off {
+				_, _ = bw.WriteString(all[run:off])
+			}
+			run = next
+			if cookie && !cookiesDone {
 				cookiesDone = true
 				for _, v := range f.cookies {
 					writeHeaderLine(bw, "Cookie", v)
 				}
 			}
-			continue
 		}
-		_, _ = bw.WriteString(line)
+		off = next
+	}
+	if run < off {
+		_, _ = bw.WriteString(all[run:off])
 	}
 }
 

@@ -113,3 +113,40 @@ func TestAHostileConnectionHeaderIsCutOnce(t *testing.T) {
 		}
 	}
 }
+
+// hopByHopFields is RFC 9110 7.6.1's list as net/http/httputil has it: the one table the three
+// classifiers of field names (hopHeader for the map paths, skipRequestHeaderFold for the
+// forwarded request's lines, rawField for the raw answer) must each agree with.
+var hopByHopFields = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// TestHopByHopClassifiersAgree: every hop-by-hop field, in any case, is dropped by all three
+// classifiers, and no other field is taken for one (each has extras of its own: Host and the
+// forwarding headers for requests, Content-Length and Set-Cookie for answers).
+func TestHopByHopClassifiersAgree(t *testing.T) {
+	hop := map[string]bool{}
+	for _, k := range hopByHopFields {
+		hop[k] = true
+	}
+	others := []string{"Host", "Content-Length", "Content-Type", "Content-Encoding", "Date", "Set-Cookie",
+		"Cookie", "Pragma", "Expect", "Authorization", "Forwarded", "X-Forwarded-For", "X-Forwarded-Prefix",
+		"Accept", "Tee", "T", "Keep-Alivf", "Connections", "Upgrade-Insecure-Requests", "Proxy"}
+	for _, k := range append(append([]string{}, hopByHopFields...), others...) {
+		for _, v := range []string{k, strings.ToLower(k), strings.ToUpper(k)} {
+			if got := hopHeader(http.CanonicalHeaderKey(v)); got != hop[k] {
+				t.Errorf("hopHeader(%q) = %t, want %t", http.CanonicalHeaderKey(v), got, hop[k])
+			}
+			if hop[k] && !skipRequestHeaderFold(v, false) {
+				t.Errorf("skipRequestHeaderFold(%q) = false: a hop-by-hop field forwarded", v)
+			}
+			if got := skipRequestHeaderFold(v, false); got != skipRequestHeader(http.CanonicalHeaderKey(v), false) {
+				t.Errorf("skipRequestHeaderFold(%q) = %t, skipRequestHeader of its canonical name %t", v, got, !got)
+			}
+			f := rawField(v)
+			if isHop := f == fieldHop || f == fieldConnection || k == "Trailer" && f == fieldRefused ||
+				k == "Transfer-Encoding" && f == fieldRefused; isHop != hop[k] {
+				t.Errorf("rawField(%q) = %d: hop-by-hop %t, want %t", v, f, isHop, hop[k])
+			}
+		}
+	}
+}

@@ -389,3 +389,60 @@ func TestReusedHeadersAreBounded(t *testing.T) {
 		t.Errorf("a value buffer of capacity %d was kept", maxKeptHeaders+1)
 	}
 }
+
+// TestLargeRawAnswerLinesAreNotKept: the buffer a connection copies an answer's header lines
+// into (the raw answer) is dropped after an answer whose lines outgrew maxKeptRawLines, not kept
+// while the connection idles.
+func TestLargeRawAnswerLinesAreNotKept(t *testing.T) {
+	big := strings.Repeat("b", maxKeptRawLines+1000)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Big", big)
+		w.Header().Set("Content-Length", "2")
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer backend.Close()
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
+	p, addr := startProxy(t, Options{}, host, port)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c, "GET /ws/jane/demo/x HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer bench\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK || res.Header.Get("X-Big") != big {
+		t.Fatalf("answer %d with X-Big of %d bytes, want 200 with %d", res.StatusCode, len(res.Header.Get("X-Big")), len(big))
+	}
+	s := p.lean.Load()
+	var lc *leanConn
+	s.mu.Lock()
+	for k := range s.conns {
+		lc = k
+	}
+	s.mu.Unlock()
+	if lc == nil {
+		t.Fatal("no lean connection")
+	}
+	// The connection's buffers are read once it has ended (its end, under s.mu, is the sync).
+	_ = c.Close()
+	waitFor(t, "the connection's end", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, open := s.conns[lc]
+		return !open
+	})
+	if lc.rawAns.length != 2 {
+		t.Fatalf("the answer did not go raw (length %d): the test tests nothing", lc.rawAns.length)
+	}
+	if lc.s.served.Load() != 1 || lc.rawAns.lines != nil {
+		t.Errorf("after %d requests the connection kept %d bytes of answer lines (capacity %d), want none past %d",
+			lc.s.served.Load(), len(lc.rawAns.lines), cap(lc.rawAns.lines), maxKeptRawLines)
+	}
+}

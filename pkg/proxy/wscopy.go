@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -21,8 +23,20 @@ import (
 // the connection (the pod went away, the proxy stops) ends the wait, and deadlines apply, as with
 // net.Conn.Read.
 
-// wsCopyBuf is the copy buffer (io.Copy's size).
-const wsCopyBuf = 32 << 10
+// The copy's buffers. A copy reads into a small buffer of its own (wsSmallBuf: a keystroke, its
+// echo, a terminal's screen update fit); a read that fills it takes a large one (wsCopyBuf,
+// io.Copy's size) from wsBufPool for the rest of the burst, and gives it back when the socket
+// is empty and the copy waits. An open WebSocket, mostly waiting, holds 2 x 4 KiB instead of
+// 2 x 32 KiB; a small message touches only the small buffer, as before only the bytes received.
+const (
+	wsSmallBuf = 4 << 10
+	wsCopyBuf  = 32 << 10
+)
+
+var wsBufPool = sync.Pool{New: func() any { return new([wsCopyBuf]byte) }}
+
+// wsBufBytes is the copy buffers' bytes the open copies hold (tests).
+var wsBufBytes atomic.Int64
 
 // ReadFrom copies src to the pod until src ends (io.EOF is not an error, as for io.Copy).
 func (c *trackedConn) ReadFrom(src io.Reader) (int64, error) {
@@ -134,7 +148,13 @@ func rawSink(w io.Writer) (syscall.RawConn, bool) {
 // entered again after that write; its first call reads before it waits, so no readiness notice
 // is lost.
 func copyRaw(dst io.Writer, wraw, raw syscall.RawConn) (int64, error) {
-	c := &rawCopy{wraw: wraw, buf: make([]byte, wsCopyBuf)}
+	c := &rawCopy{wraw: wraw}
+	c.buf = c.small[:]
+	wsBufBytes.Add(wsSmallBuf)
+	defer func() {
+		c.release()
+		wsBufBytes.Add(-wsSmallBuf)
+	}()
 	// The functions raw.Read and wraw.Write call, bound once per copy: a closure made for each
 	// message (it captured the chunk) cost two allocations per message and direction.
 	c.readFn, c.writeFn = c.read, c.write
@@ -160,7 +180,9 @@ func copyRaw(dst io.Writer, wraw, raw syscall.RawConn) (int64, error) {
 // rawCopy is the state of one copyRaw.
 type rawCopy struct {
 	wraw       syscall.RawConn
-	buf        []byte
+	buf        []byte // small's, or large's during a burst
+	small      [wsSmallBuf]byte
+	large      *[wsCopyBuf]byte // from wsBufPool; nil when buf is small's
 	written    int64
 	rerr, werr error
 	rest       []byte // read, not yet written: for dst.Write after raw.Read
@@ -176,6 +198,7 @@ func (c *rawCopy) read(fd uintptr) bool {
 		n, empty, err := readFD(fd, c.buf)
 		switch {
 		case empty:
+			c.release() // rest is empty: nothing was read, or all of it written
 			return false
 		case err != nil:
 			c.rerr = err
@@ -187,9 +210,27 @@ func (c *rawCopy) read(fd uintptr) bool {
 			return true
 		}
 		if n < len(c.buf) {
-			// The socket is empty: wait for readiness rather than read again.
+			// The socket is empty: wait for readiness rather than read again, without the
+			// large buffer (everything read was written: rest is empty).
+			c.release()
 			return false
 		}
+		if c.large == nil {
+			// A burst: the rest of it in large reads.
+			c.large = wsBufPool.Get().(*[wsCopyBuf]byte)
+			c.buf = c.large[:]
+			wsBufBytes.Add(wsCopyBuf)
+		}
+	}
+}
+
+// release gives the large buffer back, if the copy holds one; nothing may refer to it (rest is
+// empty).
+func (c *rawCopy) release() {
+	if c.large != nil {
+		wsBufPool.Put(c.large)
+		c.large, c.buf = nil, c.small[:]
+		wsBufBytes.Add(-wsCopyBuf)
 	}
 }
 

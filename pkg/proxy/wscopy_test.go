@@ -277,3 +277,60 @@ func TestWebSocketCopyAllocatesNothingPerMessage(t *testing.T) {
 		t.Fatal("the copy did not end within 30s of the client's half-close")
 	}
 }
+
+// TestWebSocketCopyHoldsALargeBufferOnlyDuringABurst: a waiting copy holds its small buffer
+// only (4 KiB, not 32); a burst larger than it arrives whole, in large reads, and the large
+// buffer goes back once the socket is empty.
+func TestWebSocketCopyHoldsALargeBufferOnlyDuringABurst(t *testing.T) {
+	base := wsBufBytes.Load()
+	client, fromClient := tcpPair(t)
+	toPod, pod := tcpPair(t)
+	raw, _ := fromClient.SyscallConn()
+	wraw, _ := toPod.SyscallConn()
+	done := make(chan error, 1)
+	go func() { _, err := copyRaw(toPod, wraw, raw); done <- err }()
+	for _, c := range []net.Conn{client, pod} {
+		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	}
+	small := []byte("a keystroke")
+	got := make([]byte, 1<<20)
+	if _, err := client.Write(small); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(pod, got[:len(small)]); err != nil {
+		t.Fatal(err)
+	}
+	if n := wsBufBytes.Load() - base; n != wsSmallBuf {
+		t.Errorf("after a small message the copy holds %d bytes of buffer, want %d", n, wsSmallBuf)
+	}
+	burst := make([]byte, 1<<20)
+	for i := range burst {
+		burst[i] = byte(i * 7)
+	}
+	sent := make(chan error, 1)
+	go func() { _, err := client.Write(burst); sent <- err }()
+	if _, err := io.ReadFull(pod, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, burst) {
+		t.Fatal("the pod got the burst changed")
+	}
+	// The copy gives the large buffer back when its read finds the socket empty, which may be
+	// just after the pod read the last bytes.
+	waitFor(t, "the large buffer given back", func() bool { return wsBufBytes.Load()-base == wsSmallBuf })
+	_ = client.CloseWrite()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("copy: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the copy did not end within 30s of the client's half-close")
+	}
+	if n := wsBufBytes.Load() - base; n != 0 {
+		t.Errorf("after the copy ended %d bytes of buffer are held, want 0", n)
+	}
+}
