@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/podcache/podcachetest"
@@ -24,6 +25,15 @@ func TestScratchMaterializesAsMaterialize(t *testing.T) {
 		}
 		groups = append(groups, g)
 	}
+	// A pod with more of everything than the fixtures' (two container statuses, two claims, more
+	// labels and annotations), so a slot that held it holds more than the next pod needs.
+	big := podcachetest.Ready()
+	big.Status.ContainerStatuses = append(big.Status.ContainerStatuses, corev1.ContainerStatus{Name: "sidecar", Ready: true})
+	big.Spec.Volumes = append(big.Spec.Volumes,
+		corev1.Volume{Name: "a", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "claim-a"}}},
+		corev1.Volume{Name: "b", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "claim-b", ReadOnly: true}}})
+	big.Labels["extra"], big.Annotations["extra"] = "label", "annotation"
+	groups = append(groups, []*podcache.Pod{podcache.Of(big)})
 	var all []*podcache.Pod
 	for _, g := range groups {
 		all = append(all, g...)
