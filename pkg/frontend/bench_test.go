@@ -161,3 +161,32 @@ func BenchmarkViewsInitialList10k(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkViewsInitialListAndFirstJSON10k is the views' whole share of the cold start: the
+// informer's initial list of 10,000 workspace pods handed to the views, then the first admin
+// list written as JSON (every view encoded for the first time).
+func BenchmarkViewsInitialListAndFirstJSON10k(b *testing.B) {
+	const n = 10000
+	cached := make([]*podcache.Pod, n)
+	for i, p := range podcachetest.ReadyWorkspaces(n, "ns") {
+		cached[i] = podcache.Of(p)
+	}
+	ctx := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})
+	b.ReportAllocs()
+	for b.Loop() {
+		svc, err := New(Config{Namespace: "ns", Templates: stubTemplates{"python": "2.0"}, Now: func() time.Time { return t0 }, Pods: syncedInformer{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range cached {
+			svc.views.OnAdd(p, true)
+		}
+		l, err := svc.List(ctx, ListOptions{AllUsers: true})
+		if err != nil || l.Len() != n {
+			b.Fatalf("%d workspaces, %v", l.Len(), err)
+		}
+		if err := l.WriteJSON(io.Discard); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

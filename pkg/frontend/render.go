@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 	"unique"
 
@@ -117,7 +119,7 @@ func probeClock(pods []*corev1.Pod, base workspace.Info) clockNote {
 // workspace.Describe(e.pods, latest, now) returns.
 func (e *entry) view(latest string, now time.Time) Workspace {
 	if e.clock.kind == clockOpaque {
-		return describe(e.podList(), latest, now)
+		return e.describe(latest, now)
 	}
 	w := e.info()
 	w.LatestTemplateVersion = latest
@@ -355,6 +357,7 @@ func (l *WorkspaceList) Workspaces() []Workspace {
 // WriteJSON writes the list as a JSON array, each element what json.Marshal of its Workspace
 // gives, from the views' cached encodings.
 func (l *WorkspaceList) WriteJSON(w io.Writer) error {
+	l.encodeMissing()
 	buf := make([]byte, 0, min(32<<10, 1024*(len(l.entries)+1)))
 	buf = append(buf, '[')
 	notes := map[clockNote][]byte{} // entries created in the same second share a note
@@ -373,6 +376,49 @@ func (l *WorkspaceList) WriteJSON(w io.Writer) error {
 	buf = append(buf, ']')
 	_, err := w.Write(buf)
 	return err
+}
+
+// parallelEncodings is the least number of views without an encoding for which
+// encodeMissing encodes them on several cores: fewer are encoded as the list is written.
+const parallelEncodings = 512
+
+// encodeMissing encodes the views that have no encoding for their template's latest version yet
+// on every core (GOMAXPROCS goroutines), when there are at least parallelEncodings of them: the
+// first list after a start encodes every view (describing each workspace and a reflective
+// json.Marshal, 0.1-0.2 s at 10,000 workspaces on the cold start's path, docs/performance.md,
+// "Twelfth round: cold start"), and a new template version every view of the template. Each
+// view's encoding is its own (entry.encoding is safe for concurrent use: two callers store the
+// same encoding), so the list written is the same, encoded in parallel or not.
+func (l *WorkspaceList) encodeMissing() {
+	workers := runtime.GOMAXPROCS(0)
+	if workers < 2 || len(l.entries) < parallelEncodings {
+		return
+	}
+	missing := 0
+	for _, e := range l.entries {
+		if e.clock.kind == clockOpaque {
+			continue
+		}
+		if enc := e.enc.Load(); enc == nil || enc.latest != l.latest[e.template] {
+			missing++
+		}
+	}
+	if missing < parallelEncodings {
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (len(l.entries) + workers - 1) / workers
+	for i := 0; i < len(l.entries); i += chunk {
+		part := l.entries[i:min(i+chunk, len(l.entries))]
+		wg.Go(func() {
+			for _, e := range part {
+				if e.clock.kind != clockOpaque {
+					e.encoding(l.latest[e.template])
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // MarshalJSON implements json.Marshaler.

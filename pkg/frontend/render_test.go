@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -132,5 +135,99 @@ func TestCachedJSONHoldsOnlyWhatIsTheWorkspacesOwn(t *testing.T) {
 func TestEntryFitsItsSizeClass(t *testing.T) {
 	if got := unsafe.Sizeof(entry{}); got > 96 {
 		t.Errorf("entry is %d bytes, want at most 96 (one per workspace)", got)
+	}
+}
+
+// TestFirstListEncodesEveryViewInParallelAsOneByOne: a list of more than parallelEncodings views
+// of every clock kind (ready, pending with the clock note, being deleted with the grace note,
+// pulling, upgrading, two pods), none encoded yet, is encoded on several goroutines before it is
+// written (encodeMissing: every view but the clock-opaque ones has its encoding for its latest
+// version afterwards, whatever part of the list it is in), and the JSON written is what
+// json.Marshal of its values gives, as when the same views are encoded one by one. Run with
+// -race, it also checks that the encodings are made concurrently without a race.
+func TestFirstListEncodesEveryViewInParallelAsOneByOne(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	}
+	now := t0.Add(time.Hour)
+	newService := func() *Service {
+		svc, err := New(Config{Namespace: "ns", Templates: stubTemplates{"python": "2.0"}, Now: func() time.Time { return now }, Pods: syncedInformer{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 3*parallelEncodings + 7
+		for i := range n {
+			owner, id := fmt.Sprintf("user-%d", i%37), fmt.Sprintf("ws-%05d", i)
+			name := workspace.PodName(owner, id)
+			created := t0.Add(time.Duration(i%90) * time.Second)
+			var pods []*corev1.Pod
+			switch i % 6 {
+			case 0:
+				pods = []*corev1.Pod{pod(name, owner, id, "1.0", created, ready)}
+			case 1:
+				pods = []*corev1.Pod{pod(name, owner, id, "2.0", created)}
+			case 2:
+				pods = []*corev1.Pod{pod(name, owner, id, "1.0", created, ready, deletedAt(created.Add(time.Minute)))}
+			case 3:
+				pods = []*corev1.Pod{pod(name, owner, id, "2.0", created, pulling)}
+			case 4:
+				pods = []*corev1.Pod{pod(name, owner, id, "1.0", created, ready, annotated(workspace.AnnUpgradeRequested, "2026-03-01T10:00:00Z", workspace.AnnUpgradePod, name+"-up"))}
+			case 5:
+				pods = []*corev1.Pod{pod(name, owner, id, "1.0", created, ready), pod(name+"-up", owner, id, "2.0", created.Add(time.Second))}
+			}
+			for _, p := range pods {
+				svc.views.OnAdd(podcache.Of(p), true)
+			}
+		}
+		return svc
+	}
+	ctx := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})
+	list := func(svc *Service) *WorkspaceList {
+		l, err := svc.List(ctx, ListOptions{AllUsers: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+
+	parallel := list(newService())
+	parallel.encodeMissing()
+	opaque := 0
+	for i, e := range parallel.entries {
+		if e.clock.kind == clockOpaque {
+			opaque++
+			continue
+		}
+		if enc := e.enc.Load(); enc == nil || enc.latest != parallel.latest[e.template] {
+			t.Fatalf("view %d of %d (%s) has no encoding after encodeMissing", i, len(parallel.entries), e.id)
+		}
+	}
+	if opaque == len(parallel.entries) {
+		t.Fatal("every view is clock-opaque: nothing was encoded")
+	}
+	var got bytes.Buffer
+	if err := parallel.WriteJSON(&got); err != nil {
+		t.Fatal(err)
+	}
+
+	serial := list(newService())
+	var want bytes.Buffer
+	want.WriteByte('[')
+	for i, e := range serial.entries { // one by one, in order, as the list is written
+		if i > 0 {
+			want.WriteByte(',')
+		}
+		want.Write(serial.appendEntry(nil, e, map[clockNote][]byte{}))
+	}
+	want.WriteByte(']')
+	if got.String() != want.String() {
+		t.Fatalf("the list encoded in parallel differs from the one encoded one by one:\n got %.300s\nwant %.300s", got.String(), want.String())
+	}
+	values, err := json.Marshal(serial.Workspaces())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != string(values) {
+		t.Fatalf("the list encoded in parallel is not json.Marshal of its values:\n got %.300s\nwant %.300s", got.String(), values)
 	}
 }

@@ -267,7 +267,11 @@ func newEntry(pods []*corev1.Pod) *entry {
 
 // newCachedEntry is the entry of one workspace's cached pods, in any order.
 func newCachedEntry(cached []*podcache.Pod) *entry {
-	pods := workspace.NewestFirst(materialize(cached))
+	// The pods are materialised for this computation only (the entry keeps the cached pods and
+	// strings): into reused memory, not a pod struct and two maps per pod of the initial list.
+	s := podcache.GetScratch()
+	defer s.Release()
+	pods := workspace.NewestFirst(s.Materialize(cached))
 	ordered := make([]*podcache.Pod, len(pods))
 	for i, p := range pods {
 		for _, c := range cached {
@@ -298,4 +302,12 @@ func (e *entry) podList() []*corev1.Pod { return materialize(e.pods) }
 // info is workspace.Describe of the entry's pods with no latest version and the clock at zero:
 // its messages carry no clock-dependent note. The pods never change (an event makes a new
 // entry), so every call returns the same.
-func (e *entry) info() workspace.Info { return workspace.Describe(e.podList(), "", time.Time{}) }
+func (e *entry) info() workspace.Info { return e.describe("", time.Time{}) }
+
+// describe is workspace.Describe of the entry's pods, materialised into reused memory for the
+// call (Info holds only strings and values).
+func (e *entry) describe(latest string, now time.Time) workspace.Info {
+	s := podcache.GetScratch()
+	defer s.Release()
+	return workspace.Describe(s.Materialize(e.pods), latest, now)
+}

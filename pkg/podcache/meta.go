@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"unique"
 	"weak"
 )
 
@@ -17,6 +18,11 @@ import (
 // bytes of pointer plus 16 bytes per value (docs/performance.md, "Tenth round").
 type keySet struct {
 	labels, annotations []string
+	// handles hold the keys' entries in the unique package's table while the keySet lives: the
+	// table holds its entries weakly, by the handle, not by the string, so without them a key
+	// set's keys could outlive their entries, and a pod of another key set made later got fresh
+	// copies of the same keys (TestTransformDropsWhatNobodyReads failed in 6-18 of 20 runs).
+	handles []unique.Handle[string]
 }
 
 // keySets interns keySets by their keys, weakly: a keySet no pod uses any more is collected and
@@ -49,7 +55,14 @@ func internKeys(labels, annotations []string) *keySet {
 	if ks := keySets.m[string(id)].Value(); ks != nil {
 		return ks
 	}
-	ks := &keySet{labels: slices.Clone(labels), annotations: slices.Clone(annotations)}
+	ks := &keySet{labels: slices.Clone(labels), annotations: slices.Clone(annotations),
+		handles: make([]unique.Handle[string], 0, len(labels)+len(annotations))}
+	for _, k := range labels {
+		ks.handles = append(ks.handles, unique.Make(k))
+	}
+	for _, k := range annotations {
+		ks.handles = append(ks.handles, unique.Make(k))
+	}
 	sid := string(id)
 	keySets.m[sid] = weak.Make(ks)
 	runtime.AddCleanup(ks, forgetKeys, sid)

@@ -168,32 +168,66 @@ func (p *Pod) MaterializeInto(out *corev1.Pod) { p.materializeInto(out, nil, nil
 // materializeInto is MaterializeInto with the label and annotation maps built into labels and
 // annotations when they are not nil (reused from an earlier call: Every.Workspaces).
 func (p *Pod) materializeInto(out *corev1.Pod, labels, annotations map[string]string) {
+	p.materializeReusing(out, &reused{labels: labels, annotations: annotations})
+}
+
+// reused is the memory of an earlier materialised pod that materializeReusing writes into
+// (Scratch): its maps, its container statuses and its claim volumes, each used when it has room.
+type reused struct {
+	labels, annotations map[string]string
+	containers          []corev1.ContainerStatus
+	volumes             []corev1.Volume
+	claims              []corev1.PersistentVolumeClaimVolumeSource
+}
+
+// materializeReusing is materializeInto writing into the memory of use.
+func (p *Pod) materializeReusing(out *corev1.Pod, use *reused) {
 	r := p.rare()
 	*out = corev1.Pod{TypeMeta: podTypeMeta, ObjectMeta: metav1.ObjectMeta{
 		Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 		CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 		DeletionGracePeriodSeconds: r.DeletionGracePeriodSeconds, OwnerReferences: r.OwnerReferences,
-		Finalizers: r.Finalizers, Labels: p.labelMap(labels), Annotations: p.annotationMap(annotations),
+		Finalizers: r.Finalizers, Labels: p.labelMap(use.labels), Annotations: p.annotationMap(use.annotations),
 	}}
 	out.Spec.NodeName = p.NodeName
-	if len(p.Claims) > 0 {
-		out.Spec.Volumes = make([]corev1.Volume, len(p.Claims))
-		for i, c := range p.Claims {
-			out.Spec.Volumes[i] = corev1.Volume{Name: c.Volume, VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ClaimName, ReadOnly: c.ReadOnly}}}
+	if n := len(p.Claims); n > 0 {
+		volumes, claims := use.volumes, use.claims
+		if cap(volumes) < n || cap(claims) < n {
+			volumes, claims = make([]corev1.Volume, n), make([]corev1.PersistentVolumeClaimVolumeSource, n)
 		}
+		volumes, claims = volumes[:n], claims[:n]
+		for i, c := range p.Claims {
+			claims[i] = corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ClaimName, ReadOnly: c.ReadOnly}
+			volumes[i] = corev1.Volume{Name: c.Volume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &claims[i]}}
+		}
+		out.Spec.Volumes = volumes
+		use.volumes, use.claims = volumes, claims
 	}
 	out.Spec.ReadinessGates = r.ReadinessGates
 	out.Spec.SchedulingGates = r.SchedulingGates
 	out.Status = corev1.PodStatus{Phase: p.Phase, Reason: r.Reason, Message: r.Message, PodIP: p.PodIP, Conditions: p.Conditions,
-		ContainerStatuses: materializeContainers(p.ContainerStatuses), InitContainerStatuses: materializeContainers(r.InitContainerStatuses)}
+		ContainerStatuses: materializeContainers(p.ContainerStatuses, use.containers), InitContainerStatuses: materializeContainers(r.InitContainerStatuses, nil)}
+	if out.Labels != nil {
+		use.labels = out.Labels
+	}
+	if out.Annotations != nil {
+		use.annotations = out.Annotations
+	}
+	if cap(out.Status.ContainerStatuses) > cap(use.containers) {
+		use.containers = out.Status.ContainerStatuses
+	}
 }
 
-func materializeContainers(in []ContainerStatus) []corev1.ContainerStatus {
+// materializeContainers is in as the API's type, written into buf when it has room for them.
+func materializeContainers(in []ContainerStatus, buf []corev1.ContainerStatus) []corev1.ContainerStatus {
 	if len(in) == 0 {
 		return nil
 	}
-	out := make([]corev1.ContainerStatus, len(in))
+	out := buf[:0:cap(buf)]
+	if cap(out) < len(in) {
+		out = make([]corev1.ContainerStatus, len(in))
+	}
+	out = out[:len(in)]
 	for i, c := range in {
 		out[i] = corev1.ContainerStatus{Name: c.Name, Ready: c.Ready, RestartCount: c.RestartCount, Started: c.Started,
 			State: c.State, LastTerminationState: c.LastTerminationState}

@@ -38,3 +38,24 @@ func BenchmarkRouterBytesPerWorkspace(b *testing.B) {
 		runtime.KeepAlive(r)
 	}
 }
+
+// BenchmarkRouterInitialList10k is the router's share of the start-up (docs/performance.md,
+// "Twelfth round: cold start"): the informer's initial list of 10,000 ready workspace pods, the
+// cache's compact pods, handed to the router one by one.
+func BenchmarkRouterInitialList10k(b *testing.B) {
+	const n = 10000
+	pods := make([]*podcache.Pod, n)
+	for i, p := range podcachetest.ReadyWorkspaces(n, "") {
+		pods[i] = podcache.Of(p)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		r := newRouter(time.Minute, newConnRegistry(logr.Discard()), nil, logr.Discard())
+		for _, p := range pods {
+			r.upsert(p)
+		}
+		if r.lookup("/ws/user-1/ws-1/") == nil {
+			b.Fatal("no route for /ws/user-1/ws-1/")
+		}
+	}
+}

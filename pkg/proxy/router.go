@@ -175,11 +175,11 @@ func (r *router) stopTimer(uid types.UID) {
 // with no pods is forgotten. Callers hold mu.
 func (r *router) rebuild(key wsKey) {
 	st := r.ws[key]
-	pods := make([]*corev1.Pod, len(st.pods))
-	for i, p := range st.pods {
-		pods[i] = p.Materialize() // for this computation only: the routes keep none of it
-	}
-	targets, errs := routesFor(key, pods, r.now())
+	// The pods are materialised for this computation only (the routes keep their strings, none
+	// of their maps): into reused memory, not a pod struct and two maps per pod.
+	s := podcache.GetScratch()
+	targets, errs := routesFor(key, s.Materialize(st.pods), r.now())
+	s.Release()
 	for _, err := range errs {
 		r.log.Info("route left out", "workspace", key.String(), "reason", err.Error())
 	}
