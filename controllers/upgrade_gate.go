@@ -21,8 +21,9 @@ const reservationTTL = 2 * time.Minute
 
 // gate enforces --max-pending-upgrades and --max-concurrent-upgrades. The first counts the
 // upgrades whose new pod waits for a node (upgrade.Slot.WaitingForNode: created, not placed by the
-// scheduler yet, not held by nogoo9's own Recreate gate): each such pod asks the cluster for room
-// it may not have, so when pods stop fitting they pile up to the limit and admission stops, and
+// scheduler yet; a Recreate pod behind nogoo9's gate too, as its workspace is down from the old
+// pod's deletion until it is placed): each such pod asks the cluster for room it may not have, so
+// when pods stop fitting they pile up to the limit and admission stops, and
 // while the cluster has room nothing waits (a pod bound to a node frees its slot at once: its
 // workspace's reconcile runs on the binding's watch event and wakes waiting workspaces). The
 // second counts the upgrades in flight, for who wants to bound total churn or image pulls.
@@ -63,9 +64,6 @@ type gate struct {
 type reservation struct {
 	name string
 	at   time.Time
-	// needsNode: the pod goes to the scheduler when created (not behind nogoo9's Recreate gate),
-	// so until the cache shows it, it counts as waiting for a node.
-	needsNode bool
 }
 
 // admission is the gate's answer to one acquire: ok, or the limit that holds it back.
@@ -75,6 +73,9 @@ type admission struct {
 	inFlight, waitingForNode int
 	// byPending: held back by --max-pending-upgrades (else by --max-concurrent-upgrades).
 	byPending bool
+	// stale: held back because this process has just started the same workspace's upgrade under
+	// another pod name that the cache does not show yet (a stale read), not by a limit.
+	stale bool
 }
 
 func newGate(max, pending int, reader client.Reader, wake chan<- event.GenericEvent) *gate {
@@ -83,19 +84,19 @@ func newGate(max, pending int, reader client.Reader, wake chan<- event.GenericEv
 		isWaiting: map[types.NamespacedName]bool{}, announced: map[types.UID]bool{}}
 }
 
-// acquire admits the upgrade of key creating pod name (needsNode: a pod the scheduler must
-// place), or says which limit holds it back.
-func (g *gate) acquire(ctx context.Context, key types.NamespacedName, name string, needsNode bool, now time.Time) (admission, error) {
+// acquire admits the upgrade of key creating pod name, or says which limit holds it back. Until
+// the cache shows the pod, it counts as waiting for a node (upgrade.Slot.WaitingForNode).
+func (g *gate) acquire(ctx context.Context, key types.NamespacedName, name string, now time.Time) (admission, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if r, has := g.reserved[key]; has && now.Sub(r.at) < reservationTTL {
 		// Same name: a retry of the create this process made (AlreadyExists makes it harmless).
 		// Another name: a stale read; wait until the cache shows the first pod.
-		return admission{ok: r.name == name, inFlight: len(g.reserved)}, nil
+		return admission{ok: r.name == name, inFlight: len(g.reserved), stale: r.name != name}, nil
 	}
 	if g.max <= 0 && g.pending <= 0 {
 		delete(g.finished, key)
-		g.reserved[key] = reservation{name: name, at: now, needsNode: needsNode}
+		g.reserved[key] = reservation{name: name, at: now}
 		return admission{ok: true}, nil
 	}
 	if !g.seeded {
@@ -134,14 +135,12 @@ func (g *gate) acquire(ctx context.Context, key types.NamespacedName, name strin
 		if !has {
 			a.inFlight++
 		}
-		if r.needsNode && !s.WaitingForNode {
+		if !s.WaitingForNode {
 			a.waitingForNode++
 		}
 	}
 	switch {
-	case needsNode && g.pending > 0 && a.waitingForNode >= g.pending:
-		// A pod behind nogoo9's Recreate gate asks for no room of its own (it takes the old
-		// pod's): only the in-flight cap holds it back.
+	case g.pending > 0 && a.waitingForNode >= g.pending:
 		a.byPending = true
 	case g.max > 0 && a.inFlight >= g.max:
 	default:
@@ -155,7 +154,7 @@ func (g *gate) acquire(ctx context.Context, key types.NamespacedName, name strin
 		return a, nil
 	}
 	delete(g.finished, key)
-	g.reserved[key] = reservation{name: name, at: now, needsNode: needsNode}
+	g.reserved[key] = reservation{name: name, at: now}
 	if g.isWaiting[key] {
 		delete(g.isWaiting, key)
 	}
@@ -190,7 +189,7 @@ func (g *gate) observed(key types.NamespacedName, pods []*corev1.Pod) {
 	slot := upgrade.SlotOf(pods)
 	g.mu.Lock()
 	r, reserved := g.reserved[key]
-	before := g.slots[key].WaitingForNode || reserved && r.needsNode
+	before := g.slots[key].WaitingForNode || reserved
 	if slot.InFlight {
 		g.slots[key] = slot
 	} else {
@@ -208,7 +207,7 @@ func (g *gate) observed(key types.NamespacedName, pods []*corev1.Pod) {
 			}
 		}
 	}
-	after := slot.WaitingForNode || reserved && r.needsNode
+	after := slot.WaitingForNode || reserved
 	freed := before && !after && g.pending > 0
 	g.mu.Unlock()
 	if freed {

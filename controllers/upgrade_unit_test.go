@@ -253,14 +253,14 @@ func TestAtLeast(t *testing.T) {
 
 // admit is acquire for a pod the scheduler places, answered as ok and the upgrades in flight.
 func (g *gate) admit(ctx context.Context, key types.NamespacedName, name string, now time.Time) (bool, int, error) {
-	a, err := g.acquire(ctx, key, name, true, now)
+	a, err := g.acquire(ctx, key, name, now)
 	return a.ok, a.inFlight, err
 }
 
 // TestGatePacesByUpgradesWaitingForANode checks --max-pending-upgrades: it counts the upgrades
-// whose new pod has no node yet (observed or reserved), not those placed or held by the Recreate
-// gate, and a binding frees the slot at once and wakes a waiting workspace, while the upgrades
-// stay in flight.
+// whose new pod has no node yet (observed or reserved, a Recreate start too), not those placed,
+// and a binding frees the slot at once and wakes a waiting workspace, while the upgrades stay in
+// flight.
 func TestGatePacesByUpgradesWaitingForANode(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	pair := func(id string) (old, up *corev1.Pod) {
@@ -276,26 +276,25 @@ func TestGatePacesByUpgradesWaitingForANode(t *testing.T) {
 	g := newGate(0, 2, fake.NewClientBuilder().WithObjects(oldA, upA).Build(), wake)
 	ctx := context.Background()
 	key := func(id string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: id} }
-	acquire := func(id string, needsNode bool) admission {
+	acquire := func(id string) admission {
 		t.Helper()
 		name := "ws-" + id + "-up"
 		if id == "b" {
 			name = upB.Name
 		}
-		a, err := g.acquire(ctx, key(id), name, needsNode, now)
+		a, err := g.acquire(ctx, key(id), name, now)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return a
 	}
 
-	if a := acquire("b", true); !a.ok || a.waitingForNode != 1 {
+	if a := acquire("b"); !a.ok || a.waitingForNode != 1 {
 		t.Errorf("b: %+v, want admitted with a's unbound pod waiting for a node", a)
 	}
-	if a := acquire("r", false); !a.ok || a.waitingForNode != 2 {
-		t.Errorf("a Recreate start behind nogoo9's gate: %+v, want admitted (it needs no room), a and b waiting", a)
-	}
-	if a := acquire("c", true); a.ok || !a.byPending || a.waitingForNode != 2 || a.inFlight != 3 {
+	// A Recreate start counts like any other: its workspace is down from the old pod's deletion
+	// until the new pod is placed, and the room the old pod frees may not fit the new version.
+	if a := acquire("c"); a.ok || !a.byPending || a.waitingForNode != 2 || a.inFlight != 2 {
 		t.Errorf("c: %+v, want held back by the pending limit at a and b", a)
 	}
 	// The cache shows b's pod, not bound yet: still waiting, nobody woken.
@@ -317,15 +316,15 @@ func TestGatePacesByUpgradesWaitingForANode(t *testing.T) {
 	default:
 		t.Errorf("no workspace woken after a's pod was bound")
 	}
-	if a := acquire("c", true); !a.ok || a.inFlight != 3 {
-		t.Errorf("c after a's binding: %+v, want admitted with a, b and r in flight", a)
+	if a := acquire("c"); !a.ok || a.inFlight != 2 {
+		t.Errorf("c after a's binding: %+v, want admitted with a and b in flight", a)
 	}
 	// b's upgrade concluded by this process while its pod had no node: its slot frees at once.
-	if a := acquire("d", true); a.ok {
+	if a := acquire("d"); a.ok {
 		t.Errorf("d: %+v, want held back (b and c wait for a node)", a)
 	}
 	g.finish(key("b"), now)
-	if a := acquire("d", true); !a.ok {
+	if a := acquire("d"); !a.ok {
 		t.Errorf("d after b finished: %+v, want admitted", a)
 	}
 }
@@ -339,11 +338,30 @@ func TestGateKeepsBothLimits(t *testing.T) {
 		workspace.AnnUpgradeFrom: "ws-a", workspace.AnnUpgradeFromUID: "uid-ws-a", workspace.AnnUpgradeStrategy: string(upgrade.SideBySide)})
 	up.Spec.NodeName = "node-1"
 	g := newGate(1, 5, fake.NewClientBuilder().WithObjects(old, up).Build(), make(chan event.GenericEvent, 10))
-	a, err := g.acquire(context.Background(), types.NamespacedName{Namespace: "ns", Name: "b"}, "ws-b-up", true, now)
+	a, err := g.acquire(context.Background(), types.NamespacedName{Namespace: "ns", Name: "b"}, "ws-b-up", now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.ok || a.byPending || a.inFlight != 1 || a.waitingForNode != 0 {
 		t.Errorf("b: %+v, want held back by --max-concurrent-upgrades=1 (a placed, in flight)", a)
+	}
+}
+
+// TestGateTellsAStaleReadFromALimit: a second start of the same workspace under another pod name
+// (a stale read while the cache does not show the first create yet) is held back as stale, not by
+// a limit, so no "queued" Event is recorded (and used up) for it.
+func TestGateTellsAStaleReadFromALimit(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	g := newGate(0, 200, fake.NewClientBuilder().Build(), make(chan event.GenericEvent, 10))
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	if a, err := g.acquire(context.Background(), key, "ws-a-v2", now); err != nil || !a.ok || a.stale {
+		t.Fatalf("first start: %+v, %v; want admitted", a, err)
+	}
+	if a, err := g.acquire(context.Background(), key, "ws-a-v2", now); err != nil || !a.ok || a.stale {
+		t.Errorf("retry of the same create: %+v, %v; want admitted (AlreadyExists makes it harmless)", a, err)
+	}
+	a, err := g.acquire(context.Background(), key, "ws-a-v3", now)
+	if err != nil || a.ok || !a.stale || a.byPending {
+		t.Errorf("another name from a stale read: %+v, %v; want held back as stale", a, err)
 	}
 }

@@ -534,12 +534,13 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 	log := ctrl.LoggerFrom(ctx)
 	old := a.Pod
 	if a.NeedsSlot {
-		adm, err := r.gate.acquire(ctx, key, a.Name, a.Gate == "", now)
+		adm, err := r.gate.acquire(ctx, key, a.Name, now)
 		if err != nil {
 			return 0, err
 		}
 		if !adm.ok {
-			if r.gate.announce(old.UID) {
+			// A stale read is no queue: the cache shows this process's own create soon.
+			if !adm.stale && r.gate.announce(old.UID) {
 				if adm.byPending {
 					r.Recorder.Eventf(old, corev1.EventTypeNormal, upgrade.ReasonUpgradeRequested,
 						"Upgrade of pod %s is queued: %d upgraded pods are waiting for a node (--max-pending-upgrades=%d); it starts when the cluster places one of them or one finishes.",

@@ -133,7 +133,7 @@ type Action struct {
 	// success proves it exists; without it, the move has already stopped.
 	Keep *corev1.Pod
 	// NeedsSlot marks a create that starts a new upgrade: the controller admits it only within
-	// --max-concurrent-upgrades.
+	// --max-pending-upgrades and --max-concurrent-upgrades (see Slot).
 	NeedsSlot bool
 	// MatchVersion, on a DeletePod, makes Pod's resourceVersion a precondition too: the pod is
 	// deleted only as the planner saw it (e.g. with the maintenance carried over).
@@ -410,11 +410,13 @@ func InFlightWorkspaces(pods []*corev1.Pod) map[types.NamespacedName]bool {
 type Slot struct {
 	// InFlight: an upgraded pod whose upgrade has not concluded (--max-concurrent-upgrades).
 	InFlight bool
-	// WaitingForNode: that pod waits for room in the cluster (--max-pending-upgrades): it is not
-	// being deleted, has no node (spec.nodeName, which only a binding, i.e. the scheduler, sets
-	// after the create) and is not held by nogoo9's Recreate scheduling gate (GateVolumeRelease:
-	// such a pod waits for the old pod to go and takes its room, it asks for none of its own) nor
-	// by its stop gate (GateStopped: a stopped pod asks for no node at all).
+	// WaitingForNode: that pod is not on a node yet (--max-pending-upgrades): it is not being
+	// deleted, has no node (spec.nodeName, which only a binding, i.e. the scheduler, sets after the
+	// create) and is not held by nogoo9's stop gate (GateStopped: a stopped pod asks for no node
+	// at all). A Recreate pod behind nogoo9's own gate (GateVolumeRelease) counts: it waits for
+	// the old pod to go and then for a node, and its workspace is down from the old pod's deletion
+	// until it is placed, so the limit also bounds how many workspaces a bulk Recreate takes down
+	// at once (the room it frees may not fit the new version, or be taken by other pods first).
 	WaitingForNode bool
 }
 
@@ -440,9 +442,10 @@ func SlotOf(group []*corev1.Pod) Slot {
 	return s
 }
 
-// waitsForNode reports whether up waits for the scheduler to find it room.
+// waitsForNode reports whether up is not on a node yet and will ask the scheduler for one (see
+// Slot.WaitingForNode).
 func waitsForNode(up *corev1.Pod) bool {
-	if up.Spec.NodeName != "" || gated(up) || workspace.IsStoppedPod(up) {
+	if up.Spec.NodeName != "" || workspace.IsStoppedPod(up) {
 		return false
 	}
 	return up.Status.Phase != corev1.PodSucceeded && up.Status.Phase != corev1.PodFailed

@@ -459,7 +459,7 @@ func stripped(p *corev1.Pod) *corev1.Pod {
 	return s.(*corev1.Pod)
 }
 
-func TestSlotOfTellsAnUpgradeWaitingForANodeFromOnePlacedOrHeldByTheRecreateGate(t *testing.T) {
+func TestSlotOfTellsAnUpgradeWaitingForANodeFromOnePlaced(t *testing.T) {
 	onNode := func(p *corev1.Pod) { p.Spec.NodeName = "node-1" }
 	old := func() *corev1.Pod { return with(wsPod("ws-old", "uid-old", "v1", t0), ready, onNode) }
 	next := func(s Strategy, opts ...podOpt) *corev1.Pod {
@@ -490,7 +490,7 @@ func TestSlotOfTellsAnUpgradeWaitingForANodeFromOnePlacedOrHeldByTheRecreateGate
 		{"a side-by-side pod just created, no node yet, waits for a node", []*corev1.Pod{old(), next(SideBySide, pending)}, Slot{InFlight: true, WaitingForNode: true}},
 		{"a side-by-side pod bound to a node (still pulling) is in flight but placed", []*corev1.Pod{old(), next(SideBySide, pending, onNode)}, Slot{InFlight: true}},
 		{"a side-by-side pod Ready on its node is in flight until the old pod goes", []*corev1.Pod{old(), next(SideBySide, ready, onNode)}, Slot{InFlight: true}},
-		{"a Recreate pod behind nogoo9's gate waits for the old pod, not for room", []*corev1.Pod{old(), next(Recreate, gatedPod)}, Slot{InFlight: true}},
+		{"a Recreate pod behind nogoo9's gate counts as waiting: the old pod first, then a node", []*corev1.Pod{old(), next(Recreate, gatedPod)}, Slot{InFlight: true, WaitingForNode: true}},
 		{"a Recreate pod whose gate is gone and has no node waits for a node", []*corev1.Pod{recreateAlone(pending)}, Slot{InFlight: true, WaitingForNode: true}},
 		{"a Recreate pod bound to a node is placed", []*corev1.Pod{recreateAlone(pending, onNode)}, Slot{InFlight: true}},
 		{"a pod behind nogoo9's stop gate asks for no node", []*corev1.Pod{old(), next(SideBySide, func(p *corev1.Pod) {
