@@ -138,9 +138,12 @@ func (e *entry) view(latest string, now time.Time) Workspace {
 // "Seventh round").
 type encoded struct {
 	latest string
-	shape  unique.Handle[shape]
-	vals   string
-	ends   [maxHoles]uint16
+	// none: the view cannot be encoded ahead (see encoding); kept so that it is not tried again
+	// for every list.
+	none  bool
+	shape unique.Handle[shape]
+	vals  string
+	ends  [maxHoles]uint16
 }
 
 // shape is the part of a view's JSON that many workspaces share: literal parts, with a hole for
@@ -176,9 +179,13 @@ const noteMark = "\x00"
 var noteMarkJSON = []byte(`\u0000`)
 
 // encoding returns e's JSON for latest, encoding it at most once per template version; nil for
-// a clockOpaque entry, which is encoded at read time.
+// a clockOpaque entry, or one whose message holds the note's mark itself, which are encoded at
+// read time.
 func (e *entry) encoding(latest string) *encoded {
 	if enc := e.enc.Load(); enc != nil && enc.latest == latest {
+		if enc.none {
+			return nil
+		}
 		return enc
 	}
 	if e.clock.kind == clockOpaque {
@@ -192,6 +199,7 @@ func (e *entry) encoding(latest string) *encoded {
 	if e.clock.kind != clockNone {
 		i := bytes.Index(b, noteMarkJSON)
 		if i < 0 || bytes.Count(b, noteMarkJSON) != 1 {
+			e.enc.Store(&encoded{latest: latest, none: true})
 			return nil
 		}
 		b = append(append(b[:i:i], noteByte), b[i+len(noteMarkJSON):]...)
@@ -411,6 +419,10 @@ func (l *WorkspaceList) encodeMissing() {
 	for i := 0; i < len(l.entries); i += chunk {
 		part := l.entries[i:min(i+chunk, len(l.entries))]
 		wg.Go(func() {
+			// A panic here would end the process; recovered, the view stays without an
+			// encoding and the request encodes it again as the list is written, where a panic
+			// is the request's own (net/http recovers it), as before the parallel encoding.
+			defer func() { _ = recover() }()
 			for _, e := range part {
 				if e.clock.kind != clockOpaque {
 					e.encoding(l.latest[e.template])

@@ -55,13 +55,19 @@ func internKeys(labels, annotations []string) *keySet {
 	if ks := keySets.m[string(id)].Value(); ks != nil {
 		return ks
 	}
-	ks := &keySet{labels: slices.Clone(labels), annotations: slices.Clone(annotations),
+	// The key set's strings are its handles' own: a string interned before and collected since
+	// would otherwise stay a private copy here while later key sets share the handle's.
+	ks := &keySet{labels: make([]string, len(labels)), annotations: make([]string, len(annotations)),
 		handles: make([]unique.Handle[string], 0, len(labels)+len(annotations))}
-	for _, k := range labels {
-		ks.handles = append(ks.handles, unique.Make(k))
+	for i, k := range labels {
+		h := unique.Make(k)
+		ks.handles = append(ks.handles, h)
+		ks.labels[i] = h.Value()
 	}
-	for _, k := range annotations {
-		ks.handles = append(ks.handles, unique.Make(k))
+	for i, k := range annotations {
+		h := unique.Make(k)
+		ks.handles = append(ks.handles, h)
+		ks.annotations[i] = h.Value()
 	}
 	sid := string(id)
 	keySets.m[sid] = weak.Make(ks)
