@@ -24,9 +24,11 @@ import (
 // net.Conn.Read.
 
 // The copy's buffers. A copy reads into a small buffer of its own (wsSmallBuf: a keystroke, its
-// echo, a terminal's screen update fit); a read that fills it takes a large one (wsCopyBuf,
-// io.Copy's size) from wsBufPool for the rest of the burst, and gives it back when the socket
-// is empty and the copy waits. An open WebSocket, mostly waiting, holds 2 x 4 KiB instead of
+// echo, most terminal output fit); a read that fills it takes a large one (wsCopyBuf, io.Copy's
+// size) from wsBufPool, moves what it read there and reads on into it before it writes (a 5-30
+// KiB message, a full-screen redraw or a notebook's frame, is still one read after the first and
+// one send), keeps it for the rest of the burst, and gives it back when a read finds the socket
+// empty or drained and everything read is written. An open WebSocket, mostly waiting, holds 2 x 4 KiB instead of
 // 2 x 32 KiB; a small message touches only the small buffer, as before only the bytes received.
 const (
 	wsSmallBuf = 4 << 10
@@ -148,7 +150,11 @@ func rawSink(w io.Writer) (syscall.RawConn, bool) {
 // entered again after that write; its first call reads before it waits, so no readiness notice
 // is lost.
 func copyRaw(dst io.Writer, wraw, raw syscall.RawConn) (int64, error) {
-	c := &rawCopy{wraw: wraw}
+	return (&rawCopy{wraw: wraw}).run(dst, raw)
+}
+
+// run is copyRaw's loop on c.
+func (c *rawCopy) run(dst io.Writer, raw syscall.RawConn) (int64, error) {
 	c.buf = c.small[:]
 	wsBufBytes.Add(wsSmallBuf)
 	defer func() {
@@ -184,6 +190,7 @@ type rawCopy struct {
 	small      [wsSmallBuf]byte
 	large      *[wsCopyBuf]byte // from wsBufPool; nil when buf is small's
 	written    int64
+	sends      int // write calls that sent something (tests)
 	rerr, werr error
 	rest       []byte // read, not yet written: for dst.Write after raw.Read
 	p          []byte // what write writes
@@ -206,20 +213,35 @@ func (c *rawCopy) read(fd uintptr) bool {
 		case n == 0:
 			return true // the other end closed its side
 		}
+		emptied := n < len(c.buf)
+		if !emptied && c.large == nil {
+			// A burst, or a message over the small buffer: what was read moves to a large
+			// buffer and the read goes on into it before anything is written, so that such a
+			// message still costs one send, as with a large buffer only.
+			c.large = wsBufPool.Get().(*[wsCopyBuf]byte)
+			wsBufBytes.Add(wsCopyBuf)
+			copy(c.large[:], c.buf[:n])
+			c.buf = c.large[:]
+			m, empty, err := readFD(fd, c.buf[n:])
+			switch {
+			case empty:
+				emptied = true
+			case err != nil || m == 0:
+				// An error or the end: what was read is written first; the next read finds
+				// the end (after a reset, as the end rather than the error).
+			default:
+				emptied = n+m < len(c.buf)
+				n += m
+			}
+		}
 		if c.tryWrite(c.buf[:n]); c.werr != nil || len(c.rest) > 0 {
 			return true
 		}
-		if n < len(c.buf) {
+		if emptied {
 			// The socket is empty: wait for readiness rather than read again, without the
 			// large buffer (everything read was written: rest is empty).
 			c.release()
 			return false
-		}
-		if c.large == nil {
-			// A burst: the rest of it in large reads.
-			c.large = wsBufPool.Get().(*[wsCopyBuf]byte)
-			c.buf = c.large[:]
-			wsBufBytes.Add(wsCopyBuf)
 		}
 	}
 }
@@ -246,6 +268,9 @@ func (c *rawCopy) tryWrite(p []byte) {
 // write is wraw.Write's function: it never waits.
 func (c *rawCopy) write(fd uintptr) bool {
 	m, _, err := writeFD(int(fd), c.p)
+	if m > 0 {
+		c.sends++
+	}
 	c.written += int64(m)
 	c.p = c.p[m:]
 	if err != nil {

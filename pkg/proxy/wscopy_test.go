@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -332,5 +333,111 @@ func TestWebSocketCopyHoldsALargeBufferOnlyDuringABurst(t *testing.T) {
 	}
 	if n := wsBufBytes.Load() - base; n != 0 {
 		t.Errorf("after the copy ended %d bytes of buffer are held, want 0", n)
+	}
+}
+
+// TestWebSocketCopySendsAMessageOverTheSmallBufferAtOnce: a message larger than the small
+// buffer (a full-screen redraw) that arrived whole is sent to the other side in one send, not
+// as the small buffer's 4 KiB and then the rest.
+func TestWebSocketCopySendsAMessageOverTheSmallBufferAtOnce(t *testing.T) {
+	client, fromClient := tcpPair(t)
+	toPod, pod := tcpPair(t)
+	raw, _ := fromClient.SyscallConn()
+	wraw, _ := toPod.SyscallConn()
+	c := &rawCopy{wraw: wraw}
+	done := make(chan error, 1)
+	go func() { _, err := c.run(toPod, raw); done <- err }()
+	for _, conn := range []net.Conn{client, pod} {
+		_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	}
+	msg := make([]byte, 10<<10)
+	for i := range msg {
+		msg[i] = byte(i * 13)
+	}
+	if _, err := client.Write(msg); err != nil { // one write: on loopback it arrives whole
+		t.Fatal(err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(pod, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, msg) {
+		t.Fatal("the pod got the message changed")
+	}
+	_ = client.CloseWrite()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("copy: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the copy did not end within 30s of the client's half-close")
+	}
+	if c.sends != 1 {
+		t.Errorf("a %d-byte message took %d sends, want 1", len(msg), c.sends)
+	}
+}
+
+// TestWebSocketCopiesWithSlowReadersKeepTheirStreams: copies at once, each to a reader slower than
+// its sender (small socket buffers, small reads), so that every copy keeps its large buffer with
+// bytes not yet written and hands it back and takes one again, many times: every stream arrives
+// intact (a large buffer given back while still holding bytes, and taken by another copy, would
+// change them).
+func TestWebSocketCopiesWithSlowReadersKeepTheirStreams(t *testing.T) {
+	const copies, size = 6, 1 << 20
+	errs := make(chan error, copies)
+	for k := range copies {
+		client, fromClient := tcpPair(t)
+		toPod, pod := tcpPair(t)
+		_ = pod.SetReadBuffer(8 << 10)
+		_ = toPod.SetWriteBuffer(8 << 10)
+		for _, conn := range []net.Conn{client, pod} {
+			_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+		}
+		raw, _ := fromClient.SyscallConn()
+		wraw, _ := toPod.SyscallConn()
+		go func() { _, err := copyRaw(toPod, wraw, raw); _ = toPod.CloseWrite(); _ = err }()
+		stream := func(i int) byte { return byte(i*31 + k*7 + i>>12) }
+		go func() {
+			buf := make([]byte, 48<<10)
+			for off := 0; off < size; {
+				n := min(len(buf), size-off)
+				for i := range n {
+					buf[i] = stream(off + i)
+				}
+				if _, err := client.Write(buf[:n]); err != nil {
+					return
+				}
+				off += n
+			}
+			_ = client.CloseWrite()
+		}()
+		go func() {
+			buf := make([]byte, 1<<10)
+			off := 0
+			for {
+				n, err := pod.Read(buf)
+				for i := range n {
+					if buf[i] != stream(off+i) {
+						errs <- fmt.Errorf("copy %d: byte %d changed", k, off+i)
+						return
+					}
+				}
+				off += n
+				if err != nil {
+					if off != size {
+						errs <- fmt.Errorf("copy %d: %d of %d bytes arrived: %v", k, off, size, err)
+						return
+					}
+					errs <- nil
+					return
+				}
+			}
+		}()
+	}
+	for range copies {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
