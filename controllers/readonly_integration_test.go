@@ -254,8 +254,9 @@ func TestCollectorNeverMutatesTheCache(t *testing.T) {
 		for i := range list.Items {
 			pods[i] = &list.Items[i]
 		}
-		out := map[string]float64{"in-flight": float64(len(upgrade.InFlightWorkspaces(pods))), "waiting-for-node": 0}
-		for _, s := range upgrade.Slots(pods) {
+		slots := upgrade.Slots(pods)
+		out := map[string]float64{"in-flight": float64(len(slots)), "waiting-for-node": 0}
+		for _, s := range slots {
 			if s.WaitingForNode {
 				out["waiting-for-node"]++
 			}

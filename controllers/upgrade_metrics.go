@@ -139,7 +139,7 @@ func outdatedOf(group []*corev1.Pod, reg TemplateSource) outdatedKey {
 // appendUpgrading appends to pods copies of group's pods (a workspace's pods from
 // podcache.Every.Workspaces, whose buffer and label and annotation maps are reused: the maps are
 // copied, the rest shared) when one of them carries the upgrade link (AnnUpgradeFrom):
-// upgrade.InFlightWorkspaces counts only such workspaces, each from its own pods, so it counts
+// upgrade.Slots counts only such workspaces, each from its own pods, so it counts
 // the same over these as over every pod.
 func appendUpgrading(pods, group []*corev1.Pod) []*corev1.Pod {
 	for _, p := range group {

@@ -394,18 +394,6 @@ func OldPod(up *corev1.Pod, live []*corev1.Pod) *corev1.Pod { return workspace.U
 // replaces is still live, or (Recreate) it has not been confirmed Ready yet.
 func InFlight(up *corev1.Pod, live []*corev1.Pod) bool { return workspace.UpgradeInFlight(up, live) }
 
-// InFlightWorkspaces returns the keys (namespace/id) of the workspaces with an upgrade in flight
-// among pods (any mix of workspaces). --max-concurrent-upgrades counts these.
-func InFlightWorkspaces(pods []*corev1.Pod) map[types.NamespacedName]bool {
-	out := map[types.NamespacedName]bool{}
-	for k, s := range Slots(pods) {
-		if s.InFlight {
-			out[k] = true
-		}
-	}
-	return out
-}
-
 // Slot is what a workspace's upgrade holds of the upgrade gate's two limits.
 type Slot struct {
 	// InFlight: an upgraded pod whose upgrade has not concluded (--max-concurrent-upgrades).
@@ -451,7 +439,8 @@ func waitsForNode(up *corev1.Pod) bool {
 	return up.Status.Phase != corev1.PodSucceeded && up.Status.Phase != corev1.PodFailed
 }
 
-// Slots returns the slot of every workspace among pods (any mix of workspaces) that holds one.
+// Slots returns the slot of every workspace among pods (any mix of workspaces) that holds one:
+// its keys (namespace/id) are the workspaces with an upgrade in flight.
 func Slots(pods []*corev1.Pod) map[types.NamespacedName]Slot {
 	byKey := map[types.NamespacedName][]*corev1.Pod{}
 	for _, p := range pods {

@@ -425,7 +425,7 @@ func TestRollbackSpecRoundTrip(t *testing.T) {
 	}
 }
 
-func TestInFlightWorkspaces(t *testing.T) {
+func TestSlotsHoldTheWorkspacesWithAnUpgradeInFlight(t *testing.T) {
 	old := with(wsPod("ws-old", "uid-old", "v1", t0), ready)
 	up := upgraded(old, workspace.NextPodName(old, "v2"), "uid-new", "v2", SideBySide, t0)
 	other := with(wsPod("ws-b", "uid-b", "v1", t0), ready, func(p *corev1.Pod) { p.Labels[workspace.LabelWorkspaceID] = "b" })
@@ -442,8 +442,11 @@ func TestInFlightWorkspaces(t *testing.T) {
 	})
 	// Someone's hand-written copy of the same bookkeeping on a pod nogoo9 did not name so.
 	forged := with(re.DeepCopy(), func(p *corev1.Pod) { p.Name, p.Labels[workspace.LabelWorkspaceID] = "ws-e", "e" })
-	got := InFlightWorkspaces([]*corev1.Pod{old, up, other, doneRe, re, forged})
-	if len(got) != 2 || !got[keyOf(up)] || !got[keyOf(re)] {
+	got := Slots([]*corev1.Pod{old, up, other, doneRe, re, forged})
+	if _, a := got[keyOf(up)]; !a || len(got) != 2 {
+		t.Errorf("in flight = %v, want demo and d (forged bookkeeping takes no slot)", got)
+	}
+	if _, d := got[keyOf(re)]; !d {
 		t.Errorf("in flight = %v, want demo and d (forged bookkeeping takes no slot)", got)
 	}
 }
