@@ -16,7 +16,7 @@ const module = "github.com/nogoo9/no-crd"
 // packages, link the typed client of every API group into bin/nogoo9: k8s.io/client-go/kubernetes
 // (a kubernetes.Interface held anywhere keeps each group's client and its methods alive). Without
 // it the binary is 47.6 MB instead of 56.6 MB and maps about 5 MiB fewer of its pages
-// (docs/performance.md, "Fifth round"). Use the one group's client instead, e.g.
+// (bench/history.md, "Fifth round"). Use the one group's client instead, e.g.
 // k8s.io/client-go/kubernetes/typed/core/v1, or a discovery.DiscoveryClient.
 var linksEveryTypedClient = []string{"k8s.io/client-go/kubernetes"}
 
@@ -26,7 +26,7 @@ var linksEveryTypedClient = []string{"k8s.io/client-go/kubernetes"}
 // controller-runtime (leader election, events), and what keeps its typed clients out of the binary
 // is that nothing reachable holds a kubernetes.Interface, so the linker drops them. A dependency
 // that starts holding one would bring them back without this test noticing; the binary's size in
-// docs/performance.md would.
+// bench/history.md ("Fifth round") would.
 func TestBinaryDoesNotImportTheWholeClientset(t *testing.T) {
 	seen := map[string]bool{}
 	queue := []string{module}

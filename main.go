@@ -48,7 +48,7 @@ import (
 var version = "dev"
 
 // processStarted is when the process's packages were initialised (a few ms after exec): the
-// start-up's log lines count from it (docs/performance.md, "Tenth round: cold start").
+// start-up's log lines count from it (bench/history.md, "Tenth round: cold start").
 var processStarted = time.Now()
 
 type options struct {
@@ -278,7 +278,7 @@ func run(o options) error {
 	// Component wiring: each package exposes a Setup that adds its runnables to the manager.
 	// (wired by the component issues)
 
-	// The start-up serves reads first (docs/performance.md, "Fifth round"): the read path's
+	// The start-up serves reads first (bench/history.md, "Fifth round"): the read path's
 	// components (templates, front end, UI, proxy) register their handlers through readers; the
 	// controllers, set up through held, start once those handlers have the initial lists, and
 	// /readyz waits for that too.

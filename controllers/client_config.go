@@ -17,7 +17,7 @@ import (
 // transport asks for it unless told not to), and keeps doing so for every event after the
 // initial list: a gzip writer taken from a pool, fed one event, flushed and closed per event,
 // 40-60% of what serving watches cost kube-apiserver in the bulk rollouts profiled, and a gzip
-// reader per event in nogoo9 (docs/performance.md, "Eighth round"). A bulk upgrade sends nogoo9
+// reader per event in nogoo9 (bench/history.md, "Eighth round"). A bulk upgrade sends nogoo9
 // six or more pod events per workspace.
 //
 // The price is bytes, on every watch event as on lists: a running workspace pod's event is about

@@ -35,7 +35,7 @@ const (
 //     one reason on one object within ten minutes becomes a count on one combined Event.
 //   - It writes Events as protobuf. controller-runtime builds the sink it hands the broadcaster
 //     from the manager's config, which speaks JSON (client-go's default), and kube-apiserver then
-//     decodes JSON for every Event: two Events per upgrade in a bulk upgrade (docs/performance.md,
+//     decodes JSON for every Event: two Events per upgrade in a bulk upgrade (bench/history.md,
 //     "Eighth round"). The sink it hands over is replaced by one on cfg with the protobuf content
 //     type; the Events, their aggregation and their patches are the same.
 func NewEventBroadcaster(cfg *rest.Config) (record.EventBroadcaster, error) {

@@ -136,7 +136,7 @@ func (r *WorkspaceReconciler) deleteLostPod(ctx context.Context, a lifecycle.Act
 // copies it, managed fields included, whatever the caller asks (its multi-namespace cache, the
 // one nogoo9 runs with a list of namespaces, drops Get's UnsafeDisableDeepCopy for cluster-scoped
 // kinds), once per pass of every workspace: 1-2.5% of nogoo9's CPU samples in a bulk upgrade
-// (docs/performance.md, "Ninth round"). A nil set has no node.
+// (bench/history.md, "Ninth round"). A nil set has no node.
 //
 // A node leaves the set before its deletion wakes the workspaces on it (gone): the handler does
 // both, in that order, so the pass that the wake brings sees the node gone. The controller's own

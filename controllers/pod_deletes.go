@@ -16,7 +16,7 @@ import (
 // and leave the answer undecoded; everything else goes to Client. controller-runtime's Delete
 // decodes the deleted pod the API server answers with and turns it into an
 // unstructured.Unstructured through a JSON encode and decode, which nogoo9 never reads: a third
-// of the CPU of the upgrade's delete step (docs/performance.md, "Seventh round" and "Eighth
+// of the CPU of the upgrade's delete step (bench/history.md, "Seventh round" and "Eighth
 // round"). The request is the same: the same DeleteOptions (preconditions on UID and
 // resourceVersion, grace period, propagation), and the same errors (NotFound, Conflict for a
 // failed precondition) come back. Like each kind in controller-runtime's client, the deletes have

@@ -65,7 +65,7 @@ type PolicyRunner struct {
 	// Pods, when set, are the cache's own workspace pods, read one workspace at a time (main.go
 	// shares the upgrade controller's). Without it each tick Lists every workspace pod from
 	// Reader: at 10,000 workspaces a copy of every pod struct, 0.1-0.2 s of CPU on the cold
-	// start's path for the first tick (docs/performance.md, "Tenth round: cold start").
+	// start's path for the first tick (bench/history.md, "Tenth round: cold start").
 	Pods      *podcache.Every
 	Reader    client.Reader
 	Templates TemplateSource

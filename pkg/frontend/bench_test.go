@@ -98,7 +98,7 @@ func BenchmarkDescribe10k(b *testing.B) {
 // exactly (heap allocated after two collections, not a sampled profile): the entry with its
 // place in the id and owner indexes, then its cached JSON after one admin list, for 10,000
 // workspaces of one pod each, handed over as the informer hands them (the cache's compact pods,
-// not counted). docs/performance.md ("Tenth round") quotes it; it asserts nothing but the list.
+// not counted). bench/history.md ("Tenth round") quotes it; it asserts nothing but the list.
 //
 //	go test -run '^$' -bench ViewsBytesPerWorkspace -benchtime 1x ./pkg/frontend/
 func BenchmarkViewsBytesPerWorkspace(b *testing.B) {
@@ -134,7 +134,7 @@ func BenchmarkViewsBytesPerWorkspace(b *testing.B) {
 	}
 }
 
-// BenchmarkViewsInitialList10k is the views' share of the start-up (docs/performance.md,
+// BenchmarkViewsInitialList10k is the views' share of the start-up (bench/history.md,
 // "Eleventh round: cold start"): the informer's initial list of 10,000 workspace pods, in the
 // order the API server streams them (by pod name, not by workspace id), handed to the views, then
 // the first list's snapshot.

@@ -31,7 +31,7 @@ const (
 
 // clockNote is how a view's message depends on the clock. since is a Unix time in nanoseconds
 // rather than a time.Time (24 bytes): that keeps a view's entry in the 96-byte size class
-// instead of 112 (docs/performance.md, "Seventh round").
+// instead of 112 (bench/history.md, "Seventh round").
 type clockNote struct {
 	kind  clockKind
 	since int64
@@ -134,7 +134,7 @@ func (e *entry) view(latest string, now time.Time) Workspace {
 // (id, names, owner, paths, times, message) in vals. Together they are what json.Marshal of the
 // view gives: shape's literal parts with vals' runs (ending at ends) in the holes between them.
 // With a clock note, noteByte in a value stands for the note's JSON-escaped text. For a typical
-// workspace this holds about 240 bytes instead of 420 with the whole JSON (docs/performance.md,
+// workspace this holds about 240 bytes instead of 420 with the whole JSON (bench/history.md,
 // "Seventh round").
 type encoded struct {
 	latest string
@@ -393,7 +393,7 @@ const parallelEncodings = 512
 // encodeMissing encodes the views that have no encoding for their template's latest version yet
 // on every core (GOMAXPROCS goroutines), when there are at least parallelEncodings of them: the
 // first list after a start encodes every view (describing each workspace and a reflective
-// json.Marshal, 0.1-0.2 s at 10,000 workspaces on the cold start's path, docs/performance.md,
+// json.Marshal, 0.1-0.2 s at 10,000 workspaces on the cold start's path, bench/history.md,
 // "Twelfth round: cold start"), and a new template version every view of the template. Each
 // view's encoding is its own (entry.encoding is safe for concurrent use: two callers store the
 // same encoding), so the list written is the same, encoded in parallel or not.

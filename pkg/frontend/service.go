@@ -63,7 +63,7 @@ type Config struct {
 	APIReader client.Reader
 	// Events lists and watches core/v1 Events (not cached): the core/v1 client, not a whole
 	// clientset (holding a kubernetes.Interface links every API group's typed client into the
-	// binary; docs/performance.md, "Fifth round").
+	// binary; bench/history.md, "Fifth round").
 	Events    corev1client.EventsGetter
 	Templates Templates
 	Spawner   Spawner

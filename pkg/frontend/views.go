@@ -39,7 +39,7 @@ type views struct {
 	byOwner map[string][]*entry // each owner's entries, sorted by id (unless unsorted)
 	// unsorted says all and byOwner lag byID: the workspaces of the informer's initial list are
 	// filed in byID only (an insertion in order moved half the list per workspace: O(n²),
-	// 0.07-0.2 s of CPU at 10,000 on the start-up's path, docs/performance.md, "Eleventh round:
+	// 0.07-0.2 s of CPU at 10,000 on the start-up's path, bench/history.md, "Eleventh round:
 	// cold start"), and the lists are made from byID and sorted once, by the first read or the
 	// first other change, however many pods each workspace has.
 	unsorted bool
@@ -78,7 +78,7 @@ func (v *views) synced() bool { return v.reg != nil && v.reg.HasSynced() }
 // delete are one operation: file the pod (or its absence) under its workspace and recompute it.
 // The workspace a pod was filed under is read from the event's old object (an update's, or the
 // deleted pod: the informer hands each handler the object it last delivered), not from a map of
-// every pod's name: that map cost about 100 bytes per workspace (docs/performance.md).
+// every pod's name: that map cost about 100 bytes per workspace (bench/history.md).
 func (v *views) OnAdd(obj any, initial bool) { v.setPod(nil, obj, initial) }
 func (v *views) OnUpdate(oldObj, newObj any) { v.setPod(oldObj, newObj, false) }
 func (v *views) OnDelete(obj any)            { v.setPod(obj, nil, false) }

@@ -23,7 +23,7 @@ const DefaultAPIServerTimeout = 2 * time.Second
 //
 // A success is remembered for DefaultAPIServerFresh: a probe within that time of the last success
 // answers at once (see Fresh). At start, the probe that turns the replica ready then waits for no
-// round trip to an API server still busy with the informers' initial lists (docs/performance.md,
+// round trip to an API server still busy with the informers' initial lists (bench/history.md,
 // "Fifth round"); an outage shows at the latest that much later.
 func APIServer(cfg *rest.Config, timeout time.Duration) (healthz.Checker, error) {
 	c := rest.CopyConfig(cfg)

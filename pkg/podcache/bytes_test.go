@@ -17,7 +17,7 @@ import (
 // compact Pod; and, for comparison, the stripped *corev1.Pod the cache held before it) and
 // the informer store's entry with controller-runtime's namespace index and the workspace-id
 // index (by bucket, as the Cache files it, and, for comparison, a key per id). The pods are decoded from protobuf like the informer's, ready, with a kubelet's four
-// conditions. docs/performance.md ("Sixth round") quotes it; it asserts nothing.
+// conditions. bench/history.md ("Sixth round") quotes it; it asserts nothing.
 //
 //	go test -run '^$' -bench BytesPerWorkspace -benchtime 1x ./pkg/podcache/
 func BenchmarkBytesPerWorkspace(b *testing.B) {

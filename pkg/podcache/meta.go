@@ -15,7 +15,7 @@ import (
 //
 // A map per pod cost a header and a full group of 8 slots whatever it held: about 670 bytes for
 // a workspace pod's two maps at 10,000 workspaces; the shared keys and a pod's own values are 8
-// bytes of pointer plus 16 bytes per value (docs/performance.md, "Tenth round").
+// bytes of pointer plus 16 bytes per value (bench/history.md, "Tenth round").
 type keySet struct {
 	labels, annotations []string
 	// handles hold the keys' entries in the unique package's table while the keySet lives: the

@@ -93,7 +93,7 @@ type informers interface {
 // the Cache's List by the index reads the bucket and keeps the pods of the id. client-go's indexer
 // keeps a set per index key: a key per workspace id cost 316 bytes per workspace at 10,000 (a
 // one-element set and its key, BenchmarkBytesPerWorkspace), a key per bucket is shared by the
-// bucket's pods: 124 bytes (docs/performance.md, "Ninth round"). On controller-runtime's own cache (an
+// bucket's pods: 124 bytes (bench/history.md, "Ninth round"). On controller-runtime's own cache (an
 // informer of *corev1.Pod read by controller-runtime's reader, which looks up "<namespace>/<id>")
 // it files each pod under that one key; IndexField would file it under a second key too
 // ("__all_namespaces/<id>", for lists across namespaces, which nogoo9 never makes).
@@ -142,7 +142,7 @@ func namespacedWorkspaceID(obj any) ([]string, error) {
 // 5 at 20,000, 25 at 100,000 (each a label lookup, against the materialising of each pod
 // returned). The index then holds 124 bytes per workspace at 10,000 instead of 316; 1,024 buckets
 // held 53 but put 10 pods in a bucket, and a List by id took several times the per-id index's
-// time in the start-up's first pass (docs/performance.md, "Ninth round").
+// time in the start-up's first pass (bench/history.md, "Ninth round").
 const IDBuckets = 4096
 
 // workspaceIDBucket is the informer index function on the Cache: "<namespace>/<bucket>", the

@@ -64,7 +64,7 @@ func (c *Cache) Start(ctx context.Context) error {
 // WaitForCacheSync implements cache.Cache. controller-runtime's polls its informers every 100 ms
 // (client-go's WaitForCacheSync), and the manager starts every other runnable, the StartupGate
 // included, only once it returns: a replica turned ready 0-100 ms after its informers had synced
-// (docs/performance.md, "Eleventh round: cold start"). This one first waits for the informers
+// (bench/history.md, "Eleventh round: cold start"). This one first waits for the informers
 // made so far to signal their sync, then asks the wrapped cache, which then finds them synced at
 // its first look (and waits as before for any informer made since). The wrapped cache's own
 // wait runs beside the signals' and ends this one if it returns first: an informer made but then

@@ -12,7 +12,7 @@ import (
 // cache's own slices (workspace.Describe, the proxy's routes): Materialize makes a 1,240-byte
 // pod struct, two maps and slices per pod, garbage as soon as the computation returns, and the
 // views and the routes each materialised every pod of the initial list at start-up, on the cold
-// start's path (docs/performance.md, "Twelfth round: cold start").
+// start's path (bench/history.md, "Twelfth round: cold start").
 //
 // A Scratch is not safe for concurrent use: take one from GetScratch and give it back with
 // Release.

@@ -14,7 +14,7 @@ import (
 // both orders and with pods of many shapes in the same slot one after another (more labels, then
 // fewer; claims, then none; container statuses, then none; a rare part, then none), returns
 // exactly what Materialize returns each time: nothing of an earlier pod is left in its memory.
-// The views and the routes describe each workspace from it (docs/performance.md, "Twelfth round:
+// The views and the routes describe each workspace from it (bench/history.md, "Twelfth round:
 // cold start").
 func TestScratchMaterializesAsMaterialize(t *testing.T) {
 	var groups [][]*podcache.Pod

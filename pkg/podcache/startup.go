@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
-// StartupGate orders the start-up so that the read path comes first (docs/performance.md,
+// StartupGate orders the start-up so that the read path comes first (bench/history.md,
 // "Fifth round"). At 10,000 workspaces the front end's views, the proxy's routes and the template
 // registry each take the informer's initial list through their event handlers (a Describe and a
 // JSON encoding per workspace for the views) while, without the gate, the controllers make their
@@ -34,14 +34,14 @@ type StartupGate struct {
 	// AfterReady holds the runnables added through Hold (the controllers) for that long after the
 	// gate opened (the replica turned ready), so that the first requests after a start, lists
 	// that encode every view, are not served beside the controllers' first pass over every
-	// workspace and the collector it keeps busy (docs/performance.md, "Tenth round: cold
+	// workspace and the collector it keeps busy (bench/history.md, "Tenth round: cold
 	// start"). What waits: upgrades in flight, update policies, idle culling and phase Events
 	// resume at most AfterReady later. A replica that becomes leader later than that starts its
 	// controllers at once. Zero: they start when the gate opens.
 	AfterReady time.Duration
 	// Started is when the process started (main.go): the gate logs each step of the start-up
 	// (the cache's sync, the gate's opening, the controllers' start) with the time since then,
-	// the timeline of docs/performance.md ("Tenth round: cold start"). Zero: no such logs.
+	// the timeline of bench/history.md ("Tenth round: cold start"). Zero: no such logs.
 	Started time.Time
 
 	mu   sync.Mutex

@@ -16,7 +16,7 @@ import (
 )
 
 // initialList is the timeline of one informer's initial list, for the start-up's log
-// (StartupGate, docs/performance.md "Eleventh round: cold start"): when its first request was
+// (StartupGate, bench/history.md "Eleventh round: cold start"): when its first request was
 // sent and answered (client-go's streaming list: a watch with the initial events), for pods when
 // the first and the last object of the list went through Transform (the last one is about when
 // the stream ended: the informer then hands the whole list to its store and its handlers), and

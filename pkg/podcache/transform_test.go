@@ -113,7 +113,7 @@ func TestTransformDropsWhatNobodyReads(t *testing.T) {
 	// materialised, and only the unique handles, which nobody holds, keep an entry), so the
 	// second pod's would be fresh copies. Whether that happened depended on when the collector
 	// ran: the check failed in 6-18 of 20 runs of the package's tests once other tests allocated
-	// differently (docs/performance.md, "Twelfth round: cold start").
+	// differently (bench/history.md, "Twelfth round: cold start").
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	a := transformed(t, ws[5].Pods)[0]
 	b := transformed(t, ws[6].Pods)[0]

@@ -15,7 +15,7 @@ import (
 // (heap allocated after two collections, not a sampled profile): its map entry, the pod list, the
 // route and the table's entry, for 10,000 workspaces of one ready pod each, the cache's compact
 // pods handed over as the informer hands them (the pods themselves are the cache's and not
-// counted). docs/performance.md ("Ninth round") quotes it; it asserts nothing.
+// counted). bench/history.md ("Ninth round") quotes it; it asserts nothing.
 //
 //	go test -run '^$' -bench RouterBytesPerWorkspace -benchtime 1x ./pkg/proxy/
 func BenchmarkRouterBytesPerWorkspace(b *testing.B) {
@@ -39,7 +39,7 @@ func BenchmarkRouterBytesPerWorkspace(b *testing.B) {
 	}
 }
 
-// BenchmarkRouterInitialList10k is the router's share of the start-up (docs/performance.md,
+// BenchmarkRouterInitialList10k is the router's share of the start-up (bench/history.md,
 // "Twelfth round: cold start"): the informer's initial list of 10,000 ready workspace pods, the
 // cache's compact pods, handed to the router one by one.
 func BenchmarkRouterInitialList10k(b *testing.B) {

@@ -51,7 +51,7 @@ type target struct {
 	// created is the workspace's oldest pod's creation time (unixNanos): it breaks ties when two
 	// workspaces claim one prefix (the older keeps it). Nanoseconds instead of a time.Time, and
 	// the flags beside kind, keep a target at 208 bytes instead of 232 (the 240-byte size
-	// class; docs/performance.md, "Seventh round").
+	// class; bench/history.md, "Seventh round").
 	created int64
 
 	// status is the workspace's phase; only a Served phase with a ready pod is forwarded. A

@@ -53,7 +53,7 @@ func (r *Registry) Start(ctx context.Context) error {
 // starts, so that the registry has the templates when the cache has synced (readiness waits for
 // them): registered later, from Start, it waited for the informer to replay the ConfigMaps while
 // the controllers' first pass took the CPU (about 0.1 s of the cold start at 10,000 workspaces,
-// docs/performance.md).
+// bench/history.md).
 func (r *Registry) addHandler(ctx context.Context) (toolscache.ResourceEventHandlerRegistration, error) {
 	inf, err := r.informers.GetInformer(ctx, &corev1.ConfigMap{})
 	if err != nil {

@@ -193,7 +193,7 @@ const maxRollbackSpecJSON = 4 << 20
 
 // EncodeRollbackSpec is the nogoo9/rollback-spec value for the pod JSON podJSON: compressed,
 // because the spec rides on every write and watch event of the new pod until it is Ready (0.45x
-// to 0.6x the JSON's size for the pods measured in docs/performance.md, "Sixth round").
+// to 0.6x the JSON's size for the pods measured in bench/history.md, "Sixth round").
 func EncodeRollbackSpec(podJSON []byte) (string, error) {
 	var buf bytes.Buffer
 	zw := gzipWriters.Get().(*gzip.Writer)
