@@ -42,10 +42,7 @@ func testPolicyRunner(t *testing.T, fromCache bool) {
 		names[i] = fmt.Sprintf("ws-p%d", i)
 		createIdleIDEPod(t, c, names[i], fmt.Sprintf("p%d", i), i == 5, now)
 	}
-	reg := &fakeTemplates{}
-	tmpl := ideTemplate("2", "example.com/ide:2", "")
-	tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "when-idle"}
-	reg.set(tmpl)
+	reg := whenIdleTemplates()
 	r := &PolicyRunner{Client: c, Reader: c, Templates: reg, Recorder: record.NewFakeRecorder(1000),
 		Opts: PolicyOptions{PerInterval: 2, MaxInFlight: 3, IdleAfter: time.Minute, Now: func() time.Time { return now }}}
 	caughtUp := func() {}
@@ -108,7 +105,7 @@ func testPolicyRunner(t *testing.T, fromCache bool) {
 
 	// The template switches to a window that is closed now: the runner's own requests that
 	// have not started are withdrawn; nothing new is requested.
-	tmpl = ideTemplate("2", "example.com/ide:2", "")
+	tmpl := ideTemplate("2", "example.com/ide:2", "")
 	tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "window", workspace.AnnUpdateWindow: "Sun 02:00-04:00 UTC"}
 	reg.set(tmpl)
 	tick(0, 0)
@@ -152,10 +149,7 @@ func TestPolicyRunnersFirstTickWaitsForTheCachesPods(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
 	pod := createIdleIDEPod(t, c, "ws-first", "first", false, now)
-	reg := &fakeTemplates{}
-	tmpl := ideTemplate("2", "example.com/ide:2", "")
-	tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "when-idle"}
-	reg.set(tmpl)
+	reg := whenIdleTemplates()
 	mgr := newTestManager(t, cfg)
 	pods, err := podcache.NewEvery(ctx, mgr.GetCache())
 	if err != nil {
@@ -252,10 +246,7 @@ func TestPolicyRunnerPacesRequestsByUpgradesWaitingForANode(t *testing.T) {
 		}
 	}
 	bind(ups[0])
-	reg := &fakeTemplates{}
-	tmpl := ideTemplate("2", "example.com/ide:2", "")
-	tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "when-idle"}
-	reg.set(tmpl)
+	reg := whenIdleTemplates()
 	r := &PolicyRunner{Client: c, Reader: c, Templates: reg, Recorder: record.NewFakeRecorder(1000),
 		Opts: PolicyOptions{PerInterval: 10, MaxPending: 3, IdleAfter: time.Minute, Now: func() time.Time { return now }}}
 	tick := func(want int) {
@@ -272,4 +263,13 @@ func TestPolicyRunnerPacesRequestsByUpgradesWaitingForANode(t *testing.T) {
 	tick(0) // y and the two requests fill the limit
 	bind(ups[1])
 	tick(1) // y's pod placed: room for one more
+}
+
+// whenIdleTemplates holds the ide template at version 2 with the when-idle update policy.
+func whenIdleTemplates() *fakeTemplates {
+	reg := &fakeTemplates{}
+	tmpl := ideTemplate("2", "example.com/ide:2", "")
+	tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "when-idle"}
+	reg.set(tmpl)
+	return reg
 }

@@ -300,6 +300,19 @@ func (e *upgradeEnv) events(g gomega.Gomega, name string) []string {
 	return out
 }
 
+// queued counts the "queued" Events (upgrade.ReasonUpgradeRequested) on the pods olds holds for ids.
+func (e *upgradeEnv) queued(g gomega.Gomega, ids []string, olds map[string]*corev1.Pod) int {
+	n := 0
+	for _, id := range ids {
+		for _, r := range e.events(g, olds[id].Name) {
+			if r == upgrade.ReasonUpgradeRequested {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 func (e *upgradeEnv) expectIdentity(g gomega.Gomega, p, orig *corev1.Pod) {
 	for _, k := range []string{workspace.LabelUserSub, workspace.LabelWorkspaceID, workspace.LabelType} {
 		g.Expect(p.Labels[k]).To(gomega.Equal(orig.Labels[k]), "label %s", k)
@@ -537,14 +550,7 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 			g.Expect(done).To(gomega.HaveLen(3))
 		}).WithTimeout(60 * time.Second).WithPolling(50 * time.Millisecond).Should(gomega.Succeed())
 		e.g.Eventually(func(g gomega.Gomega) {
-			queued := 0
-			for _, id := range ids {
-				for _, r := range e.events(g, olds[id].Name) {
-					if r == upgrade.ReasonUpgradeRequested {
-						queued++
-					}
-				}
-			}
+			queued := e.queued(g, ids, olds)
 			g.Expect(queued).To(gomega.BeNumerically(">=", 1))
 		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
 	})
@@ -646,14 +652,7 @@ func TestUpgradeControllerOnAPIServer(t *testing.T) {
 		// (a) None is bound: two start, and the other three are queued (their Event says so)
 		// with still only two new pods.
 		e.g.Eventually(func(g gomega.Gomega) {
-			queued := 0
-			for _, id := range ids {
-				for _, r := range e.events(g, olds[id].Name) {
-					if r == upgrade.ReasonUpgradeRequested {
-						queued++
-					}
-				}
-			}
+			queued := e.queued(g, ids, olds)
 			g.Expect(queued).To(gomega.Equal(n - limit))
 			unbound, bound := newPods(g)
 			g.Expect(unbound).To(gomega.HaveLen(limit))

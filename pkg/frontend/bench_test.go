@@ -103,10 +103,7 @@ func BenchmarkDescribe10k(b *testing.B) {
 //	go test -run '^$' -bench ViewsBytesPerWorkspace -benchtime 1x ./pkg/frontend/
 func BenchmarkViewsBytesPerWorkspace(b *testing.B) {
 	const n = 10000
-	pods := make([]*podcache.Pod, n)
-	for i, p := range podcachetest.ReadyWorkspaces(n, "ns") {
-		pods[i] = podcache.Of(p)
-	}
+	pods := cachedReadyWorkspaces(n)
 	ctx := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})
 	heap := podcachetest.HeapAllocated
 	for b.Loop() {
@@ -167,10 +164,7 @@ func BenchmarkViewsInitialList10k(b *testing.B) {
 // list written as JSON (every view encoded for the first time).
 func BenchmarkViewsInitialListAndFirstJSON10k(b *testing.B) {
 	const n = 10000
-	cached := make([]*podcache.Pod, n)
-	for i, p := range podcachetest.ReadyWorkspaces(n, "ns") {
-		cached[i] = podcache.Of(p)
-	}
+	cached := cachedReadyWorkspaces(n)
 	ctx := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})
 	b.ReportAllocs()
 	for b.Loop() {
@@ -189,4 +183,14 @@ func BenchmarkViewsInitialListAndFirstJSON10k(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// cachedReadyWorkspaces is n Ready one-pod workspaces as the informer hands them: the cache's
+// compact pods.
+func cachedReadyWorkspaces(n int) []*podcache.Pod {
+	pods := make([]*podcache.Pod, n)
+	for i, p := range podcachetest.ReadyWorkspaces(n, "ns") {
+		pods[i] = podcache.Of(p)
+	}
+	return pods
 }

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
 )
@@ -73,5 +75,23 @@ func TestTokenCacheRefusesATokenTheWallClockSaysExpired(t *testing.T) {
 	}
 	if tc.get("t", now+10*time.Millisecond) != nil {
 		t.Error("a token whose expiry the wall clock has passed was accepted from the cache")
+	}
+}
+
+// TestTokenCacheKeepsItsOwnCopyOfTheToken: the token a request names is a slice of its whole
+// head (quickParse); the cache keeps a copy, so an entry holds its token, not the head it came in.
+func TestTokenCacheKeepsItsOwnCopyOfTheToken(t *testing.T) {
+	head := "GET /ws/jane/demo/ HTTP/1.1\r\nAuthorization: Bearer tok-123\r\n" + strings.Repeat("X-Pad: x\r\n", 40) + "\r\n"
+	i := strings.Index(head, "tok-")
+	token := head[i : i+len("tok-123")]
+	tc := newTokenCache(time.Minute)
+	tc.put(token, &auth.Caller{Subject: "jane"}, monoNow())
+	if tc.get("tok-123", monoNow()) == nil {
+		t.Fatal("the token is not cached")
+	}
+	for k := range tc.m {
+		if unsafe.StringData(k) == unsafe.StringData(token) {
+			t.Fatal("the cache's key is the request head's bytes: the entry keeps the whole head alive")
+		}
 	}
 }

@@ -78,7 +78,7 @@ func TestMain(m *testing.M) {
 			return m.Run()
 		}
 		return runWithEnv(m, cfg)
-	})
+	}, apiserver.BenchmarksNeedNone)
 }
 
 func runWithEnv(m *testing.M, cfg *rest.Config) int {

@@ -276,6 +276,8 @@ func (tc *tokenCache) put(token string, c *auth.Caller, now time.Duration) {
 	if len(tc.m) >= maxCachedTokens {
 		tc.m = map[string]cachedCaller{}
 	}
-	tc.m[token] = cachedCaller{c: c, expires: exp}
+	// The token is a slice of the request's head (quickParse): the entry keeps a copy of it,
+	// not the head.
+	tc.m[strings.Clone(token)] = cachedCaller{c: c, expires: exp}
 	tc.mu.Unlock()
 }

@@ -403,12 +403,7 @@ func TestLargeRawAnswerLinesAreNotKept(t *testing.T) {
 	defer backend.Close()
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
 	p, addr := startProxy(t, Options{}, host, port)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	c := dialProxy(t, addr)
 	if _, err := io.WriteString(c, "GET /ws/jane/demo/x HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer bench\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}

@@ -79,12 +79,7 @@ func waitListening(addr string) error {
 // sends a health check on the same connection to see whether it is still usable and in step.
 func rawExchange(t *testing.T, addr, raw, method string) string {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	c := dialProxy(t, addr)
 	if _, err := io.WriteString(c, raw); err != nil {
 		t.Fatal(err)
 	}
@@ -201,12 +196,7 @@ func TestLeanServerPipelinedRequests(t *testing.T) {
 	defer backend.Close()
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
 	_, addr := startProxy(t, Options{}, host, port)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	c := dialProxy(t, addr)
 	var raw strings.Builder
 	for _, p := range []string{"/ws/jane/demo/status", "/ws/jane/demo/chunked", "/ws/jane/demo/hop"} {
 		raw.WriteString("GET " + p + " HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer bench\r\n\r\n")
@@ -238,12 +228,7 @@ func TestLeanServerHandsAWebSocketToNetHTTP(t *testing.T) {
 	defer backend.Close()
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
 	p, addr := startProxy(t, Options{}, host, port)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	c := dialProxy(t, addr)
 	br := bufio.NewReader(c)
 	for i := 0; i < 2; i++ {
 		if _, err := io.WriteString(c, "GET /ws/jane/demo/ HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer bench\r\n\r\n"); err != nil {

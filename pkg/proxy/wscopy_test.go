@@ -33,8 +33,9 @@ func upgradeEcho(t testing.TB) (host, port string) {
 	return host, port
 }
 
-// openUpgraded opens an upgraded connection through the proxy at addr.
-func openUpgraded(t testing.TB, addr string) (net.Conn, *bufio.Reader) {
+// dialProxy opens a connection to the proxy at addr, closed when the test ends, with a 30 s
+// deadline.
+func dialProxy(t testing.TB, addr string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -42,6 +43,13 @@ func openUpgraded(t testing.TB, addr string) (net.Conn, *bufio.Reader) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	return c
+}
+
+// openUpgraded opens an upgraded connection through the proxy at addr.
+func openUpgraded(t testing.TB, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c := dialProxy(t, addr)
 	if _, err := io.WriteString(c, "GET /ws/jane/demo/echo HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer bench\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -239,18 +247,55 @@ func tcpPair(t testing.TB) (*net.TCPConn, *net.TCPConn) {
 	return a.(*net.TCPConn), b.(*net.TCPConn)
 }
 
+// rawCopyRun is one direction of an upgraded connection under test: a copy from the client's
+// socket to the pod's, as the proxy runs it. The client writes, the pod reads.
+type rawCopyRun struct {
+	client, pod *net.TCPConn
+	done        chan error
+}
+
+// startRawCopy runs c (a new rawCopy if nil) between two new loopback pairs, each socket with a
+// 60 s deadline; tune, if not nil, adjusts the sockets first.
+func startRawCopy(t *testing.T, c *rawCopy, tune func(client, toPod, pod *net.TCPConn)) *rawCopyRun {
+	t.Helper()
+	client, fromClient := tcpPair(t)
+	toPod, pod := tcpPair(t)
+	if tune != nil {
+		tune(client, toPod, pod)
+	}
+	for _, conn := range []net.Conn{client, pod} {
+		_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	}
+	raw, _ := fromClient.SyscallConn()
+	wraw, _ := toPod.SyscallConn()
+	if c == nil {
+		c = &rawCopy{}
+	}
+	c.wraw = wraw
+	r := &rawCopyRun{client: client, pod: pod, done: make(chan error, 1)}
+	go func() { _, err := c.run(toPod, raw); _ = toPod.CloseWrite(); r.done <- err }()
+	return r
+}
+
+// end half-closes the client's side and waits, at most 30 s, for the copy to end without error.
+func (r *rawCopyRun) end(t *testing.T) {
+	t.Helper()
+	_ = r.client.CloseWrite()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("copy: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the copy did not end within 30s of the client's half-close")
+	}
+}
+
 // TestWebSocketCopyAllocatesNothingPerMessage: copyRaw's functions are bound once per copy, so
 // a message costs no allocation (a closure per message cost two, in each direction).
 func TestWebSocketCopyAllocatesNothingPerMessage(t *testing.T) {
-	client, fromClient := tcpPair(t)
-	toPod, pod := tcpPair(t)
-	raw, _ := fromClient.SyscallConn()
-	wraw, _ := toPod.SyscallConn()
-	done := make(chan error, 1)
-	go func() { _, err := copyRaw(toPod, wraw, raw); done <- err }()
-	for _, c := range []net.Conn{client, pod} {
-		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
-	}
+	r := startRawCopy(t, nil, nil)
+	client, pod := r.client, r.pod
 	msg := []byte("a WebSocket frame's worth of bytes")
 	got := make([]byte, len(msg))
 	exchange := func() {
@@ -268,15 +313,7 @@ func TestWebSocketCopyAllocatesNothingPerMessage(t *testing.T) {
 	if string(got) != string(msg) {
 		t.Errorf("the pod got %q, want %q", got, msg)
 	}
-	_ = client.CloseWrite()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("copy: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the copy did not end within 30s of the client's half-close")
-	}
+	r.end(t)
 }
 
 // TestWebSocketCopyHoldsALargeBufferOnlyDuringABurst: a waiting copy holds its small buffer
@@ -284,15 +321,8 @@ func TestWebSocketCopyAllocatesNothingPerMessage(t *testing.T) {
 // buffer goes back once the socket is empty.
 func TestWebSocketCopyHoldsALargeBufferOnlyDuringABurst(t *testing.T) {
 	base := wsBufBytes.Load()
-	client, fromClient := tcpPair(t)
-	toPod, pod := tcpPair(t)
-	raw, _ := fromClient.SyscallConn()
-	wraw, _ := toPod.SyscallConn()
-	done := make(chan error, 1)
-	go func() { _, err := copyRaw(toPod, wraw, raw); done <- err }()
-	for _, c := range []net.Conn{client, pod} {
-		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
-	}
+	r := startRawCopy(t, nil, nil)
+	client, pod := r.client, r.pod
 	small := []byte("a keystroke")
 	got := make([]byte, 1<<20)
 	if _, err := client.Write(small); err != nil {
@@ -322,15 +352,7 @@ func TestWebSocketCopyHoldsALargeBufferOnlyDuringABurst(t *testing.T) {
 	// The copy gives the large buffer back when its read finds the socket empty, which may be
 	// just after the pod read the last bytes.
 	waitFor(t, "the large buffer given back", func() bool { return wsBufBytes.Load()-base == wsSmallBuf })
-	_ = client.CloseWrite()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("copy: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the copy did not end within 30s of the client's half-close")
-	}
+	r.end(t)
 	if n := wsBufBytes.Load() - base; n != 0 {
 		t.Errorf("after the copy ended %d bytes of buffer are held, want 0", n)
 	}
@@ -340,16 +362,9 @@ func TestWebSocketCopyHoldsALargeBufferOnlyDuringABurst(t *testing.T) {
 // buffer (a full-screen redraw) that arrived whole is sent to the other side in one send, not
 // as the small buffer's 4 KiB and then the rest.
 func TestWebSocketCopySendsAMessageOverTheSmallBufferAtOnce(t *testing.T) {
-	client, fromClient := tcpPair(t)
-	toPod, pod := tcpPair(t)
-	raw, _ := fromClient.SyscallConn()
-	wraw, _ := toPod.SyscallConn()
-	c := &rawCopy{wraw: wraw}
-	done := make(chan error, 1)
-	go func() { _, err := c.run(toPod, raw); done <- err }()
-	for _, conn := range []net.Conn{client, pod} {
-		_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
-	}
+	c := &rawCopy{}
+	r := startRawCopy(t, c, nil)
+	client, pod := r.client, r.pod
 	msg := make([]byte, 10<<10)
 	for i := range msg {
 		msg[i] = byte(i * 13)
@@ -364,15 +379,7 @@ func TestWebSocketCopySendsAMessageOverTheSmallBufferAtOnce(t *testing.T) {
 	if !bytes.Equal(got, msg) {
 		t.Fatal("the pod got the message changed")
 	}
-	_ = client.CloseWrite()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("copy: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the copy did not end within 30s of the client's half-close")
-	}
+	r.end(t)
 	if c.sends != 1 {
 		t.Errorf("a %d-byte message took %d sends, want 1", len(msg), c.sends)
 	}
@@ -387,16 +394,11 @@ func TestWebSocketCopiesWithSlowReadersKeepTheirStreams(t *testing.T) {
 	const copies, size = 6, 1 << 20
 	errs := make(chan error, copies)
 	for k := range copies {
-		client, fromClient := tcpPair(t)
-		toPod, pod := tcpPair(t)
-		_ = pod.SetReadBuffer(8 << 10)
-		_ = toPod.SetWriteBuffer(8 << 10)
-		for _, conn := range []net.Conn{client, pod} {
-			_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
-		}
-		raw, _ := fromClient.SyscallConn()
-		wraw, _ := toPod.SyscallConn()
-		go func() { _, err := copyRaw(toPod, wraw, raw); _ = toPod.CloseWrite(); _ = err }()
+		r := startRawCopy(t, nil, func(_, toPod, pod *net.TCPConn) {
+			_ = pod.SetReadBuffer(8 << 10)
+			_ = toPod.SetWriteBuffer(8 << 10)
+		})
+		client, pod := r.client, r.pod
 		stream := func(i int) byte { return byte(i*31 + k*7 + i>>12) }
 		go func() {
 			buf := make([]byte, 48<<10)

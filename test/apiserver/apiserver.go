@@ -40,13 +40,32 @@ func assets() (string, error) {
 // Main runs a package's tests (call it from TestMain) with one kube-apiserver they all share: it
 // starts it, calls run with its config (run calls m.Run and returns its code), stops it and exits
 // with run's code. With -short it starts nothing and run gets a nil config (the integration tests
-// skip themselves). A failed start exits 1 with the reason.
-func Main(m *testing.M, run func(cfg *rest.Config) int) {
+// skip themselves). A failed start exits 1 with the reason. Options adjust when it starts nothing.
+func Main(m *testing.M, run func(cfg *rest.Config) int, opts ...Option) {
 	flag.Parse()
-	if testing.Short() {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if testing.Short() || o.benchmarksWithout && noTests() {
 		os.Exit(run(nil))
 	}
 	os.Exit(withAPIServer(run))
+}
+
+// Option adjusts Main.
+type Option func(*options)
+
+type options struct{ benchmarksWithout bool }
+
+// BenchmarksNeedNone is for a package whose benchmarks do not use the API server: run with
+// -run '^$' (benchmarks only), Main starts nothing, as with -short.
+func BenchmarksNeedNone(o *options) { o.benchmarksWithout = true }
+
+// noTests tells whether -run selects no test (the "^$" of a benchmarks-only run).
+func noTests() bool {
+	f := flag.Lookup("test.run")
+	return f != nil && f.Value.String() == "^$"
 }
 
 func withAPIServer(run func(cfg *rest.Config) int) int {
