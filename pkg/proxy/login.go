@@ -257,7 +257,7 @@ func (tc *tokenCache) get(token string, now time.Duration) *auth.Caller {
 	return e.c
 }
 
-// put remembers c for a copy of token from now (monoNow, taken before the token was verified) for the
+// put remembers c for token from now (monoNow, taken before the token was verified) for the
 // TTL, or until the token expires if that is sooner.
 func (tc *tokenCache) put(token string, c *auth.Caller, now time.Duration) {
 	if tc.ttl <= 0 {
@@ -276,7 +276,6 @@ func (tc *tokenCache) put(token string, c *auth.Caller, now time.Duration) {
 	if len(tc.m) >= maxCachedTokens {
 		tc.m = map[string]cachedCaller{}
 	}
-	// A copy: the token is cut from a request's head, whose chunk (headString) it would keep.
-	tc.m[strings.Clone(token)] = cachedCaller{c: c, expires: exp}
+	tc.m[token] = cachedCaller{c: c, expires: exp}
 	tc.mu.Unlock()
 }

@@ -5,7 +5,6 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
-	"unsafe"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -13,8 +12,7 @@ import (
 // The lean loop's request parser for the plain request (quickParse): http.ReadRequest builds
 // a Request, a URL, a header map and a string per line and value, a dozen allocations for a
 // request that is forwarded and forgotten. quickParse copies the request headers once into one
-// string (headString: into the connection's head arena, no allocation for most requests) and
-// cuts everything from it, reusing the connection's Request, URL and header map; a
+// string and cuts everything from it, reusing the connection's Request, URL and header map; a
 // request it does not fully understand (escapes or unusual characters in the path, line folding,
 // Content-Length, Pragma, Trailer, an invalid name or value) is left to http.ReadRequest, so it
 // only ever answers what http.ReadRequest would, with the same Request (parse_test.go compares
@@ -36,37 +34,6 @@ type quickReq struct {
 	// handler is the Proxy, which adds them on the paths that read them); partial: req's
 	// header lacks some.
 	lazy, partial bool
-	// arena is the part of the current head chunk no string uses yet (headString).
-	arena []byte
-}
-
-// The head arena. Copying each head into a string of its own cost an allocation per request
-// (the lean loop's only one for a browser's GET), and with it the collector's cycles. A head is
-// copied instead into the free part of a chunk of headChunk bytes that the connection
-// allocates when the last one is full, and its string is a view of those bytes. Bytes of a
-// chunk are written once, before the string that views them exists, and never again (a full
-// chunk is left to the strings that use it and the collector, never rewound), so every string
-// of a request stays as it is for as long as anything holds it, as a string of its own would:
-// the token cache, a log line, a goroutine still writing the request. What holds one holds its
-// whole chunk; the token cache, which keeps tokens past the request, clones them
-// (tokenCache.put). A head over headArenaMax gets a string of its own, as before.
-const (
-	headChunk    = 4 << 10
-	headArenaMax = 1 << 10
-)
-
-// headString returns a string with head's bytes, which nothing ever changes (see above).
-func (q *quickReq) headString(head []byte) string {
-	if len(head) == 0 || len(head) > headArenaMax {
-		return string(head)
-	}
-	if len(head) > len(q.arena) {
-		q.arena = make([]byte, headChunk)
-	}
-	p := q.arena[:len(head):len(head)]
-	q.arena = q.arena[len(head):]
-	copy(p, head)
-	return unsafe.String(&p[0], len(p))
 }
 
 // wholeHeader adds to req's header map the fields quickParse left out of it (lazyField), in
@@ -96,7 +63,7 @@ func (q *quickReq) quickParse(head []byte, remote string) (*http.Request, bool) 
 	q.lines, q.partial = "", false
 	// One copy of the whole head: every string of the request is cut from it, so none of them
 	// changes when the connection's buffer is reused (the token cache keeps a token, for one).
-	s := q.headString(head)
+	s := string(head)
 	i := strings.IndexByte(s, '\n')
 	if i < 1 || s[i-1] != '\r' {
 		return nil, false
