@@ -78,7 +78,7 @@ func startCluster(ctx context.Context, c config, name string) (*localcluster.Clu
 	cl, err := localcluster.Start(ctx, localcluster.Options{
 		BinDir:                      c.binDir,
 		Dir:                         filepath.Join(c.workDir, name),
-		NodePods:                    c.scale + c.other + 2*c.n + 1000,
+		NodePods:                    upgradeNodePods(c),
 		ExtraControllerManagerFlags: bench.ClusterControllerManagerFlags,
 		ExtraAPIServerFlags:         apiFlags,
 	})
@@ -87,6 +87,21 @@ func startCluster(ctx context.Context, c config, name string) (*localcluster.Clu
 	}
 	logf("cluster %s up in %s", name, time.Since(t).Round(100*time.Millisecond))
 	return cl, nil
+}
+
+// upgradeNodePods is the kwok node's pods capacity for the upgrade cluster: at least the pods its
+// figures hold at once, 2 Deployments sets and 4 floor sets of N, 2 workspace sets of N per nogoo9
+// binary (the earlier one too), N more while a side-by-side rollout holds a second pod per unit,
+// and 1,000 for figure 3's spawns and what a rollout leaves terminating. With too few (as when
+// the earlier binary's 2,000 workspaces at N=1000 were not counted) the last pods set up stay
+// Pending, the scheduler fails them over and over, and the next rollout cannot place its pods.
+func upgradeNodePods(c config) int {
+	binaries := 1
+	if c.before != "" {
+		binaries++
+	}
+	need := (2+4+2*binaries+1)*c.n + 1000
+	return max(need, c.scale+c.other+2*c.n+1000)
 }
 
 // fastClient is the clientset of the floor and of the benchmark's own setup: client QPS 500 and
