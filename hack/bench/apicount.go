@@ -113,6 +113,65 @@ func CountEventWrites(ctx context.Context, cs kubernetes.Interface) (float64, er
 	return sumWritesOf(body, func(resource string) bool { return resource == "events" })
 }
 
+// Requests is kube-apiserver's apiserver_request_total by "verb resource[/subresource]" (every
+// resource, watches and leases left out): where a rollout's requests went, not only its pods'.
+type Requests map[string]float64
+
+// ScrapeRequests reads Requests from kube-apiserver's /metrics.
+func ScrapeRequests(ctx context.Context, cs kubernetes.Interface) (Requests, error) {
+	body, err := scrapeMetrics(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	return parseRequests(body)
+}
+
+func parseRequests(body []byte) (Requests, error) {
+	r := Requests{}
+	err := eachSample(body, []string{"apiserver_request_total"}, func(_ string, labels map[string]string, v float64) {
+		verb, res := labels["verb"], labels["resource"]
+		if verb == "WATCH" || res == "leases" || res == "" {
+			return
+		}
+		if sub := labels["subresource"]; sub != "" {
+			res += "/" + sub
+		}
+		r[verb+" "+res] += v
+	})
+	return r, err
+}
+
+// PerUnit is the requests from r to after, divided by n, largest first: "POST pods 2.00, ...".
+func (r Requests) PerUnit(after Requests, n int) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var d []kv
+	for k, a := range after {
+		if v := a - r[k]; v > 0 {
+			d = append(d, kv{k, v / float64(n)})
+		}
+	}
+	slices.SortFunc(d, func(a, b kv) int {
+		if a.v != b.v {
+			if a.v > b.v {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.k, b.k)
+	})
+	parts := make([]string, 0, len(d))
+	for _, e := range d {
+		parts = append(parts, fmt.Sprintf("%s %.2f", e.k, e.v))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // PodTraffic is what the API server did for pods, from its own counters: requests by verb (every
 // subresource: bindings and status writes too) and the watch events it sent to every pod watcher
 // (kube-scheduler, the controller-managers, kwok, nogoo9, the benchmark) with their bytes.

@@ -178,3 +178,31 @@ func TestDescribePods(t *testing.T) {
 		t.Errorf("describePods(nil) = %q", got)
 	}
 }
+
+// TestRequestsPerUnit: requests by verb and resource (subresources apart; watches and leases
+// left out), the difference divided by N, largest first.
+func TestRequestsPerUnit(t *testing.T) {
+	before, err := parseRequests([]byte(`apiserver_request_total{code="201",resource="pods",subresource="",verb="POST"} 10
+apiserver_request_total{code="201",resource="events",subresource="",verb="POST"} 5
+apiserver_request_total{code="200",resource="leases",subresource="",verb="PUT"} 100
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseRequests([]byte(`apiserver_request_total{code="201",resource="pods",subresource="",verb="POST"} 30
+apiserver_request_total{code="201",resource="pods",subresource="binding",verb="POST"} 20
+apiserver_request_total{code="201",resource="events",subresource="",verb="POST"} 45
+apiserver_request_total{code="200",resource="pods",subresource="",verb="WATCH"} 7
+apiserver_request_total{code="200",resource="leases",subresource="",verb="PUT"} 300
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "POST events 4.00, POST pods 2.00, POST pods/binding 2.00"
+	if got := before.PerUnit(after, 10); got != want {
+		t.Errorf("PerUnit = %q, want %q", got, want)
+	}
+	if got := after.PerUnit(after, 10); got != "none" {
+		t.Errorf("no change: %q", got)
+	}
+}

@@ -141,6 +141,11 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 		res.Fail(fig, subject, "s", err)
 		return
 	}
+	reqBefore, err := bench.ScrapeRequests(ctx, cs)
+	if err != nil {
+		res.Fail(fig, subject, "s", err)
+		return
+	}
 	if dir := os.Getenv("BENCH_PPROF_DIR"); dir != "" {
 		// kube-apiserver's own CPU profile over the 4 s from the start (the admin credentials may
 		// read its /debug/pprof): where its time goes for this subject's requests and events.
@@ -179,6 +184,9 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 	}
 	if after, err := bench.ScrapePodTraffic(ctx, cs); err == nil {
 		logf("%s: %s: API server, until 2 s after the end: %s", fig, subject, trafficBefore.PerUnit(after, n))
+	}
+	if after, err := bench.ScrapeRequests(ctx, cs); err == nil {
+		logf("%s: %s: API server requests per workspace by verb and resource, until 2 s after the end: %s", fig, subject, reqBefore.PerUnit(after, n))
 	}
 	if fig != titleUpgrade(c.n) || !c.figures[2] {
 		return
