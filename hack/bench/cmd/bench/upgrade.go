@@ -191,6 +191,11 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 	if fig != titleUpgrade(c.n) || !c.figures[2] {
 		return
 	}
+	// Figures 2 and 2b count until the API server is quiet: Events a rate limit writes after the
+	// end (nogoo9's --event-qps) are the rollout's too.
+	if waited, quiet, err := bench.AwaitQuiet(ctx, cs, time.Second, 30*time.Second); err == nil && !quiet {
+		res.Note(titleWrites(c.n), "%s: one count ended while the API server still served writes (after waiting %s)", subject, waited.Round(100*time.Millisecond))
+	}
 	after, err := bench.CountWrites(ctx, cs)
 	if err != nil {
 		res.Fail(titleWrites(c.n), subject, "writes/workspace", err)
@@ -235,7 +240,7 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 	res.Note(fig, "time from the template change (or upgrade-all call) until every workspace runs the new version, is Ready, and no old pod is left; Deployments also report 1 updated, available replica")
 	res.Note(fig, "kcm = kube-controller-manager running only the deployment and replicaset controllers; raised = %v", bench.RaisedKCMFlags)
 	res.Note(figR, "recreate-style: each workspace (and Deployment) mounts a ReadWriteOncePod claim on a pre-created PV, so the old pod must be gone before the new one can run; Deployments use strategy Recreate")
-	res.Note(figW, "create, update, patch and delete requests counted by kube-apiserver's apiserver_request_total (leases and events excluded), including the scheduler's bindings and kwok's status writes, divided by N")
+	res.Note(figW, "create, update, patch and delete requests counted by kube-apiserver's apiserver_request_total (leases and events excluded), including the scheduler's bindings and kwok's status writes, until the API server has served no write for 1 s after the end, divided by N")
 
 	do1 := c.figures[1] || c.figures[2]
 	deploy := &bench.Deployments{Client: cs, Namespace: "bench-deploy", N: c.n}
