@@ -178,6 +178,10 @@ func (r Requests) PerUnit(after Requests, n int) string {
 type PodTraffic struct {
 	Requests                   map[string]float64
 	WatchEvents, WatchEventSum float64
+	// TerminatedWatchers is how many pod watchers kube-apiserver closed because they did not
+	// keep up (apiserver_terminated_watchers_total): each then lists (or streams) its pods again,
+	// and a streamed list's events count as sent.
+	TerminatedWatchers float64
 }
 
 // ScrapePodTraffic reads PodTraffic from kube-apiserver's /metrics.
@@ -191,7 +195,7 @@ func ScrapePodTraffic(ctx context.Context, cs kubernetes.Interface) (PodTraffic,
 
 func parsePodTraffic(body []byte) (PodTraffic, error) {
 	t := PodTraffic{Requests: map[string]float64{}}
-	names := []string{"apiserver_request_total", "apiserver_watch_events_sizes_sum", "apiserver_watch_events_sizes_count"}
+	names := []string{"apiserver_request_total", "apiserver_watch_events_sizes_sum", "apiserver_watch_events_sizes_count", "apiserver_terminated_watchers_total"}
 	err := eachSample(body, names, func(name string, labels map[string]string, v float64) {
 		if labels["resource"] != "pods" || labels["group"] != "" {
 			return
@@ -205,6 +209,8 @@ func parsePodTraffic(body []byte) (PodTraffic, error) {
 			t.WatchEventSum += v
 		case "apiserver_watch_events_sizes_count":
 			t.WatchEvents += v
+		case "apiserver_terminated_watchers_total":
+			t.TerminatedWatchers += v
 		}
 	})
 	if err != nil {
@@ -230,8 +236,12 @@ func (t PodTraffic) PerUnit(after PodTraffic, n int) string {
 	if ev > 0 {
 		mean = sum / ev
 	}
-	return fmt.Sprintf("pod requests %.2f per workspace (%s); pod watch events sent %.1f per workspace, %.0f bytes each on average, %.1f KB per workspace",
+	out := fmt.Sprintf("pod requests %.2f per workspace (%s); pod watch events sent %.1f per workspace, %.0f bytes each on average, %.1f KB per workspace",
 		total/float64(n), strings.Join(verbs, ", "), ev/float64(n), mean, sum/float64(n)/1000)
+	if d := after.TerminatedWatchers - t.TerminatedWatchers; d > 0 {
+		out += fmt.Sprintf("; %.0f pod watchers closed by kube-apiserver for not keeping up", d)
+	}
+	return out
 }
 
 // AwaitQuiet waits until kube-apiserver has served no write for quiet (leases left out: every

@@ -206,3 +206,22 @@ apiserver_request_total{code="200",resource="leases",subresource="",verb="PUT"} 
 		t.Errorf("no change: %q", got)
 	}
 }
+
+// TestPodTrafficNamesTerminatedWatchers: a pod watcher that kube-apiserver closed during the
+// window (it then lists again, and a streamed list's events count as sent) is named.
+func TestPodTrafficNamesTerminatedWatchers(t *testing.T) {
+	before, err := parsePodTraffic([]byte(`apiserver_terminated_watchers_total{group="",resource="pods"} 1
+apiserver_terminated_watchers_total{group="",resource="configmaps"} 3
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := before
+	after.TerminatedWatchers = 3
+	if got := before.PerUnit(after, 10); !strings.HasSuffix(got, "; 2 pod watchers closed by kube-apiserver for not keeping up") {
+		t.Errorf("PerUnit = %q", got)
+	}
+	if got := before.PerUnit(before, 10); strings.Contains(got, "watchers closed") {
+		t.Errorf("no watcher closed: %q", got)
+	}
+}
