@@ -113,12 +113,75 @@ func CountEventWrites(ctx context.Context, cs kubernetes.Interface) (float64, er
 	return sumWritesOf(body, func(resource string) bool { return resource == "events" })
 }
 
+// Requests is kube-apiserver's apiserver_request_total by "verb resource[/subresource]" (every
+// resource, watches and leases left out): where a rollout's requests went, not only its pods'.
+type Requests map[string]float64
+
+// ScrapeRequests reads Requests from kube-apiserver's /metrics.
+func ScrapeRequests(ctx context.Context, cs kubernetes.Interface) (Requests, error) {
+	body, err := scrapeMetrics(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	return parseRequests(body)
+}
+
+func parseRequests(body []byte) (Requests, error) {
+	r := Requests{}
+	err := eachSample(body, []string{"apiserver_request_total"}, func(_ string, labels map[string]string, v float64) {
+		verb, res := labels["verb"], labels["resource"]
+		if verb == "WATCH" || res == "leases" || res == "" {
+			return
+		}
+		if sub := labels["subresource"]; sub != "" {
+			res += "/" + sub
+		}
+		r[verb+" "+res] += v
+	})
+	return r, err
+}
+
+// PerUnit is the requests from r to after, divided by n, largest first: "POST pods 2.00, ...".
+func (r Requests) PerUnit(after Requests, n int) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var d []kv
+	for k, a := range after {
+		if v := a - r[k]; v > 0 {
+			d = append(d, kv{k, v / float64(n)})
+		}
+	}
+	slices.SortFunc(d, func(a, b kv) int {
+		if a.v != b.v {
+			if a.v > b.v {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.k, b.k)
+	})
+	parts := make([]string, 0, len(d))
+	for _, e := range d {
+		parts = append(parts, fmt.Sprintf("%s %.2f", e.k, e.v))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // PodTraffic is what the API server did for pods, from its own counters: requests by verb (every
 // subresource: bindings and status writes too) and the watch events it sent to every pod watcher
 // (kube-scheduler, the controller-managers, kwok, nogoo9, the benchmark) with their bytes.
 type PodTraffic struct {
 	Requests                   map[string]float64
 	WatchEvents, WatchEventSum float64
+	// TerminatedWatchers is how many pod watchers kube-apiserver closed because they did not
+	// keep up (apiserver_terminated_watchers_total): each then lists (or streams) its pods again,
+	// and a streamed list's events count as sent.
+	TerminatedWatchers float64
 }
 
 // ScrapePodTraffic reads PodTraffic from kube-apiserver's /metrics.
@@ -132,7 +195,7 @@ func ScrapePodTraffic(ctx context.Context, cs kubernetes.Interface) (PodTraffic,
 
 func parsePodTraffic(body []byte) (PodTraffic, error) {
 	t := PodTraffic{Requests: map[string]float64{}}
-	names := []string{"apiserver_request_total", "apiserver_watch_events_sizes_sum", "apiserver_watch_events_sizes_count"}
+	names := []string{"apiserver_request_total", "apiserver_watch_events_sizes_sum", "apiserver_watch_events_sizes_count", "apiserver_terminated_watchers_total"}
 	err := eachSample(body, names, func(name string, labels map[string]string, v float64) {
 		if labels["resource"] != "pods" || labels["group"] != "" {
 			return
@@ -146,6 +209,8 @@ func parsePodTraffic(body []byte) (PodTraffic, error) {
 			t.WatchEventSum += v
 		case "apiserver_watch_events_sizes_count":
 			t.WatchEvents += v
+		case "apiserver_terminated_watchers_total":
+			t.TerminatedWatchers += v
 		}
 	})
 	if err != nil {
@@ -171,8 +236,12 @@ func (t PodTraffic) PerUnit(after PodTraffic, n int) string {
 	if ev > 0 {
 		mean = sum / ev
 	}
-	return fmt.Sprintf("pod requests %.2f per workspace (%s); pod watch events sent %.1f per workspace, %.0f bytes each on average, %.1f KB per workspace",
+	out := fmt.Sprintf("pod requests %.2f per workspace (%s); pod watch events sent %.1f per workspace, %.0f bytes each on average, %.1f KB per workspace",
 		total/float64(n), strings.Join(verbs, ", "), ev/float64(n), mean, sum/float64(n)/1000)
+	if d := after.TerminatedWatchers - t.TerminatedWatchers; d > 0 {
+		out += fmt.Sprintf("; %.0f pod watchers closed by kube-apiserver for not keeping up", d)
+	}
+	return out
 }
 
 // AwaitQuiet waits until kube-apiserver has served no write for quiet (leases left out: every

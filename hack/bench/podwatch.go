@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,7 +12,15 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
+
+// Logf, when set, logs the progress of long waits (the bench command sets it to its log).
+var Logf func(format string, args ...any)
+
+// ProgressEvery is how often a wait that has not ended logs what it sees.
+const ProgressEvery = time.Minute
 
 // podWatch keeps an up-to-date view of the pods of one namespace through an informer, so waiting
 // for a rollout costs one watch instead of repeated lists of thousands of pods.
@@ -64,20 +74,72 @@ func (w *podWatch) pods() []*corev1.Pod {
 
 // wait returns when cond holds for the current pods, re-checking after every change (and every
 // second, for conditions that also look elsewhere), or fails when ctx ends.
+// Every ProgressEvery it logs what the watch shows (Logf), so a stalled set-up shows where.
 func (w *podWatch) wait(ctx context.Context, what string, cond func([]*corev1.Pod) bool) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	start, logged := time.Now(), time.Now()
 	for {
 		if cond(w.pods()) {
 			return nil
 		}
+		if Logf != nil && time.Since(logged) >= ProgressEvery {
+			logged = time.Now()
+			Logf("still waiting for %s after %s: the watch shows %s", what, time.Since(start).Round(time.Second), describePods(w.pods()))
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+			return fmt.Errorf("waiting for %s: %w; the watch shows %s", what, ctx.Err(), describePods(w.pods()))
 		case <-w.changed:
 		case <-tick.C:
 		}
 	}
+}
+
+// describePods counts pods by revision (the benchmark's LabelRev, else a workspace's template
+// version; "-" for neither) and state, for an error that says what did not come up:
+// "rev 0: 1000 pods (Ready 612, unscheduled 388, deleting 0, other 0)".
+func describePods(pods []*corev1.Pod) string {
+	type counts struct{ all, ready, unscheduled, deleting int }
+	byRev := map[string]*counts{}
+	for _, p := range pods {
+		rev := p.Labels[LabelRev]
+		if rev == "" {
+			rev = workspace.TemplateVersion(p)
+		}
+		if rev == "" {
+			rev = "-"
+		}
+		c := byRev[rev]
+		if c == nil {
+			c = &counts{}
+			byRev[rev] = c
+		}
+		c.all++
+		switch {
+		case p.DeletionTimestamp != nil:
+			c.deleting++
+		case podReady(p):
+			c.ready++
+		case p.Spec.NodeName == "":
+			c.unscheduled++
+		}
+	}
+	if len(byRev) == 0 {
+		return "no pods"
+	}
+	revs := make([]string, 0, len(byRev))
+	for r := range byRev {
+		revs = append(revs, r)
+	}
+	slices.Sort(revs)
+	parts := make([]string, 0, len(revs))
+	for _, r := range revs {
+		c := byRev[r]
+		parts = append(parts, fmt.Sprintf("rev %s: %d pods (Ready %d, unscheduled %d, deleting %d, other %d)",
+			r, c.all, c.ready, c.unscheduled, c.deleting, c.all-c.ready-c.unscheduled-c.deleting))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // podReady reports whether pod is Running, not being deleted, and Ready.

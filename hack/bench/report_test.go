@@ -6,6 +6,11 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 func TestSummarize(t *testing.T) {
@@ -146,5 +151,77 @@ apiserver_watch_events_sizes_sum{group="policy",resource="pods",version="v1"} 50
 	want := "pod requests 3.00 per workspace (PATCH 1.00, POST 2.00); pod watch events sent 2.0 per workspace, 2000 bytes each on average, 4.0 KB per workspace"
 	if got := before.PerUnit(after, 10); got != want {
 		t.Errorf("PerUnit =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestDescribePods: a wait that times out names how many pods of each revision are Ready,
+// unscheduled or deleting.
+func TestDescribePods(t *testing.T) {
+	pod := func(rev, node string, ready, deleting bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelRev: rev}}, Spec: corev1.PodSpec{NodeName: node}}
+		if ready {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		}
+		if deleting {
+			p.DeletionTimestamp = &metav1.Time{}
+		}
+		return p
+	}
+	ws := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{workspace.LabelTemplateVersion: "3"}}}
+	got := describePods([]*corev1.Pod{pod("1", "n", true, false), pod("1", "", false, false), pod("0", "n", true, true), pod("1", "n", false, false), ws})
+	want := "rev 0: 1 pods (Ready 0, unscheduled 0, deleting 1, other 0); rev 1: 3 pods (Ready 1, unscheduled 1, deleting 0, other 1); rev 3: 1 pods (Ready 0, unscheduled 1, deleting 0, other 0)"
+	if got != want {
+		t.Errorf("describePods = %q, want %q", got, want)
+	}
+	if got := describePods(nil); got != "no pods" {
+		t.Errorf("describePods(nil) = %q", got)
+	}
+}
+
+// TestRequestsPerUnit: requests by verb and resource (subresources apart; watches and leases
+// left out), the difference divided by N, largest first.
+func TestRequestsPerUnit(t *testing.T) {
+	before, err := parseRequests([]byte(`apiserver_request_total{code="201",resource="pods",subresource="",verb="POST"} 10
+apiserver_request_total{code="201",resource="events",subresource="",verb="POST"} 5
+apiserver_request_total{code="200",resource="leases",subresource="",verb="PUT"} 100
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseRequests([]byte(`apiserver_request_total{code="201",resource="pods",subresource="",verb="POST"} 30
+apiserver_request_total{code="201",resource="pods",subresource="binding",verb="POST"} 20
+apiserver_request_total{code="201",resource="events",subresource="",verb="POST"} 45
+apiserver_request_total{code="200",resource="pods",subresource="",verb="WATCH"} 7
+apiserver_request_total{code="200",resource="leases",subresource="",verb="PUT"} 300
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "POST events 4.00, POST pods 2.00, POST pods/binding 2.00"
+	if got := before.PerUnit(after, 10); got != want {
+		t.Errorf("PerUnit = %q, want %q", got, want)
+	}
+	if got := after.PerUnit(after, 10); got != "none" {
+		t.Errorf("no change: %q", got)
+	}
+}
+
+// TestPodTrafficNamesTerminatedWatchers: a pod watcher that kube-apiserver closed during the
+// window (it then lists again, and a streamed list's events count as sent) is named.
+func TestPodTrafficNamesTerminatedWatchers(t *testing.T) {
+	before, err := parsePodTraffic([]byte(`apiserver_terminated_watchers_total{group="",resource="pods"} 1
+apiserver_terminated_watchers_total{group="",resource="configmaps"} 3
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := before
+	after.TerminatedWatchers = 3
+	if got := before.PerUnit(after, 10); !strings.HasSuffix(got, "; 2 pod watchers closed by kube-apiserver for not keeping up") {
+		t.Errorf("PerUnit = %q", got)
+	}
+	if got := before.PerUnit(before, 10); strings.Contains(got, "watchers closed") {
+		t.Errorf("no watcher closed: %q", got)
 	}
 }

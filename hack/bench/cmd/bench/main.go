@@ -44,6 +44,7 @@ type config struct {
 func main() {
 	var c config
 	var figs string
+	bench.Logf = logf
 	flag.IntVar(&c.n, "n", envInt("BENCH_N", 100), "Workspaces (and Deployments, floor pods) upgraded in figures 1 and 2 (env BENCH_N).")
 	flag.IntVar(&c.scale, "scale", envInt("BENCH_SCALE", 2000), "Workspace pods in the cluster for figures 4 and 5 (env BENCH_SCALE; the issue's figure is 10000).")
 	flag.IntVar(&c.other, "other-pods", envInt("BENCH_OTHER_PODS", 5000), "Non-workspace pods in the cluster for figures 4 and 5, so label filtering matters (env BENCH_OTHER_PODS).")

@@ -78,7 +78,7 @@ func startCluster(ctx context.Context, c config, name string) (*localcluster.Clu
 	cl, err := localcluster.Start(ctx, localcluster.Options{
 		BinDir:                      c.binDir,
 		Dir:                         filepath.Join(c.workDir, name),
-		NodePods:                    c.scale + c.other + 2*c.n + 1000,
+		NodePods:                    upgradeNodePods(c),
 		ExtraControllerManagerFlags: bench.ClusterControllerManagerFlags,
 		ExtraAPIServerFlags:         apiFlags,
 	})
@@ -87,6 +87,21 @@ func startCluster(ctx context.Context, c config, name string) (*localcluster.Clu
 	}
 	logf("cluster %s up in %s", name, time.Since(t).Round(100*time.Millisecond))
 	return cl, nil
+}
+
+// upgradeNodePods is the kwok node's pods capacity for the upgrade cluster: at least the pods its
+// figures hold at once, 2 Deployments sets and 4 floor sets of N, 2 workspace sets of N per nogoo9
+// binary (the earlier one too), N more while a side-by-side rollout holds a second pod per unit,
+// and 1,000 for figure 3's spawns and what a rollout leaves terminating. With too few (as when
+// the earlier binary's 2,000 workspaces at N=1000 were not counted) the last pods set up stay
+// Pending, the scheduler fails them over and over, and the next rollout cannot place its pods.
+func upgradeNodePods(c config) int {
+	binaries := 1
+	if c.before != "" {
+		binaries++
+	}
+	need := (2+4+2*binaries+1)*c.n + 1000
+	return max(need, c.scale+c.other+2*c.n+1000)
 }
 
 // fastClient is the clientset of the floor and of the benchmark's own setup: client QPS 500 and
@@ -122,6 +137,11 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 		return
 	}
 	trafficBefore, err := bench.ScrapePodTraffic(ctx, cs)
+	if err != nil {
+		res.Fail(fig, subject, "s", err)
+		return
+	}
+	reqBefore, err := bench.ScrapeRequests(ctx, cs)
 	if err != nil {
 		res.Fail(fig, subject, "s", err)
 		return
@@ -165,8 +185,16 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 	if after, err := bench.ScrapePodTraffic(ctx, cs); err == nil {
 		logf("%s: %s: API server, until 2 s after the end: %s", fig, subject, trafficBefore.PerUnit(after, n))
 	}
+	if after, err := bench.ScrapeRequests(ctx, cs); err == nil {
+		logf("%s: %s: API server requests per workspace by verb and resource, until 2 s after the end: %s", fig, subject, reqBefore.PerUnit(after, n))
+	}
 	if fig != titleUpgrade(c.n) || !c.figures[2] {
 		return
+	}
+	// Figures 2 and 2b count until the API server is quiet: Events a rate limit writes after the
+	// end (nogoo9's --event-qps) are the rollout's too.
+	if waited, quiet, err := bench.AwaitQuiet(ctx, cs, time.Second, 30*time.Second); err == nil && !quiet {
+		res.Note(titleWrites(c.n), "%s: one count ended while the API server still served writes (after waiting %s)", subject, waited.Round(100*time.Millisecond))
 	}
 	after, err := bench.CountWrites(ctx, cs)
 	if err != nil {
@@ -212,7 +240,7 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 	res.Note(fig, "time from the template change (or upgrade-all call) until every workspace runs the new version, is Ready, and no old pod is left; Deployments also report 1 updated, available replica")
 	res.Note(fig, "kcm = kube-controller-manager running only the deployment and replicaset controllers; raised = %v", bench.RaisedKCMFlags)
 	res.Note(figR, "recreate-style: each workspace (and Deployment) mounts a ReadWriteOncePod claim on a pre-created PV, so the old pod must be gone before the new one can run; Deployments use strategy Recreate")
-	res.Note(figW, "create, update, patch and delete requests counted by kube-apiserver's apiserver_request_total (leases and events excluded), including the scheduler's bindings and kwok's status writes, divided by N")
+	res.Note(figW, "create, update, patch and delete requests counted by kube-apiserver's apiserver_request_total (leases and events excluded), including the scheduler's bindings and kwok's status writes, until the API server has served no write for 1 s after the end, divided by N")
 
 	do1 := c.figures[1] || c.figures[2]
 	deploy := &bench.Deployments{Client: cs, Namespace: "bench-deploy", N: c.n}

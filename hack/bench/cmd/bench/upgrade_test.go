@@ -30,3 +30,24 @@ func TestRotatedOrder(t *testing.T) {
 		t.Errorf("one subject: %v", got)
 	}
 }
+
+// TestUpgradeNodePods: the node holds every pod figures 1 and 2 set up, the earlier binary's
+// workspaces included, and a side-by-side rollout's second pods.
+func TestUpgradeNodePods(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		c    config
+		want int
+	}{
+		// 2 + 4 sets of 1,000, 2 sets of workspaces, 1,000 surging, 1,000 spare.
+		{"N=1000, one binary", config{n: 1000, scale: 2000, other: 5000}, 10000},
+		// The earlier binary's 2,000 workspaces on top: the twelfth round's stalled set-up had 10,000.
+		{"N=1000, earlier binary too", config{n: 1000, scale: 2000, other: 5000, before: "/tmp/nogoo9-old"}, 12000},
+		// At N=100 the old room (figures 4-5's sizes) stays: the same cluster as earlier rounds.
+		{"N=100, earlier binary too", config{n: 100, scale: 2000, other: 5000, before: "/tmp/nogoo9-old"}, 8200},
+	} {
+		if got := upgradeNodePods(tt.c); got != tt.want {
+			t.Errorf("%s: %d pods, want %d", tt.name, got, tt.want)
+		}
+	}
+}
