@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# `make bench`: measures nogoo9 against baselines in the same run and writes bench/results.md.
+# `make bench`: measures nogoo9 against baselines in the same run and writes bench/results.md
+# (replacing it).
 # Scale through the environment: BENCH_N=1000 (bulk upgrades), BENCH_SCALE=10000 (read path and
 # memory), BENCH_ROUNDS, BENCH_FIGURES=1,2,5. docs/performance.md explains every figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# bench/results.md is replaced (-out, given after, writes elsewhere: `hack/bench.sh -out /tmp/r.md`).
+out=bench/results.md
+prev=
+for a in "$@"; do
+	case "$prev" in -out | --out) out=$a ;; esac
+	case "$a" in -out=* | --out=*) out=${a#*=} ;; esac
+	prev=$a
+done
 go run ./hack/bench/cmd/bench -bin bin -nogoo9 bin/nogoo9 -out bench/results.md "$@"
 
 # The web UI: time to render the workspace list and its weight (page and embedded assets), at 100
@@ -15,4 +24,4 @@ go run ./hack/bench/cmd/bench -bin bin -nogoo9 bin/nogoo9 -out bench/results.md 
 	echo '```'
 	go test -run '^$' -bench BenchmarkListPage -benchtime 20x ./pkg/ui/ | grep -E '^(Benchmark|goos|goarch|cpu)'
 	echo '```'
-} >>bench/results.md
+} >>"$out"

@@ -179,8 +179,8 @@ type PodTraffic struct {
 	Requests                   map[string]float64
 	WatchEvents, WatchEventSum float64
 	// TerminatedWatchers is how many pod watchers kube-apiserver closed because they did not
-	// keep up (apiserver_terminated_watchers_total): each then lists (or streams) its pods again,
-	// and a streamed list's events count as sent.
+	// keep up (apiserver_terminated_watchers_total): each then watches again from its last
+	// resourceVersion, and lists again (a streamed list's events count as sent) if that is too old.
 	TerminatedWatchers float64
 }
 
@@ -252,6 +252,9 @@ func (t PodTraffic) PerUnit(after PodTraffic, n int) string {
 // rollout, and in its CPU and request counts, whichever subject comes next.
 func AwaitQuiet(ctx context.Context, cs kubernetes.Interface, quiet, limit time.Duration) (waited time.Duration, quiesced bool, err error) {
 	start := time.Now()
+	// limit is checked between scrapes: a scrape that hangs ends with this bound.
+	ctx, cancel := context.WithTimeout(ctx, limit+10*time.Second)
+	defer cancel()
 	count := func() (float64, error) {
 		body, err := scrapeMetrics(ctx, cs)
 		if err != nil {

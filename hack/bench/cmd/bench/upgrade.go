@@ -191,10 +191,14 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 	if fig != titleUpgrade(c.n) || !c.figures[2] {
 		return
 	}
-	// Figures 2 and 2b count until the API server is quiet: Events a rate limit writes after the
-	// end (nogoo9's --event-qps) are the rollout's too.
-	if waited, quiet, err := bench.AwaitQuiet(ctx, cs, time.Second, 30*time.Second); err == nil && !quiet {
-		res.Note(titleWrites(c.n), "%s: one count ended while the API server still served writes (after waiting %s)", subject, waited.Round(100*time.Millisecond))
+	// Figures 2 and 2b count until the API server is quiet: Events written after the end (by a
+	// late or rate-limited Event sink) are the rollout's too.
+	switch waited, quiet, err := bench.AwaitQuiet(ctx, cs, time.Second, 30*time.Second); {
+	case err != nil:
+		logf("%s: %s: waiting for a quiet API server after the end: %v", fig, subject, err)
+		res.Note(titleWrites(c.n), "%s: one count did not wait for a quiet API server after the end (%v)", subject, err)
+	case !quiet:
+		res.Note(titleWrites(c.n), "%s: one count ended while the API server still served writes (2 s after the end, then %s more)", subject, waited.Round(100*time.Millisecond))
 	}
 	after, err := bench.CountWrites(ctx, cs)
 	if err != nil {
@@ -240,7 +244,7 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 	res.Note(fig, "time from the template change (or upgrade-all call) until every workspace runs the new version, is Ready, and no old pod is left; Deployments also report 1 updated, available replica")
 	res.Note(fig, "kcm = kube-controller-manager running only the deployment and replicaset controllers; raised = %v", bench.RaisedKCMFlags)
 	res.Note(figR, "recreate-style: each workspace (and Deployment) mounts a ReadWriteOncePod claim on a pre-created PV, so the old pod must be gone before the new one can run; Deployments use strategy Recreate")
-	res.Note(figW, "create, update, patch and delete requests counted by kube-apiserver's apiserver_request_total (leases and events excluded), including the scheduler's bindings and kwok's status writes, until the API server has served no write for 1 s after the end, divided by N")
+	res.Note(figW, "create, update, patch and delete requests counted by kube-apiserver's apiserver_request_total (leases and events excluded), including the scheduler's bindings and kwok's status writes, from 2 s after the end until the API server has served no write (leases aside) for 1 s, at most 30 s more, divided by N")
 
 	do1 := c.figures[1] || c.figures[2]
 	deploy := &bench.Deployments{Client: cs, Namespace: "bench-deploy", N: c.n}
