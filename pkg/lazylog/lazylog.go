@@ -6,7 +6,7 @@
 // buffer of its own, about a kilobyte per call. A reconcile that logs nothing, which is nearly
 // every reconcile, throws all of it away: at start nogoo9's two controllers make a first pass over
 // every workspace, and at 10,000 workspaces that was tens of MB of garbage in a few seconds
-// (docs/performance.md, "Start-up garbage").
+// (bench/history.md, "Start-up garbage").
 //
 // New wraps a logger so that WithValues only remembers its key/value pairs (one small slice);
 // they are handed to the wrapped sink with the message when a line is actually written, which

@@ -29,7 +29,7 @@ func MapperProvider(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper,
 // answers through a priority mapper over every group version the API server serves, building a
 // "no match" error for each one that is not the kind's: about 10 KB of garbage per List. The two
 // controllers' first pass makes one List per workspace, so at 10,000 workspaces that was the
-// largest part of the start-up's garbage (about 280 of 640 MB; docs/performance.md, "Start-up
+// largest part of the start-up's garbage (about 280 of 640 MB; bench/history.md, "Start-up
 // garbage"). A built-in kind's mapping (resource, scope) never changes while the process runs;
 // other groups (CRDs, aggregated APIs), other calls and errors go to m every time.
 func BuiltinMemo(m meta.RESTMapper) meta.RESTMapper {

@@ -48,7 +48,7 @@ const HealthCheckHeader = "X-Nogoo9-Health-Check"
 // loop: the request path only stores a timestamp. A pod's record is made at its first forwarded
 // request, from the pod as the router holds it (the cache's object), not for every cached pod:
 // most of a large installation's workspaces get no request between two restarts of the proxy,
-// and a record with its map node is about 250 bytes (docs/performance.md, "Memory per
+// and a record with its map node is about 250 bytes (bench/history.md, "Memory per
 // workspace"). It starts from the pod's recorded nogoo9/last-activity, so the write interval
 // holds across replicas from the first request on.
 type activityRecorder struct {

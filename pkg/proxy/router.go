@@ -27,7 +27,7 @@ type router struct {
 	// more than one workspace claims; a prefix with one claimant has it only in the table. Short
 	// slices, and one map entry per workspace and per route: at 10,000 workspaces a map per
 	// workspace, and then a second map entry per workspace and per prefix, cost more than the
-	// routes themselves (docs/performance.md, "Memory per workspace").
+	// routes themselves (bench/history.md, "Memory per workspace").
 	ws        map[wsKey]wsState
 	contested map[string][]*target
 	// notReady holds a timer per pod that went not-ready; when it fires the pod's WebSockets close.

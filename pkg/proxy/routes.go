@@ -69,7 +69,7 @@ type target struct {
 	// rp forwards to addr. It is made by newRP at the first request that needs it
 	// (reverseProxy), not when the route is built: most of a large installation's workspaces get
 	// no request between two changes of their pods, and a ReverseProxy with its two closures is
-	// about 250 bytes per workspace (docs/performance.md, "Memory per workspace").
+	// about 250 bytes per workspace (bench/history.md, "Memory per workspace").
 	rp atomic.Pointer[httputil.ReverseProxy]
 }
 

@@ -156,7 +156,7 @@ func measureMemory(ctx context.Context, res *bench.Results, fig, subject string,
 // split (/proc/<pid>/smaps_rollup: anonymous memory against file-backed pages such as the
 // binary's text) and the Go runtime's (the go_memstats_* and go_gc_* lines of /metrics: heap in
 // use, idle heap not yet returned, stacks, span and GC metadata), to tell RSS beyond the heap
-// apart (docs/performance.md, "Memory per workspace").
+// apart (bench/history.md, "Memory per workspace").
 func saveMemoryBreakdown(ctx context.Context, pid int, metricsURL, path string) {
 	var out bytes.Buffer
 	for _, f := range []string{"smaps_rollup", "status"} {
