@@ -19,16 +19,6 @@ var writeVerbs = map[string]bool{"POST": true, "CREATE": true, "PUT": true, "UPD
 // excludedResources are written by every component on a timer, not by the rollout under test.
 var excludedResources = map[string]bool{"leases": true, "events": true}
 
-// CountWrites scrapes the API server's /metrics (with the client's admin credentials) and returns
-// the sum of apiserver_request_total over write verbs, leaving out leases and events.
-func CountWrites(ctx context.Context, cs kubernetes.Interface) (float64, error) {
-	body, err := scrapeMetrics(ctx, cs)
-	if err != nil {
-		return 0, err
-	}
-	return SumWrites(body)
-}
-
 // SumWrites sums apiserver_request_total samples of the Prometheus text exposition in body whose
 // verb is a write and whose resource is not excluded.
 func SumWrites(body []byte) (float64, error) {
@@ -44,6 +34,41 @@ func sumWritesOf(body []byte, counts func(resource string) bool) (float64, error
 		}
 	})
 	return total, err
+}
+
+// Snapshot is what one scrape of kube-apiserver's /metrics says, for a rollout's before and after:
+// its writes (SumWrites), its Events' writes, its pods' traffic and its requests by verb and
+// resource.
+type Snapshot struct {
+	Writes, EventWrites float64
+	Traffic             PodTraffic
+	Requests            Requests
+}
+
+// ScrapeSnapshot reads a Snapshot from one scrape of kube-apiserver's /metrics (with the client's
+// admin credentials).
+func ScrapeSnapshot(ctx context.Context, cs kubernetes.Interface) (Snapshot, error) {
+	body, err := scrapeMetrics(ctx, cs)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return parseSnapshot(body)
+}
+
+func parseSnapshot(body []byte) (s Snapshot, err error) {
+	if s.Writes, err = SumWrites(body); err != nil {
+		return s, err
+	}
+	// Events only (resource "events", core and events.k8s.io): what the components' Event
+	// recorders cost the API server.
+	if s.EventWrites, err = sumWritesOf(body, func(resource string) bool { return resource == "events" }); err != nil {
+		return s, err
+	}
+	if s.Traffic, err = parsePodTraffic(body); err != nil {
+		return s, err
+	}
+	s.Requests, err = parseRequests(body)
+	return s, err
 }
 
 // scrapeMetrics reads kube-apiserver's /metrics with the client's (admin) credentials.
@@ -103,28 +128,9 @@ func parseLabels(s string) map[string]string {
 	return out
 }
 
-// CountEventWrites is CountWrites for Events only (resource "events", core and events.k8s.io):
-// what the components' Event recorders cost the API server.
-func CountEventWrites(ctx context.Context, cs kubernetes.Interface) (float64, error) {
-	body, err := scrapeMetrics(ctx, cs)
-	if err != nil {
-		return 0, err
-	}
-	return sumWritesOf(body, func(resource string) bool { return resource == "events" })
-}
-
 // Requests is kube-apiserver's apiserver_request_total by "verb resource[/subresource]" (every
 // resource, watches and leases left out): where a rollout's requests went, not only its pods'.
 type Requests map[string]float64
-
-// ScrapeRequests reads Requests from kube-apiserver's /metrics.
-func ScrapeRequests(ctx context.Context, cs kubernetes.Interface) (Requests, error) {
-	body, err := scrapeMetrics(ctx, cs)
-	if err != nil {
-		return nil, err
-	}
-	return parseRequests(body)
-}
 
 func parseRequests(body []byte) (Requests, error) {
 	r := Requests{}
@@ -182,15 +188,6 @@ type PodTraffic struct {
 	// keep up (apiserver_terminated_watchers_total): each then watches again from its last
 	// resourceVersion, and lists again (a streamed list's events count as sent) if that is too old.
 	TerminatedWatchers float64
-}
-
-// ScrapePodTraffic reads PodTraffic from kube-apiserver's /metrics.
-func ScrapePodTraffic(ctx context.Context, cs kubernetes.Interface) (PodTraffic, error) {
-	body, err := scrapeMetrics(ctx, cs)
-	if err != nil {
-		return PodTraffic{}, err
-	}
-	return parsePodTraffic(body)
 }
 
 func parsePodTraffic(body []byte) (PodTraffic, error) {

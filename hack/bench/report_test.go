@@ -87,6 +87,33 @@ apiserver_request_duration_seconds_count{verb="POST",resource="pods"} 99
 	}
 }
 
+// TestSnapshotReadsEveryCountFromOneScrape: one scrape gives the writes, the Events' writes, the
+// pods' traffic and the requests, each as its own parser reads it.
+func TestSnapshotReadsEveryCountFromOneScrape(t *testing.T) {
+	body := []byte(`apiserver_request_total{code="201",group="",resource="pods",subresource="",verb="POST"} 10
+apiserver_request_total{code="201",group="",resource="events",subresource="",verb="POST"} 4
+apiserver_request_total{code="201",group="events.k8s.io",resource="events",subresource="",verb="PATCH"} 2
+apiserver_request_total{code="200",group="coordination.k8s.io",resource="leases",subresource="",verb="PUT"} 100
+apiserver_watch_events_sizes_count{group="",resource="pods"} 3
+`)
+	s, err := parseSnapshot(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Writes != 10 || s.EventWrites != 6 {
+		t.Errorf("writes %v, Event writes %v; want 10 (Events and leases left out) and 6", s.Writes, s.EventWrites)
+	}
+	if s.Traffic.Requests["POST"] != 10 || s.Traffic.WatchEvents != 3 {
+		t.Errorf("pod traffic %+v, want POST 10 and 3 watch events", s.Traffic)
+	}
+	if len(s.Requests) != 3 {
+		t.Errorf("requests %v, want POST pods, POST events and PATCH events (leases left out)", s.Requests)
+	}
+	if _, err := parseSnapshot([]byte(`apiserver_request_total{verb="POST",resource="pods"} notanumber`)); err == nil {
+		t.Error("a malformed scrape was accepted")
+	}
+}
+
 func TestWriteMarkdownRatiosAgainstBaselines(t *testing.T) {
 	r := &Results{}
 	const fig = "1. Bulk upgrade"

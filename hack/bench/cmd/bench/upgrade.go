@@ -126,22 +126,7 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 		logf("%s: %s: the API server still served writes after %s; measuring anyway", fig, subject, waited.Round(100*time.Millisecond))
 		res.Note(fig, "%s: one rollout started while the API server still served writes (after waiting %s)", subject, waited.Round(100*time.Millisecond))
 	}
-	before, err := bench.CountWrites(ctx, cs)
-	if err != nil {
-		res.Fail(fig, subject, "s", err)
-		return
-	}
-	eventsBefore, err := bench.CountEventWrites(ctx, cs)
-	if err != nil {
-		res.Fail(fig, subject, "s", err)
-		return
-	}
-	trafficBefore, err := bench.ScrapePodTraffic(ctx, cs)
-	if err != nil {
-		res.Fail(fig, subject, "s", err)
-		return
-	}
-	reqBefore, err := bench.ScrapeRequests(ctx, cs)
+	before, err := bench.ScrapeSnapshot(ctx, cs)
 	if err != nil {
 		res.Fail(fig, subject, "s", err)
 		return
@@ -182,11 +167,9 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 		return
 	case <-time.After(2 * time.Second):
 	}
-	if after, err := bench.ScrapePodTraffic(ctx, cs); err == nil {
-		logf("%s: %s: API server, until 2 s after the end: %s", fig, subject, trafficBefore.PerUnit(after, n))
-	}
-	if after, err := bench.ScrapeRequests(ctx, cs); err == nil {
-		logf("%s: %s: API server requests per workspace by verb and resource, until 2 s after the end: %s", fig, subject, reqBefore.PerUnit(after, n))
+	if after, err := bench.ScrapeSnapshot(ctx, cs); err == nil {
+		logf("%s: %s: API server, until 2 s after the end: %s", fig, subject, before.Traffic.PerUnit(after.Traffic, n))
+		logf("%s: %s: API server requests per workspace by verb and resource, until 2 s after the end: %s", fig, subject, before.Requests.PerUnit(after.Requests, n))
 	}
 	if fig != titleUpgrade(c.n) || !c.figures[2] {
 		return
@@ -200,18 +183,14 @@ func measured(ctx context.Context, res *bench.Results, c config, cs kubernetes.I
 	case !quiet:
 		res.Note(titleWrites(c.n), "%s: one count ended while the API server still served writes (2 s after the end, then %s more)", subject, waited.Round(100*time.Millisecond))
 	}
-	after, err := bench.CountWrites(ctx, cs)
+	after, err := bench.ScrapeSnapshot(ctx, cs)
 	if err != nil {
 		res.Fail(titleWrites(c.n), subject, "writes/workspace", err)
-		return
-	}
-	res.Add(titleWrites(c.n), subject, "writes/workspace", (after-before)/float64(n))
-	eventsAfter, err := bench.CountEventWrites(ctx, cs)
-	if err != nil {
 		res.Fail(titleEvents(c.n), subject, "events/workspace", err)
 		return
 	}
-	res.Add(titleEvents(c.n), subject, "events/workspace", (eventsAfter-eventsBefore)/float64(n))
+	res.Add(titleWrites(c.n), subject, "writes/workspace", (after.Writes-before.Writes)/float64(n))
+	res.Add(titleEvents(c.n), subject, "events/workspace", (after.EventWrites-before.EventWrites)/float64(n))
 }
 
 // figuresUpgrade measures figures 1, 1b and 2 (and 3, which needs nogoo9's API on the same
