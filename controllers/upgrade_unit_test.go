@@ -89,14 +89,7 @@ func TestGateCountsObservedUpgradesAndReservations(t *testing.T) {
 	}
 	// b's upgrade ends: c is woken and fits.
 	g.release(key("b"))
-	select {
-	case ev := <-wake:
-		if ev.Object.GetName() != "c" {
-			t.Errorf("woke %s, want c", ev.Object.GetName())
-		}
-	default:
-		t.Errorf("no workspace woken after a slot freed")
-	}
+	expectWoken(t, wake, "c", "a slot freed")
 	if ok, _, _ := g.admit(ctx, key("c"), "ws-c-up-1", now); !ok {
 		t.Errorf("c not admitted after a slot freed")
 	}
@@ -308,14 +301,7 @@ func TestGatePacesByUpgradesWaitingForANode(t *testing.T) {
 	bound := upA.DeepCopy()
 	bound.Spec.NodeName = "node-2"
 	g.observed(key("a"), []*corev1.Pod{oldA, bound})
-	select {
-	case ev := <-wake:
-		if ev.Object.GetName() != "c" {
-			t.Errorf("woke %s, want c", ev.Object.GetName())
-		}
-	default:
-		t.Errorf("no workspace woken after a's pod was bound")
-	}
+	expectWoken(t, wake, "c", "a's pod was bound")
 	if a := acquire("c"); !a.ok || a.inFlight != 2 {
 		t.Errorf("c after a's binding: %+v, want admitted with a and b in flight", a)
 	}
@@ -363,5 +349,18 @@ func TestGateTellsAStaleReadFromALimit(t *testing.T) {
 	a, err := g.acquire(context.Background(), key, "ws-a-v3", now)
 	if err != nil || a.ok || !a.stale || a.byPending {
 		t.Errorf("another name from a stale read: %+v, %v; want held back as stale", a, err)
+	}
+}
+
+// expectWoken checks that the gate has woken workspace want after what happened.
+func expectWoken(t *testing.T, wake <-chan event.GenericEvent, want, after string) {
+	t.Helper()
+	select {
+	case ev := <-wake:
+		if ev.Object.GetName() != want {
+			t.Errorf("woke %s after %s, want %s", ev.Object.GetName(), after, want)
+		}
+	default:
+		t.Errorf("no workspace woken after %s", after)
 	}
 }
