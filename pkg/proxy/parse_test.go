@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -134,6 +136,35 @@ func TestQuickParseReusedRequestKeepsNothingOfTheLast(t *testing.T) {
 	}
 }
 
+// TestQuickParseRepeatedAndCollidingFields: fillHeader adds a key it has not seen with one map
+// assignment, told apart by a bit per key (keyBit) that different keys may share; a key repeated
+// (in another case, with other lines between) or sharing its bit with an earlier one keeps every
+// value in order, as http.ReadRequest's map does.
+func TestQuickParseRepeatedAndCollidingFields(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("GET /a HTTP/1.1\r\nHost: h\r\nCookie: a=1\r\n")
+	bits := map[uint64]string{}
+	collided := false
+	for i := range 80 { // more keys than bits: some must share one
+		key := fmt.Sprintf("X-F%d", i)
+		if other, ok := bits[keyBit(key)]; ok && other != key {
+			collided = true
+		}
+		bits[keyBit(key)] = key
+		fmt.Fprintf(&b, "%s: %d\r\n", key, i)
+		if i%7 == 0 {
+			fmt.Fprintf(&b, "x-f%d: again %d\r\ncookie: b=%d\r\n", i/2, i, i)
+		}
+	}
+	b.WriteString("Accept: */*\r\nACCEPT: text/html\r\n\r\n")
+	if !collided {
+		t.Fatal("no two keys share a bit: the test does not reach the lookup")
+	}
+	if !checkQuickParse(t, newQuickReq(), b.String()) { // and the lazy parse
+		t.Fatal("not taken")
+	}
+}
+
 // TestQuickParseStringsOutliveTheReadBuffer: the connection's read buffer is overwritten by the
 // next request while strings of this one are still held (the token cache keeps the token).
 func TestQuickParseStringsOutliveTheReadBuffer(t *testing.T) {
@@ -182,4 +213,34 @@ func FuzzHeaderChecks(f *testing.F) {
 			t.Fatalf("validValue(%q) = %t, ValidHeaderFieldValue %t", s, got, want)
 		}
 	})
+}
+
+// TestPathByteIsWhatEscapedPathKeeps: pathByte's table holds exactly the bytes url.URL's
+// EscapedPath leaves as they are, so a path quickParse takes spells itself.
+func TestPathByteIsWhatEscapedPathKeeps(t *testing.T) {
+	for c := range 256 {
+		p := "/a" + string([]byte{byte(c)})
+		if kept := (&url.URL{Path: p}).EscapedPath() == p; pathByte(byte(c)) != kept {
+			t.Errorf("pathByte(%q) = %t, EscapedPath keeps it: %t", byte(c), !kept, kept)
+		}
+	}
+}
+
+// TestNameFormIsValidAndCanonical: nameForm's table walk says what httpguts and textproto say of
+// every name of up to two bytes, and of some longer ones (FuzzHeaderChecks goes further).
+func TestNameFormIsValidAndCanonical(t *testing.T) {
+	names := []string{"", "Content-Length", "content-length", "X--A", "-A", "A-", "X-a", "Sec-Ch-Ua", "sec-CH-ua", "ÄB", "A B", "A:B"}
+	for a := range 256 {
+		names = append(names, string([]byte{byte(a)}))
+		for _, b := range []byte{'a', 'A', '-', '0', ' ', 0x80} {
+			names = append(names, string([]byte{byte(a), b}), string([]byte{b, byte(a)}))
+		}
+	}
+	for _, name := range names {
+		valid, canonical := nameForm(name)
+		wantValid := httpguts.ValidHeaderFieldName(name)
+		if valid != wantValid || valid && canonical != (textproto.CanonicalMIMEHeaderKey(name) == name) {
+			t.Errorf("nameForm(%q) = %t, %t; ValidHeaderFieldName %t, CanonicalMIMEHeaderKey %q", name, valid, canonical, wantValid, textproto.CanonicalMIMEHeaderKey(name))
+		}
+	}
 }

@@ -33,7 +33,17 @@ import (
 // With lazy not nil (a request on the lean loop whose handler is the Proxy), the fields
 // lazyField names are checked but not added, and *lazy reports whether there were any: the
 // request's handler adds them (quickReq.wholeHeader) only on the paths that read them.
+//
+// Each line costs two IndexByte calls (its end, its colon), a lookup of the name among
+// lazyField's, one pass over any other name (nameForm: checked, and in canonical form or not, so
+// the special fields are found by comparing the key) and over the value (validValue). seen has
+// bit keyBit(key) set for every key added to h: a key seen for the first time (nearly every one)
+// costs one map assignment, not a lookup and an assignment.
 func fillHeader(h http.Header, vals *[]string, rest string, special, pick string, keepPick bool, lazy *bool) (picked string, n int, ok bool) {
+	var seen uint64
+	if len(h) > 0 {
+		seen = ^uint64(0) // not empty after all: every key takes the lookup
+	}
 	for len(rest) > 2 {
 		i := strings.IndexByte(rest, '\n')
 		if i < 1 || rest[i-1] != '\r' {
@@ -46,20 +56,30 @@ func fillHeader(h http.Header, vals *[]string, rest string, special, pick string
 			return "", 0, false
 		}
 		name, value := l[:c], l[c+1:]
-		if lazy != nil && lazyField(name) {
+		// lazyField's names as browsers spell them; in another case below.
+		if lazy != nil && lazyKey(name) {
 			if !validValue(value) {
 				return "", 0, false
 			}
-			*lazy = true // a lazy field's name is valid: lazyField compares it with one
+			*lazy = true
 			continue
 		}
-		key, ok := canonicalName(name)
-		if !ok || !validValue(value) {
+		valid, canonical := nameForm(name)
+		if !valid {
 			return "", 0, false
 		}
-		if n := len(name); (n == 6 || n == 7 || n == len(special) || special == requestSpecial && n == 17) &&
-			(strings.EqualFold(name, "Pragma") || strings.EqualFold(name, "Trailer") || strings.EqualFold(name, special) ||
-				special == requestSpecial && refusedRequestField(name)) {
+		key := name
+		if !canonical {
+			if lazy != nil && lazyField(name) {
+				if !validValue(value) {
+					return "", 0, false
+				}
+				*lazy = true
+				continue
+			}
+			key = textproto.CanonicalMIMEHeaderKey(name)
+		}
+		if !validValue(value) || refusedField(key, special) {
 			return "", 0, false
 		}
 		value = trimBlanks(value)
@@ -71,13 +91,47 @@ func fillHeader(h http.Header, vals *[]string, rest string, special, pick string
 		}
 		v := append(*vals, value)
 		*vals = v
-		if old, ok := h[key]; ok {
+		if bit := keyBit(key); seen&bit == 0 {
+			seen |= bit
+			h[key] = v[len(v)-1 : len(v) : len(v)]
+		} else if old, ok := h[key]; ok {
 			h[key] = append(old, value)
 		} else {
 			h[key] = v[len(v)-1 : len(v) : len(v)]
 		}
 	}
 	return picked, n, true
+}
+
+// keyBit is fillHeader's bit for a key (not empty): any bit does, one that differs between the
+// fields of a usual head saves their lookups.
+func keyBit(key string) uint64 {
+	return 1 << ((uint(len(key))*5 + uint(key[0]) + uint(key[len(key)-1])) & 63)
+}
+
+// refusedField reports the canonical keys fillHeader refuses: Pragma, Trailer, special and, for a
+// request (special is requestSpecial), Expect, Upgrade and Transfer-Encoding.
+func refusedField(key, special string) bool {
+	switch key {
+	case "Pragma", "Trailer":
+		return true
+	case "Expect", "Upgrade", "Transfer-Encoding":
+		if special == requestSpecial {
+			return true
+		}
+	}
+	return key == special
+}
+
+// lazyKey is lazyField for a name in canonical form.
+func lazyKey(name string) bool {
+	switch name {
+	case "Accept", "Referer", "Priority", "Sec-Ch-Ua", "Cache-Control", "If-None-Match", "Sec-Fetch-Dest",
+		"Sec-Fetch-Mode", "Sec-Fetch-Site", "Sec-Fetch-User", "Accept-Encoding", "Accept-Language",
+		"Sec-Ch-Ua-Mobile", "If-Modified-Since", "Sec-Ch-Ua-Platform", "Upgrade-Insecure-Requests":
+		return true
+	}
+	return false
 }
 
 // lazyField reports, in any case, the request fields a browser sends that nothing on the proxy's
@@ -118,19 +172,6 @@ func lazyField(name string) bool {
 // takes needs no other look at its lines.
 const requestSpecial = "Content-Length"
 
-// refusedRequestField: Expect, Upgrade and Transfer-Encoding, whatever their case.
-func refusedRequestField(name string) bool {
-	switch len(name) {
-	case 6:
-		return strings.EqualFold(name, "Expect")
-	case 7:
-		return strings.EqualFold(name, "Upgrade")
-	case 17:
-		return strings.EqualFold(name, "Transfer-Encoding")
-	}
-	return false
-}
-
 // headerLines is how many header lines head holds at most (the size of a values buffer).
 func headerLines(head []byte) int {
 	return bytes.Count(head, []byte("\n"))
@@ -151,24 +192,54 @@ func trimBlanks(v string) string {
 // accepts, and ok false for one it refuses: one pass over a name already in canonical form (what
 // browsers and servers send) instead of one to check it and another to canonicalize it.
 func canonicalName(name string) (key string, ok bool) {
-	if name == "" {
+	valid, canonical := nameForm(name)
+	if !valid {
 		return "", false
-	}
-	upper, canonical := true, true
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !httpguts.IsTokenRune(rune(c)) {
-			return "", false
-		}
-		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
-			canonical = false
-		}
-		upper = c == '-'
 	}
 	if canonical {
 		return name, true
 	}
 	return textproto.CanonicalMIMEHeaderKey(name), true
+}
+
+// The classes of a byte in nameBytes: a byte a field name may hold (httpguts.IsTokenRune) is a
+// nameToken, a letter also nameLower or nameUpper, '-' also nameDash.
+const (
+	nameToken = 1 << iota
+	nameLower
+	nameUpper
+	nameDash
+)
+
+var nameBytes = func() (t [256]uint8) {
+	for c := range t {
+		switch {
+		case !httpguts.IsTokenRune(rune(c)):
+			continue
+		case 'a' <= c && c <= 'z':
+			t[c] = nameLower
+		case 'A' <= c && c <= 'Z':
+			t[c] = nameUpper
+		case c == '-':
+			t[c] = nameDash
+		}
+		t[c] |= nameToken
+	}
+	return t
+}()
+
+// nameForm reports whether name is a valid field name (httpguts.ValidHeaderFieldName) and whether
+// it is in canonical form (textproto.CanonicalMIMEHeaderKey's: a letter is upper case first and
+// after '-', lower case elsewhere), in one pass without a branch per byte.
+func nameForm(name string) (valid, canonical bool) {
+	var bad uint8               // nameToken: a byte no name may hold; nameLower, nameUpper: a letter in the wrong case
+	refused := uint8(nameLower) // the case the next letter must not have
+	for i := 0; i < len(name); i++ {
+		k := nameBytes[name[i]]
+		bad |= k&refused | ^k&nameToken
+		refused = nameUpper - (k&nameDash)>>2 // nameLower after '-'
+	}
+	return name != "" && bad&nameToken == 0, bad == 0
 }
 
 // validValue is httpguts.ValidHeaderFieldValue eight bytes at a time: a word with no byte below
@@ -180,16 +251,16 @@ func validValue(v string) bool {
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
 	)
-	i := 0
-	for ; i+8 <= len(v); i += 8 {
-		x := uint64(v[i]) | uint64(v[i+1])<<8 | uint64(v[i+2])<<16 | uint64(v[i+3])<<24 |
-			uint64(v[i+4])<<32 | uint64(v[i+5])<<40 | uint64(v[i+6])<<48 | uint64(v[i+7])<<56
+	// v is cut as it is read, so that the compiler sees eight bytes and reads them in one load.
+	for ; len(v) >= 8; v = v[8:] {
+		x := uint64(v[0]) | uint64(v[1])<<8 | uint64(v[2])<<16 | uint64(v[3])<<24 |
+			uint64(v[4])<<32 | uint64(v[5])<<40 | uint64(v[6])<<48 | uint64(v[7])<<56
 		y := x ^ (ones * 0x7f)
 		if (x-ones*0x20)&^x&highs != 0 || (y-ones)&^y&highs != 0 {
-			if !httpguts.ValidHeaderFieldValue(v[i : i+8]) {
+			if !httpguts.ValidHeaderFieldValue(v[:8]) {
 				return false
 			}
 		}
 	}
-	return httpguts.ValidHeaderFieldValue(v[i:])
+	return httpguts.ValidHeaderFieldValue(v)
 }
