@@ -118,11 +118,34 @@ func (r *PhaseReconciler) init() {
 	}
 }
 
+// workspacePods is what the phase controller reads a workspace's pods through when its Reader
+// offers it (nogoo9's cache, podcache.Cache.ReadWorkspace): the pods materialised into reused
+// memory for the pass only, instead of a pod struct and two maps per pod and pass, as a List
+// makes them. The phase controller passes once per pod event of a workspace, about six times per
+// workspace in a bulk upgrade.
+type workspacePods interface {
+	ReadWorkspace(ctx context.Context, ns, id string, fn func(pods []*corev1.Pod) error) error
+}
+
+// nogoo9's cache offers it: a change of its signature must not send the phase controller back to
+// Lists silently.
+var _ workspacePods = (*podcache.Cache)(nil)
+
 // Reconcile observes one workspace's pods, derives its phase and records a transition.
 func (r *PhaseReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	r.init()
-	log := ctrl.LoggerFrom(ctx)
-
+	if wr, ok := r.Reader.(workspacePods); ok {
+		// The pass keeps nothing of the pods: the phase and the gauge are values, and the Event's
+		// object reference is taken before Eventf returns.
+		err := wr.ReadWorkspace(ctx, req.Namespace, req.Name, func(pods []*corev1.Pod) error {
+			r.observed(ctx, req, pods)
+			return nil
+		})
+		if err != nil {
+			return reconcile.Result{}, fmt.Errorf("list pods of workspace %s: %w", req, err)
+		}
+		return reconcile.Result{}, nil
+	}
 	var list corev1.PodList
 	// The workspace-id index: a label selector would scan every pod in the namespace per pass.
 	// No deep copy: this reconciler only reads the pods (TestPhaseReconcilerNeverMutatesTheCache),
@@ -130,13 +153,22 @@ func (r *PhaseReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if err := r.Reader.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{podcache.IndexWorkspaceID: req.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list pods of workspace %s: %w", req, err)
 	}
-	if len(list.Items) == 0 {
-		r.forget(req.NamespacedName)
-		return reconcile.Result{}, nil
-	}
 	pods := make([]*corev1.Pod, len(list.Items))
 	for i := range list.Items {
 		pods[i] = &list.Items[i]
+	}
+	r.observed(ctx, req, pods)
+	return reconcile.Result{}, nil
+}
+
+// observed derives the phase of workspace req from its pods (read only; reordered newest first
+// in place) and records a transition: the gauge, and an Event unless the upgrade controller's
+// Events tell it. No pods: the workspace is forgotten.
+func (r *PhaseReconciler) observed(ctx context.Context, req reconcile.Request, pods []*corev1.Pod) {
+	log := ctrl.LoggerFrom(ctx)
+	if len(pods) == 0 {
+		r.forget(req.NamespacedName)
+		return
 	}
 	workspace.NewestFirst(pods)
 	now := r.Now()
@@ -144,11 +176,11 @@ func (r *PhaseReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 
 	prev, seen, announce := r.record(req.NamespacedName, st.Phase, pods[0].CreationTimestamp.Time)
 	if seen && prev == st.Phase {
-		return reconcile.Result{}, nil
+		return
 	}
 	log.V(1).Info("workspace phase changed", "workspace", req, "from", prev, "to", st.Phase, "reason", st.Reason)
 	if !announce || upgradeSaysIt(prev, st.Phase) {
-		return reconcile.Result{}, nil
+		return
 	}
 	active := workspace.Active(pods)
 	eventType := corev1.EventTypeNormal
@@ -158,7 +190,6 @@ func (r *PhaseReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	r.Recorder.Eventf(active, eventType, "Phase"+string(st.Phase),
 		"workspace %s is %s: %s: %s", req, st.Phase, st.Reason, st.Message)
 	log.V(1).Info("recorded phase event", "pod", klog.KObj(active), "phase", st.Phase)
-	return reconcile.Result{}, nil
 }
 
 // record stores phase as key's current phase and moves the gauge. It returns the previous phase,

@@ -188,22 +188,62 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 	}
 	o := client.ListOptions{}
 	o.ApplyOptions(opts)
+	kept, err := c.selectPods(ctx, &o)
+	if err != nil {
+		return err
+	}
+	deep := o.UnsafeDisableDeepCopy == nil || !*o.UnsafeDisableDeepCopy
+	out.Items = make([]corev1.Pod, len(kept))
+	for i, item := range kept {
+		if err := into(item, &out.Items[i], deep); err != nil {
+			return err
+		}
+	}
+	out.ResourceVersion, out.Continue = "", ""
+	return nil
+}
+
+// ReadWorkspace calls fn with the cached pods of workspace id in namespace ns (the pods a List
+// by the workspace-id index returns, in the same order), materialised into a Scratch: read only,
+// their slices the cache's, and valid only until fn returns. A reader that keeps nothing of the
+// pods past its pass (the phase controller, several times per workspace during a bulk upgrade)
+// then makes no pod struct and no label and annotation map per pod and pass, as a List does.
+func (c *Cache) ReadWorkspace(ctx context.Context, ns, id string, fn func(pods []*corev1.Pod) error) error {
+	o := client.ListOptions{}
+	o.ApplyOptions([]client.ListOption{client.InNamespace(ns), client.MatchingFields{IndexWorkspaceID: id}})
+	kept, err := c.selectPods(ctx, &o)
+	if err != nil {
+		return err
+	}
+	cached := make([]*Pod, len(kept))
+	for i, item := range kept {
+		if cached[i] = Of(item); cached[i] == nil {
+			return fmt.Errorf("cached pod store holds a %T", item)
+		}
+	}
+	s := GetScratch()
+	defer s.Release()
+	return fn(s.Materialize(cached))
+}
+
+// selectPods returns the stored pods a List with o selects.
+func (c *Cache) selectPods(ctx context.Context, o *client.ListOptions) ([]any, error) {
 	if o.Continue != "" {
-		return fmt.Errorf("list cached pods: the continue option is not supported by the cache (as controller-runtime's): list from the API server to page")
+		return nil, fmt.Errorf("list cached pods: the continue option is not supported by the cache (as controller-runtime's): list from the API server to page")
 	}
 	field, value, err := exactField(o.FieldSelector)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The workspace-id index files pods by a bucket of their id (AddWorkspaceIDIndex): read the
 	// bucket, keep the id's pods.
 	byID := field == IndexWorkspaceID && c.idBuckets.Load()
 	if byID && o.Namespace == "" {
-		return fmt.Errorf("list cached pods by %s=%q: the index is per namespace; name the namespace (client.InNamespace)", field, value)
+		return nil, fmt.Errorf("list cached pods by %s=%q: the index is per namespace; name the namespace (client.InNamespace)", field, value)
 	}
 	stores, err := c.podStores(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var items []any
 	for _, s := range stores {
@@ -225,7 +265,7 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 			got = s.List()
 		}
 		if err != nil {
-			return fmt.Errorf("list cached pods: %w", err)
+			return nil, fmt.Errorf("list cached pods: %w", err)
 		}
 		items = append(items, got...)
 	}
@@ -248,15 +288,7 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 		}
 		kept = append(kept, item)
 	}
-	deep := o.UnsafeDisableDeepCopy == nil || !*o.UnsafeDisableDeepCopy
-	out.Items = make([]corev1.Pod, len(kept))
-	for i, item := range kept {
-		if err := into(item, &out.Items[i], deep); err != nil {
-			return err
-		}
-	}
-	out.ResourceVersion, out.Continue = "", ""
-	return nil
+	return kept, nil
 }
 
 // exactField is the one field a List selects on ("" for none); the cache serves only exact

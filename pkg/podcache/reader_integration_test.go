@@ -1,12 +1,15 @@
 package podcache_test
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,6 +112,49 @@ func TestCacheServesPodsFromTheCompactStore(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}
+	// ReadWorkspace hands over the pods a List by the workspace-id index returns, in the same
+	// order, with the same labels, annotations and kept fields, into reused memory: fewer
+	// allocations than the List (no pod struct and no maps per pod).
+	wr, ok := ca.(interface {
+		ReadWorkspace(ctx context.Context, ns, id string, fn func(pods []*corev1.Pod) error) error
+	})
+	if !ok {
+		t.Fatalf("nogoo9's cache (%T) has no ReadWorkspace", ca)
+	}
+	for _, k := range []struct{ ns, id string }{{"team-a", "demo"}, {"team-a", "other"}, {"team-b", "demo"}, {"team-b", "other"}} {
+		var byList corev1.PodList
+		if err := ca.List(ctx, &byList, client.InNamespace(k.ns), client.MatchingFields{podcache.IndexWorkspaceID: k.id}); err != nil {
+			t.Fatal(err)
+		}
+		var read []corev1.Pod
+		if err := wr.ReadWorkspace(ctx, k.ns, k.id, func(pods []*corev1.Pod) error {
+			for _, p := range pods {
+				read = append(read, *p.DeepCopy())
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(byList.Items, read, cmpopts.EquateEmpty()); d != "" {
+			t.Errorf("ReadWorkspace(%s, %s) differs from the List by id (-list +read):\n%s", k.ns, k.id, d)
+		}
+	}
+	errStop := errors.New("stop")
+	if err := wr.ReadWorkspace(ctx, "team-a", "demo", func([]*corev1.Pod) error { return errStop }); !errors.Is(err, errStop) {
+		t.Errorf("ReadWorkspace returned %v, not its function's error", err)
+	}
+	listAllocs := testing.AllocsPerRun(50, func() {
+		var l corev1.PodList
+		_ = ca.List(ctx, &l, client.InNamespace("team-a"), client.MatchingFields{podcache.IndexWorkspaceID: "demo"}, client.UnsafeDisableDeepCopy)
+	})
+	readAllocs := testing.AllocsPerRun(50, func() {
+		_ = wr.ReadWorkspace(ctx, "team-a", "demo", func([]*corev1.Pod) error { return nil })
+	})
+	if readAllocs >= listAllocs {
+		t.Errorf("ReadWorkspace of two pods: %.0f allocations, a read-only List: %.0f; want fewer", readAllocs, listAllocs)
+	}
+	t.Logf("two pods: ReadWorkspace %.0f allocations, read-only List %.0f", readAllocs, listAllocs)
+
 	var limited corev1.PodList
 	if err := ca.List(ctx, &limited, client.InNamespace("team-a"), client.Limit(2)); err != nil || len(limited.Items) != 2 {
 		t.Errorf("limit 2: %d pods, %v", len(limited.Items), err)

@@ -352,6 +352,28 @@ func (s *wsSet) roll(ctx context.Context, timeout time.Duration) (time.Duration,
 		// Four seconds from the clock's start: the rollout (2-4 s at N=100) and a little after.
 		path := filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("cpu-rollout-%s-%d-%d.pprof", s.template, s.rev, time.Now().Unix()))
 		go saveProfile(context.WithoutCancel(ctx), s.n.pprof, "profile?seconds=4", path)
+		// The allocations of the same 4 s: the difference of two cumulative profiles
+		// (go tool pprof -diff_base=allocs-before-... allocs-after-...).
+		allocs := func(when string) string {
+			return filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("allocs-%s-%s-%d-%d.pprof", when, s.template, s.rev, time.Now().Unix()))
+		}
+		saveProfile(ctx, s.n.pprof, "allocs", allocs("before"))
+		go func() {
+			time.Sleep(4 * time.Second)
+			saveProfile(context.WithoutCancel(ctx), s.n.pprof, "allocs", allocs("after"))
+		}()
+	}
+	if s.n.pprof != "" {
+		// nogoo9's reconciles and queue adds per workspace, until 2 s after the end (with the
+		// profiles only: the scrapes are nogoo9's CPU too).
+		counters := reconcileCounters(ctx, s.n.metrics)
+		defer func() {
+			go func() {
+				time.Sleep(2 * time.Second)
+				logf("nogoo9 %s rollout %d: per workspace, until 2 s after the end: %s", s.template, s.rev,
+					counterDelta(counters, reconcileCounters(context.Background(), s.n.metrics), s.count))
+			}()
+		}()
 	}
 	start := time.Now()
 	tl := bench.NewTimeline(start, "upgrade-all answered", "intent", "created", "old deleting", "old gone", "ungated", "scheduled", "Ready")
