@@ -135,7 +135,7 @@ func TestCacheServesPodsFromTheCompactStore(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if d := cmp.Diff(byList.Items, read, cmpopts.EquateEmpty()); d != "" {
+		if d := cmp.Diff(byList.Items, read, cmpopts.EquateEmpty(), cmpopts.SortSlices(func(a, b corev1.Pod) bool { return a.Name < b.Name })); d != "" {
 			t.Errorf("ReadWorkspace(%s, %s) differs from the List by id (-list +read):\n%s", k.ns, k.id, d)
 		}
 	}
