@@ -124,3 +124,41 @@ func TestLazyParseIsTheWholeParse(t *testing.T) {
 		}
 	}
 }
+
+// TestLazyKeyAndLazyFieldAreLazyNames: lazyKey (canonical names, fillHeader's first look) and
+// lazyField (any case: fillHeader's second look, wholeHeader) both say exactly lazyNames, or
+// wholeHeader would not add back a field the parse left out, or add one it kept. Each name in
+// each case is found, and no name that differs from one of them by a byte is.
+func TestLazyKeyAndLazyFieldAreLazyNames(t *testing.T) {
+	var names []string
+	for _, k := range lazyNames {
+		if valid, canonical := nameForm(k); !valid || !canonical {
+			t.Errorf("lazyNames holds %q, not a field name in canonical form", k)
+		}
+		names = append(names, k, strings.ToLower(k), strings.ToUpper(k), k[:len(k)-1], k+"s", "X"+k)
+		for i := range len(k) {
+			b := []byte(k)
+			b[i] ^= 0x20 // the other case of a letter, another byte for '-'
+			names = append(names, string(b))
+			b[i] = 'q'
+			names = append(names, string(b))
+		}
+	}
+	names = append(names, "", "A", "Host", "User-Agent", "Cookie", "Authorization", "Connection", "Content-Type", "Origin", "X-Forwarded-For", "Sec-Ch-Ua-Arch")
+	for _, s := range names {
+		exact, folded := inLazyNames(s)
+		if lazyKey(s) != exact || lazyField(s) != folded {
+			t.Errorf("%q: lazyKey %t, lazyField %t; want %t, %t (lazyNames)", s, lazyKey(s), lazyField(s), exact, folded)
+		}
+	}
+}
+
+// inLazyNames reports whether lazyNames holds s (exact) or s in another ASCII case (folded: of
+// the same length, so no rune outside ASCII folds to a letter of it, as U+017F does to 's').
+func inLazyNames(s string) (exact, folded bool) {
+	for _, k := range lazyNames {
+		exact = exact || s == k
+		folded = folded || len(s) == len(k) && strings.EqualFold(s, k)
+	}
+	return exact, folded
+}

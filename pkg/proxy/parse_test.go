@@ -196,9 +196,9 @@ func FuzzQuickParse(f *testing.F) {
 }
 
 // FuzzHeaderChecks: canonicalName and validValue, the quick parsers' checks of a header line, say
-// what httpguts and textproto say.
+// what httpguts and textproto say, and lazyKey and lazyField what lazyNames holds.
 func FuzzHeaderChecks(f *testing.F) {
-	for _, s := range []string{"", "Content-Type", "content-type", "X-A", "x-", "-x", "a b", "Ä", "\x7f", "text/html; q=0.9\t", "abcdefg\x1fhij", "abcdefgh\x7f", "abc\x7fdefghi", "\xff\xfe\xa0\xa1\xa2\xa3\xa4\xa5\xa6", "ab\tcdefghijklmnop\r"} {
+	for _, s := range []string{"", "Content-Type", "content-type", "X-A", "x-", "-x", "a b", "Ä", "\x7f", "text/html; q=0.9\t", "abcdefg\x1fhij", "abcdefgh\x7f", "abc\x7fdefghi", "\xff\xfe\xa0\xa1\xa2\xa3\xa4\xa5\xa6", "ab\tcdefghijklmnop\r", "sec-fetch-SITE", "Accept-Encodinh"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -211,6 +211,9 @@ func FuzzHeaderChecks(f *testing.F) {
 		}
 		if got, want := validValue(s), httpguts.ValidHeaderFieldValue(s); got != want {
 			t.Fatalf("validValue(%q) = %t, ValidHeaderFieldValue %t", s, got, want)
+		}
+		if exact, folded := inLazyNames(s); lazyKey(s) != exact || lazyField(s) != folded {
+			t.Fatalf("%q: lazyKey %t, lazyField %t; want %t, %t (lazyNames)", s, lazyKey(s), lazyField(s), exact, folded)
 		}
 	})
 }

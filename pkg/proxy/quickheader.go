@@ -123,48 +123,47 @@ func refusedField(key, special string) bool {
 	return key == special
 }
 
-// lazyKey is lazyField for a name in canonical form.
-func lazyKey(name string) bool {
-	switch name {
-	case "Accept", "Referer", "Priority", "Sec-Ch-Ua", "Cache-Control", "If-None-Match", "Sec-Fetch-Dest",
-		"Sec-Fetch-Mode", "Sec-Fetch-Site", "Sec-Fetch-User", "Accept-Encoding", "Accept-Language",
-		"Sec-Ch-Ua-Mobile", "If-Modified-Since", "Sec-Ch-Ua-Platform", "Upgrade-Insecure-Requests":
-		return true
-	}
-	return false
+// lazyNames are, in canonical form, the request fields a browser sends that nothing on the
+// proxy's hot path reads (routing, authentication, activity, the fast path, which forwards the
+// client's lines as they are): content negotiation, caching and fetch metadata. Every other path
+// of Proxy.ServeHTTP adds them to the header map first (wholeHeader). The one list: lazyKey and
+// lazyField both look names up in lazyTable, built from it.
+var lazyNames = [...]string{
+	"Accept", "Referer", "Priority", "Sec-Ch-Ua", "Cache-Control", "If-None-Match", "Sec-Fetch-Dest",
+	"Sec-Fetch-Mode", "Sec-Fetch-Site", "Sec-Fetch-User", "Accept-Encoding", "Accept-Language",
+	"Sec-Ch-Ua-Mobile", "If-Modified-Since", "Sec-Ch-Ua-Platform", "Upgrade-Insecure-Requests",
 }
 
-// lazyField reports, in any case, the request fields a browser sends that nothing on the proxy's
-// hot path reads (routing, authentication, activity, the fast path, which forwards the client's
-// lines as they are): content negotiation, caching and fetch metadata. Every other path of
-// Proxy.ServeHTTP adds them to the header map first (wholeHeader).
-func lazyField(name string) bool {
-	switch len(name) {
-	case 6:
-		return asciiEqualFold(name, "Accept")
-	case 7:
-		return asciiEqualFold(name, "Referer")
-	case 8:
-		return asciiEqualFold(name, "Priority")
-	case 9:
-		return asciiEqualFold(name, "Sec-Ch-Ua")
-	case 13:
-		return asciiEqualFold(name, "Cache-Control") || asciiEqualFold(name, "If-None-Match")
-	case 14:
-		return asciiEqualFold(name, "Sec-Fetch-Dest") || asciiEqualFold(name, "Sec-Fetch-Mode") ||
-			asciiEqualFold(name, "Sec-Fetch-Site") || asciiEqualFold(name, "Sec-Fetch-User")
-	case 15:
-		return asciiEqualFold(name, "Accept-Encoding") || asciiEqualFold(name, "Accept-Language")
-	case 16:
-		return asciiEqualFold(name, "Sec-Ch-Ua-Mobile")
-	case 17:
-		return asciiEqualFold(name, "If-Modified-Since")
-	case 18:
-		return asciiEqualFold(name, "Sec-Ch-Ua-Platform")
-	case 25:
-		return asciiEqualFold(name, "Upgrade-Insecure-Requests")
+// lazyTable is lazyNames by lazySlot, at most one a slot: a name is compared with the one
+// lazy name of its slot, if any, and most names of a head hit an empty slot. (A table of names
+// by length, compared in a loop, made the lookup twice as slow as the switch it replaced.)
+var lazyTable = func() (t [64]string) {
+	for _, k := range lazyNames {
+		i := lazySlot(k)
+		if len(k) < 2 || t[i] != "" {
+			panic("lazyNames: " + k + " is shorter than two bytes or shares its slot with " + t[i] + ": change lazySlot's mix")
+		}
+		t[i] = k
 	}
-	return false
+	return t
+}()
+
+// lazySlot is the slot of lazyTable for a name of at least two bytes, the same for every case
+// of it; its mix puts no two of lazyNames in the same slot, nor the other fields a browser
+// usually sends in theirs.
+func lazySlot(name string) uint {
+	n := len(name)
+	return (uint(n)*5 + uint(name[n-1]|0x20)*15 + uint(name[n-2]|0x20)) % 64
+}
+
+// lazyKey is lazyField for a name in canonical form (as browsers spell them).
+func lazyKey(name string) bool {
+	return len(name) >= 2 && name == lazyTable[lazySlot(name)]
+}
+
+// lazyField reports, in any case, the fields lazyNames holds.
+func lazyField(name string) bool {
+	return len(name) >= 2 && asciiEqualFold(name, lazyTable[lazySlot(name)])
 }
 
 // requestSpecial is quickParse's special: with it fillHeader also refuses the fields that make
