@@ -247,3 +247,43 @@ func TestNameFormIsValidAndCanonical(t *testing.T) {
 		}
 	}
 }
+
+// TestFillHeaderKeepsWhatTheMapHeld: fillHeader's one-assignment add of a key it has not seen
+// (seen) holds only for a map that starts empty; given one that already holds a key, a line of
+// that key (in any case) adds its value after the ones there, as Header.Add would. A lazy field
+// left out of the map is added the same way (wholeHeader).
+func TestFillHeaderKeepsWhatTheMapHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name, lines string
+		lazy        bool
+	}{
+		{"a key in another case", "x-a: v\r\nAccept: v\r\n\r\n", false},
+		{"a key in canonical form", "X-A: v\r\nAccept: v\r\n\r\n", false},
+		{"a lazy field, in another case", "x-a: v\r\naccept: v\r\n\r\n", true},
+		{"a lazy field, in canonical form", "X-A: v\r\nAccept: v\r\n\r\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{"X-A": {"pre"}, "Accept": {"pre"}}
+			var vals []string
+			var partial bool
+			var lazy *bool
+			if tc.lazy {
+				lazy = &partial
+			}
+			if _, _, ok := fillHeader(h, &vals, tc.lines, requestSpecial, "Host", false, lazy); !ok {
+				t.Fatalf("fillHeader refuses %q", tc.lines)
+			}
+			if tc.lazy {
+				if !partial {
+					t.Fatal("fillHeader did not report the lazy field it left out")
+				}
+				q := &quickReq{header: h, lines: tc.lines, partial: true}
+				q.wholeHeader()
+			}
+			want := http.Header{"X-A": {"pre", "v"}, "Accept": {"pre", "v"}}
+			if !reflect.DeepEqual(h, want) {
+				t.Errorf("fillHeader(%q) into a map holding X-A and Accept gives %v, want %v", tc.lines, h, want)
+			}
+		})
+	}
+}
