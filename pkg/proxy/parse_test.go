@@ -195,19 +195,19 @@ func FuzzQuickParse(f *testing.F) {
 	})
 }
 
-// FuzzHeaderChecks: canonicalName and validValue, the quick parsers' checks of a header line, say
+// FuzzHeaderChecks: nameForm and validValue, the quick parsers' checks of a header line, say
 // what httpguts and textproto say, and lazyKey and lazyField what lazyNames holds.
 func FuzzHeaderChecks(f *testing.F) {
 	for _, s := range []string{"", "Content-Type", "content-type", "X-A", "x-", "-x", "a b", "Ä", "\x7f", "text/html; q=0.9\t", "abcdefg\x1fhij", "abcdefgh\x7f", "abc\x7fdefghi", "\xff\xfe\xa0\xa1\xa2\xa3\xa4\xa5\xa6", "ab\tcdefghijklmnop\r", "sec-fetch-SITE", "Accept-Encodinh"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		key, ok := canonicalName(s)
-		if want := httpguts.ValidHeaderFieldName(s); ok != want {
-			t.Fatalf("canonicalName(%q) ok %t, ValidHeaderFieldName %t", s, ok, want)
+		valid, canonical := nameForm(s)
+		if want := httpguts.ValidHeaderFieldName(s); valid != want {
+			t.Fatalf("nameForm(%q) valid %t, ValidHeaderFieldName %t", s, valid, want)
 		}
-		if want := textproto.CanonicalMIMEHeaderKey(s); ok && key != want {
-			t.Fatalf("canonicalName(%q) = %q, CanonicalMIMEHeaderKey %q", s, key, want)
+		if want := textproto.CanonicalMIMEHeaderKey(s) == s; valid && canonical != want {
+			t.Fatalf("nameForm(%q) canonical %t, CanonicalMIMEHeaderKey %q", s, canonical, textproto.CanonicalMIMEHeaderKey(s))
 		}
 		if got, want := validValue(s), httpguts.ValidHeaderFieldValue(s); got != want {
 			t.Fatalf("validValue(%q) = %t, ValidHeaderFieldValue %t", s, got, want)

@@ -187,20 +187,6 @@ func trimBlanks(v string) string {
 	return v
 }
 
-// canonicalName is textproto.CanonicalMIMEHeaderKey(name) for a name httpguts.ValidHeaderFieldName
-// accepts, and ok false for one it refuses: one pass over a name already in canonical form (what
-// browsers and servers send) instead of one to check it and another to canonicalize it.
-func canonicalName(name string) (key string, ok bool) {
-	valid, canonical := nameForm(name)
-	if !valid {
-		return "", false
-	}
-	if canonical {
-		return name, true
-	}
-	return textproto.CanonicalMIMEHeaderKey(name), true
-}
-
 // The classes of a byte in nameBytes: a byte a field name may hold (httpguts.IsTokenRune) is a
 // nameToken, a letter also nameLower or nameUpper, '-' also nameDash.
 const (
