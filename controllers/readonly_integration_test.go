@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,9 @@ type snapshotReader struct {
 	client.Reader
 	mu   sync.Mutex
 	seen []listed
+	// read: the differences workspaceSnapshotReader found; reads: how many passes it served.
+	read  []string
+	reads int
 }
 
 type listed struct {
@@ -52,11 +56,12 @@ func (s *snapshotReader) List(ctx context.Context, list client.ObjectList, opts 
 	return nil
 }
 
-// changed returns the differences between every listed pod and its copy.
+// changed returns the differences between every listed pod and its copy, and those
+// workspaceSnapshotReader found.
 func (s *snapshotReader) changed() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
+	out := append([]string(nil), s.read...)
 	for _, l := range s.seen {
 		if d := cmp.Diff(l.copy, l.pod); d != "" {
 			out = append(out, l.pod.Name+": "+d)
@@ -65,11 +70,40 @@ func (s *snapshotReader) changed() []string {
 	return out
 }
 
-// TestPhaseReconcilerNeverMutatesTheCache proves what lets the phase controller list without
-// deep copies (client.UnsafeDisableDeepCopy): its reconcile, Events included, only reads the
-// cached pods. It runs the reconciler over workspaces in several phases on a real kube-apiserver
-// and cache, then checks every pod it was handed against a copy taken when it was listed. The
-// last step mutates a listed pod on purpose and expects the check to see it, so the check can fail.
+// workspaceSnapshotReader is snapshotReader with the cache's ReadWorkspace, the path the phase
+// controller takes on nogoo9's cache (workspacePods). Its pods are valid only until fn returns
+// (their memory is reused), so they are compared with copies taken before fn, as soon as it
+// returns.
+type workspaceSnapshotReader struct {
+	*snapshotReader
+	cache workspacePods
+}
+
+func (s workspaceSnapshotReader) ReadWorkspace(ctx context.Context, ns, id string, fn func(pods []*corev1.Pod) error) error {
+	return s.cache.ReadWorkspace(ctx, ns, id, func(pods []*corev1.Pod) error {
+		copies := make([]*corev1.Pod, len(pods))
+		for i, p := range pods {
+			copies[i] = p.DeepCopy()
+		}
+		err := fn(pods)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.reads++
+		for i, p := range pods {
+			if d := cmp.Diff(copies[i], p); d != "" {
+				s.read = append(s.read, copies[i].Name+": "+d)
+			}
+		}
+		return err
+	})
+}
+
+// TestPhaseReconcilerNeverMutatesTheCache proves what lets the phase controller read without
+// deep copies (podcache.Cache.ReadWorkspace on nogoo9's cache, else a List with
+// client.UnsafeDisableDeepCopy): its reconcile, Events included, only reads the cached pods. It
+// runs the reconciler over workspaces in several phases on a real kube-apiserver and cache, by
+// each path, and checks every pod it was handed against a copy taken before. The last steps
+// write into a pod each path hands out on purpose and expect the check to see it, so it can fail.
 func TestPhaseReconcilerNeverMutatesTheCache(t *testing.T) {
 	cfg, c := startAPIServer(t)
 	mgr := newTestManager(t, cfg, func(o *ctrl.Options) { o.Cache = podcache.Options("default") })
@@ -78,13 +112,23 @@ func TestPhaseReconcilerNeverMutatesTheCache(t *testing.T) {
 	if err := podcache.AddWorkspaceIDIndex(ctx, mgr.GetFieldIndexer()); err != nil {
 		t.Fatal(err)
 	}
-	reader := &snapshotReader{Reader: mgr.GetCache()}
-	r := &PhaseReconciler{
-		Reader:   reader,
-		Recorder: mgr.GetEventRecorderFor("phase-readonly-test"), //nolint:staticcheck // as SetupPhaseReconciler
-		Gauge:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "test_readonly_workspaces"}, []string{"phase"}),
+	cached, ok := mgr.GetCache().(workspacePods)
+	if !ok {
+		t.Fatalf("the manager's cache (%T) has no ReadWorkspace", mgr.GetCache())
 	}
-	r.init() // started before the pods: every first sighting is announced with an Event
+	// lister lists (the fallback); reader reads by workspace, as on nogoo9's cache.
+	lister := &snapshotReader{Reader: mgr.GetCache()}
+	reader := workspaceSnapshotReader{snapshotReader: &snapshotReader{Reader: mgr.GetCache()}, cache: cached}
+	var reconcilers []*PhaseReconciler
+	for _, rd := range []client.Reader{lister, reader} {
+		r := &PhaseReconciler{
+			Reader:   rd,
+			Recorder: mgr.GetEventRecorderFor("phase-readonly-test"), //nolint:staticcheck // as SetupPhaseReconciler
+			Gauge:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "test_readonly_workspaces"}, []string{"phase"}),
+		}
+		r.init() // started before the pods: every first sighting is announced with an Event
+		reconcilers = append(reconcilers, r)
+	}
 	runManager(t, context.Background(), mgr)
 
 	type ws struct {
@@ -144,28 +188,49 @@ func TestPhaseReconcilerNeverMutatesTheCache(t *testing.T) {
 	}
 
 	// Two passes: the first sighting (an Event each) and a repeat (no change).
-	for pass := 0; pass < 2; pass++ {
-		for _, w := range workspaces {
-			if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: w.id}}); err != nil {
-				t.Fatal(err)
+	for _, r := range reconcilers {
+		for pass := 0; pass < 2; pass++ {
+			for _, w := range workspaces {
+				if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: w.id}}); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	}
-	if len(reader.seen) < 2*len(workspaces) {
-		t.Fatalf("the reconciler listed %d pods through the cache, want at least %d", len(reader.seen), 2*len(workspaces))
+	if len(lister.seen) < 2*len(workspaces) {
+		t.Fatalf("the reconciler listed %d pods through the cache, want at least %d", len(lister.seen), 2*len(workspaces))
 	}
-	for _, d := range reader.changed() {
+	if len(reader.seen) != 0 || reader.reads < 2*len(workspaces) {
+		t.Fatalf("on a cache with ReadWorkspace, the reconciler listed %d pods and read %d times by workspace, want no List and at least %d reads",
+			len(reader.seen), reader.reads, 2*len(workspaces))
+	}
+	for _, d := range append(lister.changed(), reader.changed()...) {
 		t.Errorf("the phase reconciler changed a cached pod (-listed +after):\n%s", d)
 	}
 
 	// The check sees a write through a listed pod's shared map.
 	var list corev1.PodList
-	if err := reader.List(ctx, &list, client.InNamespace("default"), client.UnsafeDisableDeepCopy); err != nil || len(list.Items) == 0 {
+	if err := lister.List(ctx, &list, client.InNamespace("default"), client.UnsafeDisableDeepCopy); err != nil || len(list.Items) == 0 {
 		t.Fatalf("list: %v (%d pods)", err, len(list.Items))
 	}
 	list.Items[0].Labels["example.com/written"] = "by the test"
-	if len(reader.changed()) == 0 {
+	if len(lister.changed()) == 0 {
 		t.Error("a label written into a listed pod went unnoticed: the check cannot fail")
+	}
+	// And a write into a pod read by workspace (its label map is the Scratch's own, cleared when
+	// the pass ends).
+	err := reader.ReadWorkspace(ctx, "default", "ready", func(pods []*corev1.Pod) error {
+		if len(pods) == 0 {
+			return fmt.Errorf("no pod")
+		}
+		pods[0].Labels["example.com/written"] = "by the test"
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read workspace ready: %v", err)
+	}
+	if len(reader.changed()) == 0 {
+		t.Error("a label written into a pod read by workspace went unnoticed: the check cannot fail")
 	}
 }
 
