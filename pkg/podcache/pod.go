@@ -1,6 +1,7 @@
 package podcache
 
 import (
+	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -288,7 +289,7 @@ func compactContainers(in []corev1.ContainerStatus) []ContainerStatus {
 
 // Of is the cached Pod an informer event, a store or a test hands over: a *Pod as it is (a
 // tombstone's object included), a *corev1.Pod transformed from a copy (fake informers, tests),
-// nil for anything else.
+// nil for anything else (ofPod says why).
 func Of(obj any) *Pod {
 	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -307,6 +308,23 @@ func Of(obj any) *Pod {
 		return o.(*Pod)
 	}
 	return nil
+}
+
+// ofPod is Of with the reason it found no Pod, for a reader to return (Of, on every informer
+// event, builds no error).
+func ofPod(obj any) (*Pod, error) {
+	if p := Of(obj); p != nil {
+		return p, nil
+	}
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if p, ok := obj.(*corev1.Pod); ok && p != nil {
+		_, err := Transform(p.DeepCopy())
+		return nil, fmt.Errorf("cached pod %s/%s, a full pod (the store's informer has no podcache.Transform), cannot be "+
+			"reduced to the cache's form, so the cache cannot serve it; read it from the API server: %w", p.Namespace, p.Name, err)
+	}
+	return nil, fmt.Errorf("the pod store holds a %T, not a pod: build the cache with podcache.NewCache and podcache.Options", obj)
 }
 
 // NodeName is the node of a cached pod (either type), "" for none.

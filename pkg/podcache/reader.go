@@ -203,9 +203,9 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 	return nil
 }
 
-// ReadWorkspace calls fn with the cached pods of workspace id in namespace ns (the pods a List
-// by the workspace-id index returns, in the same order), materialised into a Scratch: read only,
-// their slices the cache's, and valid only until fn returns. A reader that keeps nothing of the
+// ReadWorkspace calls fn with the cached pods of workspace id in namespace ns (the same pods a
+// List by the workspace-id index returns; neither has a fixed order), materialised into a
+// Scratch: read only, their slices the cache's, and valid only until fn returns. A reader that keeps nothing of the
 // pods past its pass (the phase controller, several times per workspace during a bulk upgrade)
 // then makes no pod struct and no label and annotation map per pod and pass, as a List does.
 func (c *Cache) ReadWorkspace(ctx context.Context, ns, id string, fn func(pods []*corev1.Pod) error) error {
@@ -217,8 +217,8 @@ func (c *Cache) ReadWorkspace(ctx context.Context, ns, id string, fn func(pods [
 	}
 	cached := make([]*Pod, len(kept))
 	for i, item := range kept {
-		if cached[i] = Of(item); cached[i] == nil {
-			return fmt.Errorf("cached pod store holds a %T", item)
+		if cached[i], err = ofPod(item); err != nil {
+			return fmt.Errorf("read the pods of workspace %s/%s: %w", ns, id, err)
 		}
 	}
 	s := GetScratch()
