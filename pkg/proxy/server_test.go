@@ -380,6 +380,7 @@ func TestLeanServerTimeouts(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // the health check's answer too
 		if _, err := io.WriteString(c, "GET /_nogoo9/healthz HTTP/1.1\r\nHost: proxy.example\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
