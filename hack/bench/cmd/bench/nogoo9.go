@@ -366,12 +366,18 @@ func (s *wsSet) roll(ctx context.Context, timeout time.Duration) (time.Duration,
 	if s.n.pprof != "" {
 		// nogoo9's reconciles and queue adds per workspace, until 2 s after the end (with the
 		// profiles only: the scrapes are nogoo9's CPU too).
-		counters := reconcileCounters(ctx, s.n.metrics)
+		counters, err := reconcileCounters(ctx, s.n.metrics)
+		if err != nil {
+			logf("nogoo9 %s rollout %d: reconcile counters before: %v", s.template, s.rev, err)
+		}
 		defer func() {
 			go func() {
 				time.Sleep(2 * time.Second)
-				logf("nogoo9 %s rollout %d: per workspace, until 2 s after the end: %s", s.template, s.rev,
-					counterDelta(counters, reconcileCounters(context.Background(), s.n.metrics), s.count))
+				after, err := reconcileCounters(context.Background(), s.n.metrics)
+				if err != nil {
+					logf("nogoo9 %s rollout %d: reconcile counters after: %v", s.template, s.rev, err)
+				}
+				logf("nogoo9 %s rollout %d: per workspace, until 2 s after the end: %s", s.template, s.rev, counterDelta(counters, after, s.count))
 			}()
 		}()
 	}

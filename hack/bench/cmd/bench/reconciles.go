@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -14,21 +15,35 @@ import (
 // reconcileCounters reads nogoo9's /metrics and returns controller-runtime's per-controller
 // counters that say how much work a rollout made it do: reconciles
 // (controller_runtime_reconcile_total, all results) and queue adds (workqueue_adds_total), keyed
-// "reconciles <controller>" and "adds <controller>". nil if the scrape fails.
-func reconcileCounters(ctx context.Context, url string) map[string]float64 {
+// "reconciles <controller>" and "adds <controller>". An answer other than 200, or one cut short
+// (a line longer than 1 MiB, a broken connection), is an error: partial counters would make a
+// wrong delta.
+func reconcileCounters(ctx context.Context, url string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s, want 200 OK", url, resp.Status)
+	}
+	out, err := parseReconcileCounters(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	return out, nil
+}
+
+// parseReconcileCounters is reconcileCounters' reading of a /metrics answer.
+func parseReconcileCounters(r io.Reader) (map[string]float64, error) {
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -52,7 +67,10 @@ func reconcileCounters(ctx context.Context, url string) map[string]float64 {
 		}
 		out[kind+" "+name] += v
 	}
-	return out
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read the metrics: %w", err)
+	}
+	return out, nil
 }
 
 func labelValue(line, label string) string {
