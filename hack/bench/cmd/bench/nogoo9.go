@@ -348,36 +348,38 @@ func (s *wsSet) roll(ctx context.Context, timeout time.Duration) (time.Duration,
 	}
 	defer w.Close()
 	want, prev := strconv.Itoa(s.rev), strconv.Itoa(s.rev-1)
-	if s.n.pprof != "" {
-		// Four seconds from the clock's start: the rollout (2-4 s at N=100) and a little after.
-		path := filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("cpu-rollout-%s-%d-%d.pprof", s.template, s.rev, time.Now().Unix()))
-		go saveProfile(context.WithoutCancel(ctx), s.n.pprof, "profile?seconds=4", path)
-		// The allocations of the same 4 s: the difference of two cumulative profiles
-		// (go tool pprof -diff_base=allocs-before-... allocs-after-...).
+	// What the goroutines below report is this rollout's, read now: s is the next rollout's by the
+	// time they run.
+	tmpl, rev, count, pprofAddr, metricsURL := s.template, s.rev, s.count, s.n.pprof, s.n.metrics
+	if pprofAddr != "" {
+		// The allocations of the CPU profile's 4 s: the difference of two cumulative profiles
+		// (go tool pprof -diff_base=allocs-before-... allocs-after-...), the first fetched before
+		// the CPU profile starts, so the fetch is in neither.
 		allocs := func(when string) string {
-			return filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("allocs-%s-%s-%d-%d.pprof", when, s.template, s.rev, time.Now().Unix()))
+			return filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("allocs-%s-%s-%d-%d.pprof", when, tmpl, rev, time.Now().Unix()))
 		}
-		saveProfile(ctx, s.n.pprof, "allocs", allocs("before"))
+		saveProfile(ctx, pprofAddr, "allocs", allocs("before"))
+		// Four seconds from the clock's start: the rollout (2-4 s at N=100) and a little after.
+		path := filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("cpu-rollout-%s-%d-%d.pprof", tmpl, rev, time.Now().Unix()))
+		go saveProfile(context.WithoutCancel(ctx), pprofAddr, "profile?seconds=4", path)
 		go func() {
 			time.Sleep(4 * time.Second)
-			saveProfile(context.WithoutCancel(ctx), s.n.pprof, "allocs", allocs("after"))
+			saveProfile(context.WithoutCancel(ctx), pprofAddr, "allocs", allocs("after"))
 		}()
-	}
-	if s.n.pprof != "" {
 		// nogoo9's reconciles and queue adds per workspace, until 2 s after the end (with the
 		// profiles only: the scrapes are nogoo9's CPU too).
-		counters, err := reconcileCounters(ctx, s.n.metrics)
+		counters, err := reconcileCounters(ctx, metricsURL)
 		if err != nil {
-			logf("nogoo9 %s rollout %d: reconcile counters before: %v", s.template, s.rev, err)
+			logf("nogoo9 %s rollout %d: reconcile counters before: %v", tmpl, rev, err)
 		}
 		defer func() {
 			go func() {
 				time.Sleep(2 * time.Second)
-				after, err := reconcileCounters(context.Background(), s.n.metrics)
+				after, err := reconcileCounters(context.Background(), metricsURL)
 				if err != nil {
-					logf("nogoo9 %s rollout %d: reconcile counters after: %v", s.template, s.rev, err)
+					logf("nogoo9 %s rollout %d: reconcile counters after: %v", tmpl, rev, err)
 				}
-				logf("nogoo9 %s rollout %d: per workspace, until 2 s after the end: %s", s.template, s.rev, counterDelta(counters, after, s.count))
+				logf("nogoo9 %s rollout %d: per workspace, until 2 s after the end: %s", tmpl, rev, counterDelta(counters, after, count))
 			}()
 		}()
 	}
