@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -81,7 +82,9 @@ type workspaceSnapshotReader struct {
 
 func (s workspaceSnapshotReader) ReadWorkspace(ctx context.Context, ns, id string, fn func(pods []*corev1.Pod) error) error {
 	return s.cache.ReadWorkspace(ctx, ns, id, func(pods []*corev1.Pod) error {
-		copies := make([]*corev1.Pod, len(pods))
+		// fn may reorder the slice (the phase controller sorts it newest first): the pods are
+		// compared by pointer, not by place.
+		orig, copies := slices.Clone(pods), make([]*corev1.Pod, len(pods))
 		for i, p := range pods {
 			copies[i] = p.DeepCopy()
 		}
@@ -89,7 +92,7 @@ func (s workspaceSnapshotReader) ReadWorkspace(ctx context.Context, ns, id strin
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.reads++
-		for i, p := range pods {
+		for i, p := range orig {
 			if d := cmp.Diff(copies[i], p); d != "" {
 				s.read = append(s.read, copies[i].Name+": "+d)
 			}
