@@ -41,4 +41,3 @@ func BenchmarkBuildPod(b *testing.B) {
 		})
 	}
 }
-
