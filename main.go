@@ -388,7 +388,9 @@ func run(o options) error {
 		if keys == nil {
 			log.Info("No --integrity-key-file: upgrade records are signed with a random key, so a Recreate upgrade in flight across a restart cannot be rolled back automatically")
 		}
-		if err := controllers.SetupWorkspaceReconciler(held, registry, controllers.UpgradeOptions{
+		// The upgrade controller reads the template on every pass and writes into none: it gets
+		// the registry's own values, not a copy per pass (templates.Shared).
+		if err := controllers.SetupWorkspaceReconciler(held, registry.Shared(), controllers.UpgradeOptions{
 			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, MaxPendingUpgrades: o.maxPendingUpgr, Timeout: o.upgradeTimeout, Keys: keys,
 			Lifecycle: controllers.LifecycleOptions{IdleTimeout: o.lifecycle.idleTimeout},
 			History:   history,

@@ -137,16 +137,13 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
 	}
 
-	var expanded corev1.PodSpec
-	if err := expandJSON(spec, &expanded, "data.spec", v); err != nil {
+	if err := expandJSON(spec, "data.spec", v); err != nil {
 		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
 	}
 	for i, c := range claims {
-		var out corev1.PersistentVolumeClaimSpec
-		if err := expandJSON(c.Spec, &out, fmt.Sprintf("data.volumeClaims[%d].spec", i), v); err != nil {
+		if err := expandJSON(&c.Spec, fmt.Sprintf("data.volumeClaims[%d].spec", i), v); err != nil {
 			return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
 		}
-		c.Spec = out
 	}
 
 	ctxJSON := "{}"
@@ -189,7 +186,7 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 			Labels:      labels(t, id),
 			Annotations: ann,
 		},
-		Spec: expanded,
+		Spec: *spec,
 	}
 	return pod, claims, nil
 }

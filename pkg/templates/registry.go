@@ -151,6 +151,35 @@ func (r *Registry) NeedLeaderElection() bool { return false }
 // invalid: a ConfigMap of the same name never takes it over. Without NamespaceTemplates a team
 // key finds nothing.
 func (r *Registry) Get(key string) (*Template, bool) {
+	if t, ok := r.served(key); ok {
+		return t.DeepCopy(), true
+	}
+	return nil, false
+}
+
+// Shared is a view of r whose Get hands out the registry's own value of each template instead of
+// a copy, for callers that only read it and ask often: the upgrade controller asks on every pass
+// of every workspace (six passes per side-by-side upgrade), and a copy of the template per pass
+// was about 4% of nogoo9's allocations in bulk upgrades. The value is shared by every caller and
+// goroutine: a caller must not write into it (copy it first: Template.DeepCopy). The registry
+// never changes a template it has handed out: a new version, or a new content, is a new value.
+type Shared struct{ r *Registry }
+
+// Shared returns the read-only view of r.
+func (r *Registry) Shared() Shared { return Shared{r: r} }
+
+// Get is Registry.Get without the copy: read only (see Shared).
+func (s Shared) Get(key string) (*Template, bool) { return s.r.served(key) }
+
+// Subscribe is Registry.Subscribe.
+func (s Shared) Subscribe(fn func(name string)) { s.r.Subscribe(fn) }
+
+// Synced is Registry.Synced.
+func (s Shared) Synced() bool { return s.r.Synced() }
+
+// served is the stored last valid version of the template key names (see Get); never written
+// into once stored (apply replaces it).
+func (r *Registry) served(key string) (*Template, bool) {
 	ns, name := keyNamespace(key, r.opts.Namespace)
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -165,7 +194,7 @@ func (r *Registry) Get(key string) (*Template, bool) {
 		e, ok = r.cms[workspace.JoinTemplateKey(ns, name)]
 	}
 	if ok && e.valid != nil {
-		return e.valid.DeepCopy(), true
+		return e.valid, true
 	}
 	return nil, false
 }

@@ -185,3 +185,28 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestSharedHandsOutTheRegistrysOwnValue: Get copies (a caller may write into its copy), the
+// Shared view does not (every caller reads the one value), and both serve the same template.
+func TestSharedHandsOutTheRegistrysOwnValue(t *testing.T) {
+	r := NewStatic(&Template{Name: "ide", Version: "v1", Annotations: map[string]string{"k": "v"}})
+	got, ok := r.Get("ide")
+	if !ok || got.Version != "v1" {
+		t.Fatalf("Get = %v, %v", got, ok)
+	}
+	got.Annotations["k"] = "written by a caller"
+	a, okA := r.Shared().Get("ide")
+	b, okB := r.Shared().Get("ide")
+	if !okA || !okB || a != b {
+		t.Fatalf("Shared().Get gave %p and %p (%v, %v), want the same value twice", a, b, okA, okB)
+	}
+	if a.Annotations["k"] != "v" {
+		t.Errorf("a write into Get's copy reached the registry's value: %q", a.Annotations["k"])
+	}
+	if _, ok := r.Shared().Get("missing"); ok {
+		t.Error("Shared().Get found a template the registry does not have")
+	}
+	if !r.Shared().Synced() {
+		t.Error("Shared().Synced is false for a synced registry")
+	}
+}

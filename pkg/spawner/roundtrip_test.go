@@ -1,0 +1,138 @@
+package spawner
+
+import (
+	"encoding/json"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// TestBuildPodSkipsTheRoundTripOnlyWhereItChangesNothing renders every sample in config/samples,
+// each sample with its placeholders written out as plain text, and the shapes the spawner's
+// tests use (init containers from S3 and a ConfigMap, a preStop hook, claims, failing renders),
+// once as BuildPod does (no JSON round trip without a "${") and once through the round trip
+// every time, as before. Both must give the same pods and claims, the same JSON to the API
+// server, and the same errors.
+func TestBuildPodSkipsTheRoundTripOnlyWhereItChangesNothing(t *testing.T) {
+	type render struct {
+		name string
+		tmpl *templates.Template
+		id   Identity
+	}
+	ctx := map[string]string{"repo": "https://example.com/r.git", "class": "fast"}
+	id := Identity{Owner: "auth0|Jane", ID: "demo", Name: "My Demo", Context: ctx, Namespace: "team-a"}
+	placeholder := regexp.MustCompile(`\$?\$\{[^}]*\}`)
+	var renders []render
+	loaded, err := templates.LoadDir("../../config/samples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range loaded {
+		if l.Err != nil {
+			t.Fatalf("sample %s: %v", l.Name, l.Err)
+		}
+		renders = append(renders, render{"sample " + l.Name, l.Template, id})
+		// The same sample without a placeholder: the path without the round trip.
+		plain := l.Template.DeepCopy()
+		b, err := json.Marshal(plain.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain.Spec.Reset()
+		if err := json.Unmarshal(placeholder.ReplaceAll(b, []byte("literal")), &plain.Spec); err != nil {
+			t.Fatal(err)
+		}
+		for i := range plain.VolumeClaims {
+			b, err := json.Marshal(plain.VolumeClaims[i].Spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain.VolumeClaims[i].Spec.Reset()
+			if err := json.Unmarshal(placeholder.ReplaceAll(b, []byte("literal")), &plain.VolumeClaims[i].Spec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k, v := range plain.Annotations {
+			plain.Annotations[k] = placeholder.ReplaceAllString(v, "literal")
+		}
+		renders = append(renders, render{"sample " + l.Name + " without placeholders", plain, id})
+	}
+	initSpec := `{"initContainers":[{"name":"own","image":"x"}],"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"volumeMounts":[{"name":"home","mountPath":"/h"}],"resources":{"requests":{"cpu":"250m","memory":"1Gi"},"limits":{"memory":"2Gi"}}}],"tolerations":[],"nodeSelector":{"disk":"ssd"}}`
+	plainClaims := strings.Replace(claims, "${context.class}", "std", 1)
+	for _, tc := range []struct {
+		name         string
+		ann          map[string]string
+		spec, claims string
+		id           Identity
+	}{
+		{"the benchmark's template", nil, benchSpec, benchClaims, id},
+		{"placeholders in spec and claims", nil, nodeSpec, claims, id},
+		{"only a claim with a placeholder", nil, benchSpec, claims, id},
+		{"only the spec with placeholders", nil, nodeSpec, plainClaims, id},
+		{"an escaped $${ and nothing else", nil, `{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"args":["$${HOME}"]}]}`, "", id},
+		{"a placeholder in a map key only", nil, `{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}]}],"nodeSelector":{"${id}":"x"}}`, "", id},
+		{"init from S3 with a per-user prefix", map[string]string{workspace.AnnInitFrom: "s3://seeds/${user}/base", workspace.AnnInitSecret: "s3-creds", workspace.AnnInitS3Endpoint: "http://minio:9000"}, initSpec, plainClaims, id},
+		{"init from a ConfigMap, no placeholder", map[string]string{workspace.AnnInitFrom: "configmap:seed", workspace.AnnInitImage: "busybox:stable"}, initSpec, plainClaims, id},
+		{"a preStop hook with a placeholder", map[string]string{workspace.AnnPreStop: "flush ${id}"}, benchSpec, benchClaims, id},
+		{"a preStop hook without one", map[string]string{workspace.AnnPreStop: "sync", workspace.AnnTerminationGrace: "120"}, benchSpec, benchClaims, id},
+		{"a context value the spawn did not give", nil, nodeSpec, plainClaims, Identity{Owner: "jane", ID: "demo"}},
+		{"an unknown placeholder", nil, `{"containers":[{"name":"ide","image":"b:${nope}","ports":[{"containerPort":80}]}]}`, "", id},
+		{"an unclosed placeholder", nil, `{"containers":[{"name":"ide","image":"b:${id","ports":[{"containerPort":80}]}]}`, "", id},
+	} {
+		renders = append(renders, render{tc.name, mustTemplate(t, tc.ann, tc.spec, tc.claims), tc.id})
+	}
+
+	build := func(r render, roundTrip bool) (string, []byte, any, error) {
+		t.Helper()
+		alwaysRoundTrip = roundTrip
+		defer func() { alwaysRoundTrip = false }()
+		pod, pvcs, err := BuildPod(r.tmpl, r.id, workspace.PodName(r.id.Owner, r.id.ID))
+		if err != nil {
+			return err.Error(), nil, nil, err
+		}
+		b, jerr := json.Marshal(struct {
+			Pod  any `json:"pod"`
+			PVCs any `json:"pvcs"`
+		}{pod, pvcs})
+		if jerr != nil {
+			t.Fatal(jerr)
+		}
+		return "", b, struct {
+			Pod  any
+			PVCs any
+		}{pod, pvcs}, nil
+	}
+	errs := 0
+	for _, r := range renders {
+		t.Run(r.name, func(t *testing.T) {
+			fastErr, fastJSON, fast, err := build(r, false)
+			slowErr, slowJSON, slow, _ := build(r, true)
+			if fastErr != slowErr {
+				t.Fatalf("errors differ:\n without the round trip: %s\n with it:                %s", fastErr, slowErr)
+			}
+			if err != nil {
+				errs++
+				return
+			}
+			if string(fastJSON) != string(slowJSON) {
+				t.Errorf("the JSON sent differs:\n without the round trip: %s\n with it:                %s", fastJSON, slowJSON)
+			}
+			// In memory an empty list the template wrote ("tolerations": []) stays empty without
+			// the round trip and comes back nil through it (omitempty): the same JSON, and nogoo9
+			// compares no pod in memory. Anything else must be equal, quantities' forms included.
+			if d := cmp.Diff(fast, slow, cmpopts.EquateEmpty(), cmp.Exporter(func(reflect.Type) bool { return true })); d != "" {
+				t.Errorf("the objects differ (-without the round trip +with it):\n%s", d)
+			}
+		})
+	}
+	if errs != 3 {
+		t.Errorf("%d renders failed, want the 3 made to fail", errs)
+	}
+}
