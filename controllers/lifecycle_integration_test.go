@@ -85,6 +85,9 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 		e.clock.Add(50 * time.Minute)
 		at := e.clock.Now().UTC().Format(time.RFC3339)
 		e.annotate(run.Name, workspace.AnnLastActivity, &at)
+		e.cached(run.Name, func(g gomega.Gomega, p *corev1.Pod) {
+			g.Expect(p.Annotations[workspace.AnnLastActivity]).To(gomega.Equal(at))
+		})
 		e.clock.Add(20 * time.Minute)
 		e.poke(run.Name)
 		e.g.Consistently(func(g gomega.Gomega) {

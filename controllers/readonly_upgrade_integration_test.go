@@ -127,6 +127,7 @@ func TestUpgradeReconcilerNeverMutatesTheCache(t *testing.T) {
 			ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: podcache.Pods()},
 		}
 	})
+	e.view = mgr.GetCache()
 	writer, err := newPodDeletes(mgr.GetClient(), mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		t.Fatal(err)

@@ -316,6 +316,10 @@ func keyEvent(k types.NamespacedName) event.GenericEvent {
 // Reconcile observes one workspace, plans its next move and applies it.
 func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
+	// now is read before the pods are: a pass decides on state the cache showed at now or later,
+	// so a deadline it finds passed is judged on what the pods showed after it (read after, the
+	// pass could fail an upgrade on a view older than the deadline, without the pod's last status).
+	now := r.Opts.Now()
 	obs, tmplName, err := r.observe(ctx, req.NamespacedName)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -325,7 +329,7 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		r.gate.forget(req.NamespacedName)
 		return reconcile.Result{}, nil
 	}
-	if name, wait, ok := r.gate.awaiting(req.NamespacedName, r.Opts.Now()); ok {
+	if name, wait, ok := r.gate.awaiting(req.NamespacedName, now); ok {
 		// The cache lags this process's own create (a second event for the workspace came in
 		// while the pass that created the pod ran): wait for the pod's watch event rather than
 		// plan the same start again (the ReplicaSet controller's expectations).
@@ -333,7 +337,7 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	target := upgrade.Target{Name: tmplName}
-	tmpl, found, done, err := r.resolveTemplate(ctx, req.NamespacedName, obs, tmplName, r.Opts.Now())
+	tmpl, found, done, err := r.resolveTemplate(ctx, req.NamespacedName, obs, tmplName, now)
 	if err != nil || done {
 		return reconcile.Result{}, err
 	}
@@ -345,7 +349,6 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	if found {
 		target.Found, target.Version = true, tmpl.Version
 	}
-	now := r.Opts.Now()
 	// Stop, start and culling first: a stopped or stopping workspace is moved by the lifecycle
 	// planner alone, in the same pass order, so the two planners never race on one workspace.
 	var lifeTmpl *templates.Template

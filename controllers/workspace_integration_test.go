@@ -99,6 +99,7 @@ type upgradeEnv struct {
 	reg   *fakeTemplates
 	clock *testClock
 	opts  UpgradeOptions
+	view  client.Reader // the manager's cache: what the controller sees
 	stop  func()
 }
 
@@ -127,6 +128,7 @@ func (e *upgradeEnv) start() {
 	if err := SetupWorkspaceReconciler(mgr, e.reg, opts); err != nil {
 		e.t.Fatal(err)
 	}
+	e.view = mgr.GetCache()
 	e.stop = runManager(e.t, context.Background(), mgr)
 }
 
@@ -261,11 +263,32 @@ func (e *upgradeEnv) recreateOntoBroken(old *corev1.Pod) *corev1.Pod {
 	return e.recreatedPod(old.Labels[workspace.LabelWorkspaceID], old.Name)
 }
 
+// cached waits until the controller's cache shows pod name as check wants it. A test that moves
+// the clock after writing a pod waits for it first: a pass reads the clock before the pods, so a
+// pass that sees the new time then sees the write too.
+func (e *upgradeEnv) cached(name string, check func(gomega.Gomega, *corev1.Pod)) {
+	e.t.Helper()
+	if e.view == nil {
+		e.t.Fatal("upgradeEnv.cached needs the manager's cache: call start, or set view")
+	}
+	e.g.Eventually(func(g gomega.Gomega) {
+		var p corev1.Pod
+		g.Expect(e.view.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: name}, &p)).To(gomega.Succeed())
+		check(g, &p)
+	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+}
+
 // failPastDeadline leaves pod name waiting with reason and msg, moves the clock past the
-// 10-minute upgrade deadline and wakes the controller (any change to the pod does).
+// 10-minute upgrade deadline once the controller's cache shows the wait (as a kubelet's status
+// lands long before the deadline; moved before, a pass could judge the deadline on the pod
+// without it) and wakes the controller (any change to the pod does).
 func (e *upgradeEnv) failPastDeadline(name, reason, msg string) {
 	e.t.Helper()
 	e.setWaiting(name, reason, msg)
+	e.cached(name, func(g gomega.Gomega, p *corev1.Pod) {
+		got, _, _ := upgrade.FailureReason(p)
+		g.Expect(got).To(gomega.Equal(reason))
+	})
 	e.clock.Add(11 * time.Minute)
 	e.poke(name)
 }
