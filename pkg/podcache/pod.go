@@ -322,7 +322,7 @@ func ofPod(obj any) (*Pod, error) {
 	if p, ok := obj.(*corev1.Pod); ok && p != nil {
 		_, err := Transform(p.DeepCopy())
 		return nil, fmt.Errorf("cached pod %s/%s, a full pod (the store's informer has no podcache.Transform), cannot be "+
-			"reduced to the cache's form, so the cache cannot serve it; read it from the API server: %w", p.Namespace, p.Name, err)
+			"reduced to the cache's form, so ReadWorkspace cannot serve it; read it with Get or List, or from the API server: %w", p.Namespace, p.Name, err)
 	}
 	return nil, fmt.Errorf("the pod store holds a %T, not a pod: build the cache with podcache.NewCache and podcache.Options", obj)
 }

@@ -149,8 +149,9 @@ var lazyTable = func() (t [64]string) {
 }()
 
 // lazySlot is the slot of lazyTable for a name of at least two bytes, the same for every case
-// of it; its mix puts no two of lazyNames in the same slot, nor the other fields a browser
-// usually sends in theirs.
+// of it; its mix puts no two of lazyNames in the same slot, and few of the other fields a browser
+// usually sends in theirs (a name in a lazy name's slot costs one compare more, of its length
+// first).
 func lazySlot(name string) uint {
 	n := len(name)
 	return (uint(n)*5 + uint(name[n-1]|0x20)*15 + uint(name[n-2]|0x20)) % 64

@@ -161,8 +161,11 @@ func expandJSON[T any](obj *T, root string, v vars) error {
 	if !alwaysRoundTrip && !bytes.Contains(raw, placeholderStart) {
 		return nil
 	}
+	// Numbers stay json.Number: as float64 an integer above 2^53 would come back altered.
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
 	var tree any
-	if err := json.Unmarshal(raw, &tree); err != nil {
+	if err := dec.Decode(&tree); err != nil {
 		return err
 	}
 	tree, err = walk(tree, root, v)

@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"regexp"
 	"strings"
@@ -76,8 +77,8 @@ func TestBuildPodSkipsTheRoundTripOnlyWhereItChangesNothing(t *testing.T) {
 		{"placeholders in spec and claims", nil, nodeSpec, claims, id},
 		{"only a claim with a placeholder", nil, benchSpec, claims, id},
 		{"only the spec with placeholders", nil, nodeSpec, plainClaims, id},
-		{"an escaped $${ and nothing else", nil, `{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"args":["$${HOME}"]}]}`, "", id},
-		{"a placeholder in a map key only", nil, `{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}]}],"nodeSelector":{"${id}":"x"}}`, "", id},
+		{"an escaped $${ and nothing else (both builds round trip)", nil, `{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"args":["$${HOME}"]}]}`, "", id},
+		{"a placeholder in a map key only (both builds round trip)", nil, `{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}]}],"nodeSelector":{"${id}":"x"}}`, "", id},
 		{"init from S3 with a per-user prefix", map[string]string{workspace.AnnInitFrom: "s3://seeds/${user}/base", workspace.AnnInitSecret: "s3-creds", workspace.AnnInitS3Endpoint: "http://minio:9000"}, initSpec, plainClaims, id},
 		{"init from a ConfigMap, no placeholder", map[string]string{workspace.AnnInitFrom: "configmap:seed", workspace.AnnInitImage: "busybox:stable"}, initSpec, plainClaims, id},
 		{"a preStop hook with a placeholder", map[string]string{workspace.AnnPreStop: "flush ${id}"}, benchSpec, benchClaims, id},
@@ -134,5 +135,23 @@ func TestBuildPodSkipsTheRoundTripOnlyWhereItChangesNothing(t *testing.T) {
 	}
 	if errs != 3 {
 		t.Errorf("%d renders failed, want the 3 made to fail", errs)
+	}
+}
+
+// A template with a placeholder goes through the JSON round trip; its numbers must come back as
+// the template wrote them (decoded as float64, an integer above 2^53 came back altered).
+func TestBuildPodKeepsLargeIntegersThroughTheRoundTrip(t *testing.T) {
+	const big = int64(1)<<53 + 1
+	spec := fmt.Sprintf(`{"terminationGracePeriodSeconds":%d,"containers":[{"name":"ide","image":"b:${id}","ports":[{"containerPort":80}]}]}`, big)
+	id := Identity{Owner: "jane", ID: "demo"}
+	pod, _, err := BuildPod(mustTemplate(t, nil, spec, ""), id, workspace.PodName(id.Owner, id.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pod.Spec.TerminationGracePeriodSeconds; got == nil || *got != big {
+		t.Errorf("terminationGracePeriodSeconds = %v, want %d", got, big)
+	}
+	if img := pod.Spec.Containers[0].Image; img != "b:demo" {
+		t.Errorf("image = %q, want b:demo (the placeholder expanded)", img)
 	}
 }
