@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -99,6 +100,11 @@ func newRelayLoop() (*relayLoop, error) {
 		return nil, err
 	}
 	f := os.NewFile(uintptr(epfd), "websocket-relay")
+	// A file the runtime's poller did not take has no deadlines: the loop could not wait on it.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
 	raw, err := f.SyscallConn()
 	if err != nil {
 		_ = f.Close()
