@@ -130,6 +130,11 @@ type persistConn struct {
 	idleAt time.Duration // monoNow when put in the pool
 	// rdl is conn's read deadline; see armHeaderDeadline.
 	rdl readDeadline
+	// relay is the relay loop's WebSocket on this (upgraded) connection, if any; relayClosed
+	// is set by close, after which none is made (wscopy.go, endRelay).
+	relayMu     sync.Mutex
+	relay       *relayPair
+	relayClosed bool
 }
 
 // sentCounter is the request writer's destination: the pod connection, counting the bytes that
@@ -471,7 +476,7 @@ func (pc *persistConn) readErr(err error) error {
 	return fmt.Errorf("read response from %s: %w", pc.addr, err)
 }
 
-func (pc *persistConn) abort() { _ = pc.conn.Close() }
+func (pc *persistConn) abort() { pc.close() }
 
 // armHeaderDeadline bounds the wait for the response headers by timeout. Re-arming the deadline
 // would cost a timer update twice per request (set, then cleared for the body); a deadline still
@@ -506,7 +511,12 @@ func (c canceller) do() bool {
 	return true
 }
 
-func (pc *persistConn) close() { _ = pc.conn.Close() }
+// close closes the connection; a relay loop holding its socket (an upgraded connection's) ends
+// that WebSocket first (endRelay).
+func (pc *persistConn) close() {
+	pc.endRelay()
+	_ = pc.conn.Close()
+}
 
 // connBody is a response body on a pooled connection: read to its end and closed, it gives the
 // connection back to the pool; closed early, it closes the connection (never draining a long

@@ -21,7 +21,8 @@ import (
 // emptied the socket the loop waits for readiness instead of reading again, and no readiness
 // notice can be lost (a notice for data already read costs one read that finds nothing). Closing
 // the connection (the pod went away, the proxy stops) ends the wait, and deadlines apply, as with
-// net.Conn.Read.
+// net.Conn.Read. On Linux such a WebSocket is relayed by a relay loop (wsrelay.go) instead, with
+// no goroutine parked per message; this copy runs where no loop can take it.
 
 // The copy's buffers. A copy reads into a small buffer of its own (wsSmallBuf: a keystroke, its
 // echo, most terminal output fit); a read that fills it takes a large one (wsCopyBuf, io.Copy's
@@ -47,6 +48,9 @@ func (c *trackedConn) ReadFrom(src io.Reader) (int64, error) {
 			c.reg.rawCopies.Add(1)
 			c.reg.rawActive.Add(1)
 			defer c.reg.rawActive.Add(-1)
+			if n, err, ok := c.relay(raw, true); ok {
+				return n, err
+			}
 			return copyRaw(c.ReadWriteCloser, wraw, raw)
 		}
 	}
@@ -74,6 +78,9 @@ func (c *trackedConn) WriteTo(dst io.Writer) (int64, error) {
 	c.reg.rawCopies.Add(1)
 	c.reg.rawActive.Add(1)
 	defer c.reg.rawActive.Add(-1)
+	if m, err, ok := c.relay(wraw, false); ok {
+		return n + m, err
+	}
 	m, err := copyRaw(dst, wraw, u.pc.lr.raw)
 	return n + m, err
 }
@@ -91,7 +98,49 @@ type upgradedConn struct{ pc *persistConn }
 
 func (u *upgradedConn) Read(p []byte) (int, error)  { return u.pc.br.Read(p) }
 func (u *upgradedConn) Write(p []byte) (int, error) { return u.pc.conn.Write(p) }
-func (u *upgradedConn) Close() error                { return u.pc.conn.Close() }
+func (u *upgradedConn) Close() error {
+	u.pc.endRelay()
+	return u.pc.conn.Close()
+}
+
+// relay runs one half of c (client to pod with c2p) in a relay loop (wsrelay.go) when c is a
+// TCP connection the synchronous transport upgraded; the first half to come registers the
+// WebSocket, the second joins it. client is the client's socket. ok is false when no loop can
+// take it: the caller copies as before.
+func (c *trackedConn) relay(client syscall.RawConn, c2p bool) (n int64, err error, ok bool) {
+	u, isUpgraded := c.ReadWriteCloser.(*upgradedConn)
+	if !wsRelay || !isUpgraded || u.pc.lr.raw == nil {
+		return 0, nil, false
+	}
+	pc := u.pc
+	pc.relayMu.Lock()
+	p := pc.relay
+	if p == nil && !pc.relayClosed {
+		if p, err = newRelayPair(client, pc.lr.raw); err == nil {
+			pc.relay = p
+		}
+	}
+	pc.relayMu.Unlock()
+	if p == nil {
+		return 0, nil, false
+	}
+	n, err = p.run(c2p)
+	return n, err, true
+}
+
+// endRelay marks pc closed for the relay loops and ends the WebSocket a loop relays on it: the
+// loop holds a duplicate of its descriptor, so closing the net.Conn alone would leave the socket
+// open. shutdown(2) acts on the socket; the loop sees it and ends both halves.
+func (pc *persistConn) endRelay() {
+	pc.relayMu.Lock()
+	pc.relayClosed = true
+	p := pc.relay
+	pc.relayMu.Unlock()
+	if p != nil {
+		p.close()
+		shutdownRaw(pc.raw)
+	}
+}
 
 // rawSource is the RawConn under r when r is a TCP connection (possibly wrapped by the lean
 // server's hand-off or the per-client connection limit) with nothing buffered above it.

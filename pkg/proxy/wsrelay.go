@@ -1,0 +1,428 @@
+//go:build linux && !386
+
+package proxy
+
+import (
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// The relay loops (docs/proxy.md, "Both halves of a WebSocket"). copyRaw waits for each socket on
+// a goroutine of its own: one park and one wake-up through the runtime's poller per message and
+// direction, most of what the proxy spent in user space per round trip above nginx. A WebSocket
+// whose two sides are TCP sockets with nothing buffered above them is relayed by a loop instead,
+// as nginx's worker does it: each loop has an epoll instance of its own holding both sockets of
+// its WebSockets (edge-triggered), waits for it through the runtime's poller (the epoll
+// descriptor is readable when one of its sockets is ready), and reads and writes every ready
+// socket itself (readFD, writeFD: they never wait). One goroutine park and wake-up per batch of
+// ready sockets, not per message; an idle loop is parked like any waiting goroutine (no CPU).
+// There is one loop per processor the process may run Go code on (GOMAXPROCS at the first
+// WebSocket); a WebSocket stays on its loop.
+//
+// The loop owns duplicates (dup(2)) of both descriptors and never uses the net.Conns' own
+// numbers: a number it uses is its own until it closes it itself, so it cannot be another
+// connection's after the net.Conn was closed elsewhere (a descriptor number is reused at once).
+// A duplicate keeps the socket open, though: closing the net.Conn no longer ends the connection.
+// So every close of the pod's side shuts its socket down first (upgradedConn.Close and the
+// transport's abort on a cancelled request: shutdown(2) acts on the socket, which the loop sees),
+// and the loop then ends both halves and closes its duplicates, which closes the client's socket
+// too once ReverseProxy has closed its net.Conn (it closes both sides when either copy ends).
+// Closing a pod's WebSockets (closePod: the pod deleted or not ready, the proxy stopping) goes
+// through upgradedConn.Close.
+//
+// Each half (client to pod, pod to client) keeps copyRaw's buffers and rules: a 4 KiB buffer of
+// its own, a 32 KiB one from wsBufPool for a burst (a message over 4 KiB is still one send), given
+// back once the socket is empty or drained with everything written. What the other side's send
+// buffer does not take stays in the half (rest) and the half stops reading its socket until that
+// side is writable again: nothing waits, so a reader that stopped reading holds up nothing but
+// its own WebSocket's half, and a close still ends it at once.
+
+// wsRelay turns the relay loops on (tests of the fallback turn them off).
+var wsRelay = true
+
+var (
+	relayLoops     []*relayLoop
+	relayLoopsNext atomic.Uint32
+	relayLoopsOnce sync.Once
+	relayLoopsErr  error
+)
+
+// pickRelayLoop starts the loops at the first call and returns the next one, round robin.
+func pickRelayLoop() (*relayLoop, error) {
+	relayLoopsOnce.Do(func() {
+		for range max(1, runtime.GOMAXPROCS(0)) {
+			l, err := newRelayLoop()
+			if err != nil {
+				relayLoopsErr = err
+				return
+			}
+			relayLoops = append(relayLoops, l)
+		}
+	})
+	if len(relayLoops) == 0 {
+		return nil, relayLoopsErr
+	}
+	return relayLoops[int(relayLoopsNext.Add(1))%len(relayLoops)], nil
+}
+
+// relayLoop is one loop: its epoll descriptor and the WebSockets registered with it.
+type relayLoop struct {
+	epfd   int
+	file   *os.File        // epfd's (never closed)
+	raw    syscall.RawConn // file's, through the runtime's poller
+	pollFn func(uintptr) bool
+	// polls counts the loop's epoll_wait calls (tests: an idle loop makes none).
+	polls atomic.Int64
+
+	mu sync.Mutex // held while a batch is handled, and by a half joining
+	// slots holds the registered pairs; an event carries its pair's slot and generation, so
+	// that an event for a pair already freed (later in the same batch) finds nothing.
+	slots  []*relayPair
+	gens   []uint32
+	free   []uint32
+	events [128]syscall.EpollEvent
+}
+
+func newRelayLoop() (*relayLoop, error) {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	// Non-blocking, so that os.NewFile registers it with the runtime's poller.
+	if err := syscall.SetNonblock(epfd, true); err != nil {
+		_ = syscall.Close(epfd)
+		return nil, err
+	}
+	f := os.NewFile(uintptr(epfd), "websocket-relay")
+	// A file the runtime's poller did not take has no deadlines: the loop could not wait on it.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	raw, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	l := &relayLoop{epfd: epfd, file: f, raw: raw}
+	l.pollFn = l.poll
+	go l.run()
+	return l, nil
+}
+
+// run waits for the loop's sockets for ever.
+func (l *relayLoop) run() {
+	for {
+		if err := l.raw.Read(l.pollFn); err != nil {
+			panic("websocket relay loop: " + err.Error()) // the file is never closed and has no deadline
+		}
+	}
+}
+
+// poll is raw.Read's function: it handles what the epoll instance has ready, and asks to wait
+// when it had less than a full batch. raw.Read resets the descriptor's readiness once, before
+// its first call, and never again while it waits and calls it again: a socket that became ready
+// after the last epoll_wait made the epoll descriptor readable after that reset, so the wait ends
+// at once and the next call finds it.
+func (l *relayLoop) poll(fd uintptr) bool {
+	for {
+		l.polls.Add(1)
+		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), 0, 0, 0)
+		if e == syscall.EINTR {
+			continue
+		}
+		n := int(r)
+		if e != 0 || n == 0 {
+			return false
+		}
+		l.mu.Lock()
+		for i := range n {
+			ev := &l.events[i]
+			slot, gen, side := uint32(ev.Fd), uint32(ev.Pad)>>1, ev.Pad&1
+			if p := l.slots[slot]; p != nil && p.gen == gen {
+				l.handle(p, side, ev.Events)
+			}
+		}
+		l.mu.Unlock()
+		if n < len(l.events) {
+			return false
+		}
+	}
+}
+
+// epollET is EPOLLET as the event mask's type wants it (syscall's constant is negative).
+const epollET = 1 << 31
+
+// errRelayClosed is what a half returns when its WebSocket was closed (as a copy reading a
+// closed net.Conn returns).
+var errRelayClosed = &net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed}
+
+// handle is one event on p's client socket (side 0) or pod socket (side 1).
+func (l *relayLoop) handle(p *relayPair, side int32, ev uint32) {
+	if p.closing.Load() {
+		l.end(p, errRelayClosed)
+		return
+	}
+	rh, wh := &p.c2p, &p.p2c // the half reading this socket, the half writing it
+	if side == 1 {
+		rh, wh = &p.p2c, &p.c2p
+	}
+	if ev&(syscall.EPOLLIN|syscall.EPOLLHUP|syscall.EPOLLERR|syscall.EPOLLRDHUP) != 0 {
+		rh.readable = true
+	}
+	if ev&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 && wh.active && !wh.done && len(wh.rest) > 0 {
+		wh.flush()
+		if !wh.done && len(wh.rest) == 0 && wh.readable {
+			wh.pump()
+		}
+	}
+	if rh.active && !rh.done && rh.readable && len(rh.rest) == 0 {
+		rh.pump()
+	}
+	l.maybeFree(p)
+}
+
+// end ends both halves of p with err.
+func (l *relayLoop) end(p *relayPair, err error) {
+	for _, h := range []*relayHalf{&p.c2p, &p.p2c} {
+		if !h.done {
+			h.finish(err)
+		}
+	}
+	l.maybeFree(p)
+}
+
+// maybeFree removes p and closes the loop's descriptors once both halves have ended. The
+// registrations are removed before the close: a duplicate closed while the socket stays open
+// (its net.Conn) would stay registered.
+func (l *relayLoop) maybeFree(p *relayPair) {
+	if !p.c2p.done || !p.p2c.done || p.freed {
+		return
+	}
+	p.freed = true
+	for _, fd := range []int{p.cfd, p.pfd} {
+		_ = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+		_ = syscall.Close(fd)
+	}
+	l.slots[p.slot] = nil
+	l.free = append(l.free, p.slot)
+}
+
+// relayPair is a WebSocket in a loop: its two sockets (the loop's own descriptors) and halves.
+type relayPair struct {
+	l         *relayLoop
+	slot, gen uint32
+	cfd, pfd  int
+	c2p, p2c  relayHalf
+	// closing is set by close: the next event on either socket ends both halves.
+	closing atomic.Bool
+	freed   bool
+}
+
+// relayHalf is one direction of a pair, from one descriptor to the other.
+type relayHalf struct {
+	from, to int
+	active   bool // its goroutine has joined (run): until then its socket is not read
+	readable bool // from may hold bytes not read yet
+	done     bool
+	buf      []byte // small's, or large's during a burst
+	rest     []byte // read, not written yet: to's send buffer was full
+	small    [wsSmallBuf]byte
+	large    *[wsCopyBuf]byte
+	written  int64
+	sends    int // send calls that sent something (tests)
+	err      error
+	doneC    chan struct{} // closed when the half ends
+}
+
+// newRelayPair registers the WebSocket between the sockets under client and pod with a loop.
+// Each side's descriptor is duplicated inside its RawConn.Control, which keeps it open.
+func newRelayPair(client, pod syscall.RawConn) (*relayPair, error) {
+	l, err := pickRelayLoop()
+	if err != nil {
+		return nil, err
+	}
+	cfd, err := dupFD(client)
+	if err != nil {
+		return nil, err
+	}
+	pfd, err := dupFD(pod)
+	if err != nil {
+		_ = syscall.Close(cfd)
+		return nil, err
+	}
+	p := &relayPair{l: l, cfd: cfd, pfd: pfd}
+	p.c2p = relayHalf{from: cfd, to: pfd, doneC: make(chan struct{})}
+	p.p2c = relayHalf{from: pfd, to: cfd, doneC: make(chan struct{})}
+	p.c2p.buf, p.p2c.buf = p.c2p.small[:], p.p2c.small[:]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.free); n > 0 {
+		p.slot = l.free[n-1]
+		l.free = l.free[:n-1]
+	} else {
+		p.slot = uint32(len(l.slots))
+		l.slots = append(l.slots, nil)
+		l.gens = append(l.gens, 0)
+	}
+	l.gens[p.slot] = (l.gens[p.slot] + 1) & (1<<31 - 1) // an event carries 31 bits of it
+	p.gen = l.gens[p.slot]
+	l.slots[p.slot] = p
+	for side, fd := range []int{cfd, pfd} {
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: int32(p.slot), Pad: int32(p.gen<<1) | int32(side)}
+		if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			l.end(p, err) // closes both descriptors
+			return nil, os.NewSyscallError("epoll_ctl", err)
+		}
+	}
+	return p, nil
+}
+
+// run relays one half (client to pod with c2p) until it ends: what it wrote and why it ended
+// (nil at the end of its source, as for io.Copy).
+func (p *relayPair) run(c2p bool) (int64, error) {
+	h := &p.p2c
+	if c2p {
+		h = &p.c2p
+	}
+	l := p.l
+	l.mu.Lock()
+	if p.closing.Load() {
+		l.end(p, errRelayClosed)
+	}
+	if !h.done {
+		h.active, h.readable = true, true
+		wsBufBytes.Add(wsSmallBuf)
+		h.pump() // what arrived before, whose readiness the loop has seen already
+		l.maybeFree(p)
+	}
+	l.mu.Unlock()
+	<-h.doneC
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return h.written, h.err
+}
+
+// close ends p: both halves end at the next event on either socket, which the caller then
+// brings about by shutting a socket down.
+func (p *relayPair) close() { p.closing.Store(true) }
+
+// finish ends h with err.
+func (h *relayHalf) finish(err error) {
+	h.done, h.err, h.rest = true, err, nil
+	h.release()
+	if h.active {
+		wsBufBytes.Add(-wsSmallBuf)
+	}
+	close(h.doneC)
+}
+
+// release gives the large buffer back, if the half holds one; nothing may refer to it (rest is
+// empty).
+func (h *relayHalf) release() {
+	if h.large != nil {
+		wsBufPool.Put(h.large)
+		h.large, h.buf = nil, h.small[:]
+		wsBufBytes.Add(-wsCopyBuf)
+	}
+}
+
+// flush writes what it can of rest; an error ends the half.
+func (h *relayHalf) flush() {
+	m, _, err := writeFD(h.to, h.rest)
+	if m > 0 {
+		h.sends++
+	}
+	h.written += int64(m)
+	h.rest = h.rest[m:]
+	if err != nil {
+		h.finish(err)
+		return
+	}
+	if len(h.rest) == 0 {
+		h.rest = nil
+	}
+}
+
+// pump reads from and writes to until from is empty, to's send buffer is full, or either side
+// fails or ends (copyRaw's rawCopy.read, without any wait).
+func (h *relayHalf) pump() {
+	for {
+		n, empty, err := readFD(uintptr(h.from), h.buf)
+		switch {
+		case empty:
+			h.readable = false
+			h.release()
+			return
+		case err != nil:
+			h.finish(err)
+			return
+		case n == 0:
+			h.finish(nil) // the other end closed its side
+			return
+		}
+		emptied := n < len(h.buf)
+		if !emptied && h.large == nil {
+			// A burst, or a message over the small buffer: read on into a large buffer before
+			// anything is written (one send for such a message).
+			h.large = wsBufPool.Get().(*[wsCopyBuf]byte)
+			wsBufBytes.Add(wsCopyBuf)
+			copy(h.large[:], h.buf[:n])
+			h.buf = h.large[:]
+			m, empty, err := readFD(uintptr(h.from), h.buf[n:])
+			switch {
+			case empty:
+				emptied = true
+			case err != nil || m == 0:
+				// What was read is written first; the next read finds the end or the error.
+			default:
+				emptied = n+m < len(h.buf)
+				n += m
+			}
+		}
+		h.rest = h.buf[:n]
+		h.flush()
+		if h.done {
+			return
+		}
+		if len(h.rest) > 0 {
+			// to is full: read on once it is writable (handle), keeping the buffer.
+			h.readable = true
+			return
+		}
+		if emptied {
+			// The socket is empty: the next bytes raise an event.
+			h.readable = false
+			h.release()
+			return
+		}
+	}
+}
+
+// dupFD is a close-on-exec duplicate of raw's descriptor, made while raw keeps it open.
+func dupFD(raw syscall.RawConn) (int, error) {
+	nfd, derr := -1, error(nil)
+	err := raw.Control(func(fd uintptr) {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
+		if e != 0 {
+			derr = os.NewSyscallError("fcntl", e)
+			return
+		}
+		nfd = int(r)
+	})
+	if err == nil {
+		err = derr
+	}
+	return nfd, err
+}
+
+// shutdownRaw shuts raw's socket down (both directions), if it is still open.
+func shutdownRaw(raw syscall.RawConn) {
+	_ = raw.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
+}

@@ -1,0 +1,467 @@
+//go:build linux && !386
+
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// relayRun is a WebSocket relayed by a loop between two loopback pairs, as the proxy runs it:
+// client writes to fromClient, the loop relays to toPod, pod reads (and back).
+type relayRun struct {
+	client, fromClient, toPod, pod *net.TCPConn
+	p                              *relayPair
+	c2p, p2c                       chan error
+}
+
+// startRelay registers a new WebSocket with a loop and runs both halves; tune, if not nil,
+// adjusts the sockets first. client and pod have a 60 s deadline.
+func startRelay(t *testing.T, tune func(client, fromClient, toPod, pod *net.TCPConn)) *relayRun {
+	t.Helper()
+	r := &relayRun{c2p: make(chan error, 1), p2c: make(chan error, 1)}
+	r.client, r.fromClient = tcpPair(t)
+	r.toPod, r.pod = tcpPair(t)
+	if tune != nil {
+		tune(r.client, r.fromClient, r.toPod, r.pod)
+	}
+	for _, c := range []net.Conn{r.client, r.pod} {
+		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	}
+	craw, _ := r.fromClient.SyscallConn()
+	praw, _ := r.toPod.SyscallConn()
+	p, err := newRelayPair(craw, praw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.p = p
+	// At the end of one side's stream the other side is half-closed, as ReverseProxy does.
+	go func() {
+		_, err := p.run(true)
+		if err == nil {
+			_ = r.toPod.CloseWrite()
+		}
+		r.c2p <- err
+	}()
+	go func() {
+		_, err := p.run(false)
+		if err == nil {
+			_ = r.fromClient.CloseWrite()
+		}
+		r.p2c <- err
+	}()
+	// Both halves joined: from now on the loop relays what is sent.
+	waitFor(t, "both halves in the loop", func() bool {
+		p.l.mu.Lock()
+		defer p.l.mu.Unlock()
+		return p.c2p.active && p.p2c.active
+	})
+	return r
+}
+
+// ended waits at most 30 s for a half's end and returns its error.
+func ended(t *testing.T, what string, c chan error) error {
+	t.Helper()
+	select {
+	case err := <-c:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not end within 30s", what)
+		return nil
+	}
+}
+
+// end half-closes the client's side, then shuts the pod's socket down as the proxy's close does
+// (endRelay), and checks that both halves end: the client's half at the end of its stream.
+func (r *relayRun) end(t *testing.T) {
+	t.Helper()
+	_ = r.client.CloseWrite()
+	if err := ended(t, "the client-to-pod half", r.c2p); err != nil {
+		t.Errorf("client-to-pod half: %v, want the end of the stream", err)
+	}
+	r.p.close()
+	praw, _ := r.toPod.SyscallConn()
+	shutdownRaw(praw)
+	if err := ended(t, "the pod-to-client half", r.p2c); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("pod-to-client half after the close: %v, want %v", err, net.ErrClosed)
+	}
+}
+
+// relayMsg sends msg from one end and reads it at the other.
+func relayMsg(t *testing.T, from, to net.Conn, msg []byte) {
+	t.Helper()
+	if _, err := from.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(to, got); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("got %q, %v; want %q", got, err, msg)
+	}
+}
+
+// openFDs counts the process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// fdOf is c's descriptor number.
+func fdOf(t *testing.T, c *net.TCPConn) int {
+	t.Helper()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := -1
+	if err := raw.Control(func(fd uintptr) { n = int(fd) }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestWebSocketRelayNeverUsesADescriptorClosedElsewhere: the loop uses descriptors of its own
+// (duplicates). When the pod side's net.Conn is closed by someone who does not go through
+// endRelay, its number is given to the next socket the process opens (another tenant's): the
+// loop must go on writing to the socket it relayed, never to that number.
+func TestWebSocketRelayNeverUsesADescriptorClosedElsewhere(t *testing.T) {
+	r := startRelay(t, nil)
+	relayMsg(t, r.client, r.pod, []byte("hello pod"))
+	relayMsg(t, r.pod, r.client, []byte("hello client"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	old := fdOf(t, r.toPod)
+	_ = r.toPod.Close() // no shutdown first
+	// Another tenant's connection on the freed number: the lowest free one, taken by the next
+	// socket made.
+	d, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	a, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	other, otherPeer := d.(*net.TCPConn), a.(*net.TCPConn)
+	if fdOf(t, other) != old {
+		other, otherPeer = otherPeer, other
+	}
+	if fdOf(t, other) != old {
+		t.Fatalf("descriptor %d was not reused by the next connection (%d, %d)", old, fdOf(t, other), fdOf(t, otherPeer))
+	}
+	relayMsg(t, r.client, r.pod, []byte("for the pod only"))
+	_ = otherPeer.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if b, err := otherPeer.Read(make([]byte, 64)); b > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection that took descriptor %d got %d bytes (%v): the loop wrote to a number closed elsewhere", old, b, err)
+	}
+	// The pod ends its side: the loop ends the relay and closes its descriptors.
+	_ = r.client.CloseWrite()
+	if err := ended(t, "the client-to-pod half", r.c2p); err != nil {
+		t.Errorf("client-to-pod half: %v", err)
+	}
+	_ = r.pod.CloseWrite()
+	if err := ended(t, "the pod-to-client half", r.p2c); err != nil {
+		t.Errorf("pod-to-client half: %v", err)
+	}
+}
+
+// TestWebSocketRelayClosesItsDescriptorsAndBuffers: once both halves have ended the loop holds
+// no descriptor and no buffer of the WebSocket.
+func TestWebSocketRelayClosesItsDescriptorsAndBuffers(t *testing.T) {
+	if _, err := pickRelayLoop(); err != nil { // its epoll descriptor, once for all tests
+		t.Fatal(err)
+	}
+	fds, buf := openFDs(t), wsBufBytes.Load()
+	r := startRelay(t, nil)
+	relayMsg(t, r.client, r.pod, bytes.Repeat([]byte("x"), 100<<10))
+	relayMsg(t, r.pod, r.client, []byte("back"))
+	r.end(t)
+	for _, c := range []net.Conn{r.client, r.fromClient, r.toPod, r.pod} {
+		_ = c.Close()
+	}
+	waitFor(t, "the loop's descriptors closed", func() bool { return openFDs(t) == fds })
+	if n := wsBufBytes.Load() - buf; n != 0 {
+		t.Errorf("after the relay ended %d bytes of buffer are held, want 0", n)
+	}
+}
+
+// TestWebSocketRelayLoopWaitsWithoutPolling: an idle loop is parked (no CPU): with a WebSocket
+// open and nothing sent, it makes no epoll_wait calls.
+func TestWebSocketRelayLoopWaitsWithoutPolling(t *testing.T) {
+	r := startRelay(t, nil)
+	relayMsg(t, r.client, r.pod, []byte("ping"))
+	relayMsg(t, r.pod, r.client, []byte("pong"))
+	polls := func() (n int64) {
+		for _, l := range relayLoops {
+			n += l.polls.Load()
+		}
+		return n
+	}
+	// A readiness notice for bytes the loop already read may wake it once more.
+	time.Sleep(20 * time.Millisecond)
+	before := polls()
+	time.Sleep(200 * time.Millisecond) // the window observed
+	if n := polls() - before; n > 2 {
+		t.Errorf("idle loops made %d epoll_wait calls in 200ms, want none", n)
+	}
+	r.end(t)
+}
+
+// TestWebSocketRelayAllocatesNothingPerMessage: a message relayed either way costs no
+// allocation (the loop's batch and the halves' buffers are kept).
+func TestWebSocketRelayAllocatesNothingPerMessage(t *testing.T) {
+	r := startRelay(t, nil)
+	msg := []byte("a WebSocket frame's worth of bytes")
+	got := make([]byte, len(msg))
+	round := func() {
+		if _, err := r.client.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(r.pod, got); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.pod.Write(got); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(r.client, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round()
+	if n := testing.AllocsPerRun(200, round); n != 0 {
+		t.Errorf("%v allocations per round trip, want 0", n)
+	}
+	r.end(t)
+}
+
+// TestWebSocketRelayBuffers: a waiting half holds its small buffer only; a message over it that
+// arrived whole goes out in one send; a 1 MiB burst arrives whole and the large buffer goes back
+// after it.
+func TestWebSocketRelayBuffers(t *testing.T) {
+	base := wsBufBytes.Load()
+	r := startRelay(t, nil)
+	relayMsg(t, r.client, r.pod, []byte("a keystroke"))
+	if n := wsBufBytes.Load() - base; n != 2*wsSmallBuf {
+		t.Errorf("after a small message the relay holds %d bytes of buffer, want %d", n, 2*wsSmallBuf)
+	}
+	msg := make([]byte, 10<<10)
+	for i := range msg {
+		msg[i] = byte(i * 13)
+	}
+	l := r.p.l
+	l.mu.Lock()
+	sends := r.p.c2p.sends
+	l.mu.Unlock()
+	relayMsg(t, r.client, r.pod, msg) // one write: on loopback it arrives whole
+	l.mu.Lock()
+	sends = r.p.c2p.sends - sends
+	l.mu.Unlock()
+	if sends != 1 {
+		t.Errorf("a %d-byte message took %d sends, want 1", len(msg), sends)
+	}
+	burst := make([]byte, 1<<20)
+	for i := range burst {
+		burst[i] = byte(i * 7)
+	}
+	sent := make(chan error, 1)
+	go func() { _, err := r.client.Write(burst); sent <- err }()
+	got := make([]byte, len(burst))
+	if _, err := io.ReadFull(r.pod, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, burst) {
+		t.Fatal("the pod got the burst changed")
+	}
+	waitFor(t, "the large buffer given back", func() bool { return wsBufBytes.Load()-base == 2*wsSmallBuf })
+	r.end(t)
+	if n := wsBufBytes.Load() - base; n != 0 {
+		t.Errorf("after the relay ended %d bytes of buffer are held, want 0", n)
+	}
+}
+
+// TestWebSocketRelaysWithSlowReadersKeepTheirStreams: relays at once, each to a reader slower
+// than its sender (small socket buffers, small reads), both ways, so that every half keeps its
+// large buffer with bytes not yet written and gives it back and takes one again many times:
+// every stream arrives intact.
+func TestWebSocketRelaysWithSlowReadersKeepTheirStreams(t *testing.T) {
+	const relays, size = 6, 1 << 20
+	errs := make(chan error, 2*relays)
+	stream := func(k, i int) byte { return byte(i*31 + k*7 + i>>12) }
+	send := func(c *net.TCPConn, k int) {
+		buf := make([]byte, 48<<10)
+		for off := 0; off < size; {
+			n := min(len(buf), size-off)
+			for i := range n {
+				buf[i] = stream(k, off+i)
+			}
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+			off += n
+		}
+		_ = c.CloseWrite()
+	}
+	receive := func(c *net.TCPConn, k int) {
+		buf := make([]byte, 1<<10)
+		off := 0
+		for {
+			n, err := c.Read(buf)
+			for i := range n {
+				if buf[i] != stream(k, off+i) {
+					errs <- fmt.Errorf("stream %d: byte %d changed", k, off+i)
+					return
+				}
+			}
+			off += n
+			if err != nil {
+				if off != size {
+					errs <- fmt.Errorf("stream %d: %d of %d bytes arrived: %v", k, off, size, err)
+					return
+				}
+				errs <- nil
+				return
+			}
+		}
+	}
+	for k := range relays {
+		r := startRelay(t, func(client, fromClient, toPod, pod *net.TCPConn) {
+			_ = pod.SetReadBuffer(8 << 10)
+			_ = toPod.SetWriteBuffer(8 << 10)
+			_ = client.SetReadBuffer(8 << 10)
+			_ = fromClient.SetWriteBuffer(8 << 10)
+		})
+		go send(r.client, 2*k)
+		go receive(r.pod, 2*k)
+		go send(r.pod, 2*k+1)
+		go receive(r.client, 2*k+1)
+	}
+	for range 2 * relays {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestWebSocketRelayCloseIsNotHeldUpByAReaderThatStopped: the pod floods a client that does not
+// read; closing the pod's side (endRelay) ends both halves at once.
+func TestWebSocketRelayCloseIsNotHeldUpByAReaderThatStopped(t *testing.T) {
+	r := startRelay(t, nil)
+	stuck := make(chan struct{})
+	go flood(r.pod, stuck)
+	<-stuck
+	r.p.close()
+	praw, _ := r.toPod.SyscallConn()
+	shutdownRaw(praw)
+	for _, h := range []chan error{r.c2p, r.p2c} {
+		if err := ended(t, "a half", h); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("after the close: %v, want %v", err, net.ErrClosed)
+		}
+	}
+}
+
+// TestWebSocketThroughTheProxyIsRelayedByALoop: an upgraded connection through the proxy (the
+// lean server, the synchronous transport) is relayed by a loop, both halves.
+func TestWebSocketThroughTheProxyIsRelayedByALoop(t *testing.T) {
+	host, port := upgradeEcho(t)
+	p, addr := startProxy(t, Options{}, host, port)
+	c, br := openUpgraded(t, addr)
+	if _, err := io.WriteString(c, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(br, got); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both halves to run", func() bool { return p.conns.rawActive.Load() == 2 })
+	var pc *persistConn
+	p.conns.mu.Lock()
+	for _, m := range p.conns.byPod {
+		for tc := range m {
+			pc = tc.ReadWriteCloser.(*upgradedConn).pc
+		}
+	}
+	p.conns.mu.Unlock()
+	if pc == nil {
+		t.Fatal("no tracked WebSocket")
+	}
+	pc.relayMu.Lock()
+	rp := pc.relay
+	pc.relayMu.Unlock()
+	if rp == nil {
+		t.Fatal("the WebSocket is not relayed by a loop")
+	}
+	waitFor(t, "both halves in the loop", func() bool {
+		rp.l.mu.Lock()
+		defer rp.l.mu.Unlock()
+		return rp.c2p.active && rp.p2c.active
+	})
+}
+
+// TestWebSocketRelayEndsWhenTheProxyStops: stopping the proxy closes its WebSockets (closeAll):
+// the loop ends both halves and the client sees the end.
+func TestWebSocketRelayEndsWhenTheProxyStops(t *testing.T) {
+	host, port := upgradeEcho(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(benchAuth{}, Options{Listener: ln})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp := wsPod("lean", time.Minute, host, true, map[string]string{workspace.AnnWorkspacePort: port})
+	wp.CreationTimestamp = metav1.Now()
+	p.PodChanged(wp)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Start(ctx) }()
+	if err := waitListening(ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	c, br := openUpgraded(t, ln.Addr().String())
+	if _, err := io.WriteString(c, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(br, got); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both halves to run", func() bool { return p.conns.rawActive.Load() == 2 })
+	cancel()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, err := io.ReadAll(br); len(b) != 0 || err != nil {
+		t.Fatalf("after the proxy stopped the client read %q, %v; want the end", b, err)
+	}
+	waitFor(t, "the halves ending", func() bool { return p.conns.rawActive.Load() == 0 })
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the proxy did not stop within 30s")
+	}
+}
