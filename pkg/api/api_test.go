@@ -37,9 +37,7 @@ func mcpSession(t *testing.T, token string, opts *mcp.ClientOptions) (*mcp.Clien
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "nogoo9-test", Version: "1"}, opts)
 	tr := &mcp.StreamableClientTransport{Endpoint: env.server.URL + "/mcp", HTTPClient: &http.Client{Transport: bearer{token}}}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := c.Connect(ctx, tr, nil)
+	s, err := c.Connect(boundedCtx(t), tr, nil)
 	if err == nil {
 		t.Cleanup(func() { _ = s.Close() })
 	}
@@ -59,9 +57,7 @@ func mustSession(t *testing.T, token string) *mcp.ClientSession {
 // tool error text ("" when the call succeeded).
 func call(t *testing.T, s *mcp.ClientSession, tool string, args map[string]any, out any) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	res, err := s.CallTool(boundedCtx(t), &mcp.CallToolParams{Name: tool, Arguments: args})
 	if err != nil {
 		return "protocol error: " + err.Error()
 	}
@@ -102,7 +98,7 @@ func rest(t *testing.T, token, method, path string, body any) (int, []byte) {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpc.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -216,7 +212,7 @@ func TestAuthenticationRefusesBadTokens(t *testing.T) {
 		mustSession(t, userToken("alice"))
 	})
 	t.Run("MCP 401 names the protected resource metadata", func(t *testing.T) {
-		resp, err := http.Post(env.server.URL+"/mcp", "application/json", strings.NewReader(`{}`))
+		resp, err := httpc.Post(env.server.URL+"/mcp", "application/json", strings.NewReader(`{}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,7 +236,7 @@ func TestMCPToolsAsOwnerAndAdmin(t *testing.T) {
 
 	t.Run("every tool is listed with an input schema and a description", func(t *testing.T) {
 		g := NewWithT(t)
-		res, err := alice.ListTools(context.Background(), nil)
+		res, err := alice.ListTools(boundedCtx(t), nil)
 		g.Expect(err).NotTo(HaveOccurred())
 		names := map[string]bool{}
 		for _, tl := range res.Tools {
@@ -418,8 +414,9 @@ func TestMCPToolsAsOwnerAndAdmin(t *testing.T) {
 			err error
 		}
 		done := make(chan result, 1)
+		ctx := boundedCtx(t)
 		go func() {
-			res, err := follower.CallTool(context.Background(), &mcp.CallToolParams{
+			res, err := follower.CallTool(ctx, &mcp.CallToolParams{
 				Name: "get_workspace_events", Arguments: map[string]any{"id": "my-project", "follow": true, "timeoutSeconds": 120, "until": []string{"UpgradeSucceeded", "UpgradeFailed"}},
 				Meta: mcp.Meta{"progressToken": "ev-1"},
 			})
@@ -513,7 +510,7 @@ func TestMCPBadInputCreatesNothing(t *testing.T) {
 			req.Header.Set("Authorization", "Bearer "+userToken("carol"))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Accept", "application/json, text/event-stream")
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := httpc.Do(req)
 			g.Expect(err).NotTo(HaveOccurred(), name)
 			raw, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()

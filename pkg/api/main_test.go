@@ -48,6 +48,20 @@ const (
 	adminGroup = "nogoo9-admins"
 )
 
+// waitBound bounds every wait of a test on the front end: one that never answers fails the test
+// instead of hanging go test until its own timeout.
+const waitBound = 30 * time.Second
+
+// httpc is http.DefaultClient with every exchange bounded by waitBound, its body included.
+var httpc = &http.Client{Timeout: waitBound}
+
+// boundedCtx ends waitBound from now, or when t ends.
+func boundedCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), waitBound)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // env is the one envtest environment, manager and front end the package's integration tests share.
 var env struct {
 	k8s       client.Client // direct (uncached) client for setup and assertions

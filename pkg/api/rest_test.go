@@ -144,7 +144,7 @@ func TestRESTEndpoints(t *testing.T) {
 		addEvent(t, erinPod.Name, "Pulling", "pulling image")
 		req, _ := http.NewRequest("GET", env.server.URL+"/api/v1/workspaces/erin-box/events?follow=true&timeout=2m&until=Started,Failed", nil)
 		req.Header.Set("Authorization", "Bearer "+erin)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := httpc.Do(req)
 		g.Expect(err).NotTo(HaveOccurred())
 		defer resp.Body.Close()
 		g.Expect(resp.Header.Get("Content-Type")).To(Equal("text/event-stream"))

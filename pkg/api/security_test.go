@@ -38,7 +38,7 @@ func do(t *testing.T, base, method, path, body string, header map[string]string)
 		}
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpc.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -247,7 +247,7 @@ func openFollow(t *testing.T, base, token, id string) (*http.Response, context.C
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/workspaces/"+id+"/events?follow=true&timeout=120s", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpc.Do(req)
 	if err != nil {
 		cancel()
 		t.Fatalf("follow: %v", err)

@@ -133,7 +133,9 @@ func TestOpenWebSocketCountsUntilTheTemplatesMaximumAge(t *testing.T) {
 		cfg, err := websocket.NewConfig("ws://"+activityProxyHost+path+"ws", activityProxyURL)
 		g.Expect(err).NotTo(HaveOccurred())
 		cfg.Header = http.Header{"Authorization": {"Bearer jane-token"}}
-		c, err := websocket.DialConfig(cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), plain.Timeout)
+		defer cancel()
+		c, err := cfg.DialContext(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
 		t.Cleanup(func() { _ = c.Close() })
 		return c

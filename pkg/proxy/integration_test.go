@@ -441,7 +441,10 @@ func dialWS(path, origin, token string) (*websocket.Conn, error) {
 		return nil, err
 	}
 	cfg.Header.Set("Authorization", "Bearer "+token)
-	return websocket.DialConfig(cfg)
+	// Bounded as plain's requests are: a proxy that never answers the handshake fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), plain.Timeout)
+	defer cancel()
+	return cfg.DialContext(ctx)
 }
 
 // dialJanes opens a WebSocket to jane's workspace id through the proxy as jane, from the proxy's

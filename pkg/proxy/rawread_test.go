@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -51,9 +50,7 @@ func readHead(br *bufio.Reader) (string, error) {
 // get sends a GET through tr with a bounded wait: a lost readiness notice would hang it.
 func get(t *testing.T, tr http.RoundTripper, url string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, body, err := do(tr, ctx, http.MethodGet, url, nil, nil)
+	_, body, err := do(tr, boundedCtx(t), http.MethodGet, url, nil, nil)
 	return body, err
 }
 
@@ -162,9 +159,7 @@ func TestSyncTransportWritesTheRequestInTheAnswersRead(t *testing.T) {
 			p[0] = 'x'
 			return 1, io.EOF
 		}))
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/upload", body)
+		req, err := http.NewRequestWithContext(boundedCtx(t), http.MethodPost, "http://"+addr+"/upload", body)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -169,7 +169,7 @@ func TestQuickResponseBodyOnAPooledConnection(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	addr := host + ":" + port
 	for i := 0; i < 3; i++ {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/x", nil)
+		req, _ := http.NewRequestWithContext(boundedCtx(t), http.MethodGet, "http://"+addr+"/x", nil)
 		f := &fastRequest{in: req, w: &discardWriter{h: http.Header{}}, t: &target{addr: addr}}
 		res, err := tr.do(req, addr, f)
 		if err != nil {
@@ -223,7 +223,7 @@ func TestSyncTransportHeaderDeadlineAcrossRequests(t *testing.T) {
 	defer close(release)
 	tr, _ := newTestTransport(t, timeout)
 	fast := func(path string) (string, error) {
-		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		req, _ := http.NewRequestWithContext(boundedCtx(t), http.MethodGet, srv.URL+path, nil)
 		f := &fastRequest{in: req, w: &discardWriter{h: http.Header{}}, t: &target{addr: srv.addr()}}
 		res, err := tr.do(req, srv.addr(), f)
 		if err != nil {

@@ -70,6 +70,18 @@ func newTestTransport(t *testing.T, headerTimeout time.Duration) (*syncTransport
 	return tr, fb
 }
 
+// waitBound bounds every wait of a test on a peer (a pod, the proxy, the transport under test): a
+// peer that never answers, or a lost wake-up, fails the test instead of hanging go test until its
+// own timeout.
+const waitBound = 30 * time.Second
+
+// boundedCtx ends waitBound from now, or when t ends.
+func boundedCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), waitBound)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // do sends one request through tr and returns status and the whole body.
 func do(tr http.RoundTripper, ctx context.Context, method, url string, body io.Reader, hdr http.Header) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, method, url, body)
@@ -130,7 +142,7 @@ func TestSyncTransportReusesKeptAliveConnections(t *testing.T) {
 				if tc.method == http.MethodPost {
 					body = strings.NewReader("12345")
 				}
-				_, got, err := do(tr, context.Background(), tc.method, srv.URL+"/x", body, nil)
+				_, got, err := do(tr, boundedCtx(t), tc.method, srv.URL+"/x", body, nil)
 				if err != nil {
 					t.Fatalf("request %d: %v", i, err)
 				}
@@ -158,7 +170,7 @@ func TestSyncTransportPassesTrailers(t *testing.T) {
 		w.Header().Set("X-Sum", "42")
 	}))
 	tr, _ := newTestTransport(t, 0)
-	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	req, _ := http.NewRequestWithContext(boundedCtx(t), http.MethodGet, srv.URL, nil)
 	res, err := tr.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
@@ -181,11 +193,11 @@ func TestSyncTransportLargeBodies(t *testing.T) {
 		_, _ = w.Write(big)
 	}))
 	tr, fb := newTestTransport(t, 0)
-	_, got, err := do(tr, context.Background(), http.MethodGet, srv.URL, nil, nil)
+	_, got, err := do(tr, boundedCtx(t), http.MethodGet, srv.URL, nil, nil)
 	if err != nil || got != string(big) {
 		t.Fatalf("5 MiB answer: %d bytes, err %v", len(got), err)
 	}
-	_, got, err = do(tr, context.Background(), http.MethodPost, srv.URL, bytes.NewReader(big), nil)
+	_, got, err = do(tr, boundedCtx(t), http.MethodPost, srv.URL, bytes.NewReader(big), nil)
 	if err != nil || got != fmt.Sprint(len(big)) {
 		t.Fatalf("5 MiB upload: answer %q, err %v", got, err)
 	}
@@ -201,21 +213,21 @@ func TestSyncTransportLeavesUpgradesAndUnknownLengthsToTheFallback(t *testing.T)
 	}))
 	tests := []struct {
 		name string
-		req  func() *http.Request
+		req  func(ctx context.Context) *http.Request
 	}{
-		{"an upgrade with a request body", func() *http.Request {
-			r, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("abc"))
+		{"an upgrade with a request body", func(ctx context.Context) *http.Request {
+			r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("abc"))
 			r.Header.Set("Connection", "Upgrade")
 			r.Header.Set("Upgrade", "websocket")
 			return r
 		}},
-		{"a body of unknown length", func() *http.Request {
-			r, _ := http.NewRequest(http.MethodPost, srv.URL, io.NopCloser(strings.NewReader("abc")))
+		{"a body of unknown length", func(ctx context.Context) *http.Request {
+			r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, io.NopCloser(strings.NewReader("abc")))
 			r.ContentLength = -1
 			return r
 		}},
-		{"Expect: 100-continue", func() *http.Request {
-			r, _ := http.NewRequest(http.MethodPut, srv.URL, strings.NewReader("abc"))
+		{"Expect: 100-continue", func(ctx context.Context) *http.Request {
+			r, _ := http.NewRequestWithContext(ctx, http.MethodPut, srv.URL, strings.NewReader("abc"))
 			r.Header.Set("Expect", "100-continue")
 			return r
 		}},
@@ -223,7 +235,7 @@ func TestSyncTransportLeavesUpgradesAndUnknownLengthsToTheFallback(t *testing.T)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, fb := newTestTransport(t, 0)
-			res, err := tr.RoundTrip(tc.req())
+			res, err := tr.RoundTrip(tc.req(boundedCtx(t)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,7 +260,7 @@ func TestSyncTransportSurvivesAConnectionThePodClosed(t *testing.T) {
 		{"a POST skips the dead connection before sending", http.MethodPost, "payload"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, _, err := do(tr, context.Background(), http.MethodGet, srv.URL, nil, nil); err != nil {
+			if _, _, err := do(tr, boundedCtx(t), http.MethodGet, srv.URL, nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			if tr.idleCount(srv.addr()) != 1 {
@@ -260,7 +272,7 @@ func TestSyncTransportSurvivesAConnectionThePodClosed(t *testing.T) {
 			if tc.body != "" {
 				body = strings.NewReader(tc.body)
 			}
-			_, got, err := do(tr, context.Background(), tc.method, srv.URL, body, nil)
+			_, got, err := do(tr, boundedCtx(t), tc.method, srv.URL, body, nil)
 			if err != nil {
 				t.Fatalf("request after the pod closed the idle connection failed: %v", err)
 			}
@@ -288,10 +300,10 @@ func TestSyncTransportDoesNotRetryWhenThePodMayHaveActed(t *testing.T) {
 		}
 	}))
 	tr, _ := newTestTransport(t, 0)
-	if _, _, err := do(tr, context.Background(), http.MethodGet, srv.URL, nil, nil); err != nil {
+	if _, _, err := do(tr, boundedCtx(t), http.MethodGet, srv.URL, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := do(tr, context.Background(), http.MethodPost, srv.URL, strings.NewReader("x"), nil)
+	_, _, err := do(tr, boundedCtx(t), http.MethodPost, srv.URL, strings.NewReader("x"), nil)
 	if err == nil {
 		t.Fatal("a POST whose connection was dropped after sending succeeded")
 	}
@@ -322,7 +334,7 @@ func TestSyncTransportClosesConnectionsItCannotReuse(t *testing.T) {
 			srv := newCountingServer(t, tc.handler)
 			tr, _ := newTestTransport(t, 0)
 			for i := 0; i < 2; i++ {
-				req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+				req, _ := http.NewRequestWithContext(boundedCtx(t), http.MethodGet, srv.URL, nil)
 				res, err := tr.RoundTrip(req)
 				if err != nil {
 					t.Fatal(err)
@@ -368,7 +380,13 @@ func TestSyncTransportCancellation(t *testing.T) {
 			_, _, err := do(tr, ctx, http.MethodGet, srv.URL+"/headers", nil, nil)
 			errc <- err
 		}()
-		<-started
+		select {
+		case <-started:
+		case err := <-errc:
+			t.Fatalf("the request ended before it reached the pod: %v", err)
+		case <-time.After(waitBound):
+			t.Fatalf("the request did not reach the pod within %s", waitBound)
+		}
 		cancel()
 		select {
 		case err := <-errc:
@@ -380,7 +398,7 @@ func TestSyncTransportCancellation(t *testing.T) {
 		}
 	})
 	t.Run("while reading the body", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(boundedCtx(t))
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/body", nil)
 		res, err := tr.RoundTrip(req)
@@ -431,7 +449,7 @@ func TestSyncTransportResponseHeaderTimeout(t *testing.T) {
 	}))
 	defer close(release)
 	tr, _ := newTestTransport(t, 100*time.Millisecond)
-	_, _, err := do(tr, context.Background(), http.MethodGet, srv.URL, nil, nil)
+	_, _, err := do(tr, boundedCtx(t), http.MethodGet, srv.URL, nil, nil)
 	var ne net.Error
 	if err == nil || !errors.As(err, &ne) || !ne.Timeout() || !strings.Contains(err.Error(), "no response headers within 100ms") {
 		t.Fatalf("error %v, want a timeout naming the response header timeout", err)
@@ -450,7 +468,7 @@ func TestSyncTransportForwardsInformationalResponses(t *testing.T) {
 		got = append(got, code)
 		return nil
 	}}
-	ctx := httptrace.WithClientTrace(context.Background(), trace)
+	ctx := httptrace.WithClientTrace(boundedCtx(t), trace)
 	code, body, err := do(tr, ctx, http.MethodGet, srv.URL, nil, nil)
 	if err != nil || code != 200 || body != "page" {
 		t.Fatalf("got %d %q %v, want 200 page", code, body, err)
@@ -481,7 +499,7 @@ func TestSyncTransportConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
 				p := fmt.Sprintf("/w%d/r%d", g, i)
-				_, got, err := do(tr, context.Background(), http.MethodGet, fmt.Sprintf("%s%s?chunked=%d", srv.URL, p, i%2), nil, nil)
+				_, got, err := do(tr, boundedCtx(t), http.MethodGet, fmt.Sprintf("%s%s?chunked=%d", srv.URL, p, i%2), nil, nil)
 				if err != nil {
 					errc <- err
 					return
@@ -508,7 +526,7 @@ func TestSyncTransportClosesIdleConnectionsAfterTheIdleTimeout(t *testing.T) {
 	d := &net.Dialer{}
 	tr := newSyncTransport(http.DefaultTransport, d.DialContext, responseLimits{}, 4, 50*time.Millisecond)
 	defer tr.CloseIdleConnections()
-	if _, _, err := do(tr, context.Background(), http.MethodGet, srv.URL, nil, nil); err != nil {
+	if _, _, err := do(tr, boundedCtx(t), http.MethodGet, srv.URL, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nogoo9/no-crd/hack/oidcprovider"
 	"github.com/nogoo9/no-crd/pkg/auth"
@@ -66,7 +67,7 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 	idRe := regexp.MustCompile(`name="id" value="([^"]+)"`)
 	logIn := func(user, password string) (*http.Client, string) {
 		jar, _ := cookiejar.New(nil)
-		c := &http.Client{Jar: jar}
+		c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
 		resp, err := c.Get(ui.URL + "/login/oidc?next=/")
 		if err != nil {
 			t.Fatal(err)
@@ -111,7 +112,7 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 
 	t.Run("a callback with a state this browser did not start is refused", func(t *testing.T) {
 		jar, _ := cookiejar.New(nil)
-		c := &http.Client{Jar: jar}
+		c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
 		resp, err := c.Get(ui.URL + "/login/callback?code=x&state=forged")
 		if err != nil {
 			t.Fatal(err)

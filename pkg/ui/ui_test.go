@@ -170,7 +170,7 @@ type browser struct {
 
 func (f *fixture) browser(t *testing.T) *browser {
 	jar, _ := cookiejar.New(nil)
-	return &browser{t: t, url: f.srv.URL, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	return &browser{t: t, url: f.srv.URL, c: &http.Client{Jar: jar, Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
 // stream opens path as b's event stream, bounded to 20 s (ctx, for the test's own calls too), and

@@ -69,7 +69,7 @@ var _ = Describe("The local cluster", func() {
 		Expect(err).NotTo(HaveOccurred())
 		pool := x509.NewCertPool()
 		Expect(pool.AppendCertsFromPEM(ca)).To(BeTrue())
-		anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		anon := &http.Client{Timeout: pxAPIClient.Timeout, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 		resp, err := anon.Get(Cluster.IssuerURL + "/.well-known/openid-configuration")
 		Expect(err).NotTo(HaveOccurred())
 		defer resp.Body.Close()
@@ -146,7 +146,7 @@ var _ = Describe("The nogoo9 binary", func() {
 		p := StartNogoo9("--namespace=" + ns)
 		Expect(p.Namespace).To(Equal(ns))
 		get := func(url string) int {
-			resp, err := http.Get(url)
+			resp, err := pxAPIClient.Get(url)
 			if err != nil {
 				return 0
 			}

@@ -198,7 +198,7 @@ var _ = Describe("Front end: MCP with real OIDC tokens", Ordered, Label("fronten
 		req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodGet, proc.APIURL+"/api/v1/workspaces", nil)
 		Expect(err).NotTo(HaveOccurred())
 		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := pxAPIClient.Do(req)
 		Expect(err).NotTo(HaveOccurred())
 		resp.Body.Close()
 		Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized))

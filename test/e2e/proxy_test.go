@@ -447,7 +447,8 @@ func pxUserToken(ctx context.Context, ns, name string) string {
 	return t
 }
 
-// pxAPIClient bounds each of pxAPI's calls as ctxTimeout bounds other steps.
+// pxAPIClient bounds each of pxAPI's calls, and the specs' other plain requests to nogoo9, as
+// ctxTimeout bounds other steps.
 var pxAPIClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
 
 // pxAPI calls nogoo9's REST API with a bearer token and returns the status and body; a transport
