@@ -262,8 +262,13 @@ func (c *rawCopy) read(fd uintptr) bool {
 		case n == 0:
 			return true // the other end closed its side
 		}
-		emptied := n < len(c.buf)
-		if !emptied && c.large == nil {
+		// emptied: a read found the socket empty (EAGAIN), so the next bytes or the end raise a
+		// readiness notice. A short read does not say so: it may have taken the peer's end (FIN)
+		// with the last bytes, and no notice follows it; after a short read the loop reads again
+		// (the end, or EAGAIN), one read that finds nothing per message. The relay loops
+		// (wsrelay.go), which see the end in their events, do without it.
+		emptied := false
+		if n == len(c.buf) && c.large == nil {
 			// A burst, or a message over the small buffer: what was read moves to a large
 			// buffer and the read goes on into it before anything is written, so that such a
 			// message still costs one send, as with a large buffer only.
@@ -279,7 +284,6 @@ func (c *rawCopy) read(fd uintptr) bool {
 				// An error or the end: what was read is written first; the next read finds
 				// the end (after a reset, as the end rather than the error).
 			default:
-				emptied = n+m < len(c.buf)
 				n += m
 			}
 		}
@@ -287,8 +291,8 @@ func (c *rawCopy) read(fd uintptr) bool {
 			return true
 		}
 		if emptied {
-			// The socket is empty: wait for readiness rather than read again, without the
-			// large buffer (everything read was written: rest is empty).
+			// The socket is empty: wait for readiness, without the large buffer (everything
+			// read was written: rest is empty).
 			c.release()
 			return false
 		}

@@ -400,46 +400,131 @@ func TestWebSocketCopiesWithSlowReadersKeepTheirStreams(t *testing.T) {
 		})
 		client, pod := r.client, r.pod
 		stream := func(i int) byte { return byte(i*31 + k*7 + i>>12) }
+		go sendStream(client, size, stream)
 		go func() {
-			buf := make([]byte, 48<<10)
-			for off := 0; off < size; {
-				n := min(len(buf), size-off)
-				for i := range n {
-					buf[i] = stream(off + i)
-				}
-				if _, err := client.Write(buf[:n]); err != nil {
-					return
-				}
-				off += n
+			if err := receiveStream(pod, size, stream); err != nil {
+				errs <- fmt.Errorf("copy %d: %w", k, err)
+				return
 			}
-			_ = client.CloseWrite()
-		}()
-		go func() {
-			buf := make([]byte, 1<<10)
-			off := 0
-			for {
-				n, err := pod.Read(buf)
-				for i := range n {
-					if buf[i] != stream(off+i) {
-						errs <- fmt.Errorf("copy %d: byte %d changed", k, off+i)
-						return
-					}
-				}
-				off += n
-				if err != nil {
-					if off != size {
-						errs <- fmt.Errorf("copy %d: %d of %d bytes arrived: %v", k, off, size, err)
-						return
-					}
-					errs <- nil
-					return
-				}
-			}
+			errs <- nil
 		}()
 	}
 	for range copies {
 		if err := <-errs; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// sendStream writes size bytes of stream to c, then half-closes it (a failed write ends it: the
+// receiver reports the bytes missing).
+func sendStream(c *net.TCPConn, size int, stream func(int) byte) {
+	buf := make([]byte, 48<<10)
+	for off := 0; off < size; {
+		n := min(len(buf), size-off)
+		for i := range n {
+			buf[i] = stream(off + i)
+		}
+		if _, err := c.Write(buf[:n]); err != nil {
+			return
+		}
+		off += n
+	}
+	_ = c.CloseWrite()
+}
+
+// receiveStream reads c, in small reads, to its end: nil if exactly size bytes of stream arrived.
+func receiveStream(c *net.TCPConn, size int, stream func(int) byte) error {
+	buf := make([]byte, 1<<10)
+	off := 0
+	for {
+		n, err := c.Read(buf)
+		for i := range n {
+			if buf[i] != stream(off+i) {
+				return fmt.Errorf("byte %d changed", off+i)
+			}
+		}
+		off += n
+		if err != nil {
+			if off != size {
+				return fmt.Errorf("%d of %d bytes arrived: %v", off, size, err)
+			}
+			return nil
+		}
+	}
+}
+
+// TestWebSocketCopySeesTheEndThatCameWithTheLastBytes: the client writes its last bytes and
+// half-closes at once, so the copy's read may take the end (FIN) with the bytes, and no readiness
+// notice follows; the copy must end all the same. (It waited for a notice after a short read,
+// and hung in about one of 50 runs; through the proxy, the pod's last words and close hung the
+// client: TestWebSocketPodsLastWordsAndEndReachTheClient.)
+func TestWebSocketCopySeesTheEndThatCameWithTheLastBytes(t *testing.T) {
+	for i := range 200 {
+		r := startRawCopy(t, nil, nil)
+		if _, err := r.client.Write([]byte("bye")); err != nil {
+			t.Fatal(err)
+		}
+		r.end(t)
+		if b, err := io.ReadAll(r.pod); string(b) != "bye" || err != nil {
+			t.Fatalf("run %d: the pod read %q, %v; want bye and the end", i, b, err)
+		}
+		_ = r.client.Close()
+		_ = r.pod.Close()
+	}
+}
+
+// TestWebSocketPodsLastWordsAndEndReachTheClient: a pod that answers and closes at once (a
+// process that exits, a server's close frame and close) ends the client's WebSocket after its
+// last bytes, relayed by the loops and by the copy they fall back to. Both hung until the client
+// sent something more, the copy on the first run: a read took the end with the last bytes, and
+// the half waited for a readiness notice that never came.
+func TestWebSocketPodsLastWordsAndEndReachTheClient(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() { // every connection: 101, a 4-byte message, then "bye!" and the close at once
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+				br := bufio.NewReader(c)
+				if _, err := readHead(br); err != nil {
+					return
+				}
+				if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"); err != nil {
+					return
+				}
+				if _, err := io.ReadFull(br, make([]byte, 4)); err != nil {
+					return
+				}
+				_, _ = c.Write([]byte("bye!"))
+			}()
+		}
+	}()
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	_, addr := startProxy(t, Options{}, host, port)
+	for _, loops := range []bool{wsRelay, false} {
+		t.Run(fmt.Sprintf("relay loops %v", loops), func(t *testing.T) {
+			defer func(was bool) { wsRelay = was }(wsRelay)
+			wsRelay = loops
+			for i := range 20 {
+				c, br := openUpgraded(t, addr)
+				if _, err := io.WriteString(c, "ping"); err != nil {
+					t.Fatal(err)
+				}
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if b, err := io.ReadAll(br); string(b) != "bye!" || err != nil {
+					t.Fatalf("run %d: the client read %q, %v; want bye! and the end", i, b, err)
+				}
+				_ = c.Close()
+			}
+		})
 	}
 }

@@ -176,6 +176,10 @@ func (l *relayLoop) handle(p *relayPair, side int32, ev uint32) {
 	if ev&(syscall.EPOLLIN|syscall.EPOLLHUP|syscall.EPOLLERR|syscall.EPOLLRDHUP) != 0 {
 		rh.readable = true
 	}
+	if ev&(syscall.EPOLLHUP|syscall.EPOLLERR|syscall.EPOLLRDHUP) != 0 {
+		// The peer ended its side (or the socket failed): a short read no longer means empty.
+		rh.ended = true
+	}
 	if ev&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 && wh.active && !wh.done && len(wh.rest) > 0 {
 		wh.flush()
 		if !wh.done && len(wh.rest) == 0 && wh.readable {
@@ -230,15 +234,19 @@ type relayHalf struct {
 	from, to int
 	active   bool // its goroutine has joined (run): until then its socket is not read
 	readable bool // from may hold bytes not read yet
-	done     bool
-	buf      []byte // small's, or large's during a burst
-	rest     []byte // read, not written yet: to's send buffer was full
-	small    [wsSmallBuf]byte
-	large    *[wsCopyBuf]byte
-	written  int64
-	sends    int // send calls that sent something (tests)
-	err      error
-	doneC    chan struct{} // closed when the half ends
+	// ended: an event said from's peer ended its side (or from failed). A read that returns the
+	// last bytes may take the end with them, and no event follows: the half reads until a read
+	// returns the end instead of taking a short read for an empty socket (nginx's pending_eof).
+	ended   bool
+	done    bool
+	buf     []byte // small's, or large's during a burst
+	rest    []byte // read, not written yet: to's send buffer was full
+	small   [wsSmallBuf]byte
+	large   *[wsCopyBuf]byte
+	written int64
+	sends   int // send calls that sent something (tests)
+	err     error
+	doneC   chan struct{} // closed when the half ends
 }
 
 // newRelayPair registers the WebSocket between the sockets under client and pod with a loop.
@@ -367,8 +375,8 @@ func (h *relayHalf) pump() {
 			h.finish(nil) // the other end closed its side
 			return
 		}
-		emptied := n < len(h.buf)
-		if !emptied && h.large == nil {
+		emptied := n < len(h.buf) && !h.ended
+		if n == len(h.buf) && h.large == nil {
 			// A burst, or a message over the small buffer: read on into a large buffer before
 			// anything is written (one send for such a message).
 			h.large = wsBufPool.Get().(*[wsCopyBuf]byte)
@@ -382,7 +390,7 @@ func (h *relayHalf) pump() {
 			case err != nil || m == 0:
 				// What was read is written first; the next read finds the end or the error.
 			default:
-				emptied = n+m < len(h.buf)
+				emptied = n+m < len(h.buf) && !h.ended
 				n += m
 			}
 		}

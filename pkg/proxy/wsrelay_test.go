@@ -309,41 +309,13 @@ func TestWebSocketRelaysWithSlowReadersKeepTheirStreams(t *testing.T) {
 	const relays, size = 6, 1 << 20
 	errs := make(chan error, 2*relays)
 	stream := func(k, i int) byte { return byte(i*31 + k*7 + i>>12) }
-	send := func(c *net.TCPConn, k int) {
-		buf := make([]byte, 48<<10)
-		for off := 0; off < size; {
-			n := min(len(buf), size-off)
-			for i := range n {
-				buf[i] = stream(k, off+i)
-			}
-			if _, err := c.Write(buf[:n]); err != nil {
-				return
-			}
-			off += n
-		}
-		_ = c.CloseWrite()
-	}
+	send := func(c *net.TCPConn, k int) { sendStream(c, size, func(i int) byte { return stream(k, i) }) }
 	receive := func(c *net.TCPConn, k int) {
-		buf := make([]byte, 1<<10)
-		off := 0
-		for {
-			n, err := c.Read(buf)
-			for i := range n {
-				if buf[i] != stream(k, off+i) {
-					errs <- fmt.Errorf("stream %d: byte %d changed", k, off+i)
-					return
-				}
-			}
-			off += n
-			if err != nil {
-				if off != size {
-					errs <- fmt.Errorf("stream %d: %d of %d bytes arrived: %v", k, off, size, err)
-					return
-				}
-				errs <- nil
-				return
-			}
+		if err := receiveStream(c, size, func(i int) byte { return stream(k, i) }); err != nil {
+			errs <- fmt.Errorf("stream %d: %w", k, err)
+			return
 		}
+		errs <- nil
 	}
 	for k := range relays {
 		r := startRelay(t, func(client, fromClient, toPod, pod *net.TCPConn) {
@@ -463,5 +435,29 @@ func TestWebSocketRelayEndsWhenTheProxyStops(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Error("the proxy did not stop within 30s")
+	}
+}
+
+// TestWebSocketRelaySeesTheEndThatCameWithTheLastBytes: the pod writes its last bytes and
+// half-closes at once; the read that takes the bytes may take the end with them, and the event
+// that said so is the one being handled: the half must read on to the end, not wait (it did, and
+// hung on the first run).
+func TestWebSocketRelaySeesTheEndThatCameWithTheLastBytes(t *testing.T) {
+	for i := range 200 {
+		r := startRelay(t, nil)
+		relayMsg(t, r.client, r.pod, []byte("hi"))
+		if _, err := r.pod.Write([]byte("bye")); err != nil {
+			t.Fatal(err)
+		}
+		_ = r.pod.CloseWrite()
+		if err := ended(t, "the pod-to-client half", r.p2c); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if b, err := io.ReadAll(r.client); string(b) != "bye" || err != nil {
+			t.Fatalf("run %d: the client read %q, %v; want bye and the end", i, b, err)
+		}
+		_ = r.client.Close()
+		_ = r.pod.Close()
+		_ = ended(t, "the client-to-pod half", r.c2p)
 	}
 }
