@@ -103,13 +103,17 @@ func (u *upgradedConn) Close() error {
 	return u.pc.conn.Close()
 }
 
+// relayLoopsOff turns the relay loops off: WebSockets are copied by copyRaw (tests of the
+// fallback).
+var relayLoopsOff atomic.Bool
+
 // relay runs one half of c (client to pod with c2p) in a relay loop (wsrelay.go) when c is a
 // TCP connection the synchronous transport upgraded; the first half to come registers the
 // WebSocket, the second joins it. client is the client's socket. ok is false when no loop can
 // take it: the caller copies as before.
 func (c *trackedConn) relay(client syscall.RawConn, c2p bool) (n int64, err error, ok bool) {
 	u, isUpgraded := c.ReadWriteCloser.(*upgradedConn)
-	if !wsRelay || !isUpgraded || u.pc.lr.raw == nil {
+	if !relayLoopsBuilt || relayLoopsOff.Load() || !isUpgraded || u.pc.lr.raw == nil {
 		return 0, nil, false
 	}
 	pc := u.pc

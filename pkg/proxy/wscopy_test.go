@@ -510,10 +510,10 @@ func TestWebSocketPodsLastWordsAndEndReachTheClient(t *testing.T) {
 	}()
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	_, addr := startProxy(t, Options{}, host, port)
-	for _, loops := range []bool{wsRelay, false} {
-		t.Run(fmt.Sprintf("relay loops %v", loops), func(t *testing.T) {
-			defer func(was bool) { wsRelay = was }(wsRelay)
-			wsRelay = loops
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("relay loops off %v", off), func(t *testing.T) {
+			defer relayLoopsOff.Store(relayLoopsOff.Load())
+			relayLoopsOff.Store(off)
 			for i := range 20 {
 				c, br := openUpgraded(t, addr)
 				if _, err := io.WriteString(c, "ping"); err != nil {

@@ -43,8 +43,8 @@ import (
 // side is writable again: nothing waits, so a reader that stopped reading holds up nothing but
 // its own WebSocket's half, and a close still ends it at once.
 
-// wsRelay turns the relay loops on (tests of the fallback turn them off).
-var wsRelay = true
+// relayLoopsBuilt: this system has relay loops.
+const relayLoopsBuilt = true
 
 var (
 	relayLoops     []*relayLoop

@@ -8,7 +8,7 @@ import (
 )
 
 // Elsewhere there are no relay loops (epoll is Linux's): WebSockets are copied by copyRaw.
-var wsRelay = false
+const relayLoopsBuilt = false
 
 type relayPair struct{}
 
