@@ -29,36 +29,13 @@ type scriptedPod struct {
 
 func newScriptedPod(tb testing.TB) *scriptedPod {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = ln.Close() })
 	p := &scriptedPod{}
-	p.host, p.port, _ = net.SplitHostPort(ln.Addr().String())
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-				br := bufio.NewReader(c)
-				for {
-					line, err := br.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if line == "\r\n" {
-						break
-					}
-				}
-				_, _ = io.WriteString(c, *p.answer.Load())
-			}()
+	p.host, p.port, _ = net.SplitHostPort(podEvery(tb, func(c net.Conn, br *bufio.Reader) {
+		if _, err := readHead(br); err != nil {
+			return
 		}
-	}()
+		_, _ = io.WriteString(c, *p.answer.Load())
+	}))
 	return p
 }
 

@@ -32,6 +32,31 @@ func rawPod(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
 	return ln.Addr().String()
 }
 
+// podEvery is a pod at the returned address that serves every connection, each on a goroutine
+// of its own with a 30 s deadline (rawPod serves one).
+func podEvery(tb testing.TB, serve func(c net.Conn, br *bufio.Reader)) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+				serve(c, bufio.NewReader(c))
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 // readHead reads one request's headers (the transport's GETs have no body).
 func readHead(br *bufio.Reader) (string, error) {
 	var b strings.Builder

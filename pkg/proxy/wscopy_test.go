@@ -142,14 +142,7 @@ func TestWebSocketCopyWaitsOnTheClientSocket(t *testing.T) {
 	t.Run("closing the pod's connections ends the copies waiting on either side", func(t *testing.T) {
 		p, addr := startProxy(t, Options{}, host, port)
 		c, br := openUpgraded(t, addr)
-		if _, err := io.WriteString(c, "ping"); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, 4)
-		if _, err := io.ReadFull(br, got); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the copies to wait", func() bool { return p.conns.rawActive.Load() == 2 })
+		echoOnce(t, p, c, br)
 		p.conns.closePod("uid-lean", "test")
 		if _, err := br.ReadByte(); err == nil {
 			t.Fatal("the client's connection is still open after its pod's connections were closed")
@@ -480,35 +473,19 @@ func TestWebSocketCopySeesTheEndThatCameWithTheLastBytes(t *testing.T) {
 // sent something more, the copy on the first run: a read took the end with the last bytes, and
 // the half waited for a readiness notice that never came.
 func TestWebSocketPodsLastWordsAndEndReachTheClient(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() { // every connection: 101, a 4-byte message, then "bye!" and the close at once
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-				br := bufio.NewReader(c)
-				if _, err := readHead(br); err != nil {
-					return
-				}
-				if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"); err != nil {
-					return
-				}
-				if _, err := io.ReadFull(br, make([]byte, 4)); err != nil {
-					return
-				}
-				_, _ = c.Write([]byte("bye!"))
-			}()
+	// Every connection: 101, a 4-byte message, then "bye!" and the close at once.
+	host, port, _ := net.SplitHostPort(podEvery(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := readHead(br); err != nil {
+			return
 		}
-	}()
-	host, port, _ := net.SplitHostPort(ln.Addr().String())
+		if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"); err != nil {
+			return
+		}
+		if _, err := io.ReadFull(br, make([]byte, 4)); err != nil {
+			return
+		}
+		_, _ = c.Write([]byte("bye!"))
+	}))
 	_, addr := startProxy(t, Options{}, host, port)
 	for _, off := range []bool{false, true} {
 		t.Run(fmt.Sprintf("relay loops off %v", off), func(t *testing.T) {
@@ -527,4 +504,18 @@ func TestWebSocketPodsLastWordsAndEndReachTheClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// echoOnce sends "ping" on the upgraded connection c through p, reads its echo, and waits until
+// both halves of the WebSocket run in p (copied or relayed).
+func echoOnce(t *testing.T, p *Proxy, c net.Conn, br *bufio.Reader) {
+	t.Helper()
+	if _, err := io.WriteString(c, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(br, got); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both halves to run", func() bool { return p.conns.rawActive.Load() == 2 })
 }

@@ -359,14 +359,7 @@ func TestWebSocketThroughTheProxyIsRelayedByALoop(t *testing.T) {
 	host, port := upgradeEcho(t)
 	p, addr := startProxy(t, Options{}, host, port)
 	c, br := openUpgraded(t, addr)
-	if _, err := io.WriteString(c, "ping"); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, 4)
-	if _, err := io.ReadFull(br, got); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "both halves to run", func() bool { return p.conns.rawActive.Load() == 2 })
+	echoOnce(t, p, c, br)
 	var pc *persistConn
 	p.conns.mu.Lock()
 	for _, m := range p.conns.byPod {
@@ -414,14 +407,7 @@ func TestWebSocketRelayEndsWhenTheProxyStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, br := openUpgraded(t, ln.Addr().String())
-	if _, err := io.WriteString(c, "ping"); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, 4)
-	if _, err := io.ReadFull(br, got); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "both halves to run", func() bool { return p.conns.rawActive.Load() == 2 })
+	echoOnce(t, p, c, br)
 	cancel()
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if b, err := io.ReadAll(br); len(b) != 0 || err != nil {
