@@ -324,7 +324,7 @@ func run(o options) error {
 		if _, err := api.Setup(ctx, readers, api.Options{
 			Addr: o.apiAddr, Namespace: o.namespace, Version: version, Auth: authn,
 			Namespaces: watched, Access: &authz.SpawnAccess{Client: mgr.GetClient()},
-			Templates: frontend.FromRegistry(registry), Spawner: frontend.FromSpawner(spawn.Spawn),
+			Templates: frontend.FromRegistry(registry.Shared()), Spawner: frontend.FromSpawner(spawn.Spawn),
 			PublicURL: o.publicURL, Issuer: issuer, AllowedHosts: splitList(o.mcpAllowedHosts),
 			MaxFollowsPerUser: o.maxFollows, MaxMCPSessionsPerUser: o.maxMCPSessions,
 			WriteTimeout: o.apiWriteTimeout,
@@ -353,7 +353,7 @@ func run(o options) error {
 			Activity: proxy.ActivityOptions{
 				Writer: mgr.GetClient(), Interval: o.lifecycle.activityInterval,
 				TemplateAnnotations: func(name string) map[string]string {
-					if t, ok := registry.Get(name); ok && t != nil {
+					if t, ok := registry.Shared().Get(name); ok && t != nil {
 						return t.Annotations
 					}
 					return nil
@@ -388,8 +388,9 @@ func run(o options) error {
 		if keys == nil {
 			log.Info("No --integrity-key-file: upgrade records are signed with a random key, so a Recreate upgrade in flight across a restart cannot be rolled back automatically")
 		}
-		// The upgrade controller reads the template on every pass and writes into none: it gets
-		// the registry's own values, not a copy per pass (templates.Shared).
+		// The controllers read templates and write into none: they get the registry's own values,
+		// not a copy per read (templates.Shared), as do the front end, the UI, the proxy and the
+		// spawner.
 		if err := controllers.SetupWorkspaceReconciler(held, registry.Shared(), controllers.UpgradeOptions{
 			Workers: o.upgradeWorkers, MaxConcurrentUpgrades: o.maxConcurrentUpgr, MaxPendingUpgrades: o.maxPendingUpgr, Timeout: o.upgradeTimeout, Keys: keys,
 			Lifecycle: controllers.LifecycleOptions{IdleTimeout: o.lifecycle.idleTimeout},
@@ -399,13 +400,13 @@ func run(o options) error {
 			return fmt.Errorf("set up upgrade controller: %w", err)
 		}
 		// Update policies and template history (issue 15): leader only.
-		if err := controllers.SetupPolicyRunner(held, registry, pods, controllers.PolicyOptions{
+		if err := controllers.SetupPolicyRunner(held, registry.Shared(), pods, controllers.PolicyOptions{
 			Interval: o.updates.interval, PerInterval: o.updates.perInterval, MaxInFlight: o.maxConcurrentUpgr, MaxPending: o.maxPendingUpgr, IdleAfter: o.updates.idleAfter,
 			RetryAfter: o.updates.retryAfter,
 		}); err != nil {
 			return fmt.Errorf("set up update policies: %w", err)
 		}
-		if err := controllers.SetupHistoryRecorder(held, registry, o.namespace, o.updates.historyLimit); err != nil {
+		if err := controllers.SetupHistoryRecorder(held, registry.Shared(), o.namespace, o.updates.historyLimit); err != nil {
 			return fmt.Errorf("set up template history: %w", err)
 		}
 	}
@@ -488,7 +489,7 @@ func uiSetup(ctx context.Context, mgr ctrl.Manager, o options, authn auth.Authen
 		return nil
 	}
 	c := ui.Config{
-		Auth: authn, Templates: frontend.FromRegistry(registry), SubscribeTemplates: registry.Subscribe,
+		Auth: authn, Templates: frontend.FromRegistry(registry.Shared()), SubscribeTemplates: registry.Subscribe,
 		DevLogin: o.ui.devLogin, InsecureCookie: o.ui.insecureCookie, ProxyURL: o.ui.proxyURL,
 	}
 	if proxyHere {

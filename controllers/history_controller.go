@@ -15,7 +15,8 @@ import (
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
-// HistoryTemplates is what the history recorder needs of the registry.
+// HistoryTemplates is what the history recorder needs of the registry (templates.Shared: it
+// reads each version it keeps and writes into none).
 type HistoryTemplates interface {
 	TemplateSource
 	List() []templates.Info

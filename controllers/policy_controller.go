@@ -66,8 +66,10 @@ type PolicyRunner struct {
 	// shares the upgrade controller's). Without it each tick Lists every workspace pod from
 	// Reader: at 10,000 workspaces a copy of every pod struct, 0.1-0.2 s of CPU on the cold
 	// start's path for the first tick (bench/history.md, "Tenth round: cold start").
-	Pods      *podcache.Every
-	Reader    client.Reader
+	Pods   *podcache.Every
+	Reader client.Reader
+	// Templates may hand out the registry's own values (templates.Shared): a tick reads each
+	// workspace's template (its version and policy annotations) and writes into none.
 	Templates TemplateSource
 	Recorder  record.EventRecorder
 	Opts      PolicyOptions

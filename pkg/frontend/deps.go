@@ -28,7 +28,8 @@ type TemplateInfo struct {
 // adapter in adapters.go converts the registry's types.
 type Templates interface {
 	// Get returns the template at key (workspace.TemplateKey: the name for nogoo9's namespace,
-	// "<ns>/<name>" for a team template).
+	// "<ns>/<name>" for a team template). The value may be the registry's own (templates.Shared):
+	// read it, never write into it.
 	Get(key string) (*templates.Template, bool)
 	// Infos lists what a caller in namespace ns is offered: ns's templates and nogoo9's not
 	// shadowed by one of them ("" or nogoo9's namespace: nogoo9's only).

@@ -22,74 +22,7 @@ import (
 // every time, as before. Both must give the same pods and claims, the same JSON to the API
 // server, and the same errors.
 func TestBuildPodSkipsTheRoundTripOnlyWhereItChangesNothing(t *testing.T) {
-	type render struct {
-		name string
-		tmpl *templates.Template
-		id   Identity
-	}
-	ctx := map[string]string{"repo": "https://example.com/r.git", "class": "fast"}
-	id := Identity{Owner: "auth0|Jane", ID: "demo", Name: "My Demo", Context: ctx, Namespace: "team-a"}
-	placeholder := regexp.MustCompile(`\$?\$\{[^}]*\}`)
-	var renders []render
-	loaded, err := templates.LoadDir("../../config/samples")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range loaded {
-		if l.Err != nil {
-			t.Fatalf("sample %s: %v", l.Name, l.Err)
-		}
-		renders = append(renders, render{"sample " + l.Name, l.Template, id})
-		// The same sample without a placeholder: the path without the round trip.
-		plain := l.Template.DeepCopy()
-		b, err := json.Marshal(plain.Spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		plain.Spec.Reset()
-		if err := json.Unmarshal(placeholder.ReplaceAll(b, []byte("literal")), &plain.Spec); err != nil {
-			t.Fatal(err)
-		}
-		for i := range plain.VolumeClaims {
-			b, err := json.Marshal(plain.VolumeClaims[i].Spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			plain.VolumeClaims[i].Spec.Reset()
-			if err := json.Unmarshal(placeholder.ReplaceAll(b, []byte("literal")), &plain.VolumeClaims[i].Spec); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for k, v := range plain.Annotations {
-			plain.Annotations[k] = placeholder.ReplaceAllString(v, "literal")
-		}
-		renders = append(renders, render{"sample " + l.Name + " without placeholders", plain, id})
-	}
-	initSpec := `{"initContainers":[{"name":"own","image":"x"}],"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"volumeMounts":[{"name":"home","mountPath":"/h"}],"resources":{"requests":{"cpu":"250m","memory":"1Gi"},"limits":{"memory":"2Gi"}}}],"tolerations":[],"nodeSelector":{"disk":"ssd"}}`
-	plainClaims := strings.Replace(claims, "${context.class}", "std", 1)
-	for _, tc := range []struct {
-		name         string
-		ann          map[string]string
-		spec, claims string
-		id           Identity
-	}{
-		{"the benchmark's template", nil, benchSpec, benchClaims, id},
-		{"placeholders in spec and claims", nil, nodeSpec, claims, id},
-		{"only a claim with a placeholder", nil, benchSpec, claims, id},
-		{"only the spec with placeholders", nil, nodeSpec, plainClaims, id},
-		{"an escaped $${ and nothing else (both builds round trip)", nil, `{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"args":["$${HOME}"]}]}`, "", id},
-		{"a placeholder in a map key only (both builds round trip)", nil, `{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}]}],"nodeSelector":{"${id}":"x"}}`, "", id},
-		{"init from S3 with a per-user prefix", map[string]string{workspace.AnnInitFrom: "s3://seeds/${user}/base", workspace.AnnInitSecret: "s3-creds", workspace.AnnInitS3Endpoint: "http://minio:9000"}, initSpec, plainClaims, id},
-		{"init from a ConfigMap, no placeholder", map[string]string{workspace.AnnInitFrom: "configmap:seed", workspace.AnnInitImage: "busybox:stable"}, initSpec, plainClaims, id},
-		{"a preStop hook with a placeholder", map[string]string{workspace.AnnPreStop: "flush ${id}"}, benchSpec, benchClaims, id},
-		{"a preStop hook without one", map[string]string{workspace.AnnPreStop: "sync", workspace.AnnTerminationGrace: "120"}, benchSpec, benchClaims, id},
-		{"a context value the spawn did not give", nil, nodeSpec, plainClaims, Identity{Owner: "jane", ID: "demo"}},
-		{"an unknown placeholder", nil, `{"containers":[{"name":"ide","image":"b:${nope}","ports":[{"containerPort":80}]}]}`, "", id},
-		{"an unclosed placeholder", nil, `{"containers":[{"name":"ide","image":"b:${id","ports":[{"containerPort":80}]}]}`, "", id},
-	} {
-		renders = append(renders, render{tc.name, mustTemplate(t, tc.ann, tc.spec, tc.claims), tc.id})
-	}
-
+	renders := renderCases(t)
 	build := func(r render, roundTrip bool) (string, []byte, any, error) {
 		t.Helper()
 		alwaysRoundTrip = roundTrip
@@ -153,5 +86,106 @@ func TestBuildPodKeepsLargeIntegersThroughTheRoundTrip(t *testing.T) {
 	}
 	if img := pod.Spec.Containers[0].Image; img != "b:demo" {
 		t.Errorf("image = %q, want b:demo (the placeholder expanded)", img)
+	}
+}
+
+// render is one of renderCases: a template and the identity to render it for.
+type render struct {
+	name string
+	tmpl *templates.Template
+	id   Identity
+}
+
+// renderCases are every sample in config/samples, each also with its placeholders written out
+// as plain text, and the shapes the spawner's tests use (init containers from S3 and a
+// ConfigMap, a preStop hook, claims, a claim a volume refers to), three of them made to fail.
+func renderCases(t *testing.T) []render {
+	t.Helper()
+	ctx := map[string]string{"repo": "https://example.com/r.git", "class": "fast"}
+	id := Identity{Owner: "auth0|Jane", ID: "demo", Name: "My Demo", Context: ctx, Namespace: "team-a"}
+	placeholder := regexp.MustCompile(`\$?\$\{[^}]*\}`)
+	var renders []render
+	loaded, err := templates.LoadDir("../../config/samples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range loaded {
+		if l.Err != nil {
+			t.Fatalf("sample %s: %v", l.Name, l.Err)
+		}
+		renders = append(renders, render{"sample " + l.Name, l.Template, id})
+		// The same sample without a placeholder: the path without the round trip.
+		plain := l.Template.DeepCopy()
+		b, err := json.Marshal(plain.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain.Spec.Reset()
+		if err := json.Unmarshal(placeholder.ReplaceAll(b, []byte("literal")), &plain.Spec); err != nil {
+			t.Fatal(err)
+		}
+		for i := range plain.VolumeClaims {
+			b, err := json.Marshal(plain.VolumeClaims[i].Spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain.VolumeClaims[i].Spec.Reset()
+			if err := json.Unmarshal(placeholder.ReplaceAll(b, []byte("literal")), &plain.VolumeClaims[i].Spec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k, v := range plain.Annotations {
+			plain.Annotations[k] = placeholder.ReplaceAllString(v, "literal")
+		}
+		renders = append(renders, render{"sample " + l.Name + " without placeholders", plain, id})
+	}
+	initSpec := `{"initContainers":[{"name":"own","image":"x"}],"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"volumeMounts":[{"name":"home","mountPath":"/h"}],"resources":{"requests":{"cpu":"250m","memory":"1Gi"},"limits":{"memory":"2Gi"}}}],"tolerations":[],"nodeSelector":{"disk":"ssd"}}`
+	plainClaims := strings.Replace(claims, "${context.class}", "std", 1)
+	for _, tc := range []struct {
+		name         string
+		ann          map[string]string
+		spec, claims string
+		id           Identity
+	}{
+		{"the benchmark's template", nil, benchSpec, benchClaims, id},
+		{"placeholders in spec and claims", nil, nodeSpec, claims, id},
+		{"only a claim with a placeholder", nil, benchSpec, claims, id},
+		{"only the spec with placeholders", nil, nodeSpec, plainClaims, id},
+		{"an escaped $${ and nothing else (both builds round trip)", nil, `{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"args":["$${HOME}"]}]}`, "", id},
+		{"a placeholder in a map key only (both builds round trip)", nil, `{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}]}],"nodeSelector":{"${id}":"x"}}`, "", id},
+		{"init from S3 with a per-user prefix", map[string]string{workspace.AnnInitFrom: "s3://seeds/${user}/base", workspace.AnnInitSecret: "s3-creds", workspace.AnnInitS3Endpoint: "http://minio:9000"}, initSpec, plainClaims, id},
+		{"init from a ConfigMap, no placeholder", map[string]string{workspace.AnnInitFrom: "configmap:seed", workspace.AnnInitImage: "busybox:stable"}, initSpec, plainClaims, id},
+		{"a preStop hook with a placeholder", map[string]string{workspace.AnnPreStop: "flush ${id}"}, benchSpec, benchClaims, id},
+		{"a claim a volume refers to, and a preStop hook", map[string]string{workspace.AnnPreStop: "sync"}, `{"containers":[{"name":"a","image":"b","ports":[{"containerPort":80}],"volumeMounts":[{"name":"data","mountPath":"/d"}]}],
+ "volumes":[{"name":"data","persistentVolumeClaim":{"claimName":"home"}}]}`, plainClaims, id},
+		{"a preStop hook without one", map[string]string{workspace.AnnPreStop: "sync", workspace.AnnTerminationGrace: "120"}, benchSpec, benchClaims, id},
+		{"a context value the spawn did not give", nil, nodeSpec, plainClaims, Identity{Owner: "jane", ID: "demo"}},
+		{"an unknown placeholder", nil, `{"containers":[{"name":"ide","image":"b:${nope}","ports":[{"containerPort":80}]}]}`, "", id},
+		{"an unclosed placeholder", nil, `{"containers":[{"name":"ide","image":"b:${id","ports":[{"containerPort":80}]}]}`, "", id},
+	} {
+		renders = append(renders, render{tc.name, mustTemplate(t, tc.ann, tc.spec, tc.claims), tc.id})
+	}
+
+	return renders
+}
+
+// TestBuildPodNeverWritesIntoItsTemplate: BuildPod reads the template it is given and writes
+// into none of it, with or without the JSON round trip, whatever it injects or binds, so callers
+// may hand it the registry's own value (templates.Shared: the spawner, the front end's upgrade
+// preview, the upgrade controller). A write into a copy of the template's spec that shares its
+// containers or volumes (a shallow copy) fails it.
+func TestBuildPodNeverWritesIntoItsTemplate(t *testing.T) {
+	for _, r := range renderCases(t) {
+		t.Run(r.name, func(t *testing.T) {
+			before := r.tmpl.DeepCopy()
+			for _, roundTrip := range []bool{false, true} {
+				alwaysRoundTrip = roundTrip
+				_, _, _ = BuildPod(r.tmpl, r.id, workspace.PodName(r.id.Owner, r.id.ID))
+				alwaysRoundTrip = false
+				if d := cmp.Diff(before, r.tmpl, cmp.Exporter(func(reflect.Type) bool { return true })); d != "" {
+					t.Fatalf("BuildPod (round trip %v) wrote into its template (-before +after):\n%s", roundTrip, d)
+				}
+			}
+		})
 	}
 }

@@ -212,7 +212,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	cancel()
 	// The template is looked up in the workspace's namespace first, then in nogoo9's; BuildPod
 	// stamps where it was found, and the workspace follows that template from now on.
-	t, key, ok := s.reg.Resolve(ns, req.Template)
+	t, key, ok := s.reg.Shared().Resolve(ns, req.Template) // BuildPod only reads it
 	if !ok {
 		if !synced {
 			return nil, fmt.Errorf("templates are still loading: retry in a few seconds")

@@ -157,11 +157,13 @@ func (r *Registry) Get(key string) (*Template, bool) {
 	return nil, false
 }
 
-// Shared is a view of r whose Get hands out the registry's own value of each template instead of
-// a copy, for callers that only read it and ask often: the upgrade controller asks on every pass
-// of every workspace (six passes per side-by-side upgrade), and a copy of the template per pass
-// was about 4% of nogoo9's allocations in bulk upgrades. The value is shared by every caller and
-// goroutine: a caller must not write into it (copy it first: Template.DeepCopy). The registry
+// Shared is a view of r whose Get and Resolve hand out the registry's own value of each template
+// instead of a copy, for callers that only read it: the upgrade controller asks on every pass of
+// every workspace (six passes per side-by-side upgrade; a copy of the template per pass was about
+// 4% of nogoo9's allocations in bulk upgrades), the update-policy runner for every workspace on
+// every tick, the front end for every workspace list, and main.go gives it to every reader (the
+// history recorder, the proxy, the spawner's BuildPod too). The value is shared by every caller
+// and goroutine: a caller must not write into it (copy it first: Template.DeepCopy). The registry
 // never changes a template it has handed out: a new version, or a new content, is a new value.
 type Shared struct{ r *Registry }
 
@@ -171,11 +173,27 @@ func (r *Registry) Shared() Shared { return Shared{r: r} }
 // Get is Registry.Get without the copy: read only (see Shared).
 func (s Shared) Get(key string) (*Template, bool) { return s.r.served(key) }
 
+// Resolve is Registry.Resolve without the copy: read only (see Shared).
+func (s Shared) Resolve(ns, name string) (*Template, string, bool) {
+	key := s.r.resolveKey(ns, name)
+	t, ok := s.r.served(key)
+	return t, key, ok
+}
+
 // Subscribe is Registry.Subscribe.
 func (s Shared) Subscribe(fn func(name string)) { s.r.Subscribe(fn) }
 
 // Synced is Registry.Synced.
 func (s Shared) Synced() bool { return s.r.Synced() }
+
+// WaitForSync is Registry.WaitForSync.
+func (s Shared) WaitForSync(ctx context.Context) bool { return s.r.WaitForSync(ctx) }
+
+// List is Registry.List (its Infos are copies already).
+func (s Shared) List() []Info { return s.r.List() }
+
+// ListFor is Registry.ListFor.
+func (s Shared) ListFor(ns string) []Info { return s.r.ListFor(ns) }
 
 // served is the stored last valid version of the template key names (see Get); never written
 // into once stored (apply replaces it).
@@ -203,12 +221,17 @@ func (r *Registry) served(key string) (*Template, bool) {
 // template ConfigMap of that name if there is one (LookupNamespace), else nogoo9's. It returns
 // the key it looked up (what the workspace will follow) with the template, if valid.
 func (r *Registry) Resolve(ns, name string) (*Template, string, bool) {
+	key := r.resolveKey(ns, name)
+	t, ok := r.Get(key)
+	return t, key, ok
+}
+
+// resolveKey is the key Resolve looks up for a spawn of template name in namespace ns.
+func (r *Registry) resolveKey(ns, name string) string {
 	r.mu.RLock()
 	_, inNS := r.cms[workspace.JoinTemplateKey(ns, name)]
 	r.mu.RUnlock()
-	key := workspace.JoinTemplateKey(LookupNamespace(ns, r.opts.Namespace, r.opts.NamespaceTemplates, inNS), name)
-	t, ok := r.Get(key)
-	return t, key, ok
+	return workspace.JoinTemplateKey(LookupNamespace(ns, r.opts.Namespace, r.opts.NamespaceTemplates, inNS), name)
 }
 
 // ListFor is what a caller in namespace ns is offered (Visible): ns's templates and nogoo9's

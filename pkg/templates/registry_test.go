@@ -210,3 +210,27 @@ func TestSharedHandsOutTheRegistrysOwnValue(t *testing.T) {
 		t.Error("Shared().Synced is false for a synced registry")
 	}
 }
+
+// TestSharedResolveFollowsTheLookupRule: Shared().Resolve finds what Resolve finds, by the same
+// key (a team template in its namespace, nogoo9's elsewhere), and hands out the registry's own
+// value; List, ListFor and WaitForSync are the registry's.
+func TestSharedResolveFollowsTheLookupRule(t *testing.T) {
+	r := NewStatic(&Template{Name: "ide", Version: "home"}, &Template{Name: "ide", Namespace: "team", Version: "team"})
+	s := r.Shared()
+	for _, ns := range []string{"team", "other", ""} {
+		want, wantKey, wantOK := r.Resolve(ns, "ide")
+		got, key, ok := s.Resolve(ns, "ide")
+		if ok != wantOK || key != wantKey || got == nil || got.Version != want.Version {
+			t.Errorf("namespace %q: Shared().Resolve = %v, %q, %v; Resolve = %v, %q, %v", ns, got, key, ok, want, wantKey, wantOK)
+		}
+		if again, _, _ := s.Resolve(ns, "ide"); again != got || got == want {
+			t.Errorf("namespace %q: Shared().Resolve gave %p, then %p (Resolve's copy %p): want the registry's value twice", ns, got, again, want)
+		}
+	}
+	if _, key, ok := s.Resolve("team", "missing"); ok || key != "missing" {
+		t.Errorf("Shared().Resolve of a missing template = %q, %v", key, ok)
+	}
+	if len(s.List()) != 2 || len(s.ListFor("team")) != 1 || s.ListFor("team")[0].Version != "team" || !s.WaitForSync(context.Background()) {
+		t.Errorf("List = %v, ListFor(team) = %v", s.List(), s.ListFor("team"))
+	}
+}
