@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -93,7 +94,8 @@ func (s *sharedTemplates) changed() []string {
 	defer s.mu.Unlock()
 	var out []string
 	for i, t := range s.set {
-		if d := cmp.Diff(s.copy[i], t); d != "" {
+		// The template's memo (templates.Template.Derived) is written once by design.
+		if d := cmp.Diff(s.copy[i], t, cmpopts.IgnoreUnexported(templates.Template{})); d != "" {
 			out = append(out, t.Name+" "+t.Version+": "+d)
 		}
 	}

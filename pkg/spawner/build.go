@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -107,43 +108,9 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 		context: id.Context,
 	}
 
-	spec := t.Spec.DeepCopy()
-	claimVolume, claims, err := bindClaims(t, spec, id)
+	spec, claims, err := renderSpec(t, exp, id, v, !alwaysRoundTrip)
 	if err != nil {
 		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
-	}
-	if exp.Init != nil {
-		in := *exp.Init
-		if in.Image, err = expandNoCaller(in.Image, "annotation "+workspace.AnnInitImage, v); err != nil {
-			return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
-		}
-		exp.Init = &in
-		vol := exp.Init.Volume
-		if cv, ok := claimVolume[vol]; ok && !hasVolume(spec, vol) {
-			vol = cv
-		}
-		if err := injectInitContainer(spec, exp.Init, vol); err != nil {
-			return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
-		}
-	}
-	if exp.PreStop != nil {
-		p := *exp.PreStop
-		if p.Script, err = expandShell(p.Script, "annotation "+workspace.AnnPreStop, v); err != nil {
-			return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
-		}
-		exp.PreStop = &p
-	}
-	if err := injectPreStopHook(spec, exp.PreStop); err != nil {
-		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
-	}
-
-	if err := expandJSON(spec, "data.spec", v); err != nil {
-		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
-	}
-	for i, c := range claims {
-		if err := expandJSON(&c.Spec, fmt.Sprintf("data.volumeClaims[%d].spec", i), v); err != nil {
-			return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
-		}
 	}
 
 	ctxJSON := "{}"
@@ -189,6 +156,132 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 		Spec: *spec,
 	}
 	return pod, claims, nil
+}
+
+// renderSpec renders t's spec and claims for a workspace: the claims bound, the init container
+// and preStop hook injected, every placeholder expanded. With programmed (BuildPod's default),
+// a template whose program is usable (programsOf) is expanded from its program, computed once
+// per template value: substitute and decode. Otherwise, and whenever the programmed render
+// fails, it takes the whole spec's JSON round trip after the injections, as before: its errors
+// are the ones BuildPod reports, in the order it always found them.
+func renderSpec(t *templates.Template, exp *templates.Expansion, id Identity, v vars, programmed bool) (*corev1.PodSpec, []*corev1.PersistentVolumeClaim, error) {
+	if programmed {
+		if progs := programsOf(t); progs.spec != nil && injectsNoPlaceholderNames(exp) {
+			if spec, claims, err := renderProgrammed(t, progs, exp, id, v); err == nil {
+				return spec, claims, nil
+			}
+		}
+	}
+	return renderRoundTrip(t, exp, id, v)
+}
+
+// injectsNoPlaceholderNames: the names the injections look for in the spec hold no "${" (so
+// they find the same volume and container before and after the spec's expansion).
+func injectsNoPlaceholderNames(exp *templates.Expansion) bool {
+	return (exp.Init == nil || !strings.Contains(exp.Init.Volume, "${")) &&
+		(exp.PreStop == nil || !strings.Contains(exp.PreStop.Container, "${"))
+}
+
+// renderProgrammed expands the spec from its program first, then binds the claims and injects
+// the init container and preStop hook with their own values expanded one by one: what the round
+// trip's expansion of the whole spec makes of them (programsOf's conditions keep the names
+// they are matched by free of placeholders).
+func renderProgrammed(t *templates.Template, progs *programs, exp *templates.Expansion, id Identity, v vars) (*corev1.PodSpec, []*corev1.PersistentVolumeClaim, error) {
+	spec := &corev1.PodSpec{}
+	if progs.spec.plain {
+		spec = t.Spec.DeepCopy()
+	} else if err := progs.spec.render(spec, v); err != nil {
+		return nil, nil, err
+	}
+	claimVolume, claims, err := bindClaims(t, spec, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if exp.Init != nil {
+		in := *exp.Init
+		if in.Image, err = expandNoCaller(in.Image, "annotation "+workspace.AnnInitImage, v, false); err != nil {
+			return nil, nil, err
+		}
+		for _, f := range []*string{&in.Location, &in.Secret, &in.Endpoint} {
+			if *f, err = expandString(*f, "annotation "+workspace.AnnInitFrom, v); err != nil {
+				return nil, nil, err
+			}
+		}
+		vol := in.Volume
+		if cv, ok := claimVolume[vol]; ok && !hasVolume(spec, vol) {
+			vol = cv
+		}
+		if err := injectInitContainer(spec, &in, vol); err != nil {
+			return nil, nil, err
+		}
+	}
+	if exp.PreStop != nil {
+		p := *exp.PreStop
+		if p.Script, err = expandShell(p.Script, "annotation "+workspace.AnnPreStop, v, false); err != nil {
+			return nil, nil, err
+		}
+		if err := injectPreStopHook(spec, &p); err != nil {
+			return nil, nil, err
+		}
+	}
+	for i, c := range claims {
+		if i >= len(progs.claims) || progs.claims[i] == nil {
+			return nil, nil, fmt.Errorf("claim %d has no program", i)
+		}
+		if progs.claims[i].plain {
+			continue // bindClaims' deep copy is the render
+		}
+		var out corev1.PersistentVolumeClaimSpec
+		if err := progs.claims[i].render(&out, v); err != nil {
+			return nil, nil, err
+		}
+		c.Spec = out
+	}
+	return spec, claims, nil
+}
+
+// renderRoundTrip is renderSpec through the whole spec's JSON round trip after the injections.
+func renderRoundTrip(t *templates.Template, exp *templates.Expansion, id Identity, v vars) (*corev1.PodSpec, []*corev1.PersistentVolumeClaim, error) {
+	spec := t.Spec.DeepCopy()
+	claimVolume, claims, err := bindClaims(t, spec, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if exp.Init != nil {
+		in := *exp.Init
+		if in.Image, err = expandNoCaller(in.Image, "annotation "+workspace.AnnInitImage, v, true); err != nil {
+			return nil, nil, err
+		}
+		exp.Init = &in
+		vol := exp.Init.Volume
+		if cv, ok := claimVolume[vol]; ok && !hasVolume(spec, vol) {
+			vol = cv
+		}
+		if err := injectInitContainer(spec, exp.Init, vol); err != nil {
+			return nil, nil, err
+		}
+	}
+	if exp.PreStop != nil {
+		p := *exp.PreStop
+		if p.Script, err = expandShell(p.Script, "annotation "+workspace.AnnPreStop, v, true); err != nil {
+			return nil, nil, err
+		}
+		exp.PreStop = &p
+	}
+	if err := injectPreStopHook(spec, exp.PreStop); err != nil {
+		return nil, nil, err
+	}
+
+	if err := expandJSON(spec, "data.spec", v); err != nil {
+		return nil, nil, err
+	}
+	for i, c := range claims {
+		if err := expandJSON(&c.Spec, fmt.Sprintf("data.volumeClaims[%d].spec", i), v); err != nil {
+			return nil, nil, err
+		}
+	}
+
+	return spec, claims, nil
 }
 
 func labels(t *templates.Template, id Identity) map[string]string {

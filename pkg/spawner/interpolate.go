@@ -73,32 +73,33 @@ func shellSafe(s string) bool {
 }
 
 // expandShell expands a script nogoo9 runs with /bin/sh -c (the nogoo9/pre-stop hook): a
-// placeholder may only stand for a value no shell reads as code. The result is escaped again
-// ("${" as "$${"), because the pod spec it goes into is expanded once more as a whole.
-func expandShell(s, where string, v vars) (string, error) {
+// placeholder may only stand for a value no shell reads as code. With escape, the result is
+// escaped again ("${" as "$${"), for a pod spec that is expanded once more as a whole.
+func expandShell(s, where string, v vars, escape bool) (string, error) {
 	out, err := expandChecked(s, where, v, func(name, val string) error {
 		if shellSafe(val) {
 			return nil
 		}
 		return fmt.Errorf("%s: the value of ${%s} (%q) has characters a shell would interpret, and this script runs with /bin/sh -c: use letters, digits and ._-/:@=,+%% only, or read the value from an environment variable the spec sets", where, name, val)
 	})
-	if err != nil {
-		return "", err
+	if err != nil || !escape {
+		return out, err
 	}
 	return strings.ReplaceAll(out, "${", "$${"), nil
 }
 
 // expandNoCaller expands a field a caller must not choose (the init container's image): the
-// caller's own values (${context.KEY}, ${name}, ${owner}) are refused there.
-func expandNoCaller(s, where string, v vars) (string, error) {
+// caller's own values (${context.KEY}, ${name}, ${owner}) are refused there. escape: as
+// expandShell.
+func expandNoCaller(s, where string, v vars, escape bool) (string, error) {
 	out, err := expandChecked(s, where, v, func(name, _ string) error {
 		if strings.HasPrefix(name, contextPrefix) || name == "name" || name == "owner" {
 			return fmt.Errorf("%s: placeholder ${%s} would let the caller choose this value: write it in the template", where, name)
 		}
 		return nil
 	})
-	if err != nil {
-		return "", err
+	if err != nil || !escape {
+		return out, err
 	}
 	return strings.ReplaceAll(out, "${", "$${"), nil
 }
@@ -146,7 +147,8 @@ func expandChecked(s, where string, v vars, check func(name, val string) error) 
 }
 
 // expandJSON expands placeholders in every string value of *obj (a JSON-marshalable struct the
-// caller owns: BuildPod's copy of the template's spec or claim spec) in place, through its JSON
+// caller owns: renderRoundTrip's copy of the template's spec or claim spec; BuildPod renders from
+// the template's program instead where it can, program.go) in place, through its JSON
 // form: marshal, walk every string, marshal the tree and decode it back into *obj. Without any
 // "${" in the JSON (no placeholder, no escaped "$${", in a value or a key) the walk would change
 // nothing and *obj is left as it is: it encodes to the same JSON as the round trip's result

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -232,5 +233,30 @@ func TestSharedResolveFollowsTheLookupRule(t *testing.T) {
 	}
 	if len(s.List()) != 2 || len(s.ListFor("team")) != 1 || s.ListFor("team")[0].Version != "team" || !s.WaitForSync(context.Background()) {
 		t.Errorf("List = %v, ListFor(team) = %v", s.List(), s.ListFor("team"))
+	}
+}
+
+// TestDerivedIsComputedOncePerTemplateValue: Derived keeps build's result with a decoded
+// template (every caller, every goroutine gets the one result), computes it again for a copy
+// (whose owner may change it first), and per call for a Template literal.
+func TestDerivedIsComputedOncePerTemplateValue(t *testing.T) {
+	tmpl, err := Decode("ide", "test", map[string]string{workspace.AnnTemplateVersion: "1"},
+		map[string]string{"spec": `{"containers":[{"name":"a","image":"b","ports":[{"containerPort":80}]}]}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	build := func(t *Template) any { calls++; return t.Version + "/" + strconv.Itoa(calls) }
+	if a, b := tmpl.Derived(build), tmpl.Derived(build); a != "1/1" || b != "1/1" || calls != 1 {
+		t.Errorf("a decoded template: %v then %v after %d builds, want 1/1 twice after 1", a, b, calls)
+	}
+	cp := tmpl.DeepCopy()
+	cp.Version = "2"
+	if got := cp.Derived(build); got != "2/2" {
+		t.Errorf("a copy changed before its first use derived %v, want 2/2 (its own value)", got)
+	}
+	lit := &Template{Version: "3"}
+	if a, b := lit.Derived(build), lit.Derived(build); a != "3/3" || b != "3/4" {
+		t.Errorf("a literal: %v then %v, want 3/3 then 3/4 (computed per call)", a, b)
 	}
 }

@@ -1,6 +1,8 @@
 package templates
 
 import (
+	"sync"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -28,6 +30,29 @@ type Template struct {
 	VolumeClaims []corev1.PersistentVolumeClaim
 	// Annotations are the template object's annotations (expansion helpers, routing options).
 	Annotations map[string]string
+
+	// derived keeps what Derived computed from this value; nil for a Template not made by Decode
+	// or DeepCopy (computed per call then).
+	derived *derived
+}
+
+type derived struct {
+	once sync.Once
+	v    any
+}
+
+// Derived returns build(t), computed once per template value made by Decode or DeepCopy and kept
+// with it, for a renderer that would otherwise compute the same thing from the template on every
+// call (spawner.BuildPod's placeholder program). It relies on what makes Registry.Shared safe: a
+// template is not written into once it is read, so what is derived from it stays true (a
+// caller that changes its own copy does so before rendering it, or copies it again). One slot:
+// build must always be the same function. Safe for concurrent use.
+func (t *Template) Derived(build func(*Template) any) any {
+	if t.derived == nil {
+		return build(t)
+	}
+	t.derived.once.Do(func() { t.derived.v = build(t) })
+	return t.derived.v
 }
 
 // Info describes one template as List reports it, valid or not.
