@@ -307,65 +307,54 @@ const (
 	fieldEncoding
 )
 
-// rawField classifies a header name (a token: ASCII) by its length, then one comparison.
+// rawNames are, in canonical form, the fields parseRawResponse treats apart, each with its
+// class: the one list rawField looks names up in (rawTable, built from it). The hop-by-hop
+// fields are RFC 9110 7.6.1's (TestHopByHopClassifiersAgree).
+var rawNames = [...]struct {
+	name  string
+	field int
+}{
+	{"Connection", fieldConnection},
+	{"Te", fieldHop}, {"Upgrade", fieldHop}, {"Keep-Alive", fieldHop}, {"Proxy-Connection", fieldHop},
+	{"Proxy-Authenticate", fieldHop}, {"Proxy-Authorization", fieldHop},
+	{"Pragma", fieldRefused}, {"Trailer", fieldRefused}, {"Transfer-Encoding", fieldRefused},
+	{"Content-Length", fieldLength}, {"Set-Cookie", fieldSetCookie}, {"Date", fieldDate},
+	{"Content-Type", fieldType}, {"Content-Encoding", fieldEncoding},
+}
+
+// rawTable is rawNames by rawSlot, at most one a slot (as lazyTable on the request side): a name
+// is compared with the one name of its slot, if any.
+var rawTable = func() (t [64]struct {
+	name  string
+	field int
+}) {
+	for _, e := range rawNames {
+		i := rawSlot(e.name)
+		if len(e.name) < 2 || e.field == fieldOther || t[i].name != "" {
+			panic("rawNames: " + e.name + " is shorter than two bytes, of no class, or shares its slot with " + t[i].name + ": change rawSlot's mix")
+		}
+		t[i] = e
+	}
+	return t
+}()
+
+// rawSlot is the slot of rawTable for a name of at least two bytes, the same for every case of
+// it; its mix puts no two of rawNames in the same slot, and of the other fields a typical answer
+// carries (Cache-Control, ETag, Vary, Last-Modified, Server, Location, the security headers...)
+// only Content-Disposition in one of theirs.
+func rawSlot(name string) uint {
+	n := len(name)
+	return (uint(n) + uint(name[n-1]|0x20)*14 + uint(name[n-2]|0x20)*19) % 64
+}
+
+// rawField classifies a header name (a token: ASCII), in any case: its class in rawNames, or
+// fieldOther.
 func rawField(name string) int {
-	switch len(name) {
-	case 2:
-		if asciiEqualFold(name, "Te") {
-			return fieldHop
-		}
-	case 4:
-		if asciiEqualFold(name, "Date") {
-			return fieldDate
-		}
-	case 6:
-		if asciiEqualFold(name, "Pragma") {
-			return fieldRefused
-		}
-	case 7:
-		if asciiEqualFold(name, "Trailer") {
-			return fieldRefused
-		}
-		if asciiEqualFold(name, "Upgrade") {
-			return fieldHop
-		}
-	case 10:
-		if asciiEqualFold(name, "Connection") {
-			return fieldConnection
-		}
-		if asciiEqualFold(name, "Keep-Alive") {
-			return fieldHop
-		}
-		if asciiEqualFold(name, "Set-Cookie") {
-			return fieldSetCookie
-		}
-	case 12:
-		if asciiEqualFold(name, "Content-Type") {
-			return fieldType
-		}
-	case 14:
-		if asciiEqualFold(name, "Content-Length") {
-			return fieldLength
-		}
-	case 16:
-		if asciiEqualFold(name, "Proxy-Connection") {
-			return fieldHop
-		}
-		if asciiEqualFold(name, "Content-Encoding") {
-			return fieldEncoding
-		}
-	case 17:
-		if asciiEqualFold(name, "Transfer-Encoding") {
-			return fieldRefused
-		}
-	case 18:
-		if asciiEqualFold(name, "Proxy-Authenticate") {
-			return fieldHop
-		}
-	case 19:
-		if asciiEqualFold(name, "Proxy-Authorization") {
-			return fieldHop
-		}
+	if len(name) < 2 {
+		return fieldOther
+	}
+	if e := &rawTable[rawSlot(name)]; asciiEqualFold(name, e.name) {
+		return e.field
 	}
 	return fieldOther
 }

@@ -256,3 +256,38 @@ func TestSyncTransportHeaderDeadlineAcrossRequests(t *testing.T) {
 		t.Errorf("%d connections to the pod after the timeout, want 1 (no retry)", n)
 	}
 }
+
+// TestRawFieldIsRawNames: rawField says, in any case, exactly the class rawNames gives a name,
+// and fieldOther for every other name: each name in each case, and every name that differs from
+// one of them by a byte (a letter's other case aside), is a prefix or an extension of it, and
+// other fields an answer carries.
+func TestRawFieldIsRawNames(t *testing.T) {
+	var names []string
+	for _, e := range rawNames {
+		k := e.name
+		if valid, canonical := nameForm(k); !valid || !canonical {
+			t.Errorf("rawNames holds %q, not a field name in canonical form", k)
+		}
+		names = append(names, k, strings.ToLower(k), strings.ToUpper(k), k[:len(k)-1], k+"s", "X"+k, k[1:])
+		for i := range len(k) {
+			b := []byte(k)
+			b[i] ^= 0x20 // the other case of a letter, another byte for '-'
+			names = append(names, string(b))
+			b[i] = 'q'
+			names = append(names, string(b))
+		}
+	}
+	names = append(names, "", "T", "E", "Host", "ETag", "Vary", "Server", "Cache-Control", "Last-Modified", "Content-Disposition",
+		"Location", "X-Powered-By", "Content-Security-Policy", "Strict-Transport-Security", "Tee", "Proxy", "Content-")
+	for _, s := range names {
+		want := fieldOther
+		for _, e := range rawNames {
+			if len(s) == len(e.name) && strings.EqualFold(s, e.name) {
+				want = e.field
+			}
+		}
+		if got := rawField(s); got != want {
+			t.Errorf("rawField(%q) = %d, want %d (rawNames)", s, got, want)
+		}
+	}
+}
