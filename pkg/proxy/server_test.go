@@ -42,21 +42,14 @@ func startProxy(t testing.TB, opts Options, host, port string, tweak ...func(*Pr
 	go func() { done <- p.Start(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Start: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("the proxy did not stop within 30s")
-		}
+		waitStopped(t, done)
 	})
 	if err := waitListening(ln.Addr().String()); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); !opts.StandardServer && p.lean.Load() == nil; {
+	for deadline := time.Now().Add(waitBound); !opts.StandardServer && p.lean.Load() == nil; {
 		if time.Now().After(deadline) {
-			t.Fatal("the proxy's lean loop did not start within 30s")
+			t.Fatalf("the proxy's lean loop did not start within %v", waitBound)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -64,7 +57,7 @@ func startProxy(t testing.TB, opts Options, host, port string, tweak ...func(*Pr
 }
 
 func waitListening(addr string) error {
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for time.Now().Before(deadline) {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
@@ -303,14 +296,14 @@ func TestLeanServerNoticesAClientGoingAway(t *testing.T) {
 	}
 	select {
 	case <-arrived:
-	case <-time.After(30 * time.Second):
+	case <-time.After(waitBound):
 		t.Fatal("the request did not reach the pod")
 	}
 	_ = c.Close()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for !cancelled.Load() {
 		if time.Now().After(deadline) {
-			t.Fatal("the pod's request was not cancelled within 30s of the client going away")
+			t.Fatalf("the pod's request was not cancelled within %v of the client going away", waitBound)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -346,7 +339,7 @@ func TestLeanServerTimeouts(t *testing.T) {
 	defer func() {
 		s.shutdown.Store(true)
 		_ = ln.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 		defer cancel()
 		_ = s.close(ctx)
 		_ = srv.Shutdown(ctx)
@@ -354,10 +347,10 @@ func TestLeanServerTimeouts(t *testing.T) {
 	}()
 
 	closedWithin := func(c net.Conn) error {
-		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_ = c.SetReadDeadline(time.Now().Add(waitBound))
 		b, err := io.ReadAll(c)
 		if err != nil {
-			return fmt.Errorf("the connection was not closed within 30s (read %q): %w", b, err)
+			return fmt.Errorf("the connection was not closed within %v (read %q): %w", waitBound, b, err)
 		}
 		return nil
 	}
@@ -380,7 +373,7 @@ func TestLeanServerTimeouts(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // the health check's answer too
+		_ = c.SetDeadline(time.Now().Add(waitBound)) // the health check's answer too
 		if _, err := io.WriteString(c, "GET /_nogoo9/healthz HTTP/1.1\r\nHost: proxy.example\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
@@ -393,9 +386,9 @@ func TestLeanServerTimeouts(t *testing.T) {
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("health check: %d", res.StatusCode)
 		}
-		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_ = c.SetReadDeadline(time.Now().Add(waitBound))
 		if b, err := io.ReadAll(br); err != nil {
-			t.Fatalf("the idle connection was not closed within 30s (read %q): %v", b, err)
+			t.Fatalf("the idle connection was not closed within %v (read %q): %v", waitBound, b, err)
 		}
 	})
 	if s.handedOff.Load() != 0 {
