@@ -171,28 +171,41 @@ func renderCases(t *testing.T) []render {
 // TestBuildPodNeverWritesIntoItsTemplate: BuildPod reads the template it is given and writes
 // into none of it, with or without the JSON round trip, whatever it injects or binds, so callers
 // may hand it the registry's own value (templates.Shared: the spawner, the front end's upgrade
-// preview, the upgrade controller); nor into the program it keeps with the template (a second
-// render gives the first's pod). A write into a copy of the template's spec that shares its
-// containers or volumes (a shallow copy) fails it.
+// preview, the upgrade controller); nor into the program it keeps with the template: a second
+// render, for another workspace, gives what the round trip makes of a fresh copy for it. A write
+// into a copy of the template's spec that shares its containers or volumes (a shallow copy), or
+// of an expanded value into the program, fails it.
 func TestBuildPodNeverWritesIntoItsTemplate(t *testing.T) {
 	tmplType := reflect.TypeFor[templates.Template]()
+	render := func(tmpl *templates.Template, id Identity, roundTrip bool) string {
+		alwaysRoundTrip = roundTrip
+		defer func() { alwaysRoundTrip = false }()
+		pod, pvcs, err := BuildPod(tmpl, id, workspace.PodName(id.Owner, id.ID))
+		b, _ := json.Marshal([]any{pod, pvcs, fmt.Sprint(err)})
+		return string(b)
+	}
 	for _, r := range renderCases(t) {
 		t.Run(r.name, func(t *testing.T) {
 			before := r.tmpl.DeepCopy()
-			var first []byte
-			for _, roundTrip := range []bool{false, false, true} {
-				alwaysRoundTrip = roundTrip
-				pod, pvcs, err := BuildPod(r.tmpl, r.id, workspace.PodName(r.id.Owner, r.id.ID))
-				alwaysRoundTrip = false
+			other := Identity{Owner: "bob@example.com", ID: "other", Name: "Other", Namespace: "team-b"}
+			for k, v := range r.id.Context {
+				if other.Context == nil {
+					other.Context = map[string]string{}
+				}
+				other.Context[k] = v + "-2"
+			}
+			want := render(before.DeepCopy(), other, true)
+			for i, step := range []struct {
+				id        Identity
+				roundTrip bool
+			}{{r.id, false}, {other, false}, {r.id, true}, {other, false}} {
+				got := render(r.tmpl, step.id, step.roundTrip)
 				// The template's memo (Derived) is written once by design; the rest never.
 				if d := cmp.Diff(before, r.tmpl, cmpopts.IgnoreUnexported(templates.Template{}), cmp.Exporter(func(t reflect.Type) bool { return t != tmplType })); d != "" {
-					t.Fatalf("BuildPod (round trip %v) wrote into its template (-before +after):\n%s", roundTrip, d)
+					t.Fatalf("render %d (round trip %v) wrote into its template (-before +after):\n%s", i, step.roundTrip, d)
 				}
-				got, _ := json.Marshal([]any{pod, pvcs, fmt.Sprint(err)})
-				if first == nil {
-					first = got
-				} else if string(got) != string(first) {
-					t.Fatalf("a second render (round trip %v) differs from the first:\n%s\n%s", roundTrip, got, first)
+				if step.id.ID == other.ID && got != want {
+					t.Fatalf("render %d, for another workspace after the first, differs from the round trip's of a fresh copy:\n%s\n%s", i, got, want)
 				}
 			}
 		})
