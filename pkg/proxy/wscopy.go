@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/go-logr/logr"
 )
 
 // The two halves of an upgraded (WebSocket) connection. httputil.ReverseProxy copies them with
@@ -107,6 +109,10 @@ func (u *upgradedConn) Close() error {
 // fallback).
 var relayLoopsOff atomic.Bool
 
+// relayLoopsLog is the log of the first proxy that relayed a WebSocket (a loop that stops says
+// so there: the loops are the process's, not one proxy's).
+var relayLoopsLog atomic.Pointer[logr.Logger]
+
 // relay runs one half of c (client to pod with c2p) in a relay loop (wsrelay.go) when c is a
 // TCP connection the synchronous transport upgraded; the first half to come registers the
 // WebSocket, the second joins it. client is the client's socket. ok is false when no loop can
@@ -115,6 +121,9 @@ func (c *trackedConn) relay(client syscall.RawConn, c2p bool) (n int64, err erro
 	u, isUpgraded := c.ReadWriteCloser.(*upgradedConn)
 	if !relayLoopsBuilt || relayLoopsOff.Load() || !isUpgraded || u.pc.lr.raw == nil {
 		return 0, nil, false
+	}
+	if relayLoopsLog.Load() == nil {
+		relayLoopsLog.CompareAndSwap(nil, &c.reg.log)
 	}
 	pc := u.pc
 	pc.relayMu.Lock()
