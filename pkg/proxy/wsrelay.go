@@ -318,13 +318,11 @@ type relayHalf struct {
 	// ended: an event said from's peer ended its side (or from failed). A read that returns the
 	// last bytes may take the end with them, and no event follows: the half reads until a read
 	// returns the end instead of taking a short read for an empty socket (nginx's pending_eof).
-	ended   bool
-	done    bool
-	queued  bool   // in the loop's again list
-	buf     []byte // small's, or large's during a burst
+	ended  bool
+	done   bool
+	queued bool // in the loop's again list
+	wsBuffers
 	rest    []byte // read, not written yet: to's send buffer was full
-	small   [wsSmallBuf]byte
-	large   *[wsCopyBuf]byte
 	written int64
 	sends   int // send calls that sent something (tests)
 	err     error
@@ -425,16 +423,6 @@ func (h *relayHalf) finish(err error) {
 	close(h.doneC)
 }
 
-// release gives the large buffer back, if the half holds one; nothing may refer to it (rest is
-// empty).
-func (h *relayHalf) release() {
-	if h.large != nil {
-		wsBufPool.Put(h.large)
-		h.large, h.buf = nil, h.small[:]
-		wsBufBytes.Add(-wsCopyBuf)
-	}
-}
-
 // flush writes what it can of rest; an error ends the half.
 func (h *relayHalf) flush() {
 	m, _, err := writeFD(h.to, h.rest)
@@ -466,7 +454,7 @@ func (h *relayHalf) pump(turn int) {
 			}
 			return
 		}
-		n, empty, err := readFD(uintptr(h.from), h.buf)
+		n, empty, drained, short, err := h.readChunk(uintptr(h.from))
 		switch {
 		case empty:
 			h.readable = false
@@ -479,25 +467,9 @@ func (h *relayHalf) pump(turn int) {
 			h.finish(nil) // the other end closed its side
 			return
 		}
-		emptied := n < len(h.buf) && !h.ended
-		if n == len(h.buf) && h.large == nil {
-			// A burst, or a message over the small buffer: read on into a large buffer before
-			// anything is written (one send for such a message).
-			h.large = wsBufPool.Get().(*[wsCopyBuf]byte)
-			wsBufBytes.Add(wsCopyBuf)
-			copy(h.large[:], h.buf[:n])
-			h.buf = h.large[:]
-			m, empty, err := readFD(uintptr(h.from), h.buf[n:])
-			switch {
-			case empty:
-				emptied = true
-			case err != nil || m == 0:
-				// What was read is written first; the next read finds the end or the error.
-			default:
-				emptied = n+m < len(h.buf) && !h.ended
-				n += m
-			}
-		}
+		// After an event that said the peer ended its side, a short read may have taken the
+		// end with the last bytes (ended): only a read that finds nothing says empty then.
+		emptied := drained || short && !h.ended
 		relayed += n
 		h.rest = h.buf[:n]
 		h.flush()
