@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/go-logr/logr"
 )
 
 // The two halves of an upgraded (WebSocket) connection. httputil.ReverseProxy copies them with
@@ -107,6 +109,10 @@ func (u *upgradedConn) Close() error {
 // fallback).
 var relayLoopsOff atomic.Bool
 
+// relayLoopsLog is the log of the first proxy that relayed a WebSocket (a loop that stops says
+// so there: the loops are the process's, not one proxy's).
+var relayLoopsLog atomic.Pointer[logr.Logger]
+
 // relay runs one half of c (client to pod with c2p) in a relay loop (wsrelay.go) when c is a
 // TCP connection the synchronous transport upgraded; the first half to come registers the
 // WebSocket, the second joins it. client is the client's socket. ok is false when no loop can
@@ -115,6 +121,9 @@ func (c *trackedConn) relay(client syscall.RawConn, c2p bool) (n int64, err erro
 	u, isUpgraded := c.ReadWriteCloser.(*upgradedConn)
 	if !relayLoopsBuilt || relayLoopsOff.Load() || !isUpgraded || u.pc.lr.raw == nil {
 		return 0, nil, false
+	}
+	if relayLoopsLog.Load() == nil {
+		relayLoopsLog.CompareAndSwap(nil, &c.reg.log)
 	}
 	pc := u.pc
 	pc.relayMu.Lock()
@@ -238,10 +247,8 @@ func (c *rawCopy) run(dst io.Writer, raw syscall.RawConn) (int64, error) {
 
 // rawCopy is the state of one copyRaw.
 type rawCopy struct {
-	wraw       syscall.RawConn
-	buf        []byte // small's, or large's during a burst
-	small      [wsSmallBuf]byte
-	large      *[wsCopyBuf]byte // from wsBufPool; nil when buf is small's
+	wraw syscall.RawConn
+	wsBuffers
 	written    int64
 	sends      int // write calls that sent something (tests)
 	rerr, werr error
@@ -255,7 +262,12 @@ type rawCopy struct {
 // the other side's send buffer is full, or either side fails or ends.
 func (c *rawCopy) read(fd uintptr) bool {
 	for {
-		n, empty, err := readFD(fd, c.buf)
+		// drained: a read found the socket empty (EAGAIN), so the next bytes or the end raise a
+		// readiness notice. A short read does not say so: it may have taken the peer's end (FIN)
+		// with the last bytes, and no notice follows it; after a short read the loop reads again
+		// (the end, or EAGAIN), one read that finds nothing per message. The relay loops
+		// (wsrelay.go), which see the end in their events, do without it.
+		n, empty, drained, _, err := c.readChunk(fd)
 		switch {
 		case empty:
 			c.release() // rest is empty: nothing was read, or all of it written
@@ -266,35 +278,10 @@ func (c *rawCopy) read(fd uintptr) bool {
 		case n == 0:
 			return true // the other end closed its side
 		}
-		// emptied: a read found the socket empty (EAGAIN), so the next bytes or the end raise a
-		// readiness notice. A short read does not say so: it may have taken the peer's end (FIN)
-		// with the last bytes, and no notice follows it; after a short read the loop reads again
-		// (the end, or EAGAIN), one read that finds nothing per message. The relay loops
-		// (wsrelay.go), which see the end in their events, do without it.
-		emptied := false
-		if n == len(c.buf) && c.large == nil {
-			// A burst, or a message over the small buffer: what was read moves to a large
-			// buffer and the read goes on into it before anything is written, so that such a
-			// message still costs one send, as with a large buffer only.
-			c.large = wsBufPool.Get().(*[wsCopyBuf]byte)
-			wsBufBytes.Add(wsCopyBuf)
-			copy(c.large[:], c.buf[:n])
-			c.buf = c.large[:]
-			m, empty, err := readFD(fd, c.buf[n:])
-			switch {
-			case empty:
-				emptied = true
-			case err != nil || m == 0:
-				// An error or the end: what was read is written first; the next read finds
-				// the end (after a reset, as the end rather than the error).
-			default:
-				n += m
-			}
-		}
 		if c.tryWrite(c.buf[:n]); c.werr != nil || len(c.rest) > 0 {
 			return true
 		}
-		if emptied {
+		if drained {
 			// The socket is empty: wait for readiness, without the large buffer (everything
 			// read was written: rest is empty).
 			c.release()
@@ -303,12 +290,48 @@ func (c *rawCopy) read(fd uintptr) bool {
 	}
 }
 
-// release gives the large buffer back, if the copy holds one; nothing may refer to it (rest is
-// empty).
-func (c *rawCopy) release() {
-	if c.large != nil {
-		wsBufPool.Put(c.large)
-		c.large, c.buf = nil, c.small[:]
+// wsBuffers are the buffers of a copy (rawCopy) or of a relay loop's half (relayHalf), and
+// readChunk their read step.
+type wsBuffers struct {
+	buf   []byte // small's, or large's during a burst
+	small [wsSmallBuf]byte
+	large *[wsCopyBuf]byte // from wsBufPool; nil when buf is small's
+}
+
+// readChunk reads fd (non-blocking) into buf once; a read that fills the small buffer is a
+// burst, or a message over the small buffer: what it read moves to a large buffer and the read
+// goes on into it before anything is written, so that such a message still costs one send, as
+// with a large buffer only. n is what was read (buf[:n]); empty: the first read found nothing
+// (EAGAIN); drained: the read on into the large buffer found nothing; short: the last read
+// that returned bytes returned fewer than it was given room for; err: the first read failed;
+// none of them and no bytes: the end. An error or the end on the read on into the large buffer
+// is left for the next call (after a reset, the end rather than the error): what was read is
+// written first.
+func (b *wsBuffers) readChunk(fd uintptr) (n int, empty, drained, short bool, err error) {
+	n, empty, err = readFD(fd, b.buf)
+	if empty || err != nil || n == 0 {
+		return n, empty, false, false, err
+	}
+	if n < len(b.buf) || b.large != nil {
+		return n, false, false, n < len(b.buf), nil
+	}
+	b.large = wsBufPool.Get().(*[wsCopyBuf]byte)
+	wsBufBytes.Add(wsCopyBuf)
+	copy(b.large[:], b.buf[:n])
+	b.buf = b.large[:]
+	m, drained, err := readFD(fd, b.buf[n:])
+	if drained || err != nil || m == 0 {
+		return n, false, drained, false, nil
+	}
+	return n + m, false, false, n+m < len(b.buf), nil
+}
+
+// release gives the large buffer back, if there is one; nothing may refer to it (what was
+// read is all written).
+func (b *wsBuffers) release() {
+	if b.large != nil {
+		wsBufPool.Put(b.large)
+		b.large, b.buf = nil, b.small[:]
 		wsBufBytes.Add(-wsCopyBuf)
 	}
 }

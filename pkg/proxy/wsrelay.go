@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"os"
 	"runtime"
@@ -53,7 +54,8 @@ var (
 	relayLoopsErr  error
 )
 
-// pickRelayLoop starts the loops at the first call and returns the next one, round robin.
+// pickRelayLoop starts the loops at the first call and returns the next one that still runs,
+// round robin.
 func pickRelayLoop() (*relayLoop, error) {
 	relayLoopsOnce.Do(func() {
 		for range max(1, runtime.GOMAXPROCS(0)) {
@@ -62,13 +64,20 @@ func pickRelayLoop() (*relayLoop, error) {
 				relayLoopsErr = err
 				return
 			}
+			go l.run()
 			relayLoops = append(relayLoops, l)
 		}
 	})
 	if len(relayLoops) == 0 {
 		return nil, relayLoopsErr
 	}
-	return relayLoops[int(relayLoopsNext.Add(1))%len(relayLoops)], nil
+	next := int(relayLoopsNext.Add(1))
+	for i := range relayLoops {
+		if l := relayLoops[(next+i)%len(relayLoops)]; !l.stopped.Load() {
+			return l, nil
+		}
+	}
+	return nil, errRelayLoopsStopped
 }
 
 // relayLoop is one loop: its epoll descriptor and the WebSockets registered with it.
@@ -79,6 +88,8 @@ type relayLoop struct {
 	pollFn func(uintptr) bool
 	// polls counts the loop's epoll_wait calls (tests: an idle loop makes none).
 	polls atomic.Int64
+	// stopped: the loop's wait failed (run): its WebSockets were ended, it takes no new one.
+	stopped atomic.Bool
 
 	mu sync.Mutex // held while a batch is handled, and by a half joining
 	// slots holds the registered pairs; an event carries its pair's slot and generation, so
@@ -87,6 +98,10 @@ type relayLoop struct {
 	gens   []uint32
 	free   []uint32
 	events [128]syscall.EpollEvent
+	// again holds the halves that used up their turn (relayTurn) with their socket still
+	// readable: edge-triggered, no event will come for them, so the loop serves them after the
+	// rest of the batch, before it waits. next is the list being filled while again is served.
+	again, next []*relayHalf
 }
 
 func newRelayLoop() (*relayLoop, error) {
@@ -112,48 +127,106 @@ func newRelayLoop() (*relayLoop, error) {
 	}
 	l := &relayLoop{epfd: epfd, file: f, raw: raw}
 	l.pollFn = l.poll
-	go l.run()
 	return l, nil
 }
 
-// run waits for the loop's sockets for ever.
+// run waits for the loop's sockets until the wait fails, which it cannot today (the file is
+// never closed and has no deadline). Should it fail, the loop stops: it says so, ends its
+// WebSockets (their halves return the error, and ReverseProxy closes both sides, as for any copy
+// that fails), closes their descriptors and its own, and takes no new WebSocket
+// (pickRelayLoop skips it; when every loop has stopped, WebSockets are copied by copyRaw).
+// A panic here would take every tenant's proxy down.
 func (l *relayLoop) run() {
-	for {
-		if err := l.raw.Read(l.pollFn); err != nil {
-			panic("websocket relay loop: " + err.Error()) // the file is never closed and has no deadline
-		}
+	var err error
+	for err == nil {
+		err = l.raw.Read(l.pollFn)
 	}
+	l.stop(err)
 }
 
-// poll is raw.Read's function: it handles what the epoll instance has ready, and asks to wait
-// when it had less than a full batch. raw.Read resets the descriptor's readiness once, before
-// its first call, and never again while it waits and calls it again: a socket that became ready
-// after the last epoll_wait made the epoll descriptor readable after that reset, so the wait ends
-// at once and the next call finds it.
-func (l *relayLoop) poll(fd uintptr) bool {
-	for {
-		l.polls.Add(1)
-		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), 0, 0, 0)
-		if e == syscall.EINTR {
-			continue
-		}
-		n := int(r)
-		if e != 0 || n == 0 {
-			return false
-		}
-		l.mu.Lock()
-		for i := range n {
-			ev := &l.events[i]
-			slot, gen, side := uint32(ev.Fd), uint32(ev.Pad)>>1, ev.Pad&1
-			if p := l.slots[slot]; p != nil && p.gen == gen {
-				l.handle(p, side, ev.Events)
-			}
-		}
-		l.mu.Unlock()
-		if n < len(l.events) {
-			return false
+// stop ends the loop after its wait failed with err.
+func (l *relayLoop) stop(err error) {
+	err = &relayLoopError{err: err}
+	l.mu.Lock()
+	l.stopped.Store(true)
+	n := 0
+	for _, p := range l.slots {
+		if p != nil {
+			n++
+			l.end(p, err)
 		}
 	}
+	l.mu.Unlock()
+	if lg := relayLoopsLog.Load(); lg != nil {
+		lg.Error(err, "WebSocket relay loop stopped; its WebSockets were closed, new ones are copied without it", "webSockets", n)
+	}
+	// No pair is left, and add registers none on a stopped loop: nothing uses epfd again.
+	_ = l.file.Close()
+}
+
+// relayLoopError is what the halves of a stopped loop's WebSockets return.
+type relayLoopError struct{ err error }
+
+func (e *relayLoopError) Error() string { return "websocket relay loop stopped: " + e.err.Error() }
+func (e *relayLoopError) Unwrap() error { return e.err }
+
+// errRelayLoopsStopped: every loop has stopped (WebSockets are copied by copyRaw).
+var errRelayLoopsStopped = errors.New("every websocket relay loop has stopped")
+
+// poll is raw.Read's function: it handles what the epoll instance has ready, and asks to wait
+// when it had less than a full batch and no half is left with its turn used up. raw.Read resets
+// the descriptor's readiness once, before its first call, and never again while it waits and
+// calls it again: a socket that became ready after the last epoll_wait made the epoll descriptor
+// readable after that reset, so the wait ends at once and the next call finds it.
+func (l *relayLoop) poll(fd uintptr) bool {
+	for l.turn(fd) {
+	}
+	return false
+}
+
+// turn is one epoll_wait (which never waits) and the sockets it found ready, then one more turn
+// for each half that used up its turn before (again): more when the loop must go on before it
+// waits (a full batch, or a half that used up its turn again).
+func (l *relayLoop) turn(fd uintptr) (more bool) {
+	l.polls.Add(1)
+	r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), 0, 0, 0)
+	if e == syscall.EINTR {
+		return true
+	}
+	n := 0
+	if e == 0 {
+		n = int(r)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n == 0 && len(l.again) == 0 {
+		return false
+	}
+	// The halves that used up their turn before this batch: served after it. Those that use up
+	// their turn in this one (in the batch or after it) go to the next turn's list.
+	again := l.again
+	l.again, l.next = l.next[:0], nil
+	for i := range n {
+		ev := &l.events[i]
+		slot, gen, side := uint32(ev.Fd), uint32(ev.Pad)>>1, ev.Pad&1
+		if p := l.slots[slot]; p != nil && p.gen == gen {
+			l.handle(p, side, ev.Events)
+		}
+	}
+	for i, h := range again {
+		again[i] = nil
+		h.queued = false
+		if h.p.closing.Load() {
+			l.end(h.p, errRelayClosed) // as its next event would
+			continue
+		}
+		if h.active && !h.done && h.readable && len(h.rest) == 0 {
+			h.pump(relayTurn)
+			l.maybeFree(h.p)
+		}
+	}
+	l.next = again[:0]
+	return n == len(l.events) || len(l.again) > 0
 }
 
 // epollET is EPOLLET as the event mask's type wants it (syscall's constant is negative).
@@ -180,14 +253,15 @@ func (l *relayLoop) handle(p *relayPair, side int32, ev uint32) {
 		// The peer ended its side (or the socket failed): a short read no longer means empty.
 		rh.ended = true
 	}
+	// A half that used up its turn is served after the batch (turn), once per turn.
 	if ev&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 && wh.active && !wh.done && len(wh.rest) > 0 {
 		wh.flush()
-		if !wh.done && len(wh.rest) == 0 && wh.readable {
-			wh.pump()
+		if !wh.done && len(wh.rest) == 0 && wh.readable && !wh.queued {
+			wh.pump(relayTurn)
 		}
 	}
-	if rh.active && !rh.done && rh.readable && len(rh.rest) == 0 {
-		rh.pump()
+	if rh.active && !rh.done && rh.readable && len(rh.rest) == 0 && !rh.queued {
+		rh.pump(relayTurn)
 	}
 	l.maybeFree(p)
 }
@@ -229,20 +303,26 @@ type relayPair struct {
 	freed   bool
 }
 
+// relayTurn is how much a half relays per event before the loop serves the other ready
+// sockets: a WebSocket flooding at loopback speed held up the others on its loop for up to 12.6
+// ms (a review's test) while one read-and-write run emptied its socket. 256 KiB is eight of the
+// large buffer's reads and sends; a burst of a few MiB still goes through within one wait.
+const relayTurn = 256 << 10
+
 // relayHalf is one direction of a pair, from one descriptor to the other.
 type relayHalf struct {
+	p        *relayPair
 	from, to int
 	active   bool // its goroutine has joined (run): until then its socket is not read
 	readable bool // from may hold bytes not read yet
 	// ended: an event said from's peer ended its side (or from failed). A read that returns the
 	// last bytes may take the end with them, and no event follows: the half reads until a read
 	// returns the end instead of taking a short read for an empty socket (nginx's pending_eof).
-	ended   bool
-	done    bool
-	buf     []byte // small's, or large's during a burst
+	ended  bool
+	done   bool
+	queued bool // in the loop's again list
+	wsBuffers
 	rest    []byte // read, not written yet: to's send buffer was full
-	small   [wsSmallBuf]byte
-	large   *[wsCopyBuf]byte
 	written int64
 	sends   int // send calls that sent something (tests)
 	err     error
@@ -250,12 +330,17 @@ type relayHalf struct {
 }
 
 // newRelayPair registers the WebSocket between the sockets under client and pod with a loop.
-// Each side's descriptor is duplicated inside its RawConn.Control, which keeps it open.
 func newRelayPair(client, pod syscall.RawConn) (*relayPair, error) {
 	l, err := pickRelayLoop()
 	if err != nil {
 		return nil, err
 	}
+	return l.add(client, pod)
+}
+
+// add registers the WebSocket between the sockets under client and pod with l. Each side's
+// descriptor is duplicated inside its RawConn.Control, which keeps it open.
+func (l *relayLoop) add(client, pod syscall.RawConn) (*relayPair, error) {
 	cfd, err := dupFD(client)
 	if err != nil {
 		return nil, err
@@ -266,11 +351,16 @@ func newRelayPair(client, pod syscall.RawConn) (*relayPair, error) {
 		return nil, err
 	}
 	p := &relayPair{l: l, cfd: cfd, pfd: pfd}
-	p.c2p = relayHalf{from: cfd, to: pfd, doneC: make(chan struct{})}
-	p.p2c = relayHalf{from: pfd, to: cfd, doneC: make(chan struct{})}
+	p.c2p = relayHalf{p: p, from: cfd, to: pfd, doneC: make(chan struct{})}
+	p.p2c = relayHalf{p: p, from: pfd, to: cfd, doneC: make(chan struct{})}
 	p.c2p.buf, p.p2c.buf = p.c2p.small[:], p.p2c.small[:]
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.stopped.Load() {
+		_ = syscall.Close(cfd)
+		_ = syscall.Close(pfd)
+		return nil, errRelayLoopsStopped
+	}
 	if n := len(l.free); n > 0 {
 		p.slot = l.free[n-1]
 		l.free = l.free[:n-1]
@@ -307,7 +397,9 @@ func (p *relayPair) run(c2p bool) (int64, error) {
 	if !h.done {
 		h.active, h.readable = true, true
 		wsBufBytes.Add(wsSmallBuf)
-		h.pump() // what arrived before, whose readiness the loop has seen already
+		// What arrived before, whose readiness the loop has seen already: no turn limit, as no
+		// event need come back to it.
+		h.pump(0)
 		l.maybeFree(p)
 	}
 	l.mu.Unlock()
@@ -331,16 +423,6 @@ func (h *relayHalf) finish(err error) {
 	close(h.doneC)
 }
 
-// release gives the large buffer back, if the half holds one; nothing may refer to it (rest is
-// empty).
-func (h *relayHalf) release() {
-	if h.large != nil {
-		wsBufPool.Put(h.large)
-		h.large, h.buf = nil, h.small[:]
-		wsBufBytes.Add(-wsCopyBuf)
-	}
-}
-
 // flush writes what it can of rest; an error ends the half.
 func (h *relayHalf) flush() {
 	m, _, err := writeFD(h.to, h.rest)
@@ -358,11 +440,21 @@ func (h *relayHalf) flush() {
 	}
 }
 
-// pump reads from and writes to until from is empty, to's send buffer is full, or either side
-// fails or ends (copyRaw's rawCopy.read, without any wait).
-func (h *relayHalf) pump() {
+// pump reads from and writes to until from is empty, to's send buffer is full, either side
+// fails or ends (copyRaw's rawCopy.read, without any wait), or, with turn > 0, it has relayed
+// turn bytes: then the loop serves the half again after its batch (again).
+func (h *relayHalf) pump(turn int) {
+	relayed := 0
 	for {
-		n, empty, err := readFD(uintptr(h.from), h.buf)
+		if turn > 0 && relayed >= turn {
+			h.readable = true
+			if !h.queued {
+				h.queued = true
+				h.p.l.again = append(h.p.l.again, h)
+			}
+			return
+		}
+		n, empty, drained, short, err := h.readChunk(uintptr(h.from))
 		switch {
 		case empty:
 			h.readable = false
@@ -375,25 +467,10 @@ func (h *relayHalf) pump() {
 			h.finish(nil) // the other end closed its side
 			return
 		}
-		emptied := n < len(h.buf) && !h.ended
-		if n == len(h.buf) && h.large == nil {
-			// A burst, or a message over the small buffer: read on into a large buffer before
-			// anything is written (one send for such a message).
-			h.large = wsBufPool.Get().(*[wsCopyBuf]byte)
-			wsBufBytes.Add(wsCopyBuf)
-			copy(h.large[:], h.buf[:n])
-			h.buf = h.large[:]
-			m, empty, err := readFD(uintptr(h.from), h.buf[n:])
-			switch {
-			case empty:
-				emptied = true
-			case err != nil || m == 0:
-				// What was read is written first; the next read finds the end or the error.
-			default:
-				emptied = n+m < len(h.buf) && !h.ended
-				n += m
-			}
-		}
+		// After an event that said the peer ended its side, a short read may have taken the
+		// end with the last bytes (ended): only a read that finds nothing says empty then.
+		emptied := drained || short && !h.ended
+		relayed += n
 		h.rest = h.buf[:n]
 		h.flush()
 		if h.done {

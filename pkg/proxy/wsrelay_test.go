@@ -10,8 +10,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -30,6 +32,12 @@ type relayRun struct {
 // adjusts the sockets first. client and pod have a 60 s deadline.
 func startRelay(t *testing.T, tune func(client, fromClient, toPod, pod *net.TCPConn)) *relayRun {
 	t.Helper()
+	return startRelayOn(t, nil, tune)
+}
+
+// startRelayOn is startRelay on loop l (nil: the loop newRelayPair picks).
+func startRelayOn(t *testing.T, l *relayLoop, tune func(client, fromClient, toPod, pod *net.TCPConn)) *relayRun {
+	t.Helper()
 	r := &relayRun{c2p: make(chan error, 1), p2c: make(chan error, 1)}
 	r.client, r.fromClient = tcpPair(t)
 	r.toPod, r.pod = tcpPair(t)
@@ -41,7 +49,13 @@ func startRelay(t *testing.T, tune func(client, fromClient, toPod, pod *net.TCPC
 	}
 	craw, _ := r.fromClient.SyscallConn()
 	praw, _ := r.toPod.SyscallConn()
-	p, err := newRelayPair(craw, praw)
+	var p *relayPair
+	var err error
+	if l == nil {
+		p, err = newRelayPair(craw, praw)
+	} else {
+		p, err = l.add(craw, praw)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,5 +459,216 @@ func TestWebSocketRelaySeesTheEndThatCameWithTheLastBytes(t *testing.T) {
 		_ = r.client.Close()
 		_ = r.pod.Close()
 		_ = ended(t, "the client-to-pod half", r.c2p)
+	}
+}
+
+// queuedBytes is what c's socket has received and not yet given to a read (SIOCINQ, whose
+// number is TIOCINQ's).
+func queuedBytes(t *testing.T, c *net.TCPConn) int {
+	t.Helper()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	var e syscall.Errno
+	if err := raw.Control(func(fd uintptr) {
+		_, _, e = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
+	}); err != nil || e != 0 {
+		t.Fatalf("SIOCINQ: %v %v", err, e)
+	}
+	return n
+}
+
+// TestWebSocketRelayFloodTakesTurns: one WebSocket floods (1.5 MiB waiting in the pod's socket,
+// room for all of it on the client's side, so that nothing stops the flood's half but its turn)
+// and another one on the same loop exchanges small messages. The test makes the loop's turns
+// itself: every turn relays the quiet WebSocket's message and at most one turn's bytes of the
+// flood, and the loop comes back to the flood (no event will come for bytes already waiting)
+// until all of it is relayed, before it would wait. Without the turns the first turn relayed
+// the whole flood; without the coming back the flood stopped after its first turn.
+func TestWebSocketRelayFloodTakesTurns(t *testing.T) {
+	l, err := newRelayLoop() // not started: the test makes its turns
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.file.Close()
+	fd := uintptr(l.epfd)
+	roomy := func(client, fromClient, toPod, pod *net.TCPConn) {
+		for _, c := range []*net.TCPConn{client, toPod} {
+			_ = c.SetReadBuffer(4 << 20)
+		}
+		for _, c := range []*net.TCPConn{fromClient, pod} {
+			_ = c.SetWriteBuffer(4 << 20)
+		}
+	}
+	flood := startRelayOn(t, l, roomy)
+	quiet := startRelayOn(t, l, nil)
+	const size = 3 << 19
+	stream := make([]byte, size)
+	for i := range stream {
+		stream[i] = byte(i*7 + i>>10)
+	}
+	_ = flood.pod.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := flood.pod.Write(stream); err != nil {
+		t.Fatalf("the flood does not fit in its sockets' buffers: %v", err)
+	}
+	waitFor(t, "the flood waiting whole in the pod's socket", func() bool { return queuedBytes(t, flood.toPod) == size })
+	written := func(h *relayHalf) int64 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return h.written
+	}
+	const perTurn = relayTurn + wsCopyBuf // a turn ends after the read that reaches relayTurn
+	msg := []byte("ping")
+	for k := 1; k <= 4; k++ {
+		from, to, half := quiet.client, quiet.fromClient, &quiet.p.c2p
+		if k%2 == 0 {
+			from, to, half = quiet.pod, quiet.toPod, &quiet.p.p2c
+		}
+		before := written(half)
+		if _, err := from.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the quiet message in the loop's socket", func() bool { return queuedBytes(t, to) == len(msg) })
+		more := l.turn(fd)
+		if n := written(half) - before; n != int64(len(msg)) {
+			t.Errorf("turn %d: the quiet WebSocket's message: %d bytes relayed, want %d", k, n, len(msg))
+		}
+		if n := written(&flood.p.p2c); n == 0 || n > int64(k*perTurn) {
+			t.Errorf("after %d turns the flood relayed %d bytes, want 1 to %d", k, n, k*perTurn)
+		}
+		if !more {
+			t.Fatalf("turn %d: the loop would wait with the flood's bytes waiting", k)
+		}
+		got := make([]byte, len(msg))
+		if k%2 == 1 {
+			_, err = io.ReadFull(quiet.pod, got)
+		} else {
+			_, err = io.ReadFull(quiet.client, got)
+		}
+		if err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("turn %d: the quiet WebSocket's peer read %q, %v", k, got, err)
+		}
+	}
+	for turns := 0; l.turn(fd); turns++ {
+		if turns > 2*size/relayTurn {
+			t.Fatalf("%d more turns and the loop is still busy", turns)
+		}
+	}
+	if n := written(&flood.p.p2c); n != size {
+		t.Fatalf("the loop would wait with %d of the flood's %d bytes relayed", n, size)
+	}
+	got := make([]byte, size)
+	if _, err := io.ReadFull(flood.client, got); err != nil || !bytes.Equal(got, stream) {
+		t.Fatalf("the client got the flood changed (%v)", err)
+	}
+	// Both WebSockets end (the test still makes the turns) and give their descriptors back.
+	for _, r := range []*relayRun{flood, quiet} {
+		r.p.close()
+		praw, _ := r.toPod.SyscallConn()
+		shutdownRaw(praw)
+	}
+	for turns := 0; ; turns++ {
+		l.turn(fd)
+		l.mu.Lock()
+		left := len(l.slots) - len(l.free)
+		l.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		if turns > 100 {
+			t.Fatalf("%d WebSockets still in the loop after 100 turns", left)
+		}
+	}
+	for _, r := range []*relayRun{flood, quiet} {
+		for _, h := range []chan error{r.c2p, r.p2c} {
+			if err := ended(t, "a half", h); err != nil && !errors.Is(err, net.ErrClosed) {
+				t.Errorf("a half ended with %v", err)
+			}
+		}
+	}
+}
+
+// TestWebSocketRelayLoopThatStopsEndsItsWebSocketsAndTakesNoMore: should a loop's wait fail
+// (it cannot today: its file is never closed and has no deadline; a deadline is the way to make
+// it fail here), the process goes on (it panicked, taking every tenant's proxy down): the loop's
+// WebSockets end with the error, their descriptors and the loop's own are closed, and the loop
+// takes no new WebSocket.
+func TestWebSocketRelayLoopThatStopsEndsItsWebSocketsAndTakesNoMore(t *testing.T) {
+	fds := openFDs(t)
+	l, err := newRelayLoop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		l.run()
+		close(stopped)
+	}()
+	r := startRelayOn(t, l, nil)
+	relayMsg(t, r.client, r.pod, []byte("hello pod"))
+	relayMsg(t, r.pod, r.client, []byte("hello client"))
+	_ = l.file.SetReadDeadline(time.Unix(1, 0))
+	for _, h := range []chan error{r.c2p, r.p2c} {
+		var le *relayLoopError
+		if err := ended(t, "a half", h); !errors.As(err, &le) || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("a half of the stopped loop ended with %v, want the loop's error", err)
+		}
+	}
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the loop did not stop within 30s")
+	}
+	craw, _ := r.fromClient.SyscallConn()
+	praw, _ := r.toPod.SyscallConn()
+	if p, err := l.add(craw, praw); err == nil {
+		t.Errorf("a stopped loop took a new WebSocket (%v)", p)
+	}
+	for _, c := range []net.Conn{r.client, r.fromClient, r.toPod, r.pod} {
+		_ = c.Close()
+	}
+	waitFor(t, "the loop's descriptors closed", func() bool { return openFDs(t) == fds })
+}
+
+// TestWebSocketsAreCopiedWhenEveryRelayLoopHasStopped: a stopped loop is never picked, and with
+// every loop stopped a WebSocket through the proxy is copied (copyRaw) and works.
+func TestWebSocketsAreCopiedWhenEveryRelayLoopHasStopped(t *testing.T) {
+	if _, err := pickRelayLoop(); err != nil {
+		t.Fatal(err)
+	}
+	// Marked stopped without stopping them (the loops are the process's): they take nothing new.
+	for _, l := range relayLoops {
+		l.stopped.Store(true)
+		defer l.stopped.Store(false)
+	}
+	running := relayLoops[len(relayLoops)-1]
+	running.stopped.Store(false)
+	for range 2 * len(relayLoops) {
+		if l, err := pickRelayLoop(); l != running || err != nil {
+			t.Fatalf("picked %p, %v; want the one loop still running, %p", l, err, running)
+		}
+	}
+	running.stopped.Store(true)
+	if l, err := pickRelayLoop(); !errors.Is(err, errRelayLoopsStopped) {
+		t.Fatalf("with every loop stopped: picked %p, %v; want %v", l, err, errRelayLoopsStopped)
+	}
+	host, port := upgradeEcho(t)
+	p, addr := startProxy(t, Options{}, host, port)
+	c, br := openUpgraded(t, addr)
+	echoOnce(t, p, c, br)
+	echoOnce(t, p, c, br)
+	p.conns.mu.Lock()
+	defer p.conns.mu.Unlock()
+	for _, m := range p.conns.byPod {
+		for tc := range m {
+			pc := tc.ReadWriteCloser.(*upgradedConn).pc
+			pc.relayMu.Lock()
+			if pc.relay != nil {
+				t.Error("a WebSocket was registered with a stopped loop")
+			}
+			pc.relayMu.Unlock()
+		}
 	}
 }
