@@ -376,7 +376,7 @@ func TestTheProxyCapsConnectionsPerClient(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); waitStopped(t, done) }()
 	healthz := func(c net.Conn) string {
 		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 		if _, err := io.WriteString(c, "GET /_nogoo9/healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {

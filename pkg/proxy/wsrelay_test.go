@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -84,14 +85,14 @@ func startRelayOn(t *testing.T, l *relayLoop, tune func(client, fromClient, toPo
 	return r
 }
 
-// ended waits at most 30 s for a half's end and returns its error.
+// ended waits at most waitBound for a half's end and returns its error.
 func ended(t *testing.T, what string, c chan error) error {
 	t.Helper()
 	select {
 	case err := <-c:
 		return err
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not end within 30s", what)
+	case <-time.After(waitBound):
+		t.Fatalf("%s did not end within %v", what, waitBound)
 		return nil
 	}
 }
@@ -124,14 +125,41 @@ func relayMsg(t *testing.T, from, to net.Conn, msg []byte) {
 	}
 }
 
-// openFDs counts the process's open descriptors.
-func openFDs(t *testing.T) int {
+// sockets names the sockets under conns as /proc/self/fd shows them ("socket:[inode]"): a
+// duplicate (dup(2)) of a descriptor names its original's socket.
+func (r *relayRun) sockets(t *testing.T) map[string]bool {
+	t.Helper()
+	ids := map[string]bool{}
+	for _, c := range []*net.TCPConn{r.client, r.fromClient, r.toPod, r.pod} {
+		raw, err := c.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var id string
+		var lerr error
+		if err := raw.Control(func(fd uintptr) { id, lerr = os.Readlink("/proc/self/fd/" + strconv.Itoa(int(fd))) }); err != nil || lerr != nil {
+			t.Fatalf("the socket of a descriptor: %v, %v", err, lerr)
+		}
+		ids[id] = true
+	}
+	return ids
+}
+
+// heldFDs counts the process's descriptors that refer to one of the sockets ids names. Unlike a
+// count of every open descriptor it does not move when another test's connection closes late.
+func heldFDs(t *testing.T, ids map[string]bool) int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(ents)
+	n := 0
+	for _, e := range ents {
+		if id, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && ids[id] {
+			n++
+		}
+	}
+	return n
 }
 
 // fdOf is c's descriptor number.
@@ -204,15 +232,16 @@ func TestWebSocketRelayClosesItsDescriptorsAndBuffers(t *testing.T) {
 	if _, err := pickRelayLoop(); err != nil { // its epoll descriptor, once for all tests
 		t.Fatal(err)
 	}
-	fds, buf := openFDs(t), wsBufBytes.Load()
+	buf := wsBufBytes.Load()
 	r := startRelay(t, nil)
+	socks := r.sockets(t)
 	relayMsg(t, r.client, r.pod, bytes.Repeat([]byte("x"), 100<<10))
 	relayMsg(t, r.pod, r.client, []byte("back"))
 	r.end(t)
 	for _, c := range []net.Conn{r.client, r.fromClient, r.toPod, r.pod} {
 		_ = c.Close()
 	}
-	waitFor(t, "the loop's descriptors closed", func() bool { return openFDs(t) == fds })
+	waitFor(t, "the loop's descriptors closed", func() bool { return heldFDs(t, socks) == 0 })
 	if n := wsBufBytes.Load() - buf; n != 0 {
 		t.Errorf("after the relay ended %d bytes of buffer are held, want 0", n)
 	}
@@ -428,14 +457,7 @@ func TestWebSocketRelayEndsWhenTheProxyStops(t *testing.T) {
 		t.Fatalf("after the proxy stopped the client read %q, %v; want the end", b, err)
 	}
 	waitFor(t, "the halves ending", func() bool { return p.conns.rawActive.Load() == 0 })
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Start: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Error("the proxy did not stop within 30s")
-	}
+	waitStopped(t, done)
 }
 
 // TestWebSocketRelaySeesTheEndThatCameWithTheLastBytes: the pod writes its last bytes and
@@ -596,7 +618,6 @@ func TestWebSocketRelayFloodTakesTurns(t *testing.T) {
 // WebSockets end with the error, their descriptors and the loop's own are closed, and the loop
 // takes no new WebSocket.
 func TestWebSocketRelayLoopThatStopsEndsItsWebSocketsAndTakesNoMore(t *testing.T) {
-	fds := openFDs(t)
 	l, err := newRelayLoop()
 	if err != nil {
 		t.Fatal(err)
@@ -607,6 +628,7 @@ func TestWebSocketRelayLoopThatStopsEndsItsWebSocketsAndTakesNoMore(t *testing.T
 		close(stopped)
 	}()
 	r := startRelayOn(t, l, nil)
+	socks := r.sockets(t)
 	relayMsg(t, r.client, r.pod, []byte("hello pod"))
 	relayMsg(t, r.pod, r.client, []byte("hello client"))
 	_ = l.file.SetReadDeadline(time.Unix(1, 0))
@@ -618,8 +640,11 @@ func TestWebSocketRelayLoopThatStopsEndsItsWebSocketsAndTakesNoMore(t *testing.T
 	}
 	select {
 	case <-stopped:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the loop did not stop within 30s")
+	case <-time.After(waitBound):
+		t.Fatalf("the loop did not stop within %v", waitBound)
+	}
+	if err := l.raw.Control(func(uintptr) {}); err == nil {
+		t.Error("the stopped loop's epoll descriptor is still open")
 	}
 	craw, _ := r.fromClient.SyscallConn()
 	praw, _ := r.toPod.SyscallConn()
@@ -629,7 +654,7 @@ func TestWebSocketRelayLoopThatStopsEndsItsWebSocketsAndTakesNoMore(t *testing.T
 	for _, c := range []net.Conn{r.client, r.fromClient, r.toPod, r.pod} {
 		_ = c.Close()
 	}
-	waitFor(t, "the loop's descriptors closed", func() bool { return openFDs(t) == fds })
+	waitFor(t, "the loop's descriptors closed", func() bool { return heldFDs(t, socks) == 0 })
 }
 
 // TestWebSocketsAreCopiedWhenEveryRelayLoopHasStopped: a stopped loop is never picked, and with
