@@ -123,7 +123,8 @@ func (c *trackedConn) relay(client syscall.RawConn, c2p bool) (n int64, err erro
 		return 0, nil, false
 	}
 	if relayLoopsLog.Load() == nil {
-		relayLoopsLog.CompareAndSwap(nil, &c.reg.log)
+		lg := c.reg.log // a copy: a pointer into the registry would keep that proxy's alive
+		relayLoopsLog.CompareAndSwap(nil, &lg)
 	}
 	pc := u.pc
 	pc.relayMu.Lock()

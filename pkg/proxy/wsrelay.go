@@ -83,13 +83,16 @@ func pickRelayLoop() (*relayLoop, error) {
 // relayLoop is one loop: its epoll descriptor and the WebSockets registered with it.
 type relayLoop struct {
 	epfd   int
-	file   *os.File        // epfd's (never closed)
+	file   *os.File        // epfd's (closed only by stop)
 	raw    syscall.RawConn // file's, through the runtime's poller
 	pollFn func(uintptr) bool
 	// polls counts the loop's epoll_wait calls (tests: an idle loop makes none).
 	polls atomic.Int64
 	// stopped: the loop's wait failed (run): its WebSockets were ended, it takes no new one.
 	stopped atomic.Bool
+	// turnBytes is how much a half relays per turn: relayTurn (a test of turns sets a smaller
+	// one before the loop relays anything, so that its flood fits any host's socket buffers).
+	turnBytes int
 
 	mu sync.Mutex // held while a batch is handled, and by a half joining
 	// slots holds the registered pairs; an event carries its pair's slot and generation, so
@@ -99,8 +102,9 @@ type relayLoop struct {
 	free   []uint32
 	events [128]syscall.EpollEvent
 	// again holds the halves that used up their turn (relayTurn) with their socket still
-	// readable: edge-triggered, no event will come for them, so the loop serves them after the
-	// rest of the batch, before it waits. next is the list being filled while again is served.
+	// readable: edge-triggered, no event will come for them, so the loop serves them in its
+	// next turn, after that turn's batch, before it waits. next is the list being filled while
+	// again is served.
 	again, next []*relayHalf
 }
 
@@ -125,7 +129,7 @@ func newRelayLoop() (*relayLoop, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	l := &relayLoop{epfd: epfd, file: f, raw: raw}
+	l := &relayLoop{epfd: epfd, file: f, raw: raw, turnBytes: relayTurn}
 	l.pollFn = l.poll
 	return l, nil
 }
@@ -172,6 +176,9 @@ func (e *relayLoopError) Unwrap() error { return e.err }
 
 // errRelayLoopsStopped: every loop has stopped (WebSockets are copied by copyRaw).
 var errRelayLoopsStopped = errors.New("every websocket relay loop has stopped")
+
+// errRelayLoopStopped: the loop a WebSocket was offered to has stopped.
+var errRelayLoopStopped = errors.New("this websocket relay loop has stopped")
 
 // poll is raw.Read's function: it handles what the epoll instance has ready, and asks to wait
 // when it had less than a full batch and no half is left with its turn used up. raw.Read resets
@@ -221,7 +228,7 @@ func (l *relayLoop) turn(fd uintptr) (more bool) {
 			continue
 		}
 		if h.active && !h.done && h.readable && len(h.rest) == 0 {
-			h.pump(relayTurn)
+			h.pump(l.turnBytes)
 			l.maybeFree(h.p)
 		}
 	}
@@ -257,11 +264,11 @@ func (l *relayLoop) handle(p *relayPair, side int32, ev uint32) {
 	if ev&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 && wh.active && !wh.done && len(wh.rest) > 0 {
 		wh.flush()
 		if !wh.done && len(wh.rest) == 0 && wh.readable && !wh.queued {
-			wh.pump(relayTurn)
+			wh.pump(l.turnBytes)
 		}
 	}
 	if rh.active && !rh.done && rh.readable && len(rh.rest) == 0 && !rh.queued {
-		rh.pump(relayTurn)
+		rh.pump(l.turnBytes)
 	}
 	l.maybeFree(p)
 }
@@ -303,7 +310,8 @@ type relayPair struct {
 	freed   bool
 }
 
-// relayTurn is how much a half relays per event before the loop serves the other ready
+// relayTurn is how much a half relays per turn (up to one large buffer more: the turn ends
+// after the read that reaches it) before the loop serves the other ready
 // sockets: a WebSocket flooding at loopback speed held up the others on its loop for up to 12.6
 // ms (a review's test) while one read-and-write run emptied its socket. 256 KiB is eight of the
 // large buffer's reads and sends; a burst of a few MiB still goes through within one wait.
@@ -331,11 +339,16 @@ type relayHalf struct {
 
 // newRelayPair registers the WebSocket between the sockets under client and pod with a loop.
 func newRelayPair(client, pod syscall.RawConn) (*relayPair, error) {
-	l, err := pickRelayLoop()
-	if err != nil {
-		return nil, err
+	for {
+		l, err := pickRelayLoop()
+		if err != nil {
+			return nil, err
+		}
+		// A loop that stopped since it was picked takes nothing: the next one that runs may.
+		if p, err := l.add(client, pod); err != errRelayLoopStopped {
+			return p, err
+		}
 	}
-	return l.add(client, pod)
 }
 
 // add registers the WebSocket between the sockets under client and pod with l. Each side's
@@ -359,7 +372,7 @@ func (l *relayLoop) add(client, pod syscall.RawConn) (*relayPair, error) {
 	if l.stopped.Load() {
 		_ = syscall.Close(cfd)
 		_ = syscall.Close(pfd)
-		return nil, errRelayLoopsStopped
+		return nil, errRelayLoopStopped
 	}
 	if n := len(l.free); n > 0 {
 		p.slot = l.free[n-1]
@@ -373,13 +386,19 @@ func (l *relayLoop) add(client, pod syscall.RawConn) (*relayPair, error) {
 	p.gen = l.gens[p.slot]
 	l.slots[p.slot] = p
 	for side, fd := range []int{cfd, pfd} {
-		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: int32(p.slot), Pad: int32(p.gen<<1) | int32(side)}
+		ev := p.event(int32(side))
 		if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			l.end(p, err) // closes both descriptors
 			return nil, os.NewSyscallError("epoll_ctl", err)
 		}
 	}
 	return p, nil
+}
+
+// event is what p's registration of its client socket (side 0) or pod socket (side 1) asks for
+// and carries: edge-triggered, and the pair's slot, generation and side.
+func (p *relayPair) event(side int32) syscall.EpollEvent {
+	return syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: int32(p.slot), Pad: int32(p.gen<<1) | side}
 }
 
 // run relays one half (client to pod with c2p) until it ends: what it wrote and why it ended
@@ -395,12 +414,20 @@ func (p *relayPair) run(c2p bool) (int64, error) {
 		l.end(p, errRelayClosed)
 	}
 	if !h.done {
-		h.active, h.readable = true, true
+		h.active = true
 		wsBufBytes.Add(wsSmallBuf)
-		// What arrived before, whose readiness the loop has seen already: no turn limit, as no
-		// event need come back to it.
-		h.pump(0)
-		l.maybeFree(p)
+		// What arrived before, whose readiness the loop has seen already, is relayed by the
+		// loop, in turns like the rest: modifying the registration makes epoll check the socket
+		// again and report it if it is ready (an edge-triggered re-arm). Relaying it here, under
+		// the loop's lock, would hold up every WebSocket on the loop for as long as a client that
+		// floods right after the upgrade keeps its socket full.
+		ev := p.event(1) // the pod's socket, which p2c reads
+		if c2p {
+			ev = p.event(0)
+		}
+		if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_MOD, h.from, &ev); err != nil {
+			l.end(p, os.NewSyscallError("epoll_ctl", err))
+		}
 	}
 	l.mu.Unlock()
 	<-h.doneC

@@ -232,7 +232,9 @@ func TestWebSocketRelayClosesItsDescriptorsAndBuffers(t *testing.T) {
 	if _, err := pickRelayLoop(); err != nil { // its epoll descriptor, once for all tests
 		t.Fatal(err)
 	}
-	buf := wsBufBytes.Load()
+	// The buffers are counted for the whole process: an earlier test's WebSocket that ends late
+	// gives its own back during this one.
+	waitFor(t, "every earlier WebSocket's buffers given back", func() bool { return wsBufBytes.Load() == 0 })
 	r := startRelay(t, nil)
 	socks := r.sockets(t)
 	relayMsg(t, r.client, r.pod, bytes.Repeat([]byte("x"), 100<<10))
@@ -242,7 +244,7 @@ func TestWebSocketRelayClosesItsDescriptorsAndBuffers(t *testing.T) {
 		_ = c.Close()
 	}
 	waitFor(t, "the loop's descriptors closed", func() bool { return heldFDs(t, socks) == 0 })
-	if n := wsBufBytes.Load() - buf; n != 0 {
+	if n := wsBufBytes.Load(); n != 0 {
 		t.Errorf("after the relay ended %d bytes of buffer are held, want 0", n)
 	}
 }
@@ -515,18 +517,15 @@ func TestWebSocketRelayFloodTakesTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.file.Close()
+	// Turns of 8 KiB, so that a flood of six turns (240 KiB) waits whole in the proxy's receive
+	// buffer under Linux's default limits too (net.core.rmem_max 212992: a buffer of 416 KiB
+	// once the kernel doubles it; a host with higher limits gives the 1 MiB asked for).
+	l.turnBytes = 8 << 10
+	perTurn := l.turnBytes + wsCopyBuf // a turn ends after the read that reaches turnBytes
+	size := 6 * perTurn
 	fd := uintptr(l.epfd)
-	roomy := func(client, fromClient, toPod, pod *net.TCPConn) {
-		for _, c := range []*net.TCPConn{client, toPod} {
-			_ = c.SetReadBuffer(4 << 20)
-		}
-		for _, c := range []*net.TCPConn{fromClient, pod} {
-			_ = c.SetWriteBuffer(4 << 20)
-		}
-	}
-	flood := startRelayOn(t, l, roomy)
+	flood := startRelayOn(t, l, roomySockets)
 	quiet := startRelayOn(t, l, nil)
-	const size = 3 << 19
 	stream := make([]byte, size)
 	for i := range stream {
 		stream[i] = byte(i*7 + i>>10)
@@ -536,12 +535,7 @@ func TestWebSocketRelayFloodTakesTurns(t *testing.T) {
 		t.Fatalf("the flood does not fit in its sockets' buffers: %v", err)
 	}
 	waitFor(t, "the flood waiting whole in the pod's socket", func() bool { return queuedBytes(t, flood.toPod) == size })
-	written := func(h *relayHalf) int64 {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return h.written
-	}
-	const perTurn = relayTurn + wsCopyBuf // a turn ends after the read that reaches relayTurn
+	written := func(h *relayHalf) int64 { return relayedBy(l, h) }
 	msg := []byte("ping")
 	for k := 1; k <= 4; k++ {
 		from, to, half := quiet.client, quiet.fromClient, &quiet.p.c2p
@@ -574,25 +568,31 @@ func TestWebSocketRelayFloodTakesTurns(t *testing.T) {
 		}
 	}
 	for turns := 0; l.turn(fd); turns++ {
-		if turns > 2*size/relayTurn {
+		if turns > 2*size/l.turnBytes {
 			t.Fatalf("%d more turns and the loop is still busy", turns)
 		}
 	}
-	if n := written(&flood.p.p2c); n != size {
+	if n := written(&flood.p.p2c); n != int64(size) {
 		t.Fatalf("the loop would wait with %d of the flood's %d bytes relayed", n, size)
 	}
 	got := make([]byte, size)
 	if _, err := io.ReadFull(flood.client, got); err != nil || !bytes.Equal(got, stream) {
 		t.Fatalf("the client got the flood changed (%v)", err)
 	}
-	// Both WebSockets end (the test still makes the turns) and give their descriptors back.
-	for _, r := range []*relayRun{flood, quiet} {
+	endOnTurns(t, l, flood, quiet)
+}
+
+// endOnTurns closes runs, WebSockets of the loop l that the test makes the turns of, makes the
+// turns until they are gone (their descriptors given back) and checks how their halves ended.
+func endOnTurns(t *testing.T, l *relayLoop, runs ...*relayRun) {
+	t.Helper()
+	for _, r := range runs {
 		r.p.close()
 		praw, _ := r.toPod.SyscallConn()
 		shutdownRaw(praw)
 	}
 	for turns := 0; ; turns++ {
-		l.turn(fd)
+		l.turn(uintptr(l.epfd))
 		l.mu.Lock()
 		left := len(l.slots) - len(l.free)
 		l.mu.Unlock()
@@ -603,13 +603,75 @@ func TestWebSocketRelayFloodTakesTurns(t *testing.T) {
 			t.Fatalf("%d WebSockets still in the loop after 100 turns", left)
 		}
 	}
-	for _, r := range []*relayRun{flood, quiet} {
+	for _, r := range runs {
 		for _, h := range []chan error{r.c2p, r.p2c} {
 			if err := ended(t, "a half", h); err != nil && !errors.Is(err, net.ErrClosed) {
 				t.Errorf("a half ended with %v", err)
 			}
 		}
 	}
+}
+
+// relayedBy is what h has written so far.
+func relayedBy(l *relayLoop, h *relayHalf) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return h.written
+}
+
+// roomySockets asks for 1 MiB socket buffers where a flood waits (the pod's send buffer and
+// the proxy's receive buffer on the pod's side, and the same on the client's side).
+func roomySockets(client, fromClient, toPod, pod *net.TCPConn) {
+	for _, c := range []*net.TCPConn{client, toPod} {
+		_ = c.SetReadBuffer(1 << 20)
+	}
+	for _, c := range []*net.TCPConn{fromClient, pod} {
+		_ = c.SetWriteBuffer(1 << 20)
+	}
+}
+
+// TestWebSocketRelayJoinLeavesWhatWaitsToTheLoop: bytes that already wait in a socket when its
+// half joins are relayed by the loop, in turns like the rest. The joining goroutine relayed them
+// itself, under the loop's lock, for as long as the socket stayed full: a client flooding right
+// after the upgrade held up every WebSocket on its loop.
+func TestWebSocketRelayJoinLeavesWhatWaitsToTheLoop(t *testing.T) {
+	l, err := newRelayLoop() // not started: the test makes its turns
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.file.Close()
+	l.turnBytes = 8 << 10
+	perTurn := l.turnBytes + wsCopyBuf
+	size := 4 * perTurn
+	stream := bytes.Repeat([]byte("flood!"), size/6)
+	size = len(stream)
+	r := startRelayOn(t, l, func(client, fromClient, toPod, pod *net.TCPConn) {
+		roomySockets(client, fromClient, toPod, pod)
+		_ = pod.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := pod.Write(stream); err != nil {
+			t.Fatalf("the flood does not fit in its sockets' buffers: %v", err)
+		}
+		waitFor(t, "the flood waiting whole in the pod's socket", func() bool { return queuedBytes(t, toPod) == size })
+	})
+	if n := relayedBy(l, &r.p.p2c); n != 0 {
+		t.Errorf("the joining half relayed %d bytes itself, want 0 (the loop relays them in turns)", n)
+	}
+	if more := l.turn(uintptr(l.epfd)); !more {
+		t.Error("after one turn the loop would wait with the flood's bytes waiting")
+	}
+	if n := relayedBy(l, &r.p.p2c); n == 0 || n > int64(perTurn) {
+		t.Errorf("the first turn relayed %d bytes, want 1 to %d", n, perTurn)
+	}
+	for turns := 0; l.turn(uintptr(l.epfd)); turns++ {
+		if turns > 2*size/l.turnBytes {
+			t.Fatalf("%d more turns and the loop is still busy", turns)
+		}
+	}
+	got := make([]byte, size)
+	if _, err := io.ReadFull(r.client, got); err != nil || !bytes.Equal(got, stream) {
+		t.Fatalf("the client got the flood changed (%v)", err)
+	}
+	endOnTurns(t, l, r)
 }
 
 // TestWebSocketRelayLoopThatStopsEndsItsWebSocketsAndTakesNoMore: should a loop's wait fail
