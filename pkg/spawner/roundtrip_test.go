@@ -97,7 +97,8 @@ type render struct {
 
 // renderCases are every sample in config/samples, each also with its placeholders written out
 // as plain text, and the shapes the spawner's tests use (init containers from S3 and a
-// ConfigMap, a preStop hook, claims, a claim a volume refers to), three of them made to fail.
+// ConfigMap, a preStop hook, claims, a claim a volume refers to, names with placeholders that
+// the binding or an injection matches), three of them made to fail.
 func renderCases(t *testing.T) []render {
 	t.Helper()
 	ctx := map[string]string{"repo": "https://example.com/r.git", "class": "fast"}
@@ -140,6 +141,8 @@ func renderCases(t *testing.T) []render {
 	}
 	initSpec := `{"initContainers":[{"name":"own","image":"x"}],"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"volumeMounts":[{"name":"home","mountPath":"/h"}],"resources":{"requests":{"cpu":"250m","memory":"1Gi"},"limits":{"memory":"2Gi"}}}],"tolerations":[],"nodeSelector":{"disk":"ssd"}}`
 	plainClaims := strings.Replace(claims, "${context.class}", "std", 1)
+	names := id
+	names.Context = map[string]string{"vol": "home", "container": "ide"}
 	for _, tc := range []struct {
 		name         string
 		ann          map[string]string
@@ -158,6 +161,17 @@ func renderCases(t *testing.T) []render {
 		{"a claim a volume refers to, and a preStop hook", map[string]string{workspace.AnnPreStop: "sync"}, `{"containers":[{"name":"a","image":"b","ports":[{"containerPort":80}],"volumeMounts":[{"name":"data","mountPath":"/d"}]}],
  "volumes":[{"name":"data","persistentVolumeClaim":{"claimName":"home"}}]}`, plainClaims, id},
 		{"a preStop hook without one", map[string]string{workspace.AnnPreStop: "sync", workspace.AnnTerminationGrace: "120"}, benchSpec, benchClaims, id},
+		// A placeholder in a name the claims' binding or an injection matches: the round trip
+		// matches before it expands (namesHoldPlaceholders keeps such a spec on it), a program
+		// would match the expanded name.
+		{"a claimName whose placeholder expands to a claim's name (kept raw, the claim gets its own volume)", nil,
+			`{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"volumeMounts":[{"name":"data","mountPath":"/d"}]}],
+ "volumes":[{"name":"data","persistentVolumeClaim":{"claimName":"${context.vol}"}}]}`, plainClaims, names},
+		{"a volume name whose placeholder expands to the claim nogoo9/init-volume names", map[string]string{workspace.AnnInitFrom: "configmap:seed", workspace.AnnInitVolume: "home"},
+			`{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"volumeMounts":[{"name":"data","mountPath":"/d"}]}],
+ "volumes":[{"name":"${context.vol}","persistentVolumeClaim":{"claimName":"home"}},{"name":"data","persistentVolumeClaim":{"claimName":"home"}}]}`, plainClaims, names},
+		{"a container name whose placeholder expands to the preStop hook's container", map[string]string{workspace.AnnPreStop: "sync", workspace.AnnPreStopContainer: "ide"},
+			`{"containers":[{"name":"${context.container}","image":"b","ports":[{"containerPort":80}]},{"name":"ide","image":"c"}]}`, "", names},
 		{"a context value the spawn did not give", nil, nodeSpec, plainClaims, Identity{Owner: "jane", ID: "demo"}},
 		{"an unknown placeholder", nil, `{"containers":[{"name":"ide","image":"b:${nope}","ports":[{"containerPort":80}]}]}`, "", id},
 		{"an unclosed placeholder", nil, `{"containers":[{"name":"ide","image":"b:${id","ports":[{"containerPort":80}]}]}`, "", id},
