@@ -96,19 +96,7 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 	if err := validateContextText(id.Context); err != nil {
 		return nil, nil, err
 	}
-	name := id.Name
-	if name == "" {
-		name = id.ID
-	}
-	v := vars{
-		fixed: map[string]string{
-			"owner": id.Owner, "user": workspace.UserLabel(id.Owner), "id": id.ID, "name": name,
-			"pod": podName, "template": t.Name, "version": t.Version,
-		},
-		context: id.Context,
-	}
-
-	spec, claims, err := renderSpec(t, exp, id, v, !alwaysRoundTrip)
+	spec, claims, err := renderSpec(t, exp, id, podVars(t, id, podName), !alwaysRoundTrip)
 	if err != nil {
 		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
 	}
@@ -124,7 +112,7 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 	ann := map[string]string{
 		workspace.AnnOwner:           id.Owner,
 		workspace.AnnTemplateVersion: t.Version,
-		workspace.AnnWorkspaceName:   name,
+		workspace.AnnWorkspaceName:   id.displayName(),
 		workspace.AnnWorkspacePort:   strconv.Itoa(int(exp.WorkspacePort)),
 		workspace.AnnPreviewPort:     strconv.Itoa(int(exp.PreviewPort)),
 		workspace.AnnContext:         ctxJSON,
@@ -156,6 +144,25 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 		Spec: *spec,
 	}
 	return pod, claims, nil
+}
+
+// displayName is the workspace's display name: Name, or the id when none was given.
+func (id Identity) displayName() string {
+	if id.Name == "" {
+		return id.ID
+	}
+	return id.Name
+}
+
+// podVars are the placeholders' values in a render of t for id as pod podName.
+func podVars(t *templates.Template, id Identity, podName string) vars {
+	return vars{
+		fixed: map[string]string{
+			"owner": id.Owner, "user": workspace.UserLabel(id.Owner), "id": id.ID, "name": id.displayName(),
+			"pod": podName, "template": t.Name, "version": t.Version,
+		},
+		context: id.Context,
+	}
 }
 
 // renderSpec renders t's spec and claims for a workspace: the claims bound, the init container
