@@ -253,3 +253,32 @@ func TestBuildPodNeverWritesIntoItsTemplate(t *testing.T) {
 		})
 	}
 }
+
+// TestBuildPodRendersACopyByAssignmentFromItsOwnSpec: a copy of a template made by assignment
+// (c := *t, as a test's fake registry may hand out) shares its original's Derived slot; changed
+// after the original was rendered, it still renders from its own spec, not the original's
+// program, and the original keeps rendering from its own.
+func TestBuildPodRendersACopyByAssignmentFromItsOwnSpec(t *testing.T) {
+	tmpl := mustTemplate(t, nil, nodeSpec, claims)
+	id := Identity{Owner: "jane", ID: "demo", Context: map[string]string{"repo": "r.git", "class": "fast"}}
+	image := func(tmpl *templates.Template) string {
+		t.Helper()
+		pod, _, err := BuildPod(tmpl, id, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pod.Spec.Containers[0].Image
+	}
+	if got := image(tmpl); got != "node:22" {
+		t.Fatalf("image = %q, want node:22", got)
+	}
+	c := *tmpl
+	c.Spec = *tmpl.Spec.DeepCopy()
+	c.Spec.Containers[0].Image = "node:24-${id}"
+	if got := image(&c); got != "node:24-demo" {
+		t.Errorf("the copy's image = %q, want node:24-demo (its own spec's)", got)
+	}
+	if got := image(tmpl); got != "node:22" {
+		t.Errorf("the original's image after its copy's render = %q, want node:22", got)
+	}
+}
