@@ -173,7 +173,7 @@ func podVars(t *templates.Template, id Identity, podName string) vars {
 // are the ones BuildPod reports, in the order it always found them.
 func renderSpec(t *templates.Template, exp *templates.Expansion, id Identity, v vars, programmed bool) (*corev1.PodSpec, []*corev1.PersistentVolumeClaim, error) {
 	if programmed {
-		if progs := programsOf(t); progs.spec != nil && injectsNoPlaceholderNames(exp) {
+		if progs := programsOf(t); progs != nil && progs.spec != nil && injectsNoPlaceholderNames(exp) {
 			if spec, claims, err := renderProgrammed(t, progs, exp, id, v); err == nil {
 				return spec, claims, nil
 			}

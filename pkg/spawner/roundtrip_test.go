@@ -282,3 +282,24 @@ func TestBuildPodRendersACopyByAssignmentFromItsOwnSpec(t *testing.T) {
 		t.Errorf("the original's image after its copy's render = %q, want node:22", got)
 	}
 }
+
+// TestBuildPodTakesTheRoundTripWhenTheTemplatesSlotHoldsSomethingElse: Derived has one slot per
+// template value; when another build filled it first, BuildPod renders through the round trip
+// instead of failing (or panicking on the slot's type).
+func TestBuildPodTakesTheRoundTripWhenTheTemplatesSlotHoldsSomethingElse(t *testing.T) {
+	tmpl := mustTemplate(t, nil, nodeSpec, claims)
+	if got := tmpl.Derived(func(*templates.Template) any { return "another build's" }); got != "another build's" {
+		t.Fatalf("Derived = %v", got)
+	}
+	if p := programsOf(tmpl); p != nil {
+		t.Errorf("programsOf = %v, want nil", p)
+	}
+	id := Identity{Owner: "jane", ID: "demo", Context: map[string]string{"repo": "r.git", "class": "fast"}}
+	pod, _, err := BuildPod(tmpl, id, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pod.Spec.Containers[0].Args; strings.Join(got, " ") != "--user "+workspace.UserLabel("jane")+" --ws demo" {
+		t.Errorf("args = %q, want the placeholders expanded", got)
+	}
+}
