@@ -75,21 +75,32 @@ func TestBuildPodSkipsTheRoundTripOnlyWhereItChangesNothing(t *testing.T) {
 	}
 }
 
-// A template with a placeholder goes through the JSON round trip; its numbers must come back as
-// the template wrote them (decoded as float64, an integer above 2^53 came back altered).
+// A template with a placeholder goes through JSON, from its program or the whole spec's round
+// trip; its numbers must come back as the template wrote them (decoded as float64, an integer
+// above 2^53 came back altered).
 func TestBuildPodKeepsLargeIntegersThroughTheRoundTrip(t *testing.T) {
 	const big = int64(1)<<53 + 1
 	spec := fmt.Sprintf(`{"terminationGracePeriodSeconds":%d,"containers":[{"name":"ide","image":"b:${id}","ports":[{"containerPort":80}]}]}`, big)
 	id := Identity{Owner: "jane", ID: "demo"}
-	pod, _, err := BuildPod(mustTemplate(t, nil, spec, ""), id, workspace.PodName(id.Owner, id.ID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := pod.Spec.TerminationGracePeriodSeconds; got == nil || *got != big {
-		t.Errorf("terminationGracePeriodSeconds = %v, want %d", got, big)
-	}
-	if img := pod.Spec.Containers[0].Image; img != "b:demo" {
-		t.Errorf("image = %q, want b:demo (the placeholder expanded)", img)
+	for name, roundTrip := range map[string]bool{"from the template's program": false, "through the whole spec's round trip": true} {
+		t.Run(name, func(t *testing.T) {
+			alwaysRoundTrip = roundTrip
+			defer func() { alwaysRoundTrip = false }()
+			tmpl := mustTemplate(t, nil, spec, "")
+			pod, _, err := BuildPod(tmpl, id, workspace.PodName(id.Owner, id.ID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := pod.Spec.TerminationGracePeriodSeconds; got == nil || *got != big {
+				t.Errorf("terminationGracePeriodSeconds = %v, want %d", got, big)
+			}
+			if img := pod.Spec.Containers[0].Image; img != "b:demo" {
+				t.Errorf("image = %q, want b:demo (the placeholder expanded)", img)
+			}
+			if err := fromProgram(render{tmpl: tmpl, id: id}); !roundTrip && err != nil {
+				t.Errorf("not rendered from the program: %v", err)
+			}
+		})
 	}
 }
 
