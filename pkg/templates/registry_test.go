@@ -270,3 +270,50 @@ func TestDerivedIsComputedOncePerTemplateValue(t *testing.T) {
 		t.Errorf("the original after its copy's use: %v, want 1/1 (still kept)", got)
 	}
 }
+
+// TestDerivedBuildsOnceUnderConcurrentCalls: many goroutines ask a decoded template for the same
+// derived value at once; build runs once, while the others wait for it, and every one gets its
+// result. (Run with -race too: a slot filled without synchronisation is a data race.)
+func TestDerivedBuildsOnceUnderConcurrentCalls(t *testing.T) {
+	tmpl, err := Decode("ide", "test", map[string]string{workspace.AnnTemplateVersion: "1"},
+		map[string]string{"spec": `{"containers":[{"name":"a","image":"b","ports":[{"containerPort":80}]}]}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 16
+	var entered sync.WaitGroup
+	entered.Add(callers)
+	allEntered := make(chan struct{})
+	go func() { entered.Wait(); close(allEntered) }()
+	var builds atomic.Int32
+	build := func(*Template) any {
+		n := builds.Add(1)
+		// Hold the build until every caller has asked, so that a slot without a once would
+		// let the others build too.
+		select {
+		case <-allEntered:
+		case <-time.After(10 * time.Second):
+			t.Error("not every caller asked Derived within 10s")
+		}
+		return n
+	}
+	results := make([]any, callers)
+	var done sync.WaitGroup
+	for i := range callers {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			entered.Done()
+			results[i] = tmpl.Derived(build)
+		}()
+	}
+	done.Wait()
+	if n := builds.Load(); n != 1 {
+		t.Errorf("%d builds, want 1", n)
+	}
+	for i, r := range results {
+		if r != int32(1) {
+			t.Errorf("caller %d got %v, want the one build's result 1", i, r)
+		}
+	}
+}
