@@ -206,36 +206,9 @@ func renderProgrammed(t *templates.Template, progs *programs, exp *templates.Exp
 	} else if err := progs.spec.render(spec, v); err != nil {
 		return nil, nil, err
 	}
-	claimVolume, claims, err := bindClaims(t, spec, id)
+	claims, err := bindAndInject(t, spec, exp, id, v, true)
 	if err != nil {
 		return nil, nil, err
-	}
-	if exp.Init != nil {
-		in := *exp.Init
-		if in.Image, err = expandNoCaller(in.Image, "annotation "+workspace.AnnInitImage, v, false); err != nil {
-			return nil, nil, err
-		}
-		for _, f := range []*string{&in.Location, &in.Secret, &in.Endpoint} {
-			if *f, err = expandString(*f, "annotation "+workspace.AnnInitFrom, v); err != nil {
-				return nil, nil, err
-			}
-		}
-		vol := in.Volume
-		if cv, ok := claimVolume[vol]; ok && !hasVolume(spec, vol) {
-			vol = cv
-		}
-		if err := injectInitContainer(spec, &in, vol); err != nil {
-			return nil, nil, err
-		}
-	}
-	if exp.PreStop != nil {
-		p := *exp.PreStop
-		if p.Script, err = expandShell(p.Script, "annotation "+workspace.AnnPreStop, v, false); err != nil {
-			return nil, nil, err
-		}
-		if err := injectPreStopHook(spec, &p); err != nil {
-			return nil, nil, err
-		}
 	}
 	for i, c := range claims {
 		if i >= len(progs.claims) || progs.claims[i] == nil {
@@ -256,35 +229,10 @@ func renderProgrammed(t *templates.Template, progs *programs, exp *templates.Exp
 // renderRoundTrip is renderSpec through the whole spec's JSON round trip after the injections.
 func renderRoundTrip(t *templates.Template, exp *templates.Expansion, id Identity, v vars) (*corev1.PodSpec, []*corev1.PersistentVolumeClaim, error) {
 	spec := t.Spec.DeepCopy()
-	claimVolume, claims, err := bindClaims(t, spec, id)
+	claims, err := bindAndInject(t, spec, exp, id, v, false)
 	if err != nil {
 		return nil, nil, err
 	}
-	if exp.Init != nil {
-		in := *exp.Init
-		if in.Image, err = expandNoCaller(in.Image, "annotation "+workspace.AnnInitImage, v, true); err != nil {
-			return nil, nil, err
-		}
-		exp.Init = &in
-		vol := exp.Init.Volume
-		if cv, ok := claimVolume[vol]; ok && !hasVolume(spec, vol) {
-			vol = cv
-		}
-		if err := injectInitContainer(spec, exp.Init, vol); err != nil {
-			return nil, nil, err
-		}
-	}
-	if exp.PreStop != nil {
-		p := *exp.PreStop
-		if p.Script, err = expandShell(p.Script, "annotation "+workspace.AnnPreStop, v, true); err != nil {
-			return nil, nil, err
-		}
-		exp.PreStop = &p
-	}
-	if err := injectPreStopHook(spec, exp.PreStop); err != nil {
-		return nil, nil, err
-	}
-
 	if err := expandJSON(spec, "data.spec", v); err != nil {
 		return nil, nil, err
 	}
@@ -293,8 +241,50 @@ func renderRoundTrip(t *templates.Template, exp *templates.Expansion, id Identit
 			return nil, nil, err
 		}
 	}
-
 	return spec, claims, nil
+}
+
+// bindAndInject binds t's claims to spec's volumes (bindClaims) and injects the init container
+// and preStop hook, and returns the claims. Into a spec already expanded (expanded), every value
+// they add is expanded here; into one the round trip expands next, only the values a check
+// approves (the init image, which the caller must not choose, and the shell-safe preStop
+// script), escaped again so that the round trip leaves them as they are, and the rest is left to
+// the round trip.
+func bindAndInject(t *templates.Template, spec *corev1.PodSpec, exp *templates.Expansion, id Identity, v vars, expanded bool) ([]*corev1.PersistentVolumeClaim, error) {
+	claimVolume, claims, err := bindClaims(t, spec, id)
+	if err != nil {
+		return nil, err
+	}
+	if exp.Init != nil {
+		in := *exp.Init
+		if in.Image, err = expandNoCaller(in.Image, "annotation "+workspace.AnnInitImage, v, !expanded); err != nil {
+			return nil, err
+		}
+		if expanded {
+			for _, f := range []*string{&in.Location, &in.Secret, &in.Endpoint} {
+				if *f, err = expandString(*f, "annotation "+workspace.AnnInitFrom, v); err != nil {
+					return nil, err
+				}
+			}
+		}
+		vol := in.Volume
+		if cv, ok := claimVolume[vol]; ok && !hasVolume(spec, vol) {
+			vol = cv
+		}
+		if err := injectInitContainer(spec, &in, vol); err != nil {
+			return nil, err
+		}
+	}
+	if exp.PreStop != nil {
+		p := *exp.PreStop
+		if p.Script, err = expandShell(p.Script, "annotation "+workspace.AnnPreStop, v, !expanded); err != nil {
+			return nil, err
+		}
+		if err := injectPreStopHook(spec, &p); err != nil {
+			return nil, err
+		}
+	}
+	return claims, nil
 }
 
 func labels(t *templates.Template, id Identity) map[string]string {
