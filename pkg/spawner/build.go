@@ -96,7 +96,7 @@ func BuildPod(t *templates.Template, id Identity, podName string) (*corev1.Pod, 
 	if err := validateContextText(id.Context); err != nil {
 		return nil, nil, err
 	}
-	spec, claims, err := renderSpec(t, exp, id, podVars(t, id, podName), !alwaysRoundTrip)
+	spec, claims, err := renderSpec(t, exp, id, podVars(t, id, podName, make(map[string]string, 7)), !alwaysRoundTrip)
 	if err != nil {
 		return nil, nil, fmt.Errorf("template %s: %w", t.Name, err)
 	}
@@ -154,15 +154,12 @@ func (id Identity) displayName() string {
 	return id.Name
 }
 
-// podVars are the placeholders' values in a render of t for id as pod podName.
-func podVars(t *templates.Template, id Identity, podName string) vars {
-	return vars{
-		fixed: map[string]string{
-			"owner": id.Owner, "user": workspace.UserLabel(id.Owner), "id": id.ID, "name": id.displayName(),
-			"pod": podName, "template": t.Name, "version": t.Version,
-		},
-		context: id.Context,
-	}
+// podVars are the placeholders' values in a render of t for id as pod podName, set in fixed, an
+// empty map the caller makes (BuildPod's stays on its stack; one made here would not).
+func podVars(t *templates.Template, id Identity, podName string, fixed map[string]string) vars {
+	fixed["owner"], fixed["user"], fixed["id"], fixed["name"] = id.Owner, workspace.UserLabel(id.Owner), id.ID, id.displayName()
+	fixed["pod"], fixed["template"], fixed["version"] = podName, t.Name, t.Version
+	return vars{fixed: fixed, context: id.Context}
 }
 
 // renderSpec renders t's spec and claims for a workspace: the claims bound, the init container

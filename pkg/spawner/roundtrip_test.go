@@ -128,7 +128,7 @@ func fromProgram(r render) error {
 	if !injectsNoPlaceholderNames(exp) {
 		return fmt.Errorf("an injection names a volume or container with a placeholder")
 	}
-	_, _, err = renderProgrammed(r.tmpl, progs, exp, r.id, podVars(r.tmpl, r.id, workspace.PodName(r.id.Owner, r.id.ID)))
+	_, _, err = renderProgrammed(r.tmpl, progs, exp, r.id, podVars(r.tmpl, r.id, workspace.PodName(r.id.Owner, r.id.ID), map[string]string{}))
 	return err
 }
 
