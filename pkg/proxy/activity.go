@@ -33,7 +33,8 @@ type ActivityOptions struct {
 	// (--activity-write-interval, DefaultActivityInterval when 0).
 	Interval time.Duration
 	// TemplateAnnotations returns the annotations of the template at key (workspace.TemplateKey;
-	// its nogoo9/websocket-max-age); nil: an open WebSocket counts for as long as it is open.
+	// its nogoo9/websocket-max-age), read only: the map may be the template registry's own
+	// (templates.Shared). nil: an open WebSocket counts for as long as it is open.
 	TemplateAnnotations func(name string) map[string]string
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time

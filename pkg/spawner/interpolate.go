@@ -189,8 +189,9 @@ func expandJSON[T any](obj *T, root string, v vars) error {
 // placeholderStart begins every placeholder and every escaped "$${".
 var placeholderStart = []byte("${")
 
-// alwaysRoundTrip makes expandJSON take the round trip even without a placeholder: for the test
-// that compares both paths.
+// alwaysRoundTrip turns BuildPod's fast paths off: the spec is not rendered from the template's
+// program (renderSpec) and expandJSON takes the round trip even without a placeholder. For the
+// tests that compare both paths.
 var alwaysRoundTrip = false
 
 func walk(node any, path string, v vars) (any, error) {

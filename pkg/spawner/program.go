@@ -38,9 +38,11 @@ type programs struct {
 	claims []*program
 }
 
-// programsOf returns t's programs, computed once per template value.
+// programsOf returns t's programs, computed once per template value; nil when t's Derived slot
+// holds something else (another caller's build: renderSpec takes the round trip then).
 func programsOf(t *templates.Template) *programs {
-	return t.Derived(compilePrograms).(*programs)
+	p, _ := t.Derived(compilePrograms).(*programs)
+	return p
 }
 
 func compilePrograms(t *templates.Template) any {

@@ -34,8 +34,8 @@ func Decode(name, source string, annotations, data map[string]string) (*Template
 		Version:     strings.TrimSpace(annotations[workspace.AnnTemplateVersion]),
 		Description: annotations[workspace.AnnDescription],
 		Annotations: copyMap(annotations),
-		derived:     &derived{},
 	}
+	t.derived = newDerived(t)
 	if t.Version == "" {
 		return nil, fmt.Errorf("annotation %s is missing or empty: set it (e.g. \"1\") and raise it on every change", workspace.AnnTemplateVersion)
 	}

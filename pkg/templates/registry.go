@@ -390,6 +390,6 @@ func (t *Template) DeepCopy() *Template {
 		}
 	}
 	out.Annotations = copyMap(t.Annotations)
-	out.derived = &derived{} // derived again from the copy, which its owner may change first
+	out.derived = newDerived(&out) // derived again from the copy, which its owner may change first
 	return &out
 }

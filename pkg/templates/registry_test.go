@@ -238,7 +238,8 @@ func TestSharedResolveFollowsTheLookupRule(t *testing.T) {
 
 // TestDerivedIsComputedOncePerTemplateValue: Derived keeps build's result with a decoded
 // template (every caller, every goroutine gets the one result), computes it again for a copy
-// (whose owner may change it first), and per call for a Template literal.
+// (whose owner may change it first), and per call for a Template literal and a copy by
+// assignment (which shares the original's slot).
 func TestDerivedIsComputedOncePerTemplateValue(t *testing.T) {
 	tmpl, err := Decode("ide", "test", map[string]string{workspace.AnnTemplateVersion: "1"},
 		map[string]string{"spec": `{"containers":[{"name":"a","image":"b","ports":[{"containerPort":80}]}]}`})
@@ -258,5 +259,61 @@ func TestDerivedIsComputedOncePerTemplateValue(t *testing.T) {
 	lit := &Template{Version: "3"}
 	if a, b := lit.Derived(build), lit.Derived(build); a != "3/3" || b != "3/4" {
 		t.Errorf("a literal: %v then %v, want 3/3 then 3/4 (computed per call)", a, b)
+	}
+	// A copy by assignment shares the original's slot, which already holds "1/1".
+	val := *tmpl
+	val.Version = "5"
+	if a, b := val.Derived(build), val.Derived(build); a != "5/5" || b != "5/6" {
+		t.Errorf("a copy by assignment, changed after the original's use: %v then %v, want 5/5 then 5/6 (its own value, per call)", a, b)
+	}
+	if got := tmpl.Derived(build); got != "1/1" {
+		t.Errorf("the original after its copy's use: %v, want 1/1 (still kept)", got)
+	}
+}
+
+// TestDerivedBuildsOnceUnderConcurrentCalls: many goroutines ask a decoded template for the same
+// derived value at once; build runs once, while the others wait for it, and every one gets its
+// result. (Run with -race too: a slot filled without synchronisation is a data race.)
+func TestDerivedBuildsOnceUnderConcurrentCalls(t *testing.T) {
+	tmpl, err := Decode("ide", "test", map[string]string{workspace.AnnTemplateVersion: "1"},
+		map[string]string{"spec": `{"containers":[{"name":"a","image":"b","ports":[{"containerPort":80}]}]}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 16
+	var entered sync.WaitGroup
+	entered.Add(callers)
+	allEntered := make(chan struct{})
+	go func() { entered.Wait(); close(allEntered) }()
+	var builds atomic.Int32
+	build := func(*Template) any {
+		n := builds.Add(1)
+		// Hold the build until every caller has asked, so that a slot without a once would
+		// let the others build too.
+		select {
+		case <-allEntered:
+		case <-time.After(10 * time.Second):
+			t.Error("not every caller asked Derived within 10s")
+		}
+		return n
+	}
+	results := make([]any, callers)
+	var done sync.WaitGroup
+	for i := range callers {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			entered.Done()
+			results[i] = tmpl.Derived(build)
+		}()
+	}
+	done.Wait()
+	if n := builds.Load(); n != 1 {
+		t.Errorf("%d builds, want 1", n)
+	}
+	for i, r := range results {
+		if r != int32(1) {
+			t.Errorf("caller %d got %v, want the one build's result 1", i, r)
+		}
 	}
 }

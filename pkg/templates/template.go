@@ -36,19 +36,28 @@ type Template struct {
 	derived *derived
 }
 
+// derived is the slot of the template value owner. A copy made by assignment (c := *t) shares
+// it but is not its owner: Derived computes the copy's per call, so a change to the copy never
+// meets what was derived from the original.
 type derived struct {
-	once sync.Once
-	v    any
+	owner *Template
+	once  sync.Once
+	v     any
 }
+
+// newDerived is a fresh slot for t, set before t is handed to anyone (owner is never written
+// again, so Derived reads it without a lock).
+func newDerived(t *Template) *derived { return &derived{owner: t} }
 
 // Derived returns build(t), computed once per template value made by Decode or DeepCopy and kept
 // with it, for a renderer that would otherwise compute the same thing from the template on every
 // call (spawner.BuildPod's placeholder program). It relies on what makes Registry.Shared safe: a
 // template is not written into once it is read, so what is derived from it stays true (a
-// caller that changes its own copy does so before rendering it, or copies it again). One slot:
-// build must always be the same function. Safe for concurrent use.
+// caller that changes its own copy does so before rendering it, or copies it again). A copy by
+// assignment, or a Template literal, gets build(t) per call. One slot: build must always be the
+// same function. Safe for concurrent use.
 func (t *Template) Derived(build func(*Template) any) any {
-	if t.derived == nil {
+	if t.derived == nil || t.derived.owner != t {
 		return build(t)
 	}
 	t.derived.once.Do(func() { t.derived.v = build(t) })
