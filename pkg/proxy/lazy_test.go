@@ -135,14 +135,7 @@ func TestLazyKeyAndLazyFieldAreLazyNames(t *testing.T) {
 		if valid, canonical := nameForm(k); !valid || !canonical {
 			t.Errorf("lazyNames holds %q, not a field name in canonical form", k)
 		}
-		names = append(names, k, strings.ToLower(k), strings.ToUpper(k), k[:len(k)-1], k+"s", "X"+k)
-		for i := range len(k) {
-			b := []byte(k)
-			b[i] ^= 0x20 // the other case of a letter, another byte for '-'
-			names = append(names, string(b))
-			b[i] = 'q'
-			names = append(names, string(b))
-		}
+		names = append(names, nameVariants(k)...)
 	}
 	names = append(names, "", "A", "Host", "User-Agent", "Cookie", "Authorization", "Connection", "Content-Type", "Origin", "X-Forwarded-For", "Sec-Ch-Ua-Arch")
 	for _, s := range names {
@@ -161,4 +154,19 @@ func inLazyNames(s string) (exact, folded bool) {
 		folded = folded || len(s) == len(k) && strings.EqualFold(s, k)
 	}
 	return exact, folded
+}
+
+// nameVariants are k and the names close to it: in other cases, a byte shorter or longer at
+// either end, and every change of one byte (the other case of a letter, another byte for '-',
+// or 'q').
+func nameVariants(k string) []string {
+	names := []string{k, strings.ToLower(k), strings.ToUpper(k), k[:len(k)-1], k + "s", "X" + k, k[1:]}
+	for i := range len(k) {
+		b := []byte(k)
+		b[i] ^= 0x20
+		names = append(names, string(b))
+		b[i] = 'q'
+		names = append(names, string(b))
+	}
+	return names
 }

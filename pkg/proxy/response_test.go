@@ -268,14 +268,7 @@ func TestRawFieldIsRawNames(t *testing.T) {
 		if valid, canonical := nameForm(k); !valid || !canonical {
 			t.Errorf("rawNames holds %q, not a field name in canonical form", k)
 		}
-		names = append(names, k, strings.ToLower(k), strings.ToUpper(k), k[:len(k)-1], k+"s", "X"+k, k[1:])
-		for i := range len(k) {
-			b := []byte(k)
-			b[i] ^= 0x20 // the other case of a letter, another byte for '-'
-			names = append(names, string(b))
-			b[i] = 'q'
-			names = append(names, string(b))
-		}
+		names = append(names, nameVariants(k)...)
 	}
 	names = append(names, "", "T", "E", "Host", "ETag", "Vary", "Server", "Cache-Control", "Last-Modified", "Content-Disposition",
 		"Location", "X-Powered-By", "Content-Security-Policy", "Strict-Transport-Security", "Tee", "Proxy", "Content-")
