@@ -512,16 +512,7 @@ func queuedBytes(t *testing.T, c *net.TCPConn) int {
 // until all of it is relayed, before it would wait. Without the turns the first turn relayed
 // the whole flood; without the coming back the flood stopped after its first turn.
 func TestWebSocketRelayFloodTakesTurns(t *testing.T) {
-	l, err := newRelayLoop() // not started: the test makes its turns
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.file.Close()
-	// Turns of 8 KiB, so that a flood of six turns (240 KiB) waits whole in the proxy's receive
-	// buffer under Linux's default limits too (net.core.rmem_max 212992: a buffer of 416 KiB
-	// once the kernel doubles it; a host with higher limits gives the 1 MiB asked for).
-	l.turnBytes = 8 << 10
-	perTurn := l.turnBytes + wsCopyBuf // a turn ends after the read that reaches turnBytes
+	l, perTurn := turnsLoop(t)
 	size := 6 * perTurn
 	fd := uintptr(l.epfd)
 	flood := startRelayOn(t, l, roomySockets)
@@ -558,6 +549,7 @@ func TestWebSocketRelayFloodTakesTurns(t *testing.T) {
 			t.Fatalf("turn %d: the loop would wait with the flood's bytes waiting", k)
 		}
 		got := make([]byte, len(msg))
+		var err error
 		if k%2 == 1 {
 			_, err = io.ReadFull(quiet.pod, got)
 		} else {
@@ -612,6 +604,23 @@ func endOnTurns(t *testing.T, l *relayLoop, runs ...*relayRun) {
 	}
 }
 
+// turnsLoop is a relay loop that is not started (the test makes its turns, l.turn) and closed
+// at the end of the test, with turns of 8 KiB, so that a flood of a few turns waits whole in the
+// proxy's receive buffer under Linux's default limits too (net.core.rmem_max 212992: a buffer
+// of 416 KiB once the kernel doubles it; a host with higher limits gives the 1 MiB asked for).
+// perTurn is the most a half relays in one turn: the turn ends after the read that reaches
+// turnBytes.
+func turnsLoop(t *testing.T) (l *relayLoop, perTurn int) {
+	t.Helper()
+	l, err := newRelayLoop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.file.Close() })
+	l.turnBytes = 8 << 10
+	return l, l.turnBytes + wsCopyBuf
+}
+
 // relayedBy is what h has written so far.
 func relayedBy(l *relayLoop, h *relayHalf) int64 {
 	l.mu.Lock()
@@ -635,13 +644,7 @@ func roomySockets(client, fromClient, toPod, pod *net.TCPConn) {
 // itself, under the loop's lock, for as long as the socket stayed full: a client flooding right
 // after the upgrade held up every WebSocket on its loop.
 func TestWebSocketRelayJoinLeavesWhatWaitsToTheLoop(t *testing.T) {
-	l, err := newRelayLoop() // not started: the test makes its turns
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.file.Close()
-	l.turnBytes = 8 << 10
-	perTurn := l.turnBytes + wsCopyBuf
+	l, perTurn := turnsLoop(t)
 	size := 4 * perTurn
 	stream := bytes.Repeat([]byte("flood!"), size/6)
 	size = len(stream)

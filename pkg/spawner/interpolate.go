@@ -163,11 +163,8 @@ func expandJSON[T any](obj *T, root string, v vars) error {
 	if !alwaysRoundTrip && !bytes.Contains(raw, placeholderStart) {
 		return nil
 	}
-	// Numbers stay json.Number: as float64 an integer above 2^53 would come back altered.
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var tree any
-	if err := dec.Decode(&tree); err != nil {
+	tree, err := decodeKeepingNumbers(raw)
+	if err != nil {
 		return err
 	}
 	tree, err = walk(tree, root, v)
@@ -224,4 +221,17 @@ func walk(node any, path string, v vars) (any, error) {
 	default:
 		return node, nil
 	}
+}
+
+// decodeKeepingNumbers decodes JSON into a tree of maps, slices and strings whose numbers stay
+// json.Number: as float64 an integer above 2^53 would come back altered when the tree is
+// marshalled again.
+func decodeKeepingNumbers(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var tree any
+	if err := dec.Decode(&tree); err != nil {
+		return nil, err
+	}
+	return tree, nil
 }

@@ -104,11 +104,8 @@ func compile(obj any, root string) *program {
 	if bytes.Contains(raw, []byte(`\u0000`)) {
 		return nil
 	}
-	// As expandJSON: numbers stay json.Number, so they are written back as they were.
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var tree any
-	if err := dec.Decode(&tree); err != nil {
+	tree, err := decodeKeepingNumbers(raw) // numbers are written back as they were
+	if err != nil {
 		return nil
 	}
 	p := &program{}
