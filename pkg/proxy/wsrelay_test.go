@@ -574,6 +574,60 @@ func TestWebSocketRelayFloodTakesTurns(t *testing.T) {
 	endOnTurns(t, l, flood, quiet)
 }
 
+// TestWebSocketRelayQueuedHalfTakesOneTurnPerTurn: a half that used up its turn waits in the
+// loop's list for its next one (again) and takes it after the next batch. When that batch also
+// brings an event for its socket (more bytes from the pod), the half still takes one turn in it,
+// not one for the event and one from the list. With turns of one read (turnBytes 1) a turn is
+// one read and one send, so the sends count the turns.
+func TestWebSocketRelayQueuedHalfTakesOneTurnPerTurn(t *testing.T) {
+	l, _ := turnsLoop(t)
+	l.turnBytes = 1
+	fd := uintptr(l.epfd)
+	r := startRelayOn(t, l, roomySockets)
+	h := &r.p.p2c
+	sends := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return h.sends
+	}
+	stream := make([]byte, 4*wsCopyBuf+1<<10)
+	for i := range stream {
+		stream[i] = byte(i*7 + i>>10)
+	}
+	first, more := stream[:4*wsCopyBuf], stream[4*wsCopyBuf:]
+	_ = r.pod.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.pod.Write(first); err != nil {
+		t.Fatalf("the flood does not fit in its sockets' buffers: %v", err)
+	}
+	waitFor(t, "the flood waiting whole in the pod's socket", func() bool { return queuedBytes(t, r.toPod) == len(first) })
+	if !l.turn(fd) {
+		t.Fatal("after one turn the loop would wait with the flood's bytes waiting")
+	}
+	if n := sends(); n != 1 {
+		t.Fatalf("the first turn made %d sends, want 1", n)
+	}
+	// The half is in the list; the pod's next bytes raise an event for its socket.
+	if _, err := r.pod.Write(more); err != nil {
+		t.Fatal(err)
+	}
+	left := len(stream) - int(relayedBy(l, h))
+	waitFor(t, "the pod's next bytes in the loop's socket", func() bool { return queuedBytes(t, r.toPod) == left })
+	l.turn(fd)
+	if n := sends() - 1; n != 1 {
+		t.Errorf("the turn with an event for the waiting half made %d sends for it, want 1 (one turn)", n)
+	}
+	for turns := 0; l.turn(fd); turns++ {
+		if turns > 2*len(stream)/wsSmallBuf {
+			t.Fatalf("%d more turns and the loop is still busy", turns)
+		}
+	}
+	got := make([]byte, len(stream))
+	if _, err := io.ReadFull(r.client, got); err != nil || !bytes.Equal(got, stream) {
+		t.Fatalf("the client got the flood changed (%v)", err)
+	}
+	endOnTurns(t, l, r)
+}
+
 // endOnTurns closes runs, WebSockets of the loop l that the test makes the turns of, makes the
 // turns until they are gone (their descriptors given back) and checks how their halves ended.
 func endOnTurns(t *testing.T, l *relayLoop, runs ...*relayRun) {
