@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -134,9 +135,7 @@ func runWithEnv(m *testing.M, cfg *restclient.Config) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env.templates = &fakeTemplates{m: map[string]*templates.Template{
-		"python": {Name: "python", Version: "1.0", Description: "Python dev box", Source: "configmap:default/python"},
-	}}
+	env.templates = newFakeTemplates(&templates.Template{Name: "python", Version: "1.0", Description: "Python dev box", Source: "configmap:default/python"})
 	h, err := api.Setup(ctx, mgr, api.Options{
 		Namespace: ns, Namespaces: []string{ns, teamNS}, Version: "test", Auth: authn, Templates: env.templates,
 		Spawner: &podSpawner{c: env.k8s}, PublicURL: "http://nogoo9.test", Issuer: env.issuer.srv.URL,
@@ -171,26 +170,47 @@ func runWithEnv(m *testing.M, cfg *restclient.Config) int {
 	env.server = httptest.NewServer(h)
 	defer env.server.Close()
 	code := m.Run()
+	if names := env.templates.written(); len(names) > 0 {
+		fmt.Fprintf(os.Stderr, "templates %v were written into after Get handed them out: frontend.Templates values are shared, read only\n", names)
+		code = 1
+	}
 	cancel()
 	wg.Wait()
 	return code
 }
 
-// fakeTemplates stands in for the template registry: versions change under test control.
+// fakeTemplates stands in for the template registry's shared view (templates.Registry.Shared,
+// which main.go gives the front end): Get hands out the fake's own value, to every caller, and a
+// new version is a new value. written reports a reader that wrote into one it was handed.
 type fakeTemplates struct {
 	mu sync.Mutex
 	m  map[string]*templates.Template
+	// stored holds every value Get may have handed out, with its content (JSON) when stored.
+	stored map[*templates.Template][]byte
+}
+
+// newFakeTemplates holds a copy of each of ts (a value of its own, as Decode's are).
+func newFakeTemplates(ts ...*templates.Template) *fakeTemplates {
+	f := &fakeTemplates{m: map[string]*templates.Template{}, stored: map[*templates.Template][]byte{}}
+	for _, t := range ts {
+		f.store(t.DeepCopy())
+	}
+	return f
+}
+
+func (f *fakeTemplates) store(t *templates.Template) {
+	b, err := json.Marshal(t)
+	if err != nil {
+		panic(err)
+	}
+	f.m[t.Name], f.stored[t] = t, b
 }
 
 func (f *fakeTemplates) Get(name string) (*templates.Template, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t, ok := f.m[name]
-	if !ok {
-		return nil, false
-	}
-	c := *t
-	return &c, true
+	return t, ok
 }
 
 func (f *fakeTemplates) Infos(string) []frontend.TemplateInfo {
@@ -203,10 +223,28 @@ func (f *fakeTemplates) Infos(string) []frontend.TemplateInfo {
 	return out
 }
 
+// setVersion makes a new value of template name at version v; values handed out stay as they were.
 func (f *fakeTemplates) setVersion(name, v string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.m[name].Version = v
+	t := f.m[name].DeepCopy()
+	t.Version = v
+	f.store(t)
+}
+
+// written lists the templates (name@version as stored) whose content changed after they were stored.
+func (f *fakeTemplates) written() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for t, was := range f.stored {
+		if now, err := json.Marshal(t); err != nil || !bytes.Equal(now, was) {
+			var w templates.Template
+			_ = json.Unmarshal(was, &w)
+			out = append(out, w.Name+"@"+w.Version)
+		}
+	}
+	return out
 }
 
 // podSpawner creates the workspace pod the way the spawner does (names, labels, annotations),

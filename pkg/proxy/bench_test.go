@@ -105,46 +105,31 @@ func benchServe(b *testing.B, fast, std bool) {
 // answer, without allocating per request: the allocations a benchmark counts are the proxy's.
 func rawBackend(tb testing.TB) (host, port string) {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = ln.Close() })
 	answer := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\n\r\n" + strings.Repeat("x", 1024))
-	go func() {
+	host, port, _ = net.SplitHostPort(acceptEvery(tb, func(c net.Conn) {
+		buf := make([]byte, 16<<10)
+		n := 0
 		for {
-			c, err := ln.Accept()
+			m, err := c.Read(buf[n:])
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 16<<10)
-				n := 0
-				for {
-					m, err := c.Read(buf[n:])
-					if err != nil {
-						return
-					}
-					n += m
-					for {
-						i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
-						if i < 0 {
-							break
-						}
-						if _, err := c.Write(answer); err != nil {
-							return
-						}
-						n = copy(buf, buf[i+4:n])
-					}
-					if n == len(buf) {
-						return
-					}
+			n += m
+			for {
+				i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
+				if i < 0 {
+					break
 				}
-			}()
+				if _, err := c.Write(answer); err != nil {
+					return
+				}
+				n = copy(buf, buf[i+4:n])
+			}
+			if n == len(buf) {
+				return
+			}
 		}
-	}()
-	host, port, _ = net.SplitHostPort(ln.Addr().String())
+	}))
 	return host, port
 }
 

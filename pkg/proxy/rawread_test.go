@@ -36,6 +36,16 @@ func rawPod(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
 // of its own with a 30 s deadline (rawPod serves one).
 func podEvery(tb testing.TB, serve func(c net.Conn, br *bufio.Reader)) string {
 	tb.Helper()
+	return acceptEvery(tb, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		serve(c, bufio.NewReader(c))
+	})
+}
+
+// acceptEvery listens on a loopback port until the test ends and calls serve with each connection
+// on a goroutine of its own, closing it when serve returns; it returns the address.
+func acceptEvery(tb testing.TB, serve func(c net.Conn)) string {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -49,8 +59,7 @@ func podEvery(tb testing.TB, serve func(c net.Conn, br *bufio.Reader)) string {
 			}
 			go func() {
 				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-				serve(c, bufio.NewReader(c))
+				serve(c)
 			}()
 		}
 	}()

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 			cfg.QPS, cfg.Burst = 1000, 2000
 		}
 		return m.Run()
-	})
+	}, apiserver.BenchmarksNeedNone) // BenchmarkBuildPod only renders
 }
 
 // setup gives a test its own namespace and a direct client.

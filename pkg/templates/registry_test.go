@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 	apiserver.Main(m, func(c *rest.Config) int {
 		cfg = c
 		return m.Run()
-	})
+	}, apiserver.BenchmarksNeedNone) // the package has no benchmarks
 }
 
 func needAPIServer(t *testing.T) {
