@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"os"
@@ -343,6 +344,8 @@ func TestEgressRestrictedComponent(t *testing.T) {
 // checkNetwork must catch each way a rename would silently open the network.
 func TestNetworkCheckCatchesRenames(t *testing.T) {
 	pods := samplePods(t)
+	// One kustomize run (about a second); each case parses its own manifests from its output.
+	split := kustomize(t, "split").Bytes()
 	for _, tc := range []struct {
 		name   string
 		mutate func(m *manifests, pods []*corev1.Pod)
@@ -392,7 +395,7 @@ func TestNetworkCheckCatchesRenames(t *testing.T) {
 			want: "169.254.169.254"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := build(t, "split")
+			m := parse(t, "split", bytes.NewBuffer(split))
 			ps := make([]*corev1.Pod, len(pods))
 			for i, p := range pods {
 				ps[i] = p.DeepCopy()
