@@ -15,33 +15,55 @@ bin=$1
 dur=${2:-3}
 dir=$(mktemp -d)
 pids=""
+# cleanup stops what this script started (each PID once) and removes its files; an interrupt ends
+# the script instead of resuming it after the trap.
 cleanup() {
 	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	pids=""
 	wait 2>/dev/null || true
 	rm -rf "$dir"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+# waitport waits (at most 30 s) until process $2, started by this script, listens on port $1; a
+# port some other process holds fails here instead of measuring that process.
 waitport() {
 	i=0
-	until (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null; do
+	until (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && kill -0 "$2" 2>/dev/null; do
+		kill -0 "$2" 2>/dev/null || { echo "process $2 for port $1 exited (port in use?)" >&2; exit 1; }
 		i=$((i + 1))
 		[ $i -lt 300 ] || { echo "nothing listens on port $1 after 30s" >&2; exit 1; }
 		sleep 0.1
 	done
 }
+# wsload checks its deadline between round trips only: a proxy that stops echoing would hold it
+# (and the machine-wide lock) for good, so each run is bounded from outside too.
+# (timeout passes a TERM on to the load it runs.)
+bound=$((dur + 32))
 taskset -c 1 "$bin" backend -addr 127.0.0.1:28080 &
-pids="$pids $!"
-waitport 28080
+pb=$!
+pids="$pids $pb"
+waitport 28080 "$pb"
 taskset -c 1 "$bin" nogoo9 -listen 127.0.0.1:28081 -backend 127.0.0.1:28080 &
 pp=$!
 pids="$pids $pp"
-waitport 28081
+waitport 28081 "$pp"
 u=ws://127.0.0.1:28081/ws/bench/demo/echo
-taskset -c 0 "$bin" wsload -url "$u" -conns 32 -duration 1s >/dev/null
-perf record -q -o "$dir/perf.data" -e syscalls:sys_enter_epoll_pwait -g -p "$pp" -- sleep "$dur" 2>/dev/null &
-perfpid=$!
-out=$(taskset -c 0 "$bin" wsload -url "$u" -conns 32 -duration "${dur}s")
-wait $perfpid
+timeout -k 5 "$bound" taskset -c 0 "$bin" wsload -url "$u" -conns 32 -duration 1s >/dev/null
+# perf counts over dur seconds starting one second into a load of dur+2 seconds, so its window
+# lies inside the load's; the round trips are the load's rate times dur.
+timeout -k 5 "$bound" taskset -c 0 "$bin" wsload -url "$u" -conns 32 -duration "$((dur + 2))s" >"$dir/wsload.out" &
+wp=$!
+pids="$pids $wp"
+sleep 1
+if ! perf record -q -o "$dir/perf.data" -e syscalls:sys_enter_epoll_pwait -g -p "$pp" -- sleep "$dur" 2>"$dir/perf.log"; then
+	echo "perf record failed:" >&2
+	cat "$dir/perf.log" >&2
+	exit 1
+fi
+wait $wp || { echo "the load failed or ran past ${bound}s" >&2; exit 1; }
+pids="$pb $pp"
+out=$(cat "$dir/wsload.out")
 rts=$(echo "$out" | sed 's/.*"rps":\([0-9.e+]*\).*/\1/' | awk -v d="$dur" '{printf "%d", $1*d}')
 echo "load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%H:%M:%S) UTC, $rts round trips in ${dur}s"
 echo "| epoll instance | timeout | caller | calls | per round trip |"
