@@ -26,7 +26,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 # waitport waits (at most 30 s) until process $2, started by this script, listens on port $1; a
-# port some other process holds fails here instead of measuring that process.
+# port some other process holds fails the run (here, or at the first load if our process had not
+# exited yet when the port answered) instead of measuring that process.
 waitport() {
 	i=0
 	until (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && kill -0 "$2" 2>/dev/null; do
