@@ -16,12 +16,9 @@
 set -eu
 rounds=$1; new=$2; main=$3
 backend=127.0.0.1:28080; paddr=127.0.0.1:28081; naddr=127.0.0.1:28083
-dir=$(mktemp -d); pids=""
-cleanup() { for p in $pids; do kill $p 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf $dir; }
-trap cleanup EXIT
-waitport() { i=0; until (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null; do i=$((i+1)); [ $i -lt 300 ] || exit 1; sleep 0.1; done; }
+. "$(dirname "$0")/lib.sh"
 cpu() { awk '{print $14, $15}' /proc/$1/stat; }
-taskset -c 1 $new backend -addr $backend & pids="$pids $!"; waitport 28080
+taskset -c 1 $new backend -addr $backend & bp=$!; pids="$pids $bp"; waitport 28080 $bp
 cat > $dir/nginx.conf <<NGX
 worker_processes 1;
 daemon off;
@@ -70,13 +67,13 @@ measure() { # name pid url (the HTTP one; WS=1 uses its WebSocket counterpart)
 }
 row() {
   case $1 in
-  nginx) taskset -c 1 nginx -c $dir/nginx.conf -e /dev/null 2>/dev/null & np=$!; pids="$pids $np"; waitport 28083
+  nginx) taskset -c 1 nginx -c $dir/nginx.conf -e /dev/null 2>/dev/null & np=$!; pids="$pids $np"; waitport 28083 $np
      # The worker, once the master has forked it (at most 5 s): without it the row would read 0 CPU.
      w=; for _ in $(seq 50); do w=$(pgrep -P $np | head -1); [ -n "$w" ] && break; sleep 0.1; done
      [ -n "$w" ] || { echo "cpusplit: nginx's worker did not start" >&2; exit 1; }
      measure "nginx,r$2" $w http://$naddr/ws/bench/demo/; kill $np; wait $np 2>/dev/null || true ;;
   *) b=$new; [ $1 = main ] && b=$main
-     taskset -c 1 $b nogoo9 -listen $paddr -backend $backend & pp=$!; pids="$pids $pp"; waitport 28081
+     taskset -c 1 $b nogoo9 -listen $paddr -backend $backend & pp=$!; pids="$pids $pp"; waitport 28081 $pp
      measure "$1,r$2" $pp http://$paddr/ws/bench/demo/; kill $pp; wait $pp 2>/dev/null || true ;;
   esac
 }

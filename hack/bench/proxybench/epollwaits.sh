@@ -13,30 +13,7 @@
 set -eu
 bin=$1
 dur=${2:-3}
-dir=$(mktemp -d)
-pids=""
-# cleanup stops what this script started (each PID once) and removes its files; an interrupt ends
-# the script instead of resuming it after the trap.
-cleanup() {
-	for p in $pids; do kill "$p" 2>/dev/null || true; done
-	pids=""
-	wait 2>/dev/null || true
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-# waitport waits (at most 30 s) until process $2, started by this script, listens on port $1; a
-# port some other process holds fails the run (here, or at the first load if our process had not
-# exited yet when the port answered) instead of measuring that process.
-waitport() {
-	i=0
-	until (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && kill -0 "$2" 2>/dev/null; do
-		kill -0 "$2" 2>/dev/null || { echo "process $2 for port $1 exited (port in use?)" >&2; exit 1; }
-		i=$((i + 1))
-		[ $i -lt 300 ] || { echo "nothing listens on port $1 after 30s" >&2; exit 1; }
-		sleep 0.1
-	done
-}
+. "$(dirname "$0")/lib.sh"
 # wsload checks its deadline between round trips only: a proxy that stops echoing would hold it
 # (and the machine-wide lock) for good, so each run is bounded from outside too.
 # (timeout passes a TERM on to the load it runs.)

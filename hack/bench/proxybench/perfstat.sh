@@ -27,28 +27,13 @@ proxyaddr=127.0.0.1:28081
 nginxaddr=127.0.0.1:28083
 events=task-clock,context-switches,syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_recvfrom,syscalls:sys_enter_writev,syscalls:sys_enter_sendto,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex,syscalls:sys_enter_nanosleep,syscalls:sys_enter_getsockopt
 
-dir=$(mktemp -d)
-pids=""
-cleanup() {
-	for p in $pids; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-
-waitport() {
-	i=0
-	until (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null; do
-		i=$((i + 1))
-		[ $i -lt 300 ] || { echo "nothing listens on port $1 after 30s" >&2; exit 1; }
-		sleep 0.1
-	done
-}
+. "$(dirname "$0")/lib.sh"
 
 first=$1
 taskset -c 1 "$1" backend -addr "$backend" &
-pids="$pids $!"
-waitport 28080
+bpid=$!
+pids="$pids $bpid"
+waitport 28080 "$bpid"
 
 # measure NAME PID URL: warm up, then perf stat on PID while wrk runs; one line per row.
 measure() {
@@ -124,7 +109,7 @@ while [ $r -le "$rounds" ]; do
 		taskset -c 1 "$pb" nogoo9 -listen "$proxyaddr" -backend "$backend" &
 		ppid=$!
 		pids="$pids $ppid"
-		waitport 28081
+		waitport 28081 "$ppid"
 		measure "nogoo9 $n ($(basename "$pb")), round $r" $ppid "http://$proxyaddr/ws/bench/demo/"
 		kill $ppid
 		wait $ppid 2>/dev/null || true
@@ -132,7 +117,7 @@ while [ $r -le "$rounds" ]; do
 	taskset -c 1 nginx -c "$dir/nginx.conf" -e /dev/null 2>/dev/null &
 	npid=$!
 	pids="$pids $npid"
-	waitport 28083
+	waitport 28083 "$npid"
 	worker=$(pgrep -P $npid | head -1)
 	measure "nginx, round $r" "$worker" "http://$nginxaddr/ws/bench/demo/"
 	kill $npid
