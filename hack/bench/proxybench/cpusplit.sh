@@ -53,9 +53,10 @@ measure() { # name pid url (the HTTP one; WS=1 uses its WebSocket counterpart)
   if [ "${WS:-}" = 1 ]; then
     u=ws://${3#http://}echo
     [ "${1%%,*}" = nginx ] && u=ws://$naddr/echo # nginx passes the path on unchanged
-    taskset -c 0 $new wsload -url "$u" -conns 32 -duration 1s >/dev/null
+    bounded 1 taskset -c 0 $new wsload -url "$u" -conns 32 -duration 1s >/dev/null
     read u0 s0 < <(cpu $2)
-    reqs=$(taskset -c 0 $new wsload -url "$u" -conns 32 -duration 4s | sed 's/.*"rps":\([0-9.e+]*\).*/\1/' | awk '{printf "%d", $1*4}')
+    out=$(bounded 4 taskset -c 0 $new wsload -url "$u" -conns 32 -duration 4s)
+    reqs=$(echo "$out" | sed 's/.*"rps":\([0-9.e+]*\).*/\1/' | awk '{printf "%d", $1*4}')
     read u1 s1 < <(cpu $2)
   else
     taskset -c 0 wrk -t1 -c32 -d1s "${hdrs[@]}" "$3" >/dev/null

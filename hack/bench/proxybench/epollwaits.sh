@@ -14,10 +14,6 @@ set -eu
 bin=$1
 dur=${2:-3}
 . "$(dirname "$0")/lib.sh"
-# wsload checks its deadline between round trips only: a proxy that stops echoing would hold it
-# (and the machine-wide lock) for good, so each run is bounded from outside too.
-# (timeout passes a TERM on to the load it runs.)
-bound=$((dur + 32))
 taskset -c 1 "$bin" backend -addr 127.0.0.1:28080 &
 pb=$!
 pids="$pids $pb"
@@ -27,10 +23,10 @@ pp=$!
 pids="$pids $pp"
 waitport 28081 "$pp"
 u=ws://127.0.0.1:28081/ws/bench/demo/echo
-timeout -k 5 "$bound" taskset -c 0 "$bin" wsload -url "$u" -conns 32 -duration 1s >/dev/null
+bounded 1 taskset -c 0 "$bin" wsload -url "$u" -conns 32 -duration 1s >/dev/null
 # perf counts over dur seconds starting one second into a load of dur+2 seconds, so its window
 # lies inside the load's; the round trips are the load's rate times dur.
-timeout -k 5 "$bound" taskset -c 0 "$bin" wsload -url "$u" -conns 32 -duration "$((dur + 2))s" >"$dir/wsload.out" &
+bounded "$((dur + 2))" taskset -c 0 "$bin" wsload -url "$u" -conns 32 -duration "$((dur + 2))s" >"$dir/wsload.out" &
 wp=$!
 pids="$pids $wp"
 sleep 1
@@ -39,7 +35,7 @@ if ! perf record -q -o "$dir/perf.data" -e syscalls:sys_enter_epoll_pwait -g -p 
 	cat "$dir/perf.log" >&2
 	exit 1
 fi
-wait $wp || { echo "the load failed or ran past ${bound}s" >&2; exit 1; }
+wait $wp || { echo "the load failed or ran 30 s past its end" >&2; exit 1; }
 pids="$pb $pp"
 out=$(cat "$dir/wsload.out")
 rts=$(echo "$out" | sed 's/.*"rps":\([0-9.e+]*\).*/\1/' | awk -v d="$dur" '{printf "%d", $1*d}')

@@ -29,3 +29,13 @@ waitport() {
 		sleep 0.1
 	done
 }
+
+# bounded SECONDS CMD...: runs CMD, a load meant to run SECONDS, and stops it 30 s after that.
+# wsload checks its deadline between round trips only: a proxy that stops echoing would hold it
+# (and the machine-wide lock) for good. timeout passes a TERM on to CMD, then kills it 5 s later;
+# its status, 124, fails the script.
+bounded() {
+	b=$(($1 + 30))
+	shift
+	timeout -k 5 "$b" "$@"
+}

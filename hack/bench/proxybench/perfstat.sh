@@ -40,10 +40,10 @@ measure() {
 	if [ "${WS:-}" = 1 ]; then
 		u=ws://${3#http://}echo
 		case $1 in nginx*) u=ws://$nginxaddr/echo ;; esac # nginx passes the path on unchanged
-		taskset -c 0 "$first" wsload -url "$u" -conns 32 -duration 1s >/dev/null
+		bounded 1 taskset -c 0 "$first" wsload -url "$u" -conns 32 -duration 1s >/dev/null
 		perf stat -x, -e "$events" -p "$2" -o "$dir/perf" -- sleep "$(echo "$dur" | tr -d s)" &
 		perfpid=$!
-		out=$(taskset -c 0 "$first" wsload -url "$u" -conns 32 -duration "$dur")
+		out=$(bounded "${dur%s}" taskset -c 0 "$first" wsload -url "$u" -conns 32 -duration "$dur")
 		wait $perfpid
 		reqs=$(echo "$out" | sed 's/.*"rps":\([0-9.e+]*\).*/\1/' | awk -v d="$(echo "$dur" | tr -d s)" '{printf "%d", $1*d}')
 	else
