@@ -20,10 +20,11 @@ const rolloutControllers = "deployment-controller,replicaset-controller"
 // controller-manager (pflag appends a repeated --controllers to the earlier list) and raise its
 // client limits. Its PersistentVolume controller binds every ReadWriteOncePod claim of the
 // set-up, about five writes each: at the default 20 requests per second that is about four
-// claims per second, four minutes per 1,000 claims and most of an N=1000 set-up (five sets of
-// claims), while the scheduler retries the pods that wait for them over and over. The measured
-// rollouts write nothing through it (the claims stay bound, the workspaces' and floors' pods have
-// no owner, and the Deployments' controllers run in RolloutKCM with their own limits).
+// claims per second, four minutes per 1,000 claims and most of an N=1000 set-up (four sets of
+// claims, five with an earlier binary), while the scheduler retries the pods that wait for them
+// over and over. The measured rollouts give it nothing to write: the claims stay bound, the
+// workspaces' and the floors' pods have no owner, and the Deployments' controllers run in
+// RolloutKCM with limits of their own.
 var ClusterControllerManagerFlags = []string{"--controllers=-deployment-controller,-replicaset-controller",
 	"--kube-api-qps=1000", "--kube-api-burst=2000"}
 
