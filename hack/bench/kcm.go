@@ -25,12 +25,15 @@ const rolloutControllers = "deployment-controller,replicaset-controller"
 // over and over. The measured rollouts give it nothing to write: the claims stay bound, the
 // workspaces' and the floors' pods have no owner, and the Deployments' controllers run in
 // RolloutKCM with limits of their own.
-var ClusterControllerManagerFlags = []string{"--controllers=-deployment-controller,-replicaset-controller",
-	"--kube-api-qps=1000", "--kube-api-burst=2000"}
+var ClusterControllerManagerFlags = append([]string{"--controllers=-deployment-controller,-replicaset-controller"},
+	raisedClientLimits...)
 
 // RaisedKCMFlags are the raised client limits and worker counts of the "raised" baseline.
-var RaisedKCMFlags = []string{"--kube-api-qps=1000", "--kube-api-burst=2000",
-	"--concurrent-deployment-syncs=50", "--concurrent-replicaset-syncs=50"}
+var RaisedKCMFlags = append(append([]string{}, raisedClientLimits...),
+	"--concurrent-deployment-syncs=50", "--concurrent-replicaset-syncs=50")
+
+// raisedClientLimits are the client limits both controller-managers above raise.
+var raisedClientLimits = []string{"--kube-api-qps=1000", "--kube-api-burst=2000"}
 
 // RolloutKCM runs the deployment and replicaset controllers in their own kube-controller-manager.
 type RolloutKCM struct {

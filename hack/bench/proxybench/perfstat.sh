@@ -21,6 +21,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ $# -ge 1 ] || { echo "usage: $0 [-d 4s] [-r 2] PROXYBENCH [OTHER_PROXYBENCH...]" >&2; exit 2; }
+secs=${dur%s} # perf's sleep, the outer bounds and the request count take whole seconds
 
 backend=127.0.0.1:28080
 proxyaddr=127.0.0.1:28081
@@ -41,16 +42,16 @@ measure() {
 		u=ws://${3#http://}echo
 		case $1 in nginx*) u=ws://$nginxaddr/echo ;; esac # nginx passes the path on unchanged
 		bounded 1 taskset -c 0 "$first" wsload -url "$u" -conns 32 -duration 1s >/dev/null
-		perf stat -x, -e "$events" -p "$2" -o "$dir/perf" -- sleep "$(echo "$dur" | tr -d s)" &
+		perf stat -x, -e "$events" -p "$2" -o "$dir/perf" -- sleep "$secs" &
 		perfpid=$!
-		out=$(bounded "${dur%s}" taskset -c 0 "$first" wsload -url "$u" -conns 32 -duration "$dur")
+		out=$(bounded "$secs" taskset -c 0 "$first" wsload -url "$u" -conns 32 -duration "$dur")
 		wait $perfpid
-		reqs=$(echo "$out" | sed 's/.*"rps":\([0-9.e+]*\).*/\1/' | awk -v d="$(echo "$dur" | tr -d s)" '{printf "%d", $1*d}')
+		reqs=$(echo "$out" | sed 's/.*"rps":\([0-9.e+]*\).*/\1/' | awk -v d="$secs" '{printf "%d", $1*d}')
 	else
-		taskset -c 0 wrk -t1 -c32 -d1s -H 'Authorization: Bearer bench-token' "$3" >/dev/null
-		perf stat -x, -e "$events" -p "$2" -o "$dir/perf" -- sleep "$(echo "$dur" | tr -d s)" &
+		bounded 1 taskset -c 0 wrk -t1 -c32 -d1s -H 'Authorization: Bearer bench-token' "$3" >/dev/null
+		perf stat -x, -e "$events" -p "$2" -o "$dir/perf" -- sleep "$secs" &
 		perfpid=$!
-		out=$(taskset -c 0 wrk -t1 -c32 -d"$dur" -H 'Authorization: Bearer bench-token' "$3")
+		out=$(bounded "$secs" taskset -c 0 wrk -t1 -c32 -d"$dur" -H 'Authorization: Bearer bench-token' "$3")
 		wait $perfpid
 		reqs=$(echo "$out" | awk '/requests in/ {print $1}')
 	fi
