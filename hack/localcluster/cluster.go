@@ -104,7 +104,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := WriteKubeconfig(l.kubeconfig(), l.apiServerURL(), l.caCert(), token); err != nil {
 		return err
 	}
-	if err := os.WriteFile(l.stagesFile(), Stages(), 0o644); err != nil {
+	if err := os.WriteFile(l.kwokConfigFile(), KwokConfig(o.KwokPodWorkers), 0o644); err != nil {
 		return err
 	}
 	c.Config = &rest.Config{

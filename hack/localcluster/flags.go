@@ -33,7 +33,7 @@ func (l layout) saKey() string           { return l.path("pki", "sa.key") }
 func (l layout) saPub() string           { return l.path("pki", "sa.pub") }
 func (l layout) tokenFile() string       { return l.path("pki", "tokens.csv") }
 func (l layout) kubeconfig() string      { return l.path("kubeconfig") }
-func (l layout) stagesFile() string      { return l.path("kwok-stages.yaml") }
+func (l layout) kwokConfigFile() string  { return l.path("kwok.yaml") }
 func (l layout) stateFile() string       { return l.path(stateFileName) }
 func (l layout) logFile(n string) string { return l.path(n + ".log") }
 func (l layout) volumesDir() string      { return l.path("volumes") }
@@ -117,7 +117,7 @@ func controllerManagerArgs(l layout, extra []string) []string {
 func kwokArgs(l layout, extra []string) []string {
 	args := []string{
 		"--kubeconfig=" + l.kubeconfig(),
-		"--config=" + l.stagesFile(),
+		"--config=" + l.kwokConfigFile(),
 		"--manage-all-nodes=false",
 		fmt.Sprintf("--manage-nodes-with-annotation-selector=%s=%s", KwokNodeAnnotation, KwokNodeValue),
 		"--cidr=" + PodCIDR,

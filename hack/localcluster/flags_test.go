@@ -50,7 +50,7 @@ func TestFlagBuilders(t *testing.T) {
 		{
 			name: "kwok manages only annotated fake nodes and hands out loopback pod IPs",
 			args: kwokArgs(l, nil),
-			wantFlags: []string{"--kubeconfig=/c/kubeconfig", "--config=/c/kwok-stages.yaml", "--manage-all-nodes=false",
+			wantFlags: []string{"--kubeconfig=/c/kubeconfig", "--config=/c/kwok.yaml", "--manage-all-nodes=false",
 				"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--cidr=127.1.0.0/16", "--node-ip=127.0.0.1",
 				"--server-address=127.0.0.1:10247"},
 		},

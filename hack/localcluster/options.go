@@ -52,6 +52,14 @@ type Options struct {
 	Nodes    int
 	NodePods int
 
+	// KwokPodWorkers is how many pod stages kwok plays at once (its podPlayStageParallelism;
+	// default 32). One kwok process plays the kubelet of every node, and each stage is one
+	// request (a pod's Ready status, a deletion's confirmation) that waits for the API server:
+	// with kwok's own default of 4, a thousand pods started at once queue behind four requests
+	// in flight, and the queue's length follows the API server's latency, where real nodes'
+	// kubelets each write their own pods' status.
+	KwokPodWorkers int
+
 	// ServiceClusterIPRange is the API server's --service-cluster-ip-range (default 10.96.0.0/16;
 	// nothing routes to it, kwok has no kube-proxy).
 	ServiceClusterIPRange string
@@ -84,6 +92,9 @@ func (o *Options) defaults() {
 	if o.NodePods == 0 {
 		o.NodePods = 20000
 	}
+	if o.KwokPodWorkers == 0 {
+		o.KwokPodWorkers = DefaultKwokPodWorkers
+	}
 	if o.ServiceClusterIPRange == "" {
 		o.ServiceClusterIPRange = "10.96.0.0/16"
 	}
@@ -113,6 +124,9 @@ func (o *Options) validate() error {
 	}
 	if o.Nodes < 0 || o.NodePods < 0 {
 		return fmt.Errorf("localcluster: Options.Nodes = %d, NodePods = %d: use positive numbers (0 for the defaults)", o.Nodes, o.NodePods)
+	}
+	if o.KwokPodWorkers < 0 {
+		return fmt.Errorf("localcluster: Options.KwokPodWorkers = %d: use a positive number (0 for the default, %d)", o.KwokPodWorkers, DefaultKwokPodWorkers)
 	}
 	var missing []string
 	for _, b := range binaries {

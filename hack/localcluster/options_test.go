@@ -45,6 +45,11 @@ func TestOptionsValidate(t *testing.T) {
 			opts:    Options{BinDir: fakeBinDir(t), Dir: "x", APIServerPort: 70000},
 			wantErr: []string{"APIServerPort = 70000"},
 		},
+		{
+			name:    "negative kwok pod workers says the default",
+			opts:    Options{BinDir: fakeBinDir(t), Dir: "x", KwokPodWorkers: -1},
+			wantErr: []string{"KwokPodWorkers = -1", "32"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

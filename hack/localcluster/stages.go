@@ -1,6 +1,9 @@
 package localcluster
 
-import _ "embed"
+import (
+	_ "embed"
+	"fmt"
+)
 
 // kwok needs Stage definitions to play the kubelet: stages/node.yaml initialises and heartbeats the
 // fake nodes; stages/pod.yaml makes pods Ready (or stuck in ErrImagePull for images under
@@ -22,4 +25,32 @@ func Stages() []byte {
 	out = append(out, nodeStages...)
 	out = append(out, "\n---\n"...)
 	return append(out, podStages...)
+}
+
+// DefaultKwokPodWorkers is Options.KwokPodWorkers' default.
+const DefaultKwokPodWorkers = 32
+
+// KwokConfig returns kwok's --config file: its KwokConfiguration (podWorkers pod stages played
+// at once) followed by the Stages. kwok applies its defaults only when no KwokConfiguration is
+// given, so this one spells out v0.8.0's defaults for every other option that has one (a zero
+// nodePlayStageParallelism stops kwok at start; the flags still set cidr, node IP and the managed
+// nodes).
+func KwokConfig(podWorkers int) []byte {
+	conf := fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: %d
+  nodePlayStageParallelism: 4
+  nodeLeaseParallelism: 4
+  podsOnNodeSyncParallelism: 1
+  enablePodsOnNodeSyncListPager: true
+  enablePodsOnNodeSyncStreamWatch: false
+  enableDebuggingHandlers: true
+  enableProfilingHandler: true
+  enableContentionProfiling: false
+  manageAllNodes: false
+  cidr: %s
+---
+`, podWorkers, PodCIDR)
+	return append([]byte(conf), Stages()...)
 }

@@ -97,3 +97,31 @@ func TestReadyAndImagePullErrorStagesAreExclusive(t *testing.T) {
 		t.Errorf("pod-image-pull-error image expression operator = %q, want In", got)
 	}
 }
+
+// kwok takes no defaults from a KwokConfiguration it is given: every parallelism must be set, as
+// a zero one stops it at start.
+func TestKwokConfigSetsWorkersAndKeepsTheStages(t *testing.T) {
+	docs := bytes.SplitN(KwokConfig(7), []byte("\n---\n"), 2)
+	if len(docs) != 2 || !bytes.Equal(docs[1], Stages()) {
+		t.Fatalf("KwokConfig is not one KwokConfiguration followed by the Stages:\n%s", KwokConfig(7))
+	}
+	var conf struct {
+		APIVersion string         `json:"apiVersion"`
+		Kind       string         `json:"kind"`
+		Options    map[string]any `json:"options"`
+	}
+	if err := yaml.UnmarshalStrict(docs[0], &conf); err != nil {
+		t.Fatalf("KwokConfiguration does not parse: %v\n%s", err, docs[0])
+	}
+	if conf.APIVersion != "config.kwok.x-k8s.io/v1alpha1" || conf.Kind != "KwokConfiguration" {
+		t.Errorf("first document is %s %s, want config.kwok.x-k8s.io/v1alpha1 KwokConfiguration", conf.APIVersion, conf.Kind)
+	}
+	if got := conf.Options["podPlayStageParallelism"]; got != float64(7) {
+		t.Errorf("podPlayStageParallelism = %v, want 7", got)
+	}
+	for _, k := range []string{"nodePlayStageParallelism", "nodeLeaseParallelism", "podsOnNodeSyncParallelism"} {
+		if v, _ := conf.Options[k].(float64); v < 1 {
+			t.Errorf("%s = %v, want at least 1 (kwok exits on 0)", k, conf.Options[k])
+		}
+	}
+}

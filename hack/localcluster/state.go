@@ -193,7 +193,7 @@ func prepareDir(dir string) error {
 		}
 	}
 	l := newLayout(dir)
-	stale := []string{l.etcdDataDir(), l.pkiDir(), l.kubeconfig(), l.stagesFile(), l.stateFile(), l.volumesDir()}
+	stale := []string{l.etcdDataDir(), l.pkiDir(), l.kubeconfig(), l.kwokConfigFile(), l.stateFile(), l.volumesDir()}
 	for _, b := range binaries {
 		stale = append(stale, l.logFile(b))
 	}
