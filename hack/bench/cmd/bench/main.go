@@ -25,11 +25,14 @@ import (
 	"time"
 
 	"github.com/nogoo9/no-crd/hack/bench"
+	"github.com/nogoo9/no-crd/hack/localcluster"
 )
 
 type config struct {
 	n, scale, other, rounds int
-	binDir, nogoo9, out     string
+	// kwokPodWorkers is the local clusters' kwok pod stage workers (0: localcluster's default).
+	kwokPodWorkers      int
+	binDir, nogoo9, out string
 	// before is an earlier nogoo9 binary measured beside nogoo9 in figures 1-2 (its own
 	// workspaces, in the same rounds) and 4-5 (cold start and memory only), so a change is
 	// compared in one run, on one cluster, round by round.
@@ -49,6 +52,7 @@ func main() {
 	flag.IntVar(&c.scale, "scale", envInt("BENCH_SCALE", 2000), "Workspace pods in the cluster for figures 4 and 5 (env BENCH_SCALE; the issue's figure is 10000).")
 	flag.IntVar(&c.other, "other-pods", envInt("BENCH_OTHER_PODS", 5000), "Non-workspace pods in the cluster for figures 4 and 5, so label filtering matters (env BENCH_OTHER_PODS).")
 	flag.IntVar(&c.rounds, "rounds", envInt("BENCH_ROUNDS", 3), "Rounds per figure, interleaved baseline/candidate (env BENCH_ROUNDS).")
+	flag.IntVar(&c.kwokPodWorkers, "kwok-pod-workers", envInt("BENCH_KWOK_POD_WORKERS", 0), fmt.Sprintf("Pod stages kwok, the simulated kubelet, plays at once in the benchmark's clusters (env BENCH_KWOK_POD_WORKERS; 0: the local cluster's default, %d; kwok's own default and the layout of rounds before the twentieth is 4).", localcluster.DefaultKwokPodWorkers))
 	flag.StringVar(&c.binDir, "bin", "bin", "Directory with etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok (make tools).")
 	flag.StringVar(&c.nogoo9, "nogoo9", "bin/nogoo9", "The nogoo9 binary (make build).")
 	flag.StringVar(&c.before, "nogoo9-before", os.Getenv("BENCH_NOGOO9_BEFORE"), "An earlier nogoo9 binary that figures 1-2 (bulk upgrades of workspaces of its own) and 4-5 (cold start and memory) also measure, interleaved, as \"nogoo9 before\" (env BENCH_NOGOO9_BEFORE; empty: none).")
@@ -74,6 +78,9 @@ func (c *config) validate(figs string) error {
 	}
 	if c.rounds < 1 {
 		return fmt.Errorf("-rounds (BENCH_ROUNDS) = %d: use at least 1 (3 or more for a meaningful median)", c.rounds)
+	}
+	if c.kwokPodWorkers < 0 {
+		return fmt.Errorf("-kwok-pod-workers (BENCH_KWOK_POD_WORKERS) = %d: use a positive number, or 0 for the default (%d)", c.kwokPodWorkers, localcluster.DefaultKwokPodWorkers)
 	}
 	if c.scale < 1 || c.other < 0 {
 		return fmt.Errorf("-scale = %d, -other-pods = %d: use a positive scale and a non-negative count of other pods", c.scale, c.other)

@@ -79,6 +79,7 @@ func startCluster(ctx context.Context, c config, name string) (*localcluster.Clu
 		BinDir:                      c.binDir,
 		Dir:                         filepath.Join(c.workDir, name),
 		NodePods:                    upgradeNodePods(c),
+		KwokPodWorkers:              c.kwokPodWorkers,
 		ExtraControllerManagerFlags: bench.ClusterControllerManagerFlags,
 		ExtraAPIServerFlags:         apiFlags,
 	})
@@ -222,6 +223,7 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 	fig, figR, figW := titleUpgrade(c.n), titleRecreate(c.n), titleWrites(c.n)
 	res.Note(fig, "time from the template change (or upgrade-all call) until every workspace runs the new version, is Ready, and no old pod is left; Deployments also report 1 updated, available replica")
 	res.Note(fig, "kcm = kube-controller-manager running only the deployment and replicaset controllers; raised = %v", bench.RaisedKCMFlags)
+	res.Note(fig, "kwok, the simulated kubelet of the cluster's one node, plays %d pod stages (a Ready status, a deletion) at once", kwokWorkers(c))
 	res.Note(figR, "recreate-style: each workspace (and Deployment) mounts a ReadWriteOncePod claim on a pre-created PV, so the old pod must be gone before the new one can run; Deployments use strategy Recreate")
 	res.Note(figW, "create, update, patch and delete requests counted by kube-apiserver's apiserver_request_total (leases and events excluded), including the scheduler's bindings and kwok's status writes, from 2 s after the end until the API server has served no write (leases aside) for 1 s, at most 30 s more, divided by N")
 
@@ -398,4 +400,12 @@ func saveAPIServerProfile(ctx context.Context, cs kubernetes.Interface, path str
 		return
 	}
 	logf("profile of kube-apiserver written to %s", path)
+}
+
+// kwokWorkers is the pod stage workers of the benchmark's clusters' kwok.
+func kwokWorkers(c config) int {
+	if c.kwokPodWorkers > 0 {
+		return c.kwokPodWorkers
+	}
+	return localcluster.DefaultKwokPodWorkers
 }
