@@ -70,10 +70,13 @@ func rotated(subjects []rollout, r int) []rollout {
 func startCluster(ctx context.Context, c config, name string) (*localcluster.Cluster, error) {
 	logf("starting local cluster %s", name)
 	t := time.Now()
-	var apiFlags []string
+	// At --v=1 kube-apiserver logs each watcher it closes for not keeping up, with its selector
+	// (whose it was: kwok's, the scheduler's, the benchmark's own); about 125 KB of log per
+	// N=1000 run, kept with -keep.
+	apiFlags := []string{"--v=1"}
 	if os.Getenv("BENCH_PPROF_DIR") != "" {
 		// kube-apiserver's /debug/pprof, for its profile of each rollout (measured).
-		apiFlags = []string{"--profiling=true"}
+		apiFlags = append(apiFlags, "--profiling=true")
 	}
 	cl, err := localcluster.Start(ctx, localcluster.Options{
 		BinDir:                      c.binDir,
