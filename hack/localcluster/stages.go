@@ -32,9 +32,9 @@ const DefaultKwokPodWorkers = 32
 
 // KwokConfig returns kwok's --config file: its KwokConfiguration (podWorkers pod stages played
 // at once) followed by the Stages. kwok applies its defaults only when no KwokConfiguration is
-// given, so this one spells out v0.8.0's defaults for every other option that has one (a zero
-// nodePlayStageParallelism stops kwok at start; the flags still set cidr, node IP and the managed
-// nodes).
+// given, so this one spells out v0.8.0's defaults for the other options that have one and no
+// flag (a zero nodePlayStageParallelism stops kwok at start); the pod CIDR, the node IP and the
+// managed nodes come from kwokArgs' flags, which override the file.
 func KwokConfig(podWorkers int) []byte {
 	conf := fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
@@ -48,9 +48,7 @@ options:
   enableDebuggingHandlers: true
   enableProfilingHandler: true
   enableContentionProfiling: false
-  manageAllNodes: false
-  cidr: %s
 ---
-`, podWorkers, PodCIDR)
+`, podWorkers)
 	return append([]byte(conf), Stages()...)
 }
