@@ -284,6 +284,9 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 			subject string
 			flags   []string
 		}{{subjDeployDefault, nil}, {subjDeployRaised, bench.RaisedKCMFlags}} {
+			if flags.subject == subjDeployDefault && c.skipDefaultKCM {
+				continue
+			}
 			if err := kcm.Start(ctx, flags.flags, ports); err != nil {
 				res.Fail(fig, flags.subject, "s", err)
 				continue
@@ -340,7 +343,11 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 			measured(ctx, res, c, cs, figR, s.subject, c.n, s.roll, s.tl)
 		}
 	}
-	res.Compare(fig, subjDeployRaised, subjDeployDefault)
+	if c.skipDefaultKCM {
+		res.Note(fig, "%s: left out (-skip-default-kcm)", subjDeployDefault)
+	} else {
+		res.Compare(fig, subjDeployRaised, subjDeployDefault)
+	}
 	res.Compare(fig, subjFloor, subjDeployRaised)
 	res.Compare(fig, subjNogoo9, subjFloor, subjDeployRaised)
 	res.Compare(figR, subjFloorRecr, subjDeployRecr)
@@ -361,7 +368,9 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 		res.Compare(titleEvents(c.n), subjBefore, subjFloor)
 	}
 	res.Compare(figW, subjNogoo9, subjFloor, subjDeployRaised)
-	res.Compare(figW, subjDeployDefault, subjFloor)
+	if !c.skipDefaultKCM {
+		res.Compare(figW, subjDeployDefault, subjFloor)
+	}
 	res.Compare(figW, subjDeployRaised, subjFloor)
 	figE := titleEvents(c.n)
 	res.Note(figE, "Event create and patch requests (core and events.k8s.io) counted by kube-apiserver's apiserver_request_total over the same window as figure 2, from every component (the scheduler's Scheduled Event included), divided by N")
