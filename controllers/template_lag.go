@@ -39,24 +39,26 @@ func (r *WorkspaceReconciler) templateBehind(ctx context.Context, key types.Name
 			notNeeded = true
 		}
 	}
-	r.lag.mu.Lock()
-	defer r.lag.mu.Unlock()
 	if !notNeeded || tmpl == nil || !strings.HasPrefix(tmpl.Source, "configmap:") {
-		delete(r.lag.since, key)
+		r.lag.forget(key)
 		return false, nil
 	}
 	ns, name, ok := strings.Cut(strings.TrimPrefix(tmpl.Source, "configmap:"), "/")
 	if !ok {
 		return false, nil
 	}
+	// The read is made without the lock: the lock is every pass's (the forget above), and a
+	// read waits on the API server, up to the request's timeout.
 	var cm corev1.ConfigMap
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); client.IgnoreNotFound(err) != nil {
 		return false, err
 	}
 	if strings.TrimSpace(cm.Annotations[workspace.AnnTemplateVersion]) == tmpl.Version {
-		delete(r.lag.since, key)
+		r.lag.forget(key)
 		return false, nil
 	}
+	r.lag.mu.Lock()
+	defer r.lag.mu.Unlock()
 	if r.lag.since == nil {
 		r.lag.since = map[types.NamespacedName]time.Time{}
 	}
@@ -70,4 +72,11 @@ func (r *WorkspaceReconciler) templateBehind(ctx context.Context, key types.Name
 	}
 	delete(r.lag.since, key)
 	return false, nil
+}
+
+// forget drops key's wait, if any.
+func (l *templateLag) forget(key types.NamespacedName) {
+	l.mu.Lock()
+	delete(l.since, key)
+	l.mu.Unlock()
 }
