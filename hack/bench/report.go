@@ -171,13 +171,24 @@ func (f *Figure) ratio(row *Row) string {
 }
 
 // WriteMarkdown writes every figure as a markdown table followed by its notes.
+// A row that was never measured (no sample, no failure: only named by Compare) is left out, and
+// so is a figure whose rows all are (one not asked for, e.g. figure 2 with BENCH_FIGURES=1).
 func (r *Results) WriteMarkdown(w io.Writer) {
 	for _, f := range r.Figures {
+		var rows []*Row
+		for _, row := range f.Rows {
+			if len(row.Samples) > 0 || row.Failures > 0 {
+				rows = append(rows, row)
+			}
+		}
+		if len(f.Rows) > 0 && len(rows) == 0 {
+			continue
+		}
 		fmt.Fprintf(w, "### %s\n\n", f.Title)
-		if len(f.Rows) > 0 {
+		if len(rows) > 0 {
 			fmt.Fprintln(w, "| subject | rounds | min | median | max | unit | ratio (median) |")
 			fmt.Fprintln(w, "|---|---:|---:|---:|---:|---|---|")
-			for _, row := range f.Rows {
+			for _, row := range rows {
 				st := Summarize(row.Samples)
 				rounds := fmt.Sprint(st.N)
 				if row.Failures > 0 {

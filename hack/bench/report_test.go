@@ -126,17 +126,27 @@ func TestWriteMarkdownRatiosAgainstBaselines(t *testing.T) {
 	r.Add(fig, "nogoo9", "s", 3.9)
 	r.Fail(fig, "nogoo9", "s", errors.New("timed out | waiting"))
 	r.Compare(fig, "nogoo9", "floor", "deployments")
+	r.Add(fig, "broken", "s", 5)
 	r.Compare(fig, "broken", "missing")
+	r.Compare(fig, "never run", "floor")
 	r.Note(fig, "N=%d", 100)
+	// A figure not asked for: its rows are only named by Compare.
+	r.Compare("2. Writes", "nogoo9", "floor")
+	r.Note("2. Writes", "counted until quiet")
 	var buf bytes.Buffer
 	r.WriteMarkdown(&buf)
 	out := buf.String()
+	for _, absent := range []string{"never run", "2. Writes", "counted until quiet"} {
+		if strings.Contains(out, absent) {
+			t.Errorf("markdown shows %q, which nothing measured:\n%s", absent, out)
+		}
+	}
 	for _, want := range []string{
 		"### 1. Bulk upgrade",
 		"| floor | 3 | 2.00 | 3.00 | 4.00 | s | baseline |",
 		"| deployments | 2 | 30.0 | 33.0 | 36.0 | s | baseline |",
 		"| nogoo9 | 1 (+1 failed) | 3.90 | 3.90 | 3.90 | s | 1.30x vs floor; 0.12x vs deployments |",
-		"| broken | 0 | - | - | - |  | n/a vs missing |",
+		"| broken | 1 | 5.00 | 5.00 | 5.00 | s | n/a vs missing |",
 		"- nogoo9 failed: timed out / waiting",
 		"- N=100",
 	} {

@@ -368,9 +368,7 @@ func figuresUpgrade(ctx context.Context, c config, res *bench.Results) error {
 		res.Compare(titleEvents(c.n), subjBefore, subjFloor)
 	}
 	res.Compare(figW, subjNogoo9, subjFloor, subjDeployRaised)
-	if !c.skipDefaultKCM {
-		res.Compare(figW, subjDeployDefault, subjFloor)
-	}
+	res.Compare(figW, subjDeployDefault, subjFloor)
 	res.Compare(figW, subjDeployRaised, subjFloor)
 	figE := titleEvents(c.n)
 	res.Note(figE, "Event create and patch requests (core and events.k8s.io) counted by kube-apiserver's apiserver_request_total over the same window as figure 2, from every component (the scheduler's Scheduled Event included), divided by N")
