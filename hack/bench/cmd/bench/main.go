@@ -42,8 +42,8 @@ type config struct {
 	figures map[int]bool
 	timeout time.Duration
 	keep    bool
-	// skipDefaultKCM leaves out figure 1's "Deployments, default kcm" rollouts (a quarter of a
-	// run at N=100, six of seventeen minutes at N=1000); no aim is a ratio against them.
+	// skipDefaultKCM leaves out figure 1's "Deployments, default kcm" rollouts (about a third of
+	// an N=100 run, six of seventeen minutes at N=1000); no aim is a ratio against them.
 	skipDefaultKCM bool
 }
 
