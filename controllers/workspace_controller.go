@@ -673,8 +673,10 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 }
 
 // readForRollback reads old in full (the cache strips its spec), for the rollback spec of a
-// Recreate start. It asks the API server's watch cache first (resourceVersion "0": no etcd read,
-// and the API server has the object decoded already). A copy at exactly the resourceVersion this
+// Recreate start. The cache keeps the spec of a pod with an upgrade intent and a claim
+// (podcache.KeepsSpec): a cached copy of the very version this pass planned from needs no read.
+// Otherwise it asks the API server's watch cache (resourceVersion "0": no etcd read, and the API
+// server has the object decoded already). Either way, a copy at exactly the resourceVersion this
 // pass planned from is the version that the old pod's delete, next in the move, has as its
 // precondition: if that delete succeeds, the spec is the deleted pod's, as a quorum read would
 // have given. Any other answer (the watch cache behind or ahead of nogoo9's cache, another API
@@ -682,6 +684,9 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 func (r *WorkspaceReconciler) readForRollback(ctx context.Context, old, full *corev1.Pod) error {
 	key := client.ObjectKeyFromObject(old)
 	if old.ResourceVersion != "" {
+		if c, ok := r.Reader.(fullPods); ok && c.FullPod(ctx, key, old.UID, old.ResourceVersion, full) {
+			return nil
+		}
 		err := r.APIReader.Get(ctx, key, full, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
 		if err == nil && full.UID == old.UID && full.ResourceVersion == old.ResourceVersion {
 			return nil
@@ -689,6 +694,11 @@ func (r *WorkspaceReconciler) readForRollback(ctx context.Context, old, full *co
 		*full = corev1.Pod{}
 	}
 	return r.APIReader.Get(ctx, key, full)
+}
+
+// fullPods is a cache that keeps some pods whole (podcache.Cache.FullPod).
+type fullPods interface {
+	FullPod(ctx context.Context, key client.ObjectKey, uid types.UID, rv string, out *corev1.Pod) bool
 }
 
 // checkAfterCreate looks at old, the pod that upgraded pod pod replaces, as it was when pod was

@@ -49,7 +49,7 @@ type Pod struct {
 
 // Rare is the part of a cached Pod that few pods have: a terminating pod's grace, owner
 // references, finalizers, readiness and scheduling gates, init containers, a status reason and
-// message (a failed or evicted pod's).
+// message (a failed or evicted pod's), the whole spec of a pod about to be upgraded (KeepsSpec).
 type Rare struct {
 	DeletionGracePeriodSeconds *int64
 	OwnerReferences            []metav1.OwnerReference
@@ -58,6 +58,9 @@ type Rare struct {
 	SchedulingGates            []corev1.PodSchedulingGate
 	InitContainerStatuses      []ContainerStatus
 	Reason, Message            string
+	// Spec is the pod's whole spec as its watch event brought it, kept only while KeepsSpec (nil
+	// otherwise): read only, shared by DeepCopy's copies, never materialised (Cache.FullPod).
+	Spec *corev1.PodSpec
 }
 
 // rare is p's Rare, or an empty one (read only).

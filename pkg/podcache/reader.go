@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -178,6 +179,33 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 		}
 	}
 	return apierrors.NewNotFound(corev1.Resource("pods"), key.Name)
+}
+
+// FullPod fills out with pod key in full (labels, annotations, spec) as its last watch event
+// brought it, when the cache kept its spec (KeepsSpec) and holds it as uid at resourceVersion rv:
+// then it is what a read from the API server at that version would give, but for the
+// annotations Transform drops (nogoo9/rollback-spec, kubectl's last-applied copy). false:
+// not kept, or another version or pod; read it from the API server. out's status is the cached
+// one; its spec is shared with the cache (read only).
+func (c *Cache) FullPod(ctx context.Context, key client.ObjectKey, uid types.UID, rv string, out *corev1.Pod) bool {
+	stores, err := c.podStores(ctx)
+	if err != nil {
+		return false
+	}
+	for _, s := range stores {
+		item, exists, err := s.GetByKey(key.Namespace + "/" + key.Name)
+		if err != nil || !exists {
+			continue
+		}
+		p := Of(item)
+		if p == nil || p.UID != uid || p.ResourceVersion != rv || p.Rare == nil || p.Rare.Spec == nil {
+			return false
+		}
+		p.MaterializeInto(out)
+		out.Spec = *p.Rare.Spec
+		return true
+	}
+	return false
 }
 
 // List implements client.Reader.

@@ -25,20 +25,51 @@ import (
 // transition time) and container and
 // init-container statuses (name, ready, started, restart count, state, last termination state).
 //
+// Kept only while a workspace pod that mounts a claim carries the upgrade intent: its whole spec
+// (KeepsSpec), for a Recreate start's rollback record.
+//
 // Dropped: managed fields, the generation (since the tenth round: nothing reads a pod's), every
-// other spec field, containers included (the controller and the
-// front end read a pod's full spec from the API server when they need it: the upgrade's rollback
-// copy, a stop, an upgrade's diff), image IDs, container IDs, resources, QoS class, volume
+// other spec field, containers included (the controller and the front end read a pod's full
+// spec from the API server when they need it: a rollback, a stop, an upgrade's diff, and the
+// upgrade's rollback copy when the kept spec is not of the version planned from), image IDs, container IDs, resources, QoS class, volume
 // mounts, probe times, host IPs, start time, pod IPs beyond the first.
 func Transform(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
+	var spec *corev1.PodSpec
+	if KeepsSpec(pod) {
+		s := pod.Spec // strip replaces the spec and leaves this one's slices alone
+		spec = &s
+	}
 	if err := strip(pod, false); err != nil {
 		return nil, err
 	}
-	return compact(pod), nil // interns the labels and annotations into the Pod's own form
+	p := compact(pod) // interns the labels and annotations into the Pod's own form
+	if spec != nil {
+		p.ownRare().Spec = spec
+	}
+	return p, nil
+}
+
+// KeepsSpec reports whether Transform keeps pod's whole spec (Rare.Spec, read by Cache.FullPod):
+// a workspace pod that carries the upgrade intent and mounts a claim, which may be about to start
+// a Recreate upgrade. That start records the pod's spec on the new pod for a rollback
+// (upgrade.RollbackSpec); kept here, it needs no read of the old pod from the API server, a round
+// trip on the way to the volume's release. Only such pods keep it, and only until the intent goes
+// (the upgrade deletes the old pod, or clears the intent): a bulk upgrade of N such workspaces
+// holds up to N specs for its duration, a cluster at rest none.
+func KeepsSpec(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Annotations[workspace.AnnUpgradeRequested] == "" {
+		return false
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Strip reduces pod in place to what Transform keeps and returns it: Transform and Materialize in

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/podcache/podcachetest"
@@ -189,7 +190,8 @@ func TestReadyPodHasNoRarePart(t *testing.T) {
 			}
 			c := o.(*podcache.Pod)
 			rare := full.DeletionGracePeriodSeconds != nil || len(full.Finalizers)+len(full.OwnerReferences)+len(full.Spec.ReadinessGates)+
-				len(full.Spec.SchedulingGates)+len(full.Status.InitContainerStatuses) > 0 || full.Status.Reason != "" || full.Status.Message != ""
+				len(full.Spec.SchedulingGates)+len(full.Status.InitContainerStatuses) > 0 || full.Status.Reason != "" || full.Status.Message != "" ||
+				podcache.KeepsSpec(full)
 			if (c.Rare != nil) != rare {
 				t.Errorf("%s: Rare part %v, want one: %v", w.Name, c.Rare != nil, rare)
 			}
@@ -198,3 +200,69 @@ func TestReadyPodHasNoRarePart(t *testing.T) {
 }
 
 func unsafeData(s string) *byte { return unsafe.StringData(s) }
+
+// TestTransformKeepsTheSpecOfAPodAboutToBeUpgraded: the whole spec of a live workspace pod that
+// carries the upgrade intent and mounts a claim is kept, as decoded (a Recreate start's rollback
+// record is made from it: Cache.FullPod), and only of such a pod; it is never materialised.
+func TestTransformKeepsTheSpecOfAPodAboutToBeUpgraded(t *testing.T) {
+	base := podcachetest.Ready()
+	if len(base.Spec.Containers) == 0 || len(base.Spec.Volumes) == 0 {
+		t.Fatalf("the fixture has no containers or volumes: %+v", base.Spec)
+	}
+	withIntent := func(p *corev1.Pod) *corev1.Pod {
+		p.Annotations[workspace.AnnUpgradeRequested] = "true"
+		return p
+	}
+	noClaims := func(p *corev1.Pod) *corev1.Pod {
+		var vols []corev1.Volume
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil {
+				vols = append(vols, v)
+			}
+		}
+		p.Spec.Volumes = vols
+		return p
+	}
+	deleting := func(p *corev1.Pod) *corev1.Pod {
+		now := metav1.Now()
+		p.DeletionTimestamp = &now
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		keep bool
+	}{
+		{"intent and a claim: kept", withIntent(base.DeepCopy()), true},
+		{"no intent", base.DeepCopy(), false},
+		{"intent, no claim (side by side)", noClaims(withIntent(base.DeepCopy())), false},
+		{"intent and a claim, being deleted", deleting(withIntent(base.DeepCopy())), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.pod.Spec.DeepCopy()
+			if got := podcache.KeepsSpec(tc.pod); got != tc.keep {
+				t.Fatalf("KeepsSpec = %v, want %v", got, tc.keep)
+			}
+			o, err := podcache.Transform(tc.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := o.(*podcache.Pod)
+			var kept *corev1.PodSpec
+			if p.Rare != nil {
+				kept = p.Rare.Spec
+			}
+			if (kept != nil) != tc.keep {
+				t.Fatalf("spec kept = %v, want %v", kept != nil, tc.keep)
+			}
+			if kept != nil {
+				if d := cmp.Diff(want, kept); d != "" {
+					t.Errorf("kept spec differs from the decoded one (-decoded +kept):\n%s", d)
+				}
+			}
+			if m := p.Materialize(); len(m.Spec.Containers) != 0 {
+				t.Errorf("a materialised pod has containers: %+v", m.Spec.Containers)
+			}
+		})
+	}
+}
