@@ -31,8 +31,9 @@ import (
 // Dropped: managed fields, the generation (since the tenth round: nothing reads a pod's), every
 // other spec field, containers included (the controller and the front end read a pod's full
 // spec from the API server when they need it: a rollback, a stop, an upgrade's diff, and the
-// upgrade's rollback copy when the kept spec is not of the version planned from), image IDs, container IDs, resources, QoS class, volume
-// mounts, probe times, host IPs, start time, pod IPs beyond the first.
+// upgrade's rollback copy when the kept spec is not of the version planned from), image IDs,
+// container IDs, resources, QoS class, volume mounts, probe times, host IPs, start time, pod IPs
+// beyond the first.
 func Transform(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
