@@ -1,12 +1,14 @@
 package mcp_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,6 +148,49 @@ func BenchmarkListAllMCPvsREST(b *testing.B) {
 	b.Run("REST-pages", func(b *testing.B) {
 		for b.Loop() {
 			restPages(b, fmt.Sprintf("&limit=%d", mcp.MaxListLimit))
+		}
+	})
+	// MCP-raw is MCP-pages with the answers' bytes read but not parsed, as REST-raw reads REST's:
+	// the server's cost and the transfer, without the client's.
+	b.Run("MCP-raw", func(b *testing.B) {
+		ctx := context.Background()
+		client := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil)
+		session, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer session.Close()
+		var buf bytes.Buffer
+		for b.Loop() {
+			next := ""
+			for page := 0; page < n/mcp.MaxListLimit; page++ {
+				args := fmt.Sprintf(`{"allUsers":true,"limit":%d,"continue":%q}`, mcp.MaxListLimit, next)
+				body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_workspaces","arguments":` + args + `}}`
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/mcp", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				req.Header.Set("Mcp-Session-Id", session.ID())
+				req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+				resp, err := hc.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				buf.Reset()
+				_, _ = buf.ReadFrom(resp.Body)
+				resp.Body.Close()
+				raw := buf.Bytes()
+				if resp.StatusCode != 200 {
+					b.Fatalf("status %d: %.300s", resp.StatusCode, raw)
+				}
+				i := bytes.LastIndex(raw, []byte(`"continue":"`))
+				if page < n/mcp.MaxListLimit-1 {
+					if i < 0 {
+						b.Fatalf("page %d has no continue: %.300s", page, raw[len(raw)-300:])
+					}
+					rest := raw[i+len(`"continue":"`):]
+					next = string(rest[:bytes.IndexByte(rest, '"')])
+				}
+			}
 		}
 	})
 	b.Run("MCP-pages", func(b *testing.B) {

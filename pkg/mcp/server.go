@@ -29,6 +29,8 @@ type Options struct {
 	// MaxSessionsPerUser bounds one subject's open sessions; opening one more closes the
 	// subject's least recently used session (DefaultMaxSessionsPerUser when 0).
 	MaxSessionsPerUser int
+	// NoFastList hands list_workspaces calls to the SDK too (fastList); tests compare the two.
+	NoFastList bool
 }
 
 // NewServer returns the MCP server with every nogoo9 tool registered.
@@ -77,13 +79,17 @@ func NewHandler(svc *frontend.Service, o Options) http.Handler {
 		}
 		return &sdkauth.TokenInfo{UserID: c.Subject, Expiration: c.Expiry, Extra: map[string]any{callerExtra: c}}, nil
 	}
-	return limitSessions(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	l := limitSessions(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		opts := &sdkauth.RequireBearerTokenOptions{AllowMissingExpiration: true} // TokenReview does not say when a token expires.
 		if o.ResourceMetadataURL != nil {
 			opts.ResourceMetadataURL = o.ResourceMetadataURL(r)
 		}
 		sdkauth.RequireBearerToken(verify, opts)(h).ServeHTTP(w, r)
 	}), o.MaxSessionsPerUser, sessionIdle)
+	if !o.NoFastList {
+		l.fast = fastList{svc}.serve
+	}
+	return l
 }
 
 func mustJSON(v any) string {

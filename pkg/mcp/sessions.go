@@ -15,8 +15,12 @@ const DefaultMaxSessionsPerUser = 16
 // (StreamableHTTPOptions.SessionTimeout), and the limiter forgets it.
 const sessionIdle = 30 * time.Minute
 
-// sessionHeader is the Streamable HTTP transport's session id header.
-const sessionHeader = "Mcp-Session-Id"
+// sessionHeader and protocolVersionHeader are the Streamable HTTP transport's session id and
+// protocol version headers.
+const (
+	sessionHeader         = "Mcp-Session-Id"
+	protocolVersionHeader = "Mcp-Protocol-Version"
+)
 
 // sessionLimiter bounds the MCP sessions of each authenticated subject. Each session holds
 // goroutines and buffers in the SDK until it is deleted or idles out, and an agent that opens a
@@ -26,21 +30,29 @@ const sessionHeader = "Mcp-Session-Id"
 //
 // Only session ids the SDK handed out are recorded (taken from its response), never an id a
 // client sends, so a client cannot grow the table.
+//
+// It also routes a subject's list_workspaces calls on its own sessions to fast (fastList), but
+// only while the SDK saw the session within half its idle timeout: the calls fast answers do not
+// reach the SDK, whose idle timer a client that only lists would otherwise run out.
 type sessionLimiter struct {
 	next http.Handler
 	max  int
 	idle time.Duration
 	now  func() time.Time
+	fast func(http.ResponseWriter, *http.Request) (bool, *http.Request) // nil: every request to next
 
 	mu        sync.Mutex
-	bySubject map[string]map[string]time.Time // session id -> last request
+	bySubject map[string]map[string]*seen // session id -> when
 }
+
+// seen is when a session last had a request, and when the SDK last had one.
+type seen struct{ last, sdk time.Time }
 
 func limitSessions(next http.Handler, max int, idle time.Duration) *sessionLimiter {
 	if max <= 0 {
 		max = DefaultMaxSessionsPerUser
 	}
-	return &sessionLimiter{next: next, max: max, idle: idle, now: time.Now, bySubject: map[string]map[string]time.Time{}}
+	return &sessionLimiter{next: next, max: max, idle: idle, now: time.Now, bySubject: map[string]map[string]*seen{}}
 }
 
 func (l *sessionLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -52,9 +64,16 @@ func (l *sessionLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id := r.Header.Get(sessionHeader); id != "" {
 		if r.Method == http.MethodDelete {
 			l.forget(c.Subject, id)
-		} else {
-			l.touch(c.Subject, id)
+			l.next.ServeHTTP(w, r)
+			return
 		}
+		if l.fast != nil && l.touch(c.Subject, id, false) {
+			var done bool
+			if done, r = l.fast(w, r); done {
+				return
+			}
+		}
+		l.touch(c.Subject, id, true)
 		l.next.ServeHTTP(w, r)
 		return
 	}
@@ -120,16 +139,16 @@ func (l *sessionLimiter) evictFor(subject string) []string {
 	m := l.bySubject[subject]
 	now := l.now()
 	for id, at := range m {
-		if now.Sub(at) > l.idle {
-			delete(m, id)
+		if now.Sub(at.sdk) > l.idle {
+			delete(m, id) // the SDK closed it
 		}
 	}
 	var out []string
 	for len(m) >= l.max {
 		oldest, at := "", time.Time{}
 		for id, t := range m {
-			if oldest == "" || t.Before(at) {
-				oldest, at = id, t
+			if oldest == "" || t.last.Before(at) {
+				oldest, at = id, t.last
 			}
 		}
 		delete(m, oldest)
@@ -143,20 +162,28 @@ func (l *sessionLimiter) add(subject, id string) {
 	defer l.mu.Unlock()
 	m := l.bySubject[subject]
 	if m == nil {
-		m = map[string]time.Time{}
+		m = map[string]*seen{}
 		l.bySubject[subject] = m
 	}
-	m[id] = l.now()
+	now := l.now()
+	m[id] = &seen{last: now, sdk: now}
 }
 
-func (l *sessionLimiter) touch(subject, id string) {
+// touch records a request on the subject's session id (one the SDK handed the subject), and one
+// the SDK has too when sdk is set. It returns whether the SDK saw the session within half its
+// idle timeout.
+func (l *sessionLimiter) touch(subject, id string, sdk bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if m := l.bySubject[subject]; m != nil {
-		if _, ok := m[id]; ok {
-			m[id] = l.now()
-		}
+	s := l.bySubject[subject][id]
+	if s == nil {
+		return false
 	}
+	s.last = l.now()
+	if sdk {
+		s.sdk = s.last
+	}
+	return s.last.Sub(s.sdk) < l.idle/2
 }
 
 func (l *sessionLimiter) forget(subject, id string) {

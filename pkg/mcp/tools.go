@@ -309,9 +309,24 @@ func events(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest
 }
 
 func listWorkspaces(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	var b bytes.Buffer
+	if res, err := listJSON(ctx, svc, req.Params.Arguments, &b); res != nil || err != nil {
+		return res, err
+	}
+	// The text block repeats the structured content, as the MCP spec asks for clients that do
+	// not read structuredContent.
+	return &mcp.CallToolResult{
+		StructuredContent: json.RawMessage(b.Bytes()),
+		Content:           []mcp.Content{&mcp.TextContent{Text: b.String()}},
+	}, nil
+}
+
+// listJSON writes to b the structured content of the list_workspaces call with these arguments,
+// or returns the tool error to answer instead (b is then unused).
+func listJSON(ctx context.Context, svc *frontend.Service, args json.RawMessage, b *bytes.Buffer) (*mcp.CallToolResult, error) {
 	var in listInput
-	if len(req.Params.Arguments) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(req.Params.Arguments))
+	if len(args) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(args))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil {
 			return toolError(fmt.Errorf("validating \"arguments\": %v; list_workspaces takes allUsers (boolean), limit (integer), continue (string), namespace (string) and allNamespaces (boolean)", err)), nil
@@ -326,21 +341,15 @@ func listWorkspaces(ctx context.Context, svc *frontend.Service, req *mcp.CallToo
 	if err != nil {
 		return toolError(err), nil
 	}
-	var b bytes.Buffer
 	b.WriteString(`{"workspaces":`)
-	if err := list.WriteJSON(&b); err != nil {
+	if err := list.WriteJSON(b); err != nil {
 		return nil, err
 	}
 	if list.Continue != "" {
 		b.WriteString(`,"continue":` + strconv.Quote(list.Continue))
 	}
 	b.WriteByte('}')
-	// The text block repeats the structured content, as the MCP spec asks for clients that do
-	// not read structuredContent.
-	return &mcp.CallToolResult{
-		StructuredContent: json.RawMessage(b.Bytes()),
-		Content:           []mcp.Content{&mcp.TextContent{Text: b.String()}},
-	}, nil
+	return nil, nil
 }
 
 // DefaultListLimit and MaxListLimit bound one list_workspaces answer. An agent reads the answer

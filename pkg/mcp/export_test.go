@@ -1,0 +1,10 @@
+package mcp
+
+import "bytes"
+
+// EscapedForTest is appendEscaped's output for js.
+func EscapedForTest(js []byte) []byte {
+	var b bytes.Buffer
+	appendEscaped(&b, js)
+	return b.Bytes()
+}
