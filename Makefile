@@ -115,7 +115,7 @@ FUZZ_TARGETS ?= pkg/templates:FuzzDecode pkg/spawner:FuzzBuildPodContext pkg/spa
 	pkg/upgrade:FuzzParseIntent pkg/upgrade:FuzzPlanAnnotations pkg/workspace:FuzzAnnotations \
 	pkg/proxy:FuzzCleanPath pkg/proxy:FuzzRouteLookup pkg/proxy:FuzzSafeNext pkg/proxy:FuzzLoginOrigin pkg/proxy:FuzzQuickParse pkg/proxy:FuzzQuickResponse \
 	pkg/proxy:FuzzForwardedHeaderLines pkg/proxy:FuzzHeaderChecks pkg/proxy:FuzzRawAnswer \
-	pkg/ui:FuzzSafeNext pkg/auth:FuzzTokenFromRequest pkg/api:FuzzDecodeBody
+	pkg/ui:FuzzSafeNext pkg/auth:FuzzTokenFromRequest pkg/api:FuzzDecodeBody pkg/mcp:FuzzEscapedTextIsTheJSON
 FUZZTIME ?= 60s
 # test-fuzz-short (part of make test) fuzzes each target for FUZZTIME_SHORT; FUZZ_TARGETS lists a package's targets together,
 # so they share its instrumented build. Each go test is bounded by FUZZ_SHORT_TIMEOUT besides.

@@ -296,7 +296,7 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 		saveProfile(ctx, pprofAddr, "heap?gc=1", filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("heap-%s-%d-%d.pprof", strings.ReplaceAll(subject, " ", "-"), c.scale, time.Now().Unix())))
 	}
 	if hasAPI && withLists {
-		var rest, viaMCP []float64
+		var rest, viaMCP, viaMCPRaw []float64
 		for i := 0; i < lists; i++ {
 			s := time.Now()
 			if err := n.call(ctx, http.MethodGet, "/api/v1/workspaces?all=true", nil, nil); err != nil {
@@ -316,11 +316,21 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 			}
 			viaMCP = append(viaMCP, float64(time.Since(s).Microseconds())/1000)
 		}
+		for i := 0; i < lists; i++ {
+			s := time.Now()
+			if err := n.listAllViaMCPRaw(ctx, session, c.scale); err != nil {
+				session.Close()
+				return err
+			}
+			viaMCPRaw = append(viaMCPRaw, float64(time.Since(s).Microseconds())/1000)
+		}
 		session.Close()
 		res.Add(figR, "p50 list_workspaces via REST (all users)", "ms", bench.Percentile(rest, 50))
 		res.Add(figR, "p99 list_workspaces via REST (all users)", "ms", bench.Percentile(rest, 99))
 		res.Add(figR, "p50 "+mcpListRow, "ms", bench.Percentile(viaMCP, 50))
 		res.Add(figR, "p99 "+mcpListRow, "ms", bench.Percentile(viaMCP, 99))
+		res.Add(figR, "p50 "+mcpRawListRow, "ms", bench.Percentile(viaMCPRaw, 50))
+		res.Add(figR, "p99 "+mcpRawListRow, "ms", bench.Percentile(viaMCPRaw, 99))
 	}
 	return nil
 }
@@ -330,6 +340,9 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 const (
 	mcpListPage = 1000
 	mcpListRow  = "list_workspaces via MCP (all users, pages of 1000)"
+	// mcpRawListRow is the same pages with each answer's bytes read and not parsed, as the REST
+	// row reads REST's answer: nogoo9's cost and the transfer, without the go-sdk client's parse.
+	mcpRawListRow = "list_workspaces via MCP, bytes read (all users, pages of 1000)"
 )
 
 // listAllViaMCP lists every workspace through list_workspaces, page by page, and checks that
@@ -358,6 +371,46 @@ func listAllViaMCP(ctx context.Context, s *mcp.ClientSession, want int) error {
 	}
 	if got < want {
 		return fmt.Errorf("MCP list_workspaces listed %d workspaces, want %d", got, want)
+	}
+	return nil
+}
+
+// listAllViaMCPRaw lists every workspace through list_workspaces on session s, page by page,
+// as raw JSON-RPC posts whose answers are read whole but not parsed (the continue value is taken
+// from the end of the structured content). want/mcpListPage pages, the last without continue.
+func (n *nogoo9Proc) listAllViaMCPRaw(ctx context.Context, s *mcp.ClientSession, want int) error {
+	next, pages := "", (want+mcpListPage-1)/mcpListPage
+	for page := 1; page <= pages; page++ {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"list_workspaces","arguments":{"allUsers":true,"limit":%d,"continue":%q}}}`, page, mcpListPage, next)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.api+"/mcp", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+n.token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", s.ID())
+		req.Header.Set("Mcp-Protocol-Version", s.InitializeResult().ProtocolVersion)
+		resp, err := n.http.Do(req)
+		if err != nil {
+			return fmt.Errorf("MCP list_workspaces (raw) page %d: %w", page, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || bytes.Contains(b[max(0, len(b)-200):], []byte(`"isError":true`)) {
+			return fmt.Errorf("MCP list_workspaces (raw) page %d: %s: %.300s", page, resp.Status, b)
+		}
+		const key = `"continue":"`
+		i := bytes.LastIndex(b, []byte(key))
+		switch {
+		case page < pages && i < 0:
+			return fmt.Errorf("MCP list_workspaces (raw): page %d of %d has no continue value", page, pages)
+		case page == pages && i >= 0:
+			return fmt.Errorf("MCP list_workspaces (raw): more than %d pages for %d workspaces", pages, want)
+		case i >= 0:
+			rest := b[i+len(key):]
+			next = string(rest[:max(0, bytes.IndexByte(rest, '"'))])
+		}
 	}
 	return nil
 }
@@ -432,6 +485,7 @@ func figuresScale(ctx context.Context, c config, res *bench.Results) error {
 	for _, p := range []string{"p50 ", "p99 "} {
 		res.Compare(figR, p+"list_workspaces via REST (all users)", p+"pod list from kube-apiserver (label selector)")
 		res.Compare(figR, p+mcpListRow, p+"list_workspaces via REST (all users)", p+"pod list from kube-apiserver (label selector)")
+		res.Compare(figR, p+mcpRawListRow, p+"list_workspaces via REST (all users)")
 	}
 	res.Compare(figR, "cold start until ready and cache synced, nogoo9", "cold start until cache synced, naive cache of every Pod")
 	res.Compare(figM, "RSS, nogoo9", "RSS, naive cache of every Pod")
@@ -442,7 +496,7 @@ func figuresScale(ctx context.Context, c config, res *bench.Results) error {
 		res.Compare(figM, "Go heap in use, "+beforeSubject, "Go heap in use, naive cache of every Pod")
 		res.Note(figM, "nogoo9 before: %s, measured after nogoo9 in each round, the same way", c.before)
 	}
-	res.Note(figR, "list latency is the caller's round trip on loopback for the whole list as an admin (all users' workspaces), %d calls per round; nogoo9 serves it from its cache; through MCP the whole list is every page of %d (one answer holds at most that many), read with the go-sdk client", lists, mcpListPage)
+	res.Note(figR, "list latency is the caller's round trip on loopback for the whole list as an admin (all users' workspaces), %d calls per round; nogoo9 serves it from its cache; through MCP the whole list is every page of %d (one answer holds at most that many), read with the go-sdk client (which parses every answer) and, like REST's, as bytes (raw JSON-RPC posts on the same session)", lists, mcpListPage)
 	if c.scale != 10000 {
 		res.Note(figR, "scale %d (BENCH_SCALE=10000 for the issue's figure)", c.scale)
 	}
