@@ -263,7 +263,7 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 		}()
 	}
 	ready := time.Since(t)
-	end, lists := time.Now(), 0
+	end, coldLists := time.Now(), 0
 	if hasAPI {
 		for {
 			var out struct {
@@ -273,7 +273,7 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 			// (tens of ms) is the harness's work, as the naive baseline's has none.
 			var b []byte
 			err := n.call(ctx, http.MethodGet, "/api/v1/workspaces?all=true", nil, &b)
-			end, lists = time.Now(), lists+1
+			end, coldLists = time.Now(), coldLists+1
 			if err == nil {
 				err = json.Unmarshal(b, &out)
 			}
@@ -286,7 +286,7 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	logf("%s: /readyz answered %s after the process start, a list returned every workspace after %s (%d list calls)", subject, ready.Round(time.Millisecond), end.Sub(t).Round(time.Millisecond), lists)
+	logf("%s: /readyz answered %s after the process start, a list returned every workspace after %s (%d list calls)", subject, ready.Round(time.Millisecond), end.Sub(t).Round(time.Millisecond), coldLists)
 	res.Add(figR, "cold start until ready and cache synced, "+subject, "s", end.Sub(t).Seconds())
 	// 3 s after the cold start ended (the first list that returned every workspace), before the
 	// timed list calls add their garbage; the baseline 3 s after its cache synced.
