@@ -8,3 +8,6 @@ func EscapedForTest(js []byte) []byte {
 	appendEscaped(&b, js)
 	return b.Bytes()
 }
+
+// AppendEscapedForTest is appendEscaped.
+func AppendEscapedForTest(b *bytes.Buffer, js []byte) { appendEscaped(b, js) }

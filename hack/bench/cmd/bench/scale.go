@@ -222,11 +222,11 @@ func nogoo9Round(ctx context.Context, c config, cl *localcluster.Cluster, cs kub
 	return nogoo9ScaleRound(ctx, c, cl, res, "nogoo9", true)
 }
 
-// beforeRound measures the -nogoo9-before binary like nogoo9Round, without the list calls: its
-// rows are "nogoo9 before".
+// beforeRound measures the -nogoo9-before binary like nogoo9Round: its rows are "nogoo9 before",
+// its list rows end in ", nogoo9 before".
 func beforeRound(ctx context.Context, c config, cl *localcluster.Cluster, res *bench.Results) error {
 	c.nogoo9 = c.before
-	return nogoo9ScaleRound(ctx, c, cl, res, beforeSubject, false)
+	return nogoo9ScaleRound(ctx, c, cl, res, beforeSubject, true)
 }
 
 const beforeSubject = "nogoo9 before"
@@ -316,7 +316,15 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 			}
 			viaMCP = append(viaMCP, float64(time.Since(s).Microseconds())/1000)
 		}
-		for i := 0; i < lists; i++ {
+		var rawCPU chan struct{}
+		if pprofAddr != "" { // the raw MCP lists' CPU profile: they take about a second
+			rawCPU = make(chan struct{})
+			go func() {
+				defer close(rawCPU)
+				saveProfile(ctx, pprofAddr, "profile?seconds=2", filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("cpu-mcp-raw-%s-%d-%d.pprof", strings.ReplaceAll(subject, " ", "-"), c.scale, time.Now().Unix())))
+			}()
+		}
+		for i := 0; i < lists || (rawCPU != nil && !closed(rawCPU)); i++ {
 			s := time.Now()
 			if err := n.listAllViaMCPRaw(ctx, session, c.scale); err != nil {
 				session.Close()
@@ -325,12 +333,13 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 			viaMCPRaw = append(viaMCPRaw, float64(time.Since(s).Microseconds())/1000)
 		}
 		session.Close()
-		res.Add(figR, "p50 list_workspaces via REST (all users)", "ms", bench.Percentile(rest, 50))
-		res.Add(figR, "p99 list_workspaces via REST (all users)", "ms", bench.Percentile(rest, 99))
-		res.Add(figR, "p50 "+mcpListRow, "ms", bench.Percentile(viaMCP, 50))
-		res.Add(figR, "p99 "+mcpListRow, "ms", bench.Percentile(viaMCP, 99))
-		res.Add(figR, "p50 "+mcpRawListRow, "ms", bench.Percentile(viaMCPRaw, 50))
-		res.Add(figR, "p99 "+mcpRawListRow, "ms", bench.Percentile(viaMCPRaw, 99))
+		sfx := listRowSuffix(subject)
+		res.Add(figR, "p50 "+restListRow+sfx, "ms", bench.Percentile(rest, 50))
+		res.Add(figR, "p99 "+restListRow+sfx, "ms", bench.Percentile(rest, 99))
+		res.Add(figR, "p50 "+mcpListRow+sfx, "ms", bench.Percentile(viaMCP, 50))
+		res.Add(figR, "p99 "+mcpListRow+sfx, "ms", bench.Percentile(viaMCP, 99))
+		res.Add(figR, "p50 "+mcpRawListRow+sfx, "ms", bench.Percentile(viaMCPRaw, 50))
+		res.Add(figR, "p99 "+mcpRawListRow+sfx, "ms", bench.Percentile(viaMCPRaw, 99))
 	}
 	return nil
 }
@@ -340,10 +349,30 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 const (
 	mcpListPage = 1000
 	mcpListRow  = "list_workspaces via MCP (all users, pages of 1000)"
+	restListRow = "list_workspaces via REST (all users)"
 	// mcpRawListRow is the same pages with each answer's bytes read and not parsed, as the REST
 	// row reads REST's answer: nogoo9's cost and the transfer, without the go-sdk client's parse.
 	mcpRawListRow = "list_workspaces via MCP, bytes read (all users, pages of 1000)"
 )
+
+// closed reports whether c is closed.
+func closed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// listRowSuffix ends the list rows of subject: none for nogoo9, ", nogoo9 before" for the
+// binary it is compared with.
+func listRowSuffix(subject string) string {
+	if subject == "nogoo9" {
+		return ""
+	}
+	return ", " + subject
+}
 
 // listAllViaMCP lists every workspace through list_workspaces, page by page, and checks that
 // want workspaces came back.
@@ -483,9 +512,16 @@ func figuresScale(ctx context.Context, c config, res *bench.Results) error {
 		}
 	}
 	for _, p := range []string{"p50 ", "p99 "} {
-		res.Compare(figR, p+"list_workspaces via REST (all users)", p+"pod list from kube-apiserver (label selector)")
-		res.Compare(figR, p+mcpListRow, p+"list_workspaces via REST (all users)", p+"pod list from kube-apiserver (label selector)")
-		res.Compare(figR, p+mcpRawListRow, p+"list_workspaces via REST (all users)")
+		res.Compare(figR, p+restListRow, p+"pod list from kube-apiserver (label selector)")
+		res.Compare(figR, p+mcpListRow, p+restListRow, p+"pod list from kube-apiserver (label selector)")
+		res.Compare(figR, p+mcpRawListRow, p+restListRow)
+		if c.before != "" {
+			b := listRowSuffix(beforeSubject)
+			res.Compare(figR, p+mcpListRow+b, p+restListRow+b)
+			res.Compare(figR, p+mcpRawListRow+b, p+restListRow+b)
+			res.Compare(figR, p+mcpListRow, p+mcpListRow+b)
+			res.Compare(figR, p+mcpRawListRow, p+mcpRawListRow+b)
+		}
 	}
 	res.Compare(figR, "cold start until ready and cache synced, nogoo9", "cold start until cache synced, naive cache of every Pod")
 	res.Compare(figM, "RSS, nogoo9", "RSS, naive cache of every Pod")
