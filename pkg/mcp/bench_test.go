@@ -78,7 +78,8 @@ func benchPods(n int) []*corev1.Pod {
 // through REST (GET /api/v1/workspaces?all=true, in one answer and in pages of 1,000) and through
 // MCP (list_workspaces with the SDK's client over the Streamable HTTP transport, in pages of
 // mcp.MaxListLimit, the most one answer holds), both on loopback from the same views. Compare
-// the ratio, not the absolute times (the machine is shared).
+// the ratio, not the absolute times (the machine is shared). The -SDK runs list through a handler
+// whose answers the SDK encodes (mcp.Options.NoFastList), what every answer was before fastList.
 func BenchmarkListAllMCPvsREST(b *testing.B) {
 	const n = 10000
 	svc, err := frontend.New(frontend.Config{Namespace: "ns", Templates: oneTemplate{}, Pods: replayInformer{benchPods(n)}})
@@ -94,6 +95,8 @@ func BenchmarkListAllMCPvsREST(b *testing.B) {
 	mux := http.NewServeMux()
 	mux.Handle("/api/", withAdmin(api.NewREST(svc)))
 	mux.Handle("/mcp", withAdmin(mcp.NewHandler(svc, mcp.Options{Version: "bench"})))
+	// The SDK's own answer (fastList off), for the same-run comparison: the -SDK runs.
+	mux.Handle("/mcp-sdk", withAdmin(mcp.NewHandler(svc, mcp.Options{Version: "bench", NoFastList: true})))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	hc := &http.Client{Transport: &bearer{http.DefaultTransport}}
@@ -152,76 +155,81 @@ func BenchmarkListAllMCPvsREST(b *testing.B) {
 	})
 	// MCP-raw is MCP-pages with the answers' bytes read but not parsed, as REST-raw reads REST's:
 	// the server's cost and the transfer, without the client's.
-	b.Run("MCP-raw", func(b *testing.B) {
-		ctx := context.Background()
-		client := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil)
-		session, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true}, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer session.Close()
-		var buf bytes.Buffer
-		for b.Loop() {
-			next := ""
-			for page := 0; page < n/mcp.MaxListLimit; page++ {
-				args := fmt.Sprintf(`{"allUsers":true,"limit":%d,"continue":%q}`, mcp.MaxListLimit, next)
-				body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_workspaces","arguments":` + args + `}}`
-				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/mcp", strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Accept", "application/json, text/event-stream")
-				req.Header.Set("Mcp-Session-Id", session.ID())
-				req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-				resp, err := hc.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				buf.Reset()
-				_, _ = buf.ReadFrom(resp.Body)
-				resp.Body.Close()
-				raw := buf.Bytes()
-				if resp.StatusCode != 200 {
-					b.Fatalf("status %d: %.300s", resp.StatusCode, raw)
-				}
-				i := bytes.LastIndex(raw, []byte(`"continue":"`))
-				if page < n/mcp.MaxListLimit-1 {
-					if i < 0 {
-						b.Fatalf("page %d has no continue: %.300s", page, raw[len(raw)-300:])
+	for _, ep := range []struct{ name, path string }{{"", "/mcp"}, {"-SDK", "/mcp-sdk"}} {
+		b.Run("MCP-raw"+ep.name, func(b *testing.B) {
+			ctx := context.Background()
+			client := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil)
+			session, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.URL + ep.path, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer session.Close()
+			var buf bytes.Buffer
+			for b.Loop() {
+				next := ""
+				for page := 0; page < n/mcp.MaxListLimit; page++ {
+					args := fmt.Sprintf(`{"allUsers":true,"limit":%d,"continue":%q}`, mcp.MaxListLimit, next)
+					body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_workspaces","arguments":` + args + `}}`
+					req, _ := http.NewRequest(http.MethodPost, srv.URL+ep.path, strings.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Accept", "application/json, text/event-stream")
+					req.Header.Set("Mcp-Session-Id", session.ID())
+					req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+					resp, err := hc.Do(req)
+					if err != nil {
+						b.Fatal(err)
 					}
-					rest := raw[i+len(`"continue":"`):]
-					next = string(rest[:bytes.IndexByte(rest, '"')])
+					buf.Reset()
+					_, _ = buf.ReadFrom(resp.Body)
+					resp.Body.Close()
+					raw := buf.Bytes()
+					if resp.StatusCode != 200 {
+						b.Fatalf("status %d: %.300s", resp.StatusCode, raw)
+					}
+					i := bytes.LastIndex(raw, []byte(`"continue":"`))
+					if page == n/mcp.MaxListLimit-1 && i >= 0 {
+						b.Fatalf("more than %d pages for %d workspaces", n/mcp.MaxListLimit, n)
+					}
+					if page < n/mcp.MaxListLimit-1 {
+						if i < 0 {
+							b.Fatalf("page %d has no continue: %.300s", page, raw[len(raw)-300:])
+						}
+						rest := raw[i+len(`"continue":"`):]
+						next = string(rest[:bytes.IndexByte(rest, '"')])
+					}
 				}
 			}
-		}
-	})
-	b.Run("MCP-pages", func(b *testing.B) {
-		ctx := context.Background()
-		client := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil)
-		session, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true}, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer session.Close()
-		for b.Loop() {
-			got, args := 0, map[string]any{"allUsers": true, "limit": mcp.MaxListLimit}
-			for {
-				res, err := session.CallTool(ctx, &sdk.CallToolParams{Name: "list_workspaces", Arguments: args})
-				if err != nil || res.IsError {
-					b.Fatalf("%v %v", err, res)
-				}
-				m, _ := res.StructuredContent.(map[string]any)
-				ws, _ := m["workspaces"].([]any)
-				got += len(ws)
-				c, _ := m["continue"].(string)
-				if c == "" {
-					break
-				}
-				args["continue"] = c
+		})
+		b.Run("MCP-pages"+ep.name, func(b *testing.B) {
+			ctx := context.Background()
+			client := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil)
+			session, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.URL + ep.path, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+			if err != nil {
+				b.Fatal(err)
 			}
-			if got != n {
-				b.Fatalf("listed %d workspaces, want %d", got, n)
+			defer session.Close()
+			for b.Loop() {
+				got, args := 0, map[string]any{"allUsers": true, "limit": mcp.MaxListLimit}
+				for {
+					res, err := session.CallTool(ctx, &sdk.CallToolParams{Name: "list_workspaces", Arguments: args})
+					if err != nil || res.IsError {
+						b.Fatalf("%v %v", err, res)
+					}
+					m, _ := res.StructuredContent.(map[string]any)
+					ws, _ := m["workspaces"].([]any)
+					got += len(ws)
+					c, _ := m["continue"].(string)
+					if c == "" {
+						break
+					}
+					args["continue"] = c
+				}
+				if got != n {
+					b.Fatalf("listed %d workspaces, want %d", got, n)
+				}
 			}
-		}
-	})
+		})
+	}
 }
 
 type bearer struct{ rt http.RoundTripper }
