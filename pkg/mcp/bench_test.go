@@ -155,15 +155,19 @@ func BenchmarkListAllMCPvsREST(b *testing.B) {
 	})
 	// MCP-raw is MCP-pages with the answers' bytes read but not parsed, as REST-raw reads REST's:
 	// the server's cost and the transfer, without the client's.
+	// connect opens an MCP session on path with the SDK's client, closed when b ends.
+	connect := func(b *testing.B, path string) *sdk.ClientSession {
+		client := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil)
+		session, err := client.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: srv.URL + path, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { session.Close() })
+		return session
+	}
 	for _, ep := range []struct{ name, path string }{{"", "/mcp"}, {"-SDK", "/mcp-sdk"}} {
 		b.Run("MCP-raw"+ep.name, func(b *testing.B) {
-			ctx := context.Background()
-			client := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil)
-			session, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.URL + ep.path, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer session.Close()
+			session := connect(b, ep.path)
 			var buf bytes.Buffer
 			for b.Loop() {
 				next := ""
@@ -202,12 +206,7 @@ func BenchmarkListAllMCPvsREST(b *testing.B) {
 		})
 		b.Run("MCP-pages"+ep.name, func(b *testing.B) {
 			ctx := context.Background()
-			client := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil)
-			session, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.URL + ep.path, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer session.Close()
+			session := connect(b, ep.path)
 			for b.Loop() {
 				got, args := 0, map[string]any{"allUsers": true, "limit": mcp.MaxListLimit}
 				for {

@@ -57,7 +57,7 @@ func (f fastList) serve(w http.ResponseWriter, r *http.Request) (bool, *http.Req
 	// Read what the SDK would accept (MaxBodyBytes); the rest, if any, stays for the SDK,
 	// which refuses it as too large.
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
-	r2 := r.Clone(r.Context())
+	r2 := r.WithContext(r.Context()) // a shallow copy: only the body changes
 	r2.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
 	if err != nil || len(body) > MaxBodyBytes || !bytes.Contains(body, []byte(`"list_workspaces"`)) {
 		return false, r2
