@@ -190,7 +190,10 @@ func BenchmarkListAllMCPvsREST(b *testing.B) {
 					if resp.StatusCode != 200 {
 						b.Fatalf("status %d: %.300s", resp.StatusCode, raw)
 					}
-					i := bytes.LastIndex(raw, []byte(`"continue":"`))
+					// The continue value ends the structured content, the answer's last member:
+					// look at the tail only (a search of the whole answer was a tenth of the time).
+					tail := raw[max(0, len(raw)-512):]
+					i := bytes.LastIndex(tail, []byte(`"continue":"`))
 					if page == n/mcp.MaxListLimit-1 && i >= 0 {
 						b.Fatalf("more than %d pages for %d workspaces", n/mcp.MaxListLimit, n)
 					}
@@ -198,7 +201,7 @@ func BenchmarkListAllMCPvsREST(b *testing.B) {
 						if i < 0 {
 							b.Fatalf("page %d has no continue: %.300s", page, raw[len(raw)-300:])
 						}
-						rest := raw[i+len(`"continue":"`):]
+						rest := tail[i+len(`"continue":"`):]
 						next = string(rest[:bytes.IndexByte(rest, '"')])
 					}
 				}

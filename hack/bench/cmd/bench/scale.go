@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -297,9 +298,14 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 	}
 	if hasAPI && withLists {
 		var rest, viaMCP, viaMCPRaw []float64
+		// The bytes rows read every answer into this one buffer, REST's and MCP's alike: a
+		// fresh buffer per answer (io.ReadAll) made this process zero and return memory for
+		// most of its CPU (a profile of the twenty-fourth round: 31% memclr, 16% madvise), the
+		// benchmark measuring its own allocator more than nogoo9.
+		var buf bytes.Buffer
 		for i := 0; i < lists; i++ {
 			s := time.Now()
-			if err := n.call(ctx, http.MethodGet, "/api/v1/workspaces?all=true", nil, nil); err != nil {
+			if err := n.readInto(ctx, "/api/v1/workspaces?all=true", &buf); err != nil {
 				return err
 			}
 			rest = append(rest, float64(time.Since(s).Microseconds())/1000)
@@ -317,21 +323,25 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 			viaMCP = append(viaMCP, float64(time.Since(s).Microseconds())/1000)
 		}
 		var rawCPU chan struct{}
+		stopClientProfile := func() {}
 		if pprofAddr != "" { // the raw MCP lists' CPU profile: they take about a second
 			rawCPU = make(chan struct{})
 			go func() {
 				defer close(rawCPU)
 				saveProfile(ctx, pprofAddr, "profile?seconds=2", filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("cpu-mcp-raw-%s-%d-%d.pprof", strings.ReplaceAll(subject, " ", "-"), c.scale, time.Now().Unix())))
 			}()
+			// The client's side of the same lists: this process's CPU while it reads them.
+			stopClientProfile = profileSelf(filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("cpu-client-mcp-raw-%s-%d-%d.pprof", strings.ReplaceAll(subject, " ", "-"), c.scale, time.Now().Unix())))
 		}
 		for i := 0; i < lists || (rawCPU != nil && !closed(rawCPU)); i++ {
 			s := time.Now()
-			if err := n.listAllViaMCPRaw(ctx, session, c.scale); err != nil {
+			if err := n.listAllViaMCPRaw(ctx, session, c.scale, &buf); err != nil {
 				session.Close()
 				return err
 			}
 			viaMCPRaw = append(viaMCPRaw, float64(time.Since(s).Microseconds())/1000)
 		}
+		stopClientProfile()
 		session.Close()
 		sfx := listRowSuffix(subject)
 		res.Add(figR, "p50 "+restListRow+sfx, "ms", bench.Percentile(rest, 50))
@@ -407,7 +417,7 @@ func listAllViaMCP(ctx context.Context, s *mcp.ClientSession, want int) error {
 // listAllViaMCPRaw lists every workspace through list_workspaces on session s, page by page,
 // as raw JSON-RPC posts whose answers are read whole but not parsed (the continue value is taken
 // from the end of the structured content). want/mcpListPage pages, the last without continue.
-func (n *nogoo9Proc) listAllViaMCPRaw(ctx context.Context, s *mcp.ClientSession, want int) error {
+func (n *nogoo9Proc) listAllViaMCPRaw(ctx context.Context, s *mcp.ClientSession, want int, buf *bytes.Buffer) error {
 	next, pages := "", (want+mcpListPage-1)/mcpListPage
 	for page := 1; page <= pages; page++ {
 		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"list_workspaces","arguments":{"allUsers":true,"limit":%d,"continue":%q}}}`, page, mcpListPage, next)
@@ -424,22 +434,54 @@ func (n *nogoo9Proc) listAllViaMCPRaw(ctx context.Context, s *mcp.ClientSession,
 		if err != nil {
 			return fmt.Errorf("MCP list_workspaces (raw) page %d: %w", page, err)
 		}
-		b, _ := io.ReadAll(resp.Body)
+		buf.Reset()
+		_, rerr := buf.ReadFrom(resp.Body)
 		resp.Body.Close()
+		b := buf.Bytes()
+		if rerr != nil {
+			return fmt.Errorf("MCP list_workspaces (raw) page %d: read the answer: %w", page, rerr)
+		}
 		if resp.StatusCode != http.StatusOK || bytes.Contains(b[max(0, len(b)-200):], []byte(`"isError":true`)) {
 			return fmt.Errorf("MCP list_workspaces (raw) page %d: %s: %.300s", page, resp.Status, b)
 		}
+		// The continue value ends the structured content, the answer's last member: only the
+		// tail is searched, as a client that knows where it is would (a search of the whole
+		// answer was about a tenth of the client's time).
 		const key = `"continue":"`
-		i := bytes.LastIndex(b, []byte(key))
+		tail := b[max(0, len(b)-512):]
+		i := bytes.LastIndex(tail, []byte(key))
 		switch {
 		case page < pages && i < 0:
 			return fmt.Errorf("MCP list_workspaces (raw): page %d of %d has no continue value", page, pages)
 		case page == pages && i >= 0:
 			return fmt.Errorf("MCP list_workspaces (raw): more than %d pages for %d workspaces", pages, want)
 		case i >= 0:
-			rest := b[i+len(key):]
+			rest := tail[i+len(key):]
 			next = string(rest[:max(0, bytes.IndexByte(rest, '"'))])
 		}
+	}
+	return nil
+}
+
+// readInto GETs path from nogoo9's API as its admin into buf (reset first), and fails unless
+// the answer is 200.
+func (n *nogoo9Proc) readInto(ctx context.Context, path string, buf *bytes.Buffer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.api+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+n.token)
+	resp, err := n.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	buf.Reset()
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return fmt.Errorf("GET %s: read the answer: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %.300s", path, resp.Status, buf.Bytes())
 	}
 	return nil
 }
@@ -532,12 +574,35 @@ func figuresScale(ctx context.Context, c config, res *bench.Results) error {
 		res.Compare(figM, "Go heap in use, "+beforeSubject, "Go heap in use, naive cache of every Pod")
 		res.Note(figM, "nogoo9 before: %s, measured after nogoo9 in each round, the same way", c.before)
 	}
-	res.Note(figR, "list latency is the caller's round trip on loopback for the whole list as an admin (all users' workspaces), %d calls per round; nogoo9 serves it from its cache; through MCP the whole list is every page of %d (one answer holds at most that many), read with the go-sdk client (which parses every answer) and, like REST's, as bytes (raw JSON-RPC posts on the same session)", lists, mcpListPage)
+	res.Note(figR, "list latency is the caller's round trip on loopback for the whole list as an admin (all users' workspaces), %d calls per round; nogoo9 serves it from its cache; through MCP the whole list is every page of %d (one answer holds at most that many), read with the go-sdk client (which parses every answer) and, like REST's, as bytes (raw JSON-RPC posts on the same session; REST's and these answers read into one reused buffer, since the twenty-fourth round)", lists, mcpListPage)
 	if c.scale != 10000 {
 		res.Note(figR, "scale %d (BENCH_SCALE=10000 for the issue's figure)", c.scale)
 	}
 	res.Note(figM, "RSS from /proc/<pid>/status VmRSS, heap from go_memstats_heap_inuse_bytes, 3 s after the cold start ended (for nogoo9, its first list that returned every workspace; for the baseline, its cache synced), before the timed list calls; baseline: hack/bench/naivecache, a controller-runtime manager with a full, unfiltered Pod informer")
 	return nil
+}
+
+// profileSelf starts a CPU profile of the benchmark's own process into path and returns what
+// stops it and writes the file.
+func profileSelf(path string) (stop func()) {
+	f, err := os.Create(path)
+	if err != nil {
+		logf("profile: %v", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		logf("profile: %v", err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			logf("profile: %v", err)
+			return
+		}
+		logf("profile of the benchmark's client written to %s", path)
+	}
 }
 
 // saveProfile writes one of nogoo9's pprof profiles to path: BENCH_PPROF_DIR asks for the heap
