@@ -26,6 +26,8 @@ type rawClient struct {
 	user    string
 	version string
 	session string
+	// accept, when set, is the Accept header's lines instead of the usual one.
+	accept []string
 }
 
 // post sends one JSON-RPC message and returns the status, the Content-Type and the JSON-RPC
@@ -35,6 +37,9 @@ func (c *rawClient) post(body string) (int, string, map[string]any) {
 	req, _ := http.NewRequest(http.MethodPost, c.url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	if c.accept != nil {
+		req.Header["Accept"] = c.accept
+	}
 	req.Header.Set("X-Test-User", c.user)
 	req.Header.Set("Authorization", "Bearer test")
 	if c.session != "" {
@@ -180,6 +185,60 @@ func TestFastListAnswersAsTheSDKDoes(t *testing.T) {
 	a.initialize()
 	if _, ct, _ := a.post(call("1", `{}`)); ct == "application/json" {
 		t.Errorf("a list at protocol version 2025-03-26 was answered by fastList")
+	}
+}
+
+// TestFastListTakesTheAcceptHeadersTheSDKTakes: whichever Accept header a client sends, a list
+// is answered as the SDK answers it: refused where the SDK refuses it, the same message where it
+// answers. acceptsJSON mirrors the SDK's own (unexported) rule; this holds the two together.
+func TestFastListTakesTheAcceptHeadersTheSDKTakes(t *testing.T) {
+	svc, err := frontend.New(frontend.Config{Namespace: "ns", Templates: oneTemplate{}, Pods: replayInformer{benchPods(3)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asRoot := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(w, r.WithContext(auth.WithCaller(r.Context(), &auth.Caller{Subject: "root", IsAdmin: true})))
+		})
+	}
+	fast := httptest.NewServer(asRoot(mcp.NewHandler(svc, mcp.Options{Version: "test"})))
+	defer fast.Close()
+	sdkOnly := httptest.NewServer(asRoot(mcp.NewHandler(svc, mcp.Options{Version: "test", NoFastList: true})))
+	defer sdkOnly.Close()
+	a := &rawClient{t: t, url: fast.URL, user: "root", version: "2025-11-25"}
+	b := &rawClient{t: t, url: sdkOnly.URL, user: "root", version: "2025-11-25"}
+	a.initialize()
+	b.initialize()
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_workspaces","arguments":{"allUsers":true}}}`
+	answered, fastAnswered := 0, 0
+	for _, accept := range [][]string{
+		{"application/json, text/event-stream"},
+		{"application/json", "text/event-stream"},
+		{"text/event-stream, application/json;q=0.9"},
+		{"APPLICATION/JSON, Text/Event-Stream"},
+		{"*/*"},
+		{"application/*, text/*"},
+		{"application/json"},
+		{"text/event-stream"},
+		{"text/html"},
+		{""},
+		{},
+	} {
+		a.accept, b.accept = accept, accept
+		sa, cta, ma := a.post(list)
+		sb, _, mb := b.post(list)
+		if sa != sb || !reflect.DeepEqual(ma, mb) {
+			t.Errorf("Accept %q: answered %d (%s) %.200s; the SDK answers %d %.200s", accept, sa, cta, fmt.Sprint(ma), sb, fmt.Sprint(mb))
+		}
+		if sa == http.StatusOK {
+			answered++
+		}
+		if cta == "application/json" {
+			fastAnswered++
+		}
+	}
+	if answered == 0 || fastAnswered == 0 {
+		t.Fatalf("%d Accept headers answered, %d of them by fastList: the comparison did not compare fastList's answers", answered, fastAnswered)
 	}
 }
 
