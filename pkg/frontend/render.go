@@ -153,6 +153,19 @@ type encoded struct {
 type shape struct {
 	lits  [maxHoles + 1]string
 	holes int
+	// esc are lits escaped as inside a JSON string (AppendEscaped), for the text copy of an MCP
+	// answer (WriteEscapedJSON): made once per shape, which every workspace of the same
+	// template, version and phase shares, so a list escapes only the workspaces' own values.
+	esc [maxHoles + 1]string
+}
+
+// makeShape interns s, its escaped literals filled in (derived from lits, so equal shapes
+// stay equal).
+func makeShape(s shape) unique.Handle[shape] {
+	for i := range s.holes + 1 {
+		s.esc[i] = string(AppendEscaped(nil, s.lits[i]))
+	}
+	return unique.Make(s)
 }
 
 // maxHoles is the most runs of its own members a view's JSON may have to be kept compact; a view
@@ -217,7 +230,7 @@ func encode(b []byte) *encoded {
 	if enc := compact(b); enc != nil {
 		return enc
 	}
-	return &encoded{shape: unique.Make(shape{holes: 1}), vals: string(b)}
+	return &encoded{shape: makeShape(shape{holes: 1}), vals: string(b)}
 }
 
 // compact splits the JSON object b (json.Marshal's output: no spaces, flat members) into its
@@ -284,7 +297,7 @@ func compact(b []byte) *encoded {
 		lit = lit[:0]
 	}
 	s.lits[s.holes] = string(append(lit, '}'))
-	enc.shape, enc.vals = unique.Make(s), string(vals)
+	enc.shape, enc.vals = makeShape(s), string(vals)
 	return &enc
 }
 
@@ -340,6 +353,31 @@ func (enc *encoded) appendTo(buf []byte, note []byte) []byte {
 	return append(buf, s.lits[s.holes]...)
 }
 
+// appendEscapedTo appends what appendTo appends, escaped as inside a JSON string (AppendEscaped):
+// the shape's literals from their escaped copies, the workspace's own values escaped here. note,
+// when not nil, is the clock note's JSON-escaped text escaped once more.
+func (enc *encoded) appendEscapedTo(buf []byte, note []byte) []byte {
+	s := enc.shape.Value()
+	start := 0
+	for i := range s.holes {
+		buf = append(buf, s.esc[i]...)
+		end := len(enc.vals)
+		if i < s.holes-1 {
+			end = int(enc.ends[i])
+		}
+		v := enc.vals[start:end]
+		start = end
+		if note != nil {
+			if k := strings.IndexByte(v, noteByte); k >= 0 {
+				buf = append(AppendEscaped(buf, v[:k]), note...)
+				v = v[k+1:]
+			}
+		}
+		buf = AppendEscaped(buf, v)
+	}
+	return append(buf, s.esc[s.holes]...)
+}
+
 // WorkspaceList is a consistent snapshot of workspace views, ready to encode.
 type WorkspaceList struct {
 	entries []*entry
@@ -364,7 +402,14 @@ func (l *WorkspaceList) Workspaces() []Workspace {
 
 // WriteJSON writes the list as a JSON array, each element what json.Marshal of its Workspace
 // gives, from the views' cached encodings.
-func (l *WorkspaceList) WriteJSON(w io.Writer) error {
+func (l *WorkspaceList) WriteJSON(w io.Writer) error { return l.write(w, false) }
+
+// WriteEscapedJSON writes what WriteJSON writes, escaped as inside a JSON string
+// (AppendEscaped): the text copy of an MCP answer, without escaping the shared parts of every
+// view again (TestCompactWritesWhatJSONWrites, TestRenderMatchesDescribe).
+func (l *WorkspaceList) WriteEscapedJSON(w io.Writer) error { return l.write(w, true) }
+
+func (l *WorkspaceList) write(w io.Writer, escaped bool) error {
 	l.encodeMissing()
 	buf := make([]byte, 0, min(32<<10, 1024*(len(l.entries)+1)))
 	buf = append(buf, '[')
@@ -373,7 +418,7 @@ func (l *WorkspaceList) WriteJSON(w io.Writer) error {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = l.appendEntry(buf, e, notes)
+		buf = l.appendEntry(buf, e, notes, escaped)
 		if len(buf) >= 28<<10 {
 			if _, err := w.Write(buf); err != nil {
 				return err
@@ -440,20 +485,31 @@ func (l *WorkspaceList) MarshalJSON() ([]byte, error) {
 	return b.Bytes(), err
 }
 
-func (l *WorkspaceList) appendEntry(buf []byte, e *entry, notes map[clockNote][]byte) []byte {
+// appendEntry appends e's JSON, or with escaped its escaped copy (notes then holds escaped
+// notes: one list is written one way).
+func (l *WorkspaceList) appendEntry(buf []byte, e *entry, notes map[clockNote][]byte, escaped bool) []byte {
 	latest := l.latest[e.template]
 	enc := e.encoding(latest)
 	if enc == nil {
 		b, _ := json.Marshal(e.view(latest, l.now))
+		if escaped {
+			return AppendEscaped(buf, b)
+		}
 		return append(buf, b...)
 	}
-	if e.clock.kind == clockNone {
-		return enc.appendTo(buf, nil)
+	var note []byte
+	if e.clock.kind != clockNone {
+		var ok bool
+		if note, ok = notes[e.clock]; !ok {
+			note = jsonStringContent(e.clock.note(l.now))
+			if escaped {
+				note = AppendEscaped(make([]byte, 0, len(note)), note) // not nil: an empty note still replaces noteByte
+			}
+			notes[e.clock] = note
+		}
 	}
-	note, ok := notes[e.clock]
-	if !ok {
-		note = jsonStringContent(e.clock.note(l.now))
-		notes[e.clock] = note
+	if escaped {
+		return enc.appendEscapedTo(buf, note)
 	}
 	return enc.appendTo(buf, note)
 }

@@ -22,7 +22,8 @@ import (
 // TestCompactWritesWhatJSONWrites splits the JSON of 2,000 random views, every member set or
 // empty at random, with strings that look like JSON members, escapes, quotes, HTML and non-ASCII
 // text, and checks that the compact form writes back exactly json.Marshal's bytes, or is nil only
-// where it must be (a run of the workspace's own over 64 KiB).
+// where it must be (a run of the workspace's own over 64 KiB), and its escaped form exactly
+// those bytes escaped (AppendEscaped), with and without a clock note.
 func TestCompactWritesWhatJSONWrites(t *testing.T) {
 	rng := rand.New(rand.NewPCG(16, 7))
 	nasty := []string{
@@ -58,6 +59,9 @@ func TestCompactWritesWhatJSONWrites(t *testing.T) {
 		if got := enc.appendTo(nil, nil); !bytes.Equal(got, b) {
 			t.Fatalf("view %d:\n%s\nwant\n%s", i, got, b)
 		}
+		if got, want := enc.appendEscapedTo(nil, nil), AppendEscaped(nil, b); !bytes.Equal(got, want) {
+			t.Fatalf("view %d escaped:\n%s\nwant\n%s", i, got, want)
+		}
 
 		// With a clock note, as encoding builds it: the note's place marked in the message,
 		// the note's text put there when the list is written.
@@ -82,6 +86,9 @@ func TestCompactWritesWhatJSONWrites(t *testing.T) {
 		}
 		if got := encode(marked).appendTo(nil, jsonStringContent(note)); !bytes.Equal(got, want) {
 			t.Fatalf("view %d with note %q:\n%s\nwant\n%s", i, note, got, want)
+		}
+		if got, want := encode(marked).appendEscapedTo(nil, AppendEscaped(nil, jsonStringContent(note))), AppendEscaped(nil, want); !bytes.Equal(got, want) {
+			t.Fatalf("view %d with note %q, escaped:\n%s\nwant\n%s", i, note, got, want)
 		}
 	}
 }
@@ -217,7 +224,7 @@ func TestFirstListEncodesEveryViewInParallelAsOneByOne(t *testing.T) {
 		if i > 0 {
 			want.WriteByte(',')
 		}
-		want.Write(serial.appendEntry(nil, e, map[clockNote][]byte{}))
+		want.Write(serial.appendEntry(nil, e, map[clockNote][]byte{}, false))
 	}
 	want.WriteByte(']')
 	if got.String() != want.String() {

@@ -108,6 +108,13 @@ func TestRenderMatchesDescribe(t *testing.T) {
 					if !bytes.Equal(b.Bytes(), wantJSON) {
 						t.Errorf("latest %q, now %s: JSON\n%s\nwant\n%s", latest, d, b.Bytes(), wantJSON)
 					}
+					b.Reset()
+					if err := l.WriteEscapedJSON(&b); err != nil {
+						t.Fatal(err)
+					}
+					if wantText := AppendEscaped(nil, wantJSON); !bytes.Equal(b.Bytes(), wantText) {
+						t.Errorf("latest %q, now %s: escaped JSON\n%s\nwant\n%s", latest, d, b.Bytes(), wantText)
+					}
 				}
 			}
 		})

@@ -69,13 +69,12 @@ func (f fastList) serve(w http.ResponseWriter, r *http.Request) (bool, *http.Req
 	b := fastListBuffers.Get().(*bytes.Buffer)
 	defer putBuffer(b)
 	b.Reset()
-	if res, err := listJSON(r.Context(), f.svc, args, b); res != nil || err != nil {
-		return false, r2 // a tool error: the SDK answers it, as it answers every error
-	}
 	text := fastListBuffers.Get().(*bytes.Buffer)
 	defer putBuffer(text)
 	text.Reset()
-	appendEscaped(text, b.Bytes())
+	if res, err := listJSON(r.Context(), f.svc, args, b, text); res != nil || err != nil {
+		return false, r2 // a tool error: the SDK answers it, as it answers every error
+	}
 
 	head := `{"jsonrpc":"2.0","id":` + string(id) + `,"result":{"content":[{"type":"text","text":"`
 	mid := `"}],"structuredContent":`
@@ -162,39 +161,6 @@ func acceptsJSON(r *http.Request) bool {
 	}
 	return jsonOK && streamOK
 }
-
-// appendEscaped appends js, which is JSON encoding/json wrote (valid UTF-8), as the inside of a
-// JSON string: quotes, backslashes and control characters escaped.
-func appendEscaped(b *bytes.Buffer, js []byte) {
-	b.Grow(len(js) + len(js)/4)
-	out := b.AvailableBuffer()
-	start := 0
-	for i, c := range js {
-		if !mustEscape[c] {
-			continue
-		}
-		out = append(out, js[start:i]...)
-		switch c {
-		case '"', '\\':
-			out = append(out, '\\', c)
-		default:
-			out = append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	b.Write(append(out, js[start:]...))
-}
-
-const hex = "0123456789abcdef"
-
-// mustEscape marks the bytes a JSON string cannot hold as they are.
-var mustEscape = func() (t [256]bool) {
-	for c := range 0x20 {
-		t[c] = true
-	}
-	t['"'], t['\\'] = true, true
-	return t
-}()
 
 type readCloser struct {
 	io.Reader

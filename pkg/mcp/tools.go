@@ -310,7 +310,7 @@ func events(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest
 
 func listWorkspaces(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var b bytes.Buffer
-	if res, err := listJSON(ctx, svc, req.Params.Arguments, &b); res != nil || err != nil {
+	if res, err := listJSON(ctx, svc, req.Params.Arguments, &b, nil); res != nil || err != nil {
 		return res, err
 	}
 	// The text block repeats the structured content, as the MCP spec asks for clients that do
@@ -321,9 +321,11 @@ func listWorkspaces(ctx context.Context, svc *frontend.Service, req *mcp.CallToo
 	}, nil
 }
 
-// listJSON writes to b the structured content of the list_workspaces call with these arguments,
-// or returns the tool error to answer instead (b is then unused).
-func listJSON(ctx context.Context, svc *frontend.Service, args json.RawMessage, b *bytes.Buffer) (*mcp.CallToolResult, error) {
+// listJSON writes to b the structured content of the list_workspaces call with these arguments
+// and, when text is not nil, to text the same escaped as inside a JSON string (the text block of
+// fastList's answer: the list's shared parts come escaped from the views), or returns the tool
+// error to answer instead (b and text are then unused).
+func listJSON(ctx context.Context, svc *frontend.Service, args json.RawMessage, b, text *bytes.Buffer) (*mcp.CallToolResult, error) {
 	var in listInput
 	if len(args) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(args))
@@ -341,14 +343,22 @@ func listJSON(ctx context.Context, svc *frontend.Service, args json.RawMessage, 
 	if err != nil {
 		return toolError(err), nil
 	}
-	b.WriteString(`{"workspaces":`)
+	head, tail := `{"workspaces":`, "}"
+	if list.Continue != "" {
+		tail = `,"continue":` + strconv.Quote(list.Continue) + tail
+	}
+	b.WriteString(head)
 	if err := list.WriteJSON(b); err != nil {
 		return nil, err
 	}
-	if list.Continue != "" {
-		b.WriteString(`,"continue":` + strconv.Quote(list.Continue))
+	b.WriteString(tail)
+	if text != nil {
+		text.Write(frontend.AppendEscaped(text.AvailableBuffer(), head))
+		if err := list.WriteEscapedJSON(text); err != nil {
+			return nil, err
+		}
+		text.Write(frontend.AppendEscaped(text.AvailableBuffer(), tail))
 	}
-	b.WriteByte('}')
 	return nil, nil
 }
 
