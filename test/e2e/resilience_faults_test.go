@@ -373,14 +373,20 @@ var _ = Describe("Resilience: more faults of the control plane", Label("resilien
 
 		By("nothing acted twice: one new pod and one UpgradeStarted for the upgraded workspace, nothing for the others")
 		Expect(upPods).To(HaveLen(2), "pods seen for watch-up: %v", upPods)
-		var events corev1.EventList
-		Expect(K8s.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
 		started := map[string]int32{}
-		for _, e := range events.Items {
-			if e.Reason == "UpgradeStarted" {
-				started[e.InvolvedObject.Name] += max(e.Count, 1)
+		// The Event is written after the fact (client-go's recorder, which retries a failed write
+		// after up to 10 s): wait for it, then count.
+		Eventually(func(g Gomega) {
+			var events corev1.EventList
+			g.Expect(K8s.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+			clear(started)
+			for _, e := range events.Items {
+				if e.Reason == "UpgradeStarted" {
+					started[e.InvolvedObject.Name] += max(e.Count, 1)
+				}
 			}
-		}
+			g.Expect(started).To(HaveKey(u.Name))
+		}, 30*time.Second, 250*time.Millisecond).Should(Succeed(), "the upgraded pod's UpgradeStarted Event")
 		Expect(started).To(Equal(map[string]int32{u.Name: 1}), "UpgradeStarted Events by pod")
 		Expect(workspacePodsNow(ns, "watch-gone")).To(BeEmpty(), "nogoo9 re-created a workspace whose pod a person deleted")
 		Expect(workspacePodsNow(ns, "watch-maint")).To(HaveLen(1))
