@@ -331,11 +331,24 @@ func valueEnd(b []byte, i int) int {
 
 // appendTo appends the JSON enc stands for; note, when not nil, is the clock note's
 // JSON-escaped text, put in its place.
-func (enc *encoded) appendTo(buf []byte, note []byte) []byte {
+func (enc *encoded) appendTo(buf []byte, note []byte) []byte { return enc.write(buf, note, false) }
+
+// appendEscapedTo appends what appendTo appends, escaped as inside a JSON string (AppendEscaped):
+// the shape's literals from their escaped copies, the workspace's own values escaped here. note,
+// when not nil, is the clock note's JSON-escaped text escaped once more.
+func (enc *encoded) appendEscapedTo(buf []byte, note []byte) []byte {
+	return enc.write(buf, note, true)
+}
+
+func (enc *encoded) write(buf, note []byte, escaped bool) []byte {
 	s := enc.shape.Value()
+	lits := &s.lits
+	if escaped {
+		lits = &s.esc
+	}
 	start := 0
 	for i := range s.holes {
-		buf = append(buf, s.lits[i]...)
+		buf = append(buf, lits[i]...)
 		end := len(enc.vals) // the last run ends with vals (ends may not hold it: a whole object)
 		if i < s.holes-1 {
 			end = int(enc.ends[i])
@@ -344,38 +357,21 @@ func (enc *encoded) appendTo(buf []byte, note []byte) []byte {
 		start = end
 		if note != nil {
 			if k := strings.IndexByte(v, noteByte); k >= 0 {
-				buf = append(append(buf, v[:k]...), note...)
+				buf = append(appendValue(buf, v[:k], escaped), note...)
 				v = v[k+1:]
 			}
 		}
-		buf = append(buf, v...)
+		buf = appendValue(buf, v, escaped)
 	}
-	return append(buf, s.lits[s.holes]...)
+	return append(buf, lits[s.holes]...)
 }
 
-// appendEscapedTo appends what appendTo appends, escaped as inside a JSON string (AppendEscaped):
-// the shape's literals from their escaped copies, the workspace's own values escaped here. note,
-// when not nil, is the clock note's JSON-escaped text escaped once more.
-func (enc *encoded) appendEscapedTo(buf []byte, note []byte) []byte {
-	s := enc.shape.Value()
-	start := 0
-	for i := range s.holes {
-		buf = append(buf, s.esc[i]...)
-		end := len(enc.vals)
-		if i < s.holes-1 {
-			end = int(enc.ends[i])
-		}
-		v := enc.vals[start:end]
-		start = end
-		if note != nil {
-			if k := strings.IndexByte(v, noteByte); k >= 0 {
-				buf = append(AppendEscaped(buf, v[:k]), note...)
-				v = v[k+1:]
-			}
-		}
-		buf = AppendEscaped(buf, v)
+// appendValue appends v, escaped or as it is.
+func appendValue(buf []byte, v string, escaped bool) []byte {
+	if escaped {
+		return AppendEscaped(buf, v)
 	}
-	return append(buf, s.esc[s.holes]...)
+	return append(buf, v...)
 }
 
 // WorkspaceList is a consistent snapshot of workspace views, ready to encode.
