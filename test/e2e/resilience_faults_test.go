@@ -261,17 +261,7 @@ var _ = Describe("Resilience: more faults of the control plane", Label("resilien
 			}
 			Expect(p.Labels[workspace.LabelUserSub]).To(Equal(old.Labels[workspace.LabelUserSub]), id)
 			Expect(claimNames(p)).To(Equal(claimNames(old)), id)
-			// Events are written after the fact, by client-go's recorder on its own goroutine,
-			// which retries a failed write after up to 10 s: wait for them, bounded.
-			Eventually(func(g Gomega) {
-				var events corev1.EventList
-				g.Expect(K8s.List(ctx, &events, client.InNamespace(ns), client.MatchingFields{"involvedObject.name": old.Name})).To(Succeed())
-				var reasons []string
-				for _, ev := range events.Items {
-					reasons = append(reasons, ev.Reason)
-				}
-				g.Expect(reasons).To(ContainElements(lifecycle.ReasonNodeLost, lifecycle.ReasonNodeLostReplaced), "%s: Events of %s", id, old.Name)
-			}, 30*time.Second, 250*time.Millisecond).Should(Succeed())
+			waitPodEvent(ns, old.Name, lifecycle.ReasonNodeLost, lifecycle.ReasonNodeLostReplaced)
 			pxExpectPhase(proc, alice, id, workspace.PhaseReady, "", "")
 		}
 		for name, uid := range claims {

@@ -960,20 +960,22 @@ func claimOf(ctx context.Context, ns, id string) *corev1.PersistentVolumeClaim {
 	return &list.Items[0]
 }
 
-// waitPodEvent waits for an Event with reason on pod name (by name: the pod may be gone).
-func waitPodEvent(ns, name, reason string) {
+// waitPodEvent waits for Events with every one of reasons on pod name (by name: the pod may be
+// gone). Events are written after the fact, by client-go's recorder on its own goroutine, which
+// retries a failed write after up to 10 s: the wait is the suite's default, bounded.
+func waitPodEvent(ns, name string, reasons ...string) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) []string {
 		var list corev1.EventList
-		g.Expect(K8s.List(context.Background(), &list, client.InNamespace(ns))).To(Succeed())
-		var reasons []string
+		g.Expect(K8s.List(context.Background(), &list, client.InNamespace(ns), client.MatchingFields{"involvedObject.name": name})).To(Succeed())
+		var seen []string
 		for _, e := range list.Items {
-			if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == name {
-				reasons = append(reasons, e.Reason)
+			if e.InvolvedObject.Kind == "Pod" {
+				seen = append(seen, e.Reason)
 			}
 		}
-		return reasons
-	}).Should(ContainElement(reason), "Event %s on pod %s/%s", reason, ns, name)
+		return seen
+	}).Should(ContainElements(reasons), "Events %v on pod %s/%s", reasons, ns, name)
 }
 
 // inParallel runs fn(0..n-1) on workers goroutines and returns the errors.
