@@ -297,52 +297,70 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 		saveProfile(ctx, pprofAddr, "heap?gc=1", filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("heap-%s-%d-%d.pprof", strings.ReplaceAll(subject, " ", "-"), c.scale, time.Now().Unix())))
 	}
 	if hasAPI && withLists {
-		var rest, viaMCP, viaMCPRaw []float64
+		var rest, viaMCP, viaMCPRaw, pairs []float64
 		// The bytes rows read every answer into this one buffer, REST's and MCP's alike: a
 		// fresh buffer per answer (io.ReadAll) made this process zero and return memory for
 		// most of its CPU (a profile of the twenty-fourth round: 31% memclr, 16% madvise), the
 		// benchmark measuring its own allocator more than nogoo9.
 		var buf bytes.Buffer
-		for i := 0; i < lists; i++ {
-			s := time.Now()
-			if err := n.readInto(ctx, "/api/v1/workspaces?all=true", &buf); err != nil {
-				return err
-			}
-			rest = append(rest, float64(time.Since(s).Microseconds())/1000)
-		}
 		session, err := n.mcpSession(ctx)
 		if err != nil {
 			return err
 		}
-		for i := 0; i < lists; i++ {
+		defer session.Close()
+		// REST's and MCP's bytes rows in pairs, in turn first, so that whatever else the machine
+		// does while they run (kwok, kube-apiserver, the collector of either process) falls on
+		// both rows alike: in blocks one after the other the ratio of their p50s moved by 40%
+		// from round to round (twenty-fourth round).
+		timed := func(fn func() error) (float64, error) {
 			s := time.Now()
-			if err := listAllViaMCP(ctx, session, c.scale); err != nil {
-				session.Close()
+			err := fn()
+			return float64(time.Since(s).Microseconds()) / 1000, err
+		}
+		restCall := func() error { return n.readInto(ctx, "/api/v1/workspaces?all=true", &buf) }
+		rawCall := func() error { return n.listAllViaMCPRaw(ctx, session, c.scale, &buf) }
+		for i := 0; i < lists; i++ {
+			first, second := restCall, rawCall
+			if i%2 == 1 {
+				first, second = rawCall, restCall
+			}
+			d1, err := timed(first)
+			if err != nil {
 				return err
 			}
-			viaMCP = append(viaMCP, float64(time.Since(s).Microseconds())/1000)
+			d2, err := timed(second)
+			if err != nil {
+				return err
+			}
+			if i%2 == 1 {
+				d1, d2 = d2, d1
+			}
+			rest, viaMCPRaw = append(rest, d1), append(viaMCPRaw, d2)
+			pairs = append(pairs, d2/d1)
 		}
-		var rawCPU chan struct{}
-		stopClientProfile := func() {}
-		if pprofAddr != "" { // the raw MCP lists' CPU profile: they take about a second
-			rawCPU = make(chan struct{})
+		for i := 0; i < lists; i++ {
+			d, err := timed(func() error { return listAllViaMCP(ctx, session, c.scale) })
+			if err != nil {
+				return err
+			}
+			viaMCP = append(viaMCP, d)
+		}
+		if pprofAddr != "" { // the raw MCP lists' CPU profile, not timed: they take about a second
+			cpuDone := make(chan struct{})
 			go func() {
-				defer close(rawCPU)
+				defer close(cpuDone)
 				saveProfile(ctx, pprofAddr, "profile?seconds=2", filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("cpu-mcp-raw-%s-%d-%d.pprof", strings.ReplaceAll(subject, " ", "-"), c.scale, time.Now().Unix())))
 			}()
 			// The client's side of the same lists: this process's CPU while it reads them.
-			stopClientProfile = profileSelf(filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("cpu-client-mcp-raw-%s-%d-%d.pprof", strings.ReplaceAll(subject, " ", "-"), c.scale, time.Now().Unix())))
-		}
-		for i := 0; i < lists || (rawCPU != nil && !closed(rawCPU)); i++ {
-			s := time.Now()
-			if err := n.listAllViaMCPRaw(ctx, session, c.scale, &buf); err != nil {
-				session.Close()
-				return err
+			stop := profileSelf(filepath.Join(os.Getenv("BENCH_PPROF_DIR"), fmt.Sprintf("cpu-client-mcp-raw-%s-%d-%d.pprof", strings.ReplaceAll(subject, " ", "-"), c.scale, time.Now().Unix())))
+			for !closed(cpuDone) {
+				if err := rawCall(); err != nil {
+					stop()
+					return err
+				}
 			}
-			viaMCPRaw = append(viaMCPRaw, float64(time.Since(s).Microseconds())/1000)
+			stop()
 		}
-		stopClientProfile()
-		session.Close()
 		sfx := listRowSuffix(subject)
 		res.Add(figR, "p50 "+restListRow+sfx, "ms", bench.Percentile(rest, 50))
 		res.Add(figR, "p99 "+restListRow+sfx, "ms", bench.Percentile(rest, 99))
@@ -350,6 +368,7 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 		res.Add(figR, "p99 "+mcpListRow+sfx, "ms", bench.Percentile(viaMCP, 99))
 		res.Add(figR, "p50 "+mcpRawListRow+sfx, "ms", bench.Percentile(viaMCPRaw, 50))
 		res.Add(figR, "p99 "+mcpRawListRow+sfx, "ms", bench.Percentile(viaMCPRaw, 99))
+		res.Add(figR, mcpPairRow+sfx, "x", bench.Percentile(pairs, 50))
 	}
 	return nil
 }
@@ -363,6 +382,9 @@ const (
 	// mcpRawListRow is the same pages with each answer's bytes read and not parsed, as the REST
 	// row reads REST's answer: nogoo9's cost and the transfer, without the go-sdk client's parse.
 	mcpRawListRow = "list_workspaces via MCP, bytes read (all users, pages of 1000)"
+	// mcpPairRow is the median, over the pairs of calls made one after the other, of the MCP
+	// bytes row's time over REST's.
+	mcpPairRow = "MCP bytes read / REST, median of paired calls"
 )
 
 // closed reports whether c is closed.
@@ -574,7 +596,7 @@ func figuresScale(ctx context.Context, c config, res *bench.Results) error {
 		res.Compare(figM, "Go heap in use, "+beforeSubject, "Go heap in use, naive cache of every Pod")
 		res.Note(figM, "nogoo9 before: %s, measured after nogoo9 in each round, the same way", c.before)
 	}
-	res.Note(figR, "list latency is the caller's round trip on loopback for the whole list as an admin (all users' workspaces), %d calls per round; nogoo9 serves it from its cache; through MCP the whole list is every page of %d (one answer holds at most that many), read with the go-sdk client (which parses every answer) and, like REST's, as bytes (raw JSON-RPC posts on the same session; REST's and these answers read into one reused buffer, since the twenty-fourth round)", lists, mcpListPage)
+	res.Note(figR, "list latency is the caller's round trip on loopback for the whole list as an admin (all users' workspaces), %d calls per round; nogoo9 serves it from its cache; through MCP the whole list is every page of %d (one answer holds at most that many), read with the go-sdk client (which parses every answer) and, like REST's, as bytes (raw JSON-RPC posts on the same session; REST's and these answers read into one reused buffer, since the twenty-fourth round; since the twenty-fifth, REST's and these calls made in pairs, in turn first, and the median of each pair's ratio a row of its own)", lists, mcpListPage)
 	if c.scale != 10000 {
 		res.Note(figR, "scale %d (BENCH_SCALE=10000 for the issue's figure)", c.scale)
 	}
