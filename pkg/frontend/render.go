@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unique"
 
@@ -144,6 +145,52 @@ type encoded struct {
 	shape unique.Handle[shape]
 	vals  string
 	ends  [maxHoles]uint16
+	// esc is vals escaped as inside a JSON string, for the text copy of an MCP answer: made by
+	// the first escaped write (the first MCP list of the workspace at this version), then kept,
+	// so that later lists copy it instead of escaping again (escaping was three quarters of the
+	// text copy's time, BenchmarkEscapedText). Views that no MCP list reads never make it.
+	esc atomic.Pointer[escapedVals]
+}
+
+// escapedVals is an encoded's vals escaped (AppendEscaped), noteByte kept as it is, with the
+// ends of its runs.
+type escapedVals struct {
+	vals string
+	ends [maxHoles]uint16
+}
+
+// escaped returns enc's vals escaped, made once; nil when a run's end no longer fits ends
+// (a view kept whole over 64 KiB: its values are escaped at every write instead).
+func (enc *encoded) escaped() *escapedVals {
+	if e := enc.esc.Load(); e != nil {
+		return e
+	}
+	s := enc.shape.Value()
+	var e escapedVals
+	b := make([]byte, 0, len(enc.vals)+len(enc.vals)/4)
+	start := 0
+	for i := range s.holes {
+		end := len(enc.vals)
+		if i < s.holes-1 {
+			end = int(enc.ends[i])
+		}
+		v := enc.vals[start:end]
+		if k := strings.IndexByte(v, noteByte); k >= 0 { // the note is put in at write time
+			b = append(AppendEscaped(b, v[:k]), noteByte)
+			v = v[k+1:]
+		}
+		b = AppendEscaped(b, v)
+		if i < s.holes-1 {
+			if len(b) > math.MaxUint16 {
+				return nil
+			}
+			e.ends[i] = uint16(len(b))
+		}
+		start = end
+	}
+	e.vals = string(b)
+	enc.esc.Store(&e)
+	return &e
 }
 
 // shape is the part of a view's JSON that many workspaces share: literal parts, with a hole for
@@ -342,26 +389,32 @@ func (enc *encoded) appendEscapedTo(buf []byte, note []byte) []byte {
 
 func (enc *encoded) write(buf, note []byte, escaped bool) []byte {
 	s := enc.shape.Value()
-	lits := &s.lits
+	lits, vals, ends := &s.lits, enc.vals, &enc.ends
+	escapeVals := false // vals still to be escaped here
 	if escaped {
 		lits = &s.esc
+		if e := enc.escaped(); e != nil {
+			vals, ends = e.vals, &e.ends
+		} else {
+			escapeVals = true
+		}
 	}
 	start := 0
 	for i := range s.holes {
 		buf = append(buf, lits[i]...)
-		end := len(enc.vals) // the last run ends with vals (ends may not hold it: a whole object)
+		end := len(vals) // the last run ends with vals (ends may not hold it: a whole object)
 		if i < s.holes-1 {
-			end = int(enc.ends[i])
+			end = int(ends[i])
 		}
-		v := enc.vals[start:end]
+		v := vals[start:end]
 		start = end
 		if note != nil {
 			if k := strings.IndexByte(v, noteByte); k >= 0 {
-				buf = append(appendValue(buf, v[:k], escaped), note...)
+				buf = append(appendValue(buf, v[:k], escapeVals), note...)
 				v = v[k+1:]
 			}
 		}
-		buf = appendValue(buf, v, escaped)
+		buf = appendValue(buf, v, escapeVals)
 	}
 	return append(buf, lits[s.holes]...)
 }

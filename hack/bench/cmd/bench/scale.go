@@ -361,6 +361,9 @@ func nogoo9ScaleRound(ctx context.Context, c config, cl *localcluster.Cluster, r
 			}
 			stop()
 		}
+		// Memory again after the lists: an MCP list keeps each view's escaped values (the text
+		// copy's), which the sample before the lists does not hold.
+		measureMemory(ctx, res, figM, subject+afterListsSuffix, n.proc.PID(), n.metrics)
 		sfx := listRowSuffix(subject)
 		res.Add(figR, "p50 "+restListRow+sfx, "ms", bench.Percentile(rest, 50))
 		res.Add(figR, "p99 "+restListRow+sfx, "ms", bench.Percentile(rest, 99))
@@ -382,6 +385,8 @@ const (
 	// mcpRawListRow is the same pages with each answer's bytes read and not parsed, as the REST
 	// row reads REST's answer: nogoo9's cost and the transfer, without the go-sdk client's parse.
 	mcpRawListRow = "list_workspaces via MCP, bytes read (all users, pages of 1000)"
+	// afterListsSuffix ends the memory rows sampled after the timed lists.
+	afterListsSuffix = ", after the timed lists"
 	// mcpPairRow is the median, over the pairs of calls made one after the other, of the MCP
 	// bytes row's time over REST's.
 	mcpPairRow = "MCP bytes read / REST, median of paired calls"
@@ -590,17 +595,21 @@ func figuresScale(ctx context.Context, c config, res *bench.Results) error {
 	res.Compare(figR, "cold start until ready and cache synced, nogoo9", "cold start until cache synced, naive cache of every Pod")
 	res.Compare(figM, "RSS, nogoo9", "RSS, naive cache of every Pod")
 	res.Compare(figM, "Go heap in use, nogoo9", "Go heap in use, naive cache of every Pod")
+	res.Compare(figM, "RSS, nogoo9"+afterListsSuffix, "RSS, naive cache of every Pod", "RSS, nogoo9")
+	res.Compare(figM, "Go heap in use, nogoo9"+afterListsSuffix, "Go heap in use, naive cache of every Pod", "Go heap in use, nogoo9")
 	if c.before != "" {
 		res.Compare(figR, "cold start until ready and cache synced, "+beforeSubject, "cold start until cache synced, naive cache of every Pod")
 		res.Compare(figM, "RSS, "+beforeSubject, "RSS, naive cache of every Pod")
 		res.Compare(figM, "Go heap in use, "+beforeSubject, "Go heap in use, naive cache of every Pod")
+		res.Compare(figM, "RSS, "+beforeSubject+afterListsSuffix, "RSS, naive cache of every Pod", "RSS, "+beforeSubject)
+		res.Compare(figM, "Go heap in use, "+beforeSubject+afterListsSuffix, "Go heap in use, naive cache of every Pod", "Go heap in use, "+beforeSubject)
 		res.Note(figM, "nogoo9 before: %s, measured after nogoo9 in each round, the same way", c.before)
 	}
 	res.Note(figR, "list latency is the caller's round trip on loopback for the whole list as an admin (all users' workspaces), %d calls per round; nogoo9 serves it from its cache; through MCP the whole list is every page of %d (one answer holds at most that many), read with the go-sdk client (which parses every answer) and, like REST's, as bytes (raw JSON-RPC posts on the same session; REST's and these answers read into one reused buffer, since the twenty-fourth round; since the twenty-fifth, REST's and these calls made in pairs, in turn first, and the median of each pair's ratio a row of its own)", lists, mcpListPage)
 	if c.scale != 10000 {
 		res.Note(figR, "scale %d (BENCH_SCALE=10000 for the issue's figure)", c.scale)
 	}
-	res.Note(figM, "RSS from /proc/<pid>/status VmRSS, heap from go_memstats_heap_inuse_bytes, 3 s after the cold start ended (for nogoo9, its first list that returned every workspace; for the baseline, its cache synced), before the timed list calls; baseline: hack/bench/naivecache, a controller-runtime manager with a full, unfiltered Pod informer")
+	res.Note(figM, "RSS from /proc/<pid>/status VmRSS, heap from go_memstats_heap_inuse_bytes, 3 s after the cold start ended (for nogoo9, its first list that returned every workspace; for the baseline, its cache synced), before the timed list calls (the rows \"after the timed lists\": again 3 s after them, since the twenty-fifth round); baseline: hack/bench/naivecache, a controller-runtime manager with a full, unfiltered Pod informer")
 	return nil
 }
 
