@@ -123,10 +123,16 @@ func BenchmarkViewsBytesPerWorkspace(b *testing.B) {
 		if err := l.WriteJSON(io.Discard); err != nil {
 			b.Fatal(err)
 		}
-		l = nil
 		h2 := heap()
+		// The text copy of an MCP list: each view keeps its values escaped once written.
+		if err := l.WriteEscapedJSON(io.Discard); err != nil {
+			b.Fatal(err)
+		}
+		l = nil
+		h3 := heap()
 		b.ReportMetric((h1-h0)/n, "views-B/workspace")
 		b.ReportMetric((h2-h1)/n, "json-B/workspace")
+		b.ReportMetric((h3-h2)/n, "escaped-B/workspace")
 		runtime.KeepAlive(svc)
 	}
 }
