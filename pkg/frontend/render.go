@@ -159,8 +159,9 @@ type escapedVals struct {
 	ends [maxHoles]uint16
 }
 
-// escaped returns enc's vals escaped, made once; nil when a run's end no longer fits ends
-// (a view kept whole over 64 KiB: its values are escaped at every write instead).
+// escaped returns enc's vals escaped, made once; nil when the end of a run but the last no
+// longer fits ends once escaped (values near 64 KiB, set by hand: they are escaped at every
+// write instead).
 func (enc *encoded) escaped() *escapedVals {
 	if e := enc.esc.Load(); e != nil {
 		return e
