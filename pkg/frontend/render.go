@@ -153,10 +153,11 @@ type encoded struct {
 }
 
 // escapedVals is an encoded's vals escaped (AppendEscaped), noteByte kept as it is, with the
-// ends of its runs.
+// ends of its runs; or, with tooLong, the mark that they do not fit ends.
 type escapedVals struct {
-	vals string
-	ends [maxHoles]uint16
+	vals    string
+	ends    [maxHoles]uint16
+	tooLong bool
 }
 
 // escaped returns enc's vals escaped, made once; nil when the end of a run but the last no
@@ -164,6 +165,9 @@ type escapedVals struct {
 // write instead).
 func (enc *encoded) escaped() *escapedVals {
 	if e := enc.esc.Load(); e != nil {
+		if e.tooLong {
+			return nil
+		}
 		return e
 	}
 	s := enc.shape.Value()
@@ -183,6 +187,7 @@ func (enc *encoded) escaped() *escapedVals {
 		b = AppendEscaped(b, v)
 		if i < s.holes-1 {
 			if len(b) > math.MaxUint16 {
+				enc.esc.Store(&escapedVals{tooLong: true}) // not tried again at every write
 				return nil
 			}
 			e.ends[i] = uint16(len(b))

@@ -23,7 +23,8 @@ import (
 // empty at random, with strings that look like JSON members, escapes, quotes, HTML and non-ASCII
 // text, and checks that the compact form writes back exactly json.Marshal's bytes, or is nil only
 // where it must be (a run of the workspace's own over 64 KiB), and its escaped form exactly
-// those bytes escaped (AppendEscaped), with and without a clock note.
+// those bytes escaped (AppendEscaped), with and without a clock note, from values kept escaped
+// or, where escaped they outgrow the ends (a name of 20,000 quotes), escaped at each write.
 func TestCompactWritesWhatJSONWrites(t *testing.T) {
 	rng := rand.New(rand.NewPCG(16, 7))
 	nasty := []string{
@@ -48,6 +49,11 @@ func TestCompactWritesWhatJSONWrites(t *testing.T) {
 		if i%500 == 0 {
 			w.Message = strings.Repeat("m", 70000)
 		}
+		// Compact, but its first run escaped no longer fits the ends: escaped at every write.
+		tooLong := i%500 == 250
+		if tooLong {
+			w.Name = strings.Repeat(`"`, 20000)
+		}
 		b, err := json.Marshal(w)
 		if err != nil {
 			t.Fatal(err)
@@ -59,8 +65,13 @@ func TestCompactWritesWhatJSONWrites(t *testing.T) {
 		if got := enc.appendTo(nil, nil); !bytes.Equal(got, b) {
 			t.Fatalf("view %d:\n%s\nwant\n%s", i, got, b)
 		}
-		if got, want := enc.appendEscapedTo(nil, nil), AppendEscaped(nil, b); !bytes.Equal(got, want) {
-			t.Fatalf("view %d escaped:\n%s\nwant\n%s", i, got, want)
+		for range 2 { // the second from the values kept escaped, or from the mark that they are not
+			if got, want := enc.appendEscapedTo(nil, nil), AppendEscaped(nil, b); !bytes.Equal(got, want) {
+				t.Fatalf("view %d escaped:\n%s\nwant\n%s", i, got, want)
+			}
+		}
+		if kept := enc.escaped() != nil; kept == tooLong {
+			t.Fatalf("view %d keeps its values escaped: %v, want %v", i, kept, !tooLong)
 		}
 
 		// With a clock note, as encoding builds it: the note's place marked in the message,
