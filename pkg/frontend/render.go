@@ -173,18 +173,12 @@ func (enc *encoded) escaped() *escapedVals {
 	s := enc.shape.Value()
 	var e escapedVals
 	b := make([]byte, 0, len(enc.vals)+len(enc.vals)/4)
-	start := 0
 	for i := range s.holes {
-		end := len(enc.vals)
-		if i < s.holes-1 {
-			end = int(enc.ends[i])
+		before, after, note := cutNote(run(enc.vals, &enc.ends, s.holes, i))
+		b = AppendEscaped(b, before)
+		if note { // the note is put in at write time
+			b = AppendEscaped(append(b, noteByte), after)
 		}
-		v := enc.vals[start:end]
-		if k := strings.IndexByte(v, noteByte); k >= 0 { // the note is put in at write time
-			b = append(AppendEscaped(b, v[:k]), noteByte)
-			v = v[k+1:]
-		}
-		b = AppendEscaped(b, v)
 		if i < s.holes-1 {
 			if len(b) > math.MaxUint16 {
 				enc.esc.Store(&escapedVals{tooLong: true}) // not tried again at every write
@@ -192,7 +186,6 @@ func (enc *encoded) escaped() *escapedVals {
 			}
 			e.ends[i] = uint16(len(b))
 		}
-		start = end
 	}
 	e.vals = string(b)
 	enc.esc.Store(&e)
@@ -405,24 +398,36 @@ func (enc *encoded) write(buf, note []byte, escaped bool) []byte {
 			escapeVals = true
 		}
 	}
-	start := 0
 	for i := range s.holes {
 		buf = append(buf, lits[i]...)
-		end := len(vals) // the last run ends with vals (ends may not hold it: a whole object)
-		if i < s.holes-1 {
-			end = int(ends[i])
-		}
-		v := vals[start:end]
-		start = end
+		v := run(vals, ends, s.holes, i)
 		if note != nil {
-			if k := strings.IndexByte(v, noteByte); k >= 0 {
-				buf = append(appendValue(buf, v[:k], escapeVals), note...)
-				v = v[k+1:]
+			if before, after, found := cutNote(v); found {
+				buf = append(appendValue(buf, before, escapeVals), note...)
+				v = after
 			}
 		}
 		buf = appendValue(buf, v, escapeVals)
 	}
 	return append(buf, lits[s.holes]...)
+}
+
+// run is the i-th of the holes runs of vals whose ends are ends; the last run ends with vals
+// (ends may not hold it: a view kept whole).
+func run(vals string, ends *[maxHoles]uint16, holes, i int) string {
+	start, end := 0, len(vals)
+	if i > 0 {
+		start = int(ends[i-1])
+	}
+	if i < holes-1 {
+		end = int(ends[i])
+	}
+	return vals[start:end]
+}
+
+// cutNote splits a run at the clock note's place (noteByte), if it has one.
+func cutNote(v string) (before, after string, found bool) {
+	return strings.Cut(v, string(rune(noteByte)))
 }
 
 // appendValue appends v, escaped or as it is.
