@@ -60,6 +60,10 @@ test-unit: ## Unit tests of pure code (no cluster).
 test-integration: tools ## Unit + integration tests (envtest: real etcd and kube-apiserver from bin/).
 	KUBEBUILDER_ASSETS=$(BIN) $(GO) test -count=1 -p 1 -timeout 20m $(UNIT_PKGS)
 
+.PHONY: test-race
+test-race: tools ## Unit + integration tests under the race detector (about 10 minutes on 2 cores; not part of `make test`).
+	KUBEBUILDER_ASSETS=$(BIN) $(GO) test -race -count=1 -p 1 -timeout 40m $(UNIT_PKGS)
+
 # The official MCP conformance suite, the Node 22 it needs and the MCP TypeScript SDK (whose client
 # an e2e spec lists with), installed with npm (hack/conformance.sh).
 CONFORMANCE := $(BIN)/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js \
