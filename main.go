@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +31,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/api"
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/authz"
+	"github.com/nogoo9/no-crd/pkg/envvar"
 	"github.com/nogoo9/no-crd/pkg/frontend"
 	"github.com/nogoo9/no-crd/pkg/health"
 	"github.com/nogoo9/no-crd/pkg/lazylog"
@@ -126,7 +126,7 @@ type uiOptions struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "default"), "Namespace whose workspace pods and template ConfigMaps nogoo9 manages.")
+	flag.StringVar(&o.namespace, "namespace", envvar.String("POD_NAMESPACE", "default"), "Namespace whose workspace pods and template ConfigMaps nogoo9 manages.")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint (0 disables it).")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address of the Go pprof endpoints (/debug/pprof); empty disables them.")
@@ -139,7 +139,7 @@ func main() {
 	flag.StringVar(&o.components, "components", "controller,api,proxy", "Comma-separated components to run: controller, api, proxy.")
 	flag.StringVar(&o.templateDir, "template-dir", "", "Directory of local YAML templates (same shape as template ConfigMaps); empty for none.")
 	flag.BoolVar(&o.nsTemplates, "namespace-templates", true, "Read template ConfigMaps of the watched namespaces too: a spawn there uses its namespace's template of that name before nogoo9's. False: templates come from nogoo9's namespace only.")
-	flag.IntVar(&o.maxPerUser, "max-workspaces-per-user", envInt("MAX_WORKSPACES_PER_USER", 0), "Workspaces a non-admin user may own (0 = unlimited).")
+	flag.IntVar(&o.maxPerUser, "max-workspaces-per-user", envvar.OrExit(envvar.Int("MAX_WORKSPACES_PER_USER", 0)), "Workspaces a non-admin user may own (0 = unlimited).")
 	flag.IntVar(&o.maxClaimsPerUser, "max-claims-per-user", 20, "Persistent volume claims a non-admin user may own, including those left by deleted workspaces (0 = unlimited).")
 	flag.StringVar(&o.integrityKeyFile, "integrity-key-file", "", "File of base64 keys (one per line, the first signs) that authenticate nogoo9's upgrade records; empty: a random key per process (docs/upgrades.md, \"Trust\").")
 	flag.DurationVar(&o.upgradeTimeout, "upgrade-timeout", 10*time.Minute, "How long an upgraded pod may take to become Ready before the upgrade fails.")
@@ -544,28 +544,6 @@ func parseComponents(s string) (map[string]bool, error) {
 		return nil, fmt.Errorf("--components is empty: name at least one of controller, api, proxy")
 	}
 	return out, nil
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
-// envInt reads an integer default for a flag from the environment; a value that is not an
-// integer stops the program with a message naming the variable, rather than being ignored.
-func envInt(key string, def int) int {
-	v := os.Getenv(key)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		fmt.Fprintf(os.Stderr, "environment variable %s=%q is not a non-negative integer: set it to a number such as 3, or unset it\n", key, v)
-		os.Exit(2)
-	}
-	return n
 }
 
 // addNamespaceWatcher adds, in selector mode, the namespaces.Watcher that stops the process when

@@ -22,7 +22,7 @@ import (
 )
 
 // resEtcdOutage is how long etcd stays down (NOGOO9_E2E_ETCD_OUTAGE, default 15s).
-func resEtcdOutage() time.Duration { return envDuration("NOGOO9_E2E_ETCD_OUTAGE", 15*time.Second) }
+func resEtcdOutage() time.Duration { return e2eDuration("NOGOO9_E2E_ETCD_OUTAGE", 15*time.Second) }
 
 var _ = Describe("Resilience: more faults of the control plane", Label("resilience"), func() {
 	It("etcd down under spawns and proxied traffic: every spawn answers (503 saying what happened), the proxy keeps serving, and everything converges", func(ctx SpecContext) {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"time"
 
@@ -17,12 +16,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/hack/localcluster"
+	"github.com/nogoo9/no-crd/pkg/envvar"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // resOutage is how long the API server stays down (NOGOO9_E2E_OUTAGE, default 20s): longer than
 // the token cache (10s) and the lease renew deadline (10s), so whatever depends on them shows.
-func resOutage() time.Duration { return envDuration("NOGOO9_E2E_OUTAGE", 20*time.Second) }
+func resOutage() time.Duration { return e2eDuration("NOGOO9_E2E_OUTAGE", 20*time.Second) }
 
 // stopProcess stops the local cluster's process name for an outage and returns what starts it
 // again. If the spec ends before that is called, a cleanup starts it, so no later spec runs
@@ -43,12 +43,13 @@ func stopProcess(name string) (start func(ctx context.Context)) {
 	}
 }
 
-// envDuration is the positive duration in environment variable name, or def.
-func envDuration(name string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d > 0 {
-		return d
-	}
-	return def
+// e2eDuration is the positive duration in environment variable name, or def when it is unset; a
+// value that is not one fails the spec that reads it, saying what to write.
+func e2eDuration(name string, def time.Duration) time.Duration {
+	GinkgoHelper()
+	d, err := envvar.Duration(name, def)
+	Expect(err).NotTo(HaveOccurred())
+	return d
 }
 
 // resClient bounds every call: an answer that does not come within 15 s counts as a hang.

@@ -45,6 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/hack/localcluster"
+	"github.com/nogoo9/no-crd/pkg/envvar"
 )
 
 var (
@@ -73,9 +74,9 @@ func TestE2E(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
-	tools, err := filepath.Abs(envOr("NOGOO9_TOOLS", "../../bin"))
+	tools, err := filepath.Abs(envvar.String("NOGOO9_TOOLS", "../../bin"))
 	Expect(err).NotTo(HaveOccurred())
-	nogoo9Bin, err = filepath.Abs(envOr("NOGOO9_BIN", "../../bin/nogoo9"))
+	nogoo9Bin, err = filepath.Abs(envvar.String("NOGOO9_BIN", "../../bin/nogoo9"))
 	Expect(err).NotTo(HaveOccurred())
 	if _, err := os.Stat(nogoo9Bin); err != nil {
 		Fail("nogoo9 binary " + nogoo9Bin + " not found: run `make build` (or set NOGOO9_BIN)")
@@ -124,13 +125,6 @@ var _ = ReportAfterEach(func(r SpecReport) {
 		suiteFailed = true
 	}
 })
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
 
 // ctxTimeout is a context for one API call sequence outside Eventually.
 func ctxTimeout() (context.Context, context.CancelFunc) {

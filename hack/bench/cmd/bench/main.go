@@ -26,6 +26,7 @@ import (
 
 	"github.com/nogoo9/no-crd/hack/bench"
 	"github.com/nogoo9/no-crd/hack/localcluster"
+	"github.com/nogoo9/no-crd/pkg/envvar"
 )
 
 type config struct {
@@ -51,20 +52,20 @@ func main() {
 	var c config
 	var figs string
 	bench.Logf = logf
-	flag.IntVar(&c.n, "n", envInt("BENCH_N", 100), "Workspaces (and Deployments, floor pods) upgraded in figures 1 and 2 (env BENCH_N).")
-	flag.IntVar(&c.scale, "scale", envInt("BENCH_SCALE", 2000), "Workspace pods in the cluster for figures 4 and 5 (env BENCH_SCALE; the issue's figure is 10000).")
-	flag.IntVar(&c.other, "other-pods", envInt("BENCH_OTHER_PODS", 5000), "Non-workspace pods in the cluster for figures 4 and 5, so label filtering matters (env BENCH_OTHER_PODS).")
-	flag.IntVar(&c.rounds, "rounds", envInt("BENCH_ROUNDS", 3), "Rounds per figure, interleaved baseline/candidate (env BENCH_ROUNDS).")
-	flag.IntVar(&c.kwokPodWorkers, "kwok-pod-workers", envInt("BENCH_KWOK_POD_WORKERS", 0), fmt.Sprintf("Pod stages kwok, the simulated kubelet, plays at once in the benchmark's clusters (env BENCH_KWOK_POD_WORKERS; 0: the local cluster's default, %d; kwok's own default and the layout of rounds before the twentieth is 4).", localcluster.DefaultKwokPodWorkers))
+	flag.IntVar(&c.n, "n", envvar.OrExit(envvar.Int("BENCH_N", 100)), "Workspaces (and Deployments, floor pods) upgraded in figures 1 and 2 (env BENCH_N).")
+	flag.IntVar(&c.scale, "scale", envvar.OrExit(envvar.Int("BENCH_SCALE", 2000)), "Workspace pods in the cluster for figures 4 and 5 (env BENCH_SCALE; the issue's figure is 10000).")
+	flag.IntVar(&c.other, "other-pods", envvar.OrExit(envvar.Int("BENCH_OTHER_PODS", 5000)), "Non-workspace pods in the cluster for figures 4 and 5, so label filtering matters (env BENCH_OTHER_PODS).")
+	flag.IntVar(&c.rounds, "rounds", envvar.OrExit(envvar.Int("BENCH_ROUNDS", 3)), "Rounds per figure, interleaved baseline/candidate (env BENCH_ROUNDS).")
+	flag.IntVar(&c.kwokPodWorkers, "kwok-pod-workers", envvar.OrExit(envvar.Int("BENCH_KWOK_POD_WORKERS", 0)), fmt.Sprintf("Pod stages kwok, the simulated kubelet, plays at once in the benchmark's clusters (env BENCH_KWOK_POD_WORKERS; 0: the local cluster's default, %d; kwok's own default and the layout of rounds before the twentieth is 4).", localcluster.DefaultKwokPodWorkers))
 	flag.StringVar(&c.binDir, "bin", "bin", "Directory with etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok (make tools).")
 	flag.StringVar(&c.nogoo9, "nogoo9", "bin/nogoo9", "The nogoo9 binary (make build).")
 	flag.StringVar(&c.before, "nogoo9-before", os.Getenv("BENCH_NOGOO9_BEFORE"), "An earlier nogoo9 binary that figures 1-2 (bulk upgrades of workspaces of its own) and 4-5 (cold start and memory) also measure, interleaved, as \"nogoo9 before\" (env BENCH_NOGOO9_BEFORE; empty: none).")
 	flag.StringVar(&c.out, "out", "bench/results.md", "Markdown file the results are written to.")
 	flag.StringVar(&c.workDir, "work-dir", "", "Directory for cluster data and logs (default: a new temporary directory, removed unless -keep).")
 	flag.BoolVar(&c.keep, "keep", false, "Keep the work directory (logs) after the run.")
-	flag.StringVar(&figs, "figures", envOr("BENCH_FIGURES", "1,2,3,4,5,6,7"), "Comma-separated figures to run (env BENCH_FIGURES).")
-	flag.BoolVar(&c.skipDefaultKCM, "skip-default-kcm", envBool("BENCH_SKIP_DEFAULT_KCM"), "Leave out figure 1's \"Deployments, default kcm\" rollouts, the slowest subject, against which no aim is measured (env BENCH_SKIP_DEFAULT_KCM=1).")
-	flag.DurationVar(&c.timeout, "timeout", envDuration("BENCH_TIMEOUT", 20*time.Minute), "Bound on the whole run; what is unfinished is reported as failed (env BENCH_TIMEOUT).")
+	flag.StringVar(&figs, "figures", envvar.String("BENCH_FIGURES", "1,2,3,4,5,6,7"), "Comma-separated figures to run (env BENCH_FIGURES).")
+	flag.BoolVar(&c.skipDefaultKCM, "skip-default-kcm", envvar.OrExit(envvar.Bool("BENCH_SKIP_DEFAULT_KCM", false)), "Leave out figure 1's \"Deployments, default kcm\" rollouts, the slowest subject, against which no aim is measured (env BENCH_SKIP_DEFAULT_KCM=1).")
+	flag.DurationVar(&c.timeout, "timeout", envvar.OrExit(envvar.Duration("BENCH_TIMEOUT", 20*time.Minute)), "Bound on the whole run; what is unfinished is reported as failed (env BENCH_TIMEOUT).")
 	flag.Parse()
 	if err := c.validate(figs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -252,54 +253,6 @@ func memTotal() string {
 		}
 	}
 	return fmt.Sprintf("%.0f GiB RAM", kb/1024/1024)
-}
-
-// envBool is the environment variable key as a boolean ("1", "true", "0", "false", ...; unset:
-// false).
-func envBool(key string) bool {
-	v := os.Getenv(key)
-	if v == "" {
-		return false
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: environment variable %s=%q is not a boolean: set it to 1 or 0, or unset it\n", key, v)
-		os.Exit(2)
-	}
-	return b
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
-func envInt(key string, def int) int {
-	v := os.Getenv(key)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: environment variable %s=%q is not an integer: set it to a number such as 100, or unset it\n", key, v)
-		os.Exit(2)
-	}
-	return n
-}
-
-func envDuration(key string, def time.Duration) time.Duration {
-	v := os.Getenv(key)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: environment variable %s=%q is not a duration: use e.g. 20m, or unset it\n", key, v)
-		os.Exit(2)
-	}
-	return d
 }
 
 // moduleRoot is the nearest directory upwards from the working directory that has go.mod.
