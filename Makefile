@@ -15,7 +15,7 @@ UNIT_PKGS   = $(or $(shell $(GO) list ./... | grep -v /test/e2e),$(error go list
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n\n"} /^[a-zA-Z0-9_-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 ##@ Build
 
@@ -121,7 +121,7 @@ FUZZ_TARGETS ?= pkg/templates:FuzzDecode pkg/spawner:FuzzBuildPodContext pkg/spa
 	pkg/upgrade:FuzzParseIntent pkg/upgrade:FuzzPlanAnnotations pkg/workspace:FuzzAnnotations \
 	pkg/proxy:FuzzCleanPath pkg/proxy:FuzzRouteLookup pkg/proxy:FuzzSafeNext pkg/proxy:FuzzLoginOrigin pkg/proxy:FuzzQuickParse pkg/proxy:FuzzQuickResponse \
 	pkg/proxy:FuzzForwardedHeaderLines pkg/proxy:FuzzHeaderChecks pkg/proxy:FuzzRawAnswer \
-	pkg/ui:FuzzSafeNext pkg/auth:FuzzTokenFromRequest pkg/api:FuzzDecodeBody pkg/mcp:FuzzEscapedTextIsTheJSON
+	pkg/ui:FuzzSafeNext pkg/auth:FuzzTokenFromRequest pkg/api:FuzzDecodeBody pkg/mcp:FuzzEscapedTextIsTheJSON pkg/frontend:FuzzAppendEscaped
 FUZZTIME ?= 60s
 # test-fuzz-short (part of make test) fuzzes each target for FUZZTIME_SHORT; FUZZ_TARGETS lists a package's targets together,
 # so they share its instrumented build. Each go test is bounded by FUZZ_SHORT_TIMEOUT besides.
