@@ -203,6 +203,15 @@ func TestTeamTemplates(t *testing.T) {
 		g.Expect(p.Spec.Containers[0].Image).To(gomega.Equal("python:home-1"))
 		g.Expect(p.Annotations).NotTo(gomega.HaveKey(workspace.AnnTemplateNamespace))
 	})
+	t.Run("a spawn in nogoo9's namespace cannot name the team's template by its key", func(t *testing.T) {
+		g := gomega.NewWithT(t)
+		_, err := e.spawn.Spawn(context.Background(), spawner.Request{Template: team + "/python", Owner: "mallory", ID: "stolen", Namespace: home, Caller: spawner.Caller{Subject: "mallory"}})
+		g.Expect(spawner.CodeOf(err)).To(gomega.Equal(spawner.Invalid), "spawn of %s/python in %s: %v", team, home, err)
+		g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring(`template name "team-a/python" is not valid`)))
+		var list corev1.PodList
+		g.Expect(c.List(ctx, &list, client.MatchingLabels{workspace.LabelWorkspaceID: "stolen"})).To(gomega.Succeed())
+		g.Expect(list.Items).To(gomega.BeEmpty())
+	})
 	t.Run("the template list for the team namespace shows the team's python, not nogoo9's", func(t *testing.T) {
 		g := gomega.NewWithT(t)
 		var where []string

@@ -72,6 +72,7 @@ func TestRESTEndpoints(t *testing.T) {
 		{"rollback as the owner", erin, "POST", "/api/v1/workspaces/erin-box/upgrade?version=0.9", nil, 403, "only admin users"},
 		{"rollback without history", admin, "POST", "/api/v1/workspaces/erin-box/upgrade?version=0.9", nil, 404, "no template history"},
 		{"history", dave, "GET", "/api/v1/templates/python/history", nil, 200, `"versions":[]`},
+		{"history of another namespace's template by its key", dave, "GET", "/api/v1/templates/team%2Fpython/history", nil, 400, `template name \"team/python\" is not valid`},
 		{"template rollback as non-admin", dave, "POST", "/api/v1/templates/python/rollback", map[string]string{"version": "1.0"}, 403, "only admin users"},
 		{"template rollback without a version", admin, "POST", "/api/v1/templates/python/rollback", map[string]string{}, 400, "version is empty"},
 		{"events of another's", dave, "GET", "/api/v1/workspaces/erin-box/events", nil, 403, "Access Denied"},

@@ -100,6 +100,31 @@ func TestSpawnNamespaceRules(t *testing.T) {
 	}
 }
 
+// A template is named, never addressed by its registry key: "team/python" from nogoo9's
+// namespace would reach the team's template for a caller who may not spawn in team (the
+// spawner's own check is TestTeamTemplates, on a real API server). Nor does the kept-version
+// list of another namespace's template answer to its key.
+func TestATemplateKeyReachesNoOtherNamespace(t *testing.T) {
+	c := fakeCache()
+	sp := &recordingSpawner{}
+	svc, err := New(Config{Namespace: "ns", Namespaces: []string{"ns", "team"}, Access: &stubAccess{}, Spawner: sp, Cache: c, Client: c,
+		Templates: stubTemplates{"python": "2.0", "team/python": "7.0"}, Now: func() time.Time { return t0.Add(time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := auth.WithCaller(context.Background(), &auth.Caller{Subject: "bob"})
+	_, err = svc.Spawn(bob, SpawnInput{Template: "team/python", ID: "x"})
+	if CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), `template name "team/python" is not valid`) {
+		t.Errorf("spawn of team/python from ns: %v (code %q), want %s naming the template", err, CodeOf(err), CodeInvalid)
+	}
+	if len(sp.got) != 0 {
+		t.Errorf("the refused spawn reached the spawner: %v", sp.got)
+	}
+	if _, err := svc.TemplateHistory(bob, "team/python"); CodeOf(err) != CodeInvalid {
+		t.Errorf("history of team/python: %v (code %q), want %s", err, CodeOf(err), CodeInvalid)
+	}
+}
+
 // Reading and acting address the namespace the request names: the same id in two namespaces is
 // two workspaces; the owner rule holds in each; upgrade-all covers every watched namespace.
 // Another namespace's templates are listed only for whoever may spawn there; nogoo9's own are

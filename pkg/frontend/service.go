@@ -195,7 +195,11 @@ func (s *Service) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
 // SpawnKey is the registry key a spawn of template name in ns follows: ns's own template of
 // that name when ns offers one, else nogoo9's (templates.LookupNamespace, as the spawner does).
 // It reads what Templates offers ns, from memory.
+// A name that is not a template name (e.g. "team-b/node", a key) has no key: "".
 func (s *Service) SpawnKey(ns, name string) string {
+	if templates.ValidateName(name) != nil {
+		return ""
+	}
 	for _, i := range s.cfg.Templates.Infos(ns) {
 		if i.Name == name && i.Namespace != "" && i.Namespace != s.cfg.Namespace {
 			return templates.Key(i.Namespace, name, s.cfg.Namespace)
@@ -452,6 +456,9 @@ func (s *Service) Spawn(ctx context.Context, in SpawnInput) (*Workspace, error) 
 	}
 	if in.Template == "" {
 		return nil, errorf(CodeInvalid, "template is empty: name one of the templates list_templates shows")
+	}
+	if err := templates.ValidateName(in.Template); err != nil {
+		return nil, errorf(CodeInvalid, "%v: name one of the templates list_templates shows; a team namespace's template is used by spawning in that namespace", err)
 	}
 	if in.Namespace != "" {
 		if ns, _ := ctx.Value(namespaceKey{}).(string); ns != "" && ns != in.Namespace {

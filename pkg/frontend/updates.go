@@ -347,11 +347,15 @@ func (s *Service) RollbackTemplate(ctx context.Context, name, version string) ([
 	return out, nil
 }
 
-// TemplateHistory lists the kept versions of template name, newest first (the current one
-// included).
+// TemplateHistory lists the kept versions of template name of nogoo9's namespace, newest first
+// (the current one included). A team namespace's kept versions are in list_templates, for a
+// caller who may spawn there; a key such as "team-b/node" is refused here.
 func (s *Service) TemplateHistory(ctx context.Context, name string) ([]templates.VersionInfo, error) {
 	if _, err := caller(ctx); err != nil {
 		return nil, err
+	}
+	if err := templates.ValidateName(name); err != nil {
+		return nil, errorf(CodeInvalid, "%v: name a template of nogoo9's namespace; a team namespace's kept versions are in its template list (GET /api/v1/namespaces/{ns}/templates)", err)
 	}
 	if s.cfg.History == nil {
 		return []templates.VersionInfo{}, nil

@@ -200,6 +200,11 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	if req.Template == "" {
 		return nil, errorf(Invalid, nil, "no template given: name one of the templates list_templates shows")
 	}
+	// A template is named, never addressed by key: "team-b/node" would reach team-b's template
+	// from any namespace. A namespace's templates serve spawns in that namespace (Resolve).
+	if err := templates.ValidateName(req.Template); err != nil {
+		return nil, errorf(Invalid, err, "%v: name one of the templates list_templates shows; a team namespace's template is used by spawning in that namespace", err)
+	}
 	ns := req.Namespace
 	if ns == "" {
 		ns = s.opts.Namespace
@@ -345,7 +350,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 			return nil, err
 		}
 		if err == nil {
-			err = errorf(Conflict, nil, "workspace %q was created at the same time by another request (pod %s): choose another id", id, other)
+			err = errorf(Conflict, nil, "workspace %q was created at the same time by another request: choose another id", id)
 		}
 		undo()
 		return nil, err
@@ -384,9 +389,9 @@ func (s *Spawner) checkFree(ctx context.Context, ns, id string) error {
 	}
 	for _, p := range list.Items {
 		if p.DeletionTimestamp != nil {
-			return errorf(Conflict, nil, "workspace %q is being deleted (pod %s): retry when it is gone, or choose another id", id, p.Name)
+			return errorf(Conflict, nil, "workspace %q is being deleted: retry when it is gone, or choose another id", id)
 		}
-		return errorf(Conflict, nil, "workspace %q already exists (pod %s): choose another id or delete it first", id, p.Name)
+		return errorf(Conflict, nil, "workspace %q already exists: choose another id or delete it first", id)
 	}
 	return nil
 }

@@ -20,13 +20,24 @@ func FromConfigMap(cm *corev1.ConfigMap, source string) (*Template, error) {
 	return Decode(cm.Name, source, cm.Annotations, cm.Data)
 }
 
+// ValidateName refuses a name no template can have: a template's name is a DNS-1123 label (its
+// ConfigMap's name, or its file's). A caller's template name must pass it before a registry
+// lookup: a key with a namespace ("team-b/node") would otherwise address another namespace's
+// template.
+func ValidateName(name string) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("template name %q is not valid (%s)", name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
 // Decode builds a Template from a template's name, annotations and data keys. It fails on an
 // invalid name, a missing version, a data key it does not know, bad JSON (with line and column),
 // an unknown field (with its path), a spec without containers, and annotations the expansion
 // helpers cannot use.
 func Decode(name, source string, annotations, data map[string]string) (*Template, error) {
-	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-		return nil, fmt.Errorf("template name %q is not valid (%s): use a DNS-1123 label such as \"node\"", name, strings.Join(errs, "; "))
+	if err := ValidateName(name); err != nil {
+		return nil, fmt.Errorf("%w: use a DNS-1123 label such as \"node\"", err)
 	}
 	t := &Template{
 		Name:        name,
