@@ -53,6 +53,12 @@ type Policy struct {
 	// namespace it names, and nogoo9 (which may not read Secrets itself) creates it, so a
 	// template would otherwise hand out Secrets its author cannot read.
 	Secrets []string
+	// Claims are PersistentVolumeClaims, other than the template's own volumeClaims, that a
+	// template may mount (persistentVolumeClaim volumes), or clone or restore its claims from
+	// (dataSource, dataSourceRef: a claim or a VolumeSnapshot of that name). "*" allows any.
+	// Every workspace's own claims live in its namespace beside everyone else's, and nogoo9
+	// creates the pod, so a template would otherwise hand one user another's volume.
+	Claims []string
 }
 
 // DefaultPolicy is what nogoo9 enforces without flags: Pod Security "restricted", no service
@@ -132,6 +138,7 @@ func (p Policy) Check(t *Template) error {
 		}
 	}
 	vs = append(vs, p.checkSpec("data."+workspace.DataSpec, spec)...)
+	vs = append(vs, p.checkClaims(t)...)
 	if len(vs) == 0 {
 		return nil
 	}
@@ -255,6 +262,57 @@ func (p Policy) checkSecrets(at string, spec *corev1.PodSpec) []Violation {
 	return vs
 }
 
+// checkClaims reports every volume claim t uses that is not its own: a persistentVolumeClaim
+// volume naming another claim, a claim (its own, or an ephemeral volume's) cloned or restored from
+// a source not on Claims, or bound to a PersistentVolume by name.
+func (p Policy) checkClaims(t *Template) []Violation {
+	var vs []Violation
+	own := map[string]bool{}
+	for _, c := range t.VolumeClaims {
+		own[c.Name] = true
+	}
+	fix := "remove it, or ask the operator to add it to --template-allowed-claims"
+	source := func(field string, spec *corev1.PersistentVolumeClaimSpec) {
+		if spec.VolumeName != "" {
+			vs = append(vs, Violation{
+				Field:   field + ".volumeName",
+				Problem: fmt.Sprintf("binds the claim to PersistentVolume %q, which may hold another workspace's data", spec.VolumeName),
+				Fix:     "remove volumeName and let the storage class provision a volume",
+			})
+		}
+		if d := spec.DataSource; d != nil && !allowed(p.Claims, d.Name) {
+			vs = append(vs, Violation{
+				Field:   field + ".dataSource",
+				Problem: fmt.Sprintf("fills the claim from %s %q, %s", d.Kind, d.Name, allowedList("claim sources", p.Claims)),
+				Fix:     fix,
+			})
+		}
+		if d := spec.DataSourceRef; d != nil && !allowed(p.Claims, d.Name) && (spec.DataSource == nil || spec.DataSource.Name != d.Name) {
+			vs = append(vs, Violation{
+				Field:   field + ".dataSourceRef",
+				Problem: fmt.Sprintf("fills the claim from %s %q, %s", d.Kind, d.Name, allowedList("claim sources", p.Claims)),
+				Fix:     fix,
+			})
+		}
+	}
+	for _, v := range t.Spec.Volumes {
+		if c := v.PersistentVolumeClaim; c != nil && !own[c.ClaimName] && !allowed(p.Claims, c.ClaimName) {
+			vs = append(vs, Violation{
+				Field:   fmt.Sprintf("data.%s.volumes[%s].persistentVolumeClaim.claimName", workspace.DataSpec, v.Name),
+				Problem: fmt.Sprintf("mounts claim %q, which is not one of the template's volumeClaims (each workspace gets its own) %s", c.ClaimName, allowedList("other claims", p.Claims)),
+				Fix:     "name one of the template's volumeClaims, or ask the operator to add the claim to --template-allowed-claims",
+			})
+		}
+		if e := v.Ephemeral; e != nil && e.VolumeClaimTemplate != nil {
+			source(fmt.Sprintf("data.%s.volumes[%s].ephemeral.volumeClaimTemplate.spec", workspace.DataSpec, v.Name), &e.VolumeClaimTemplate.Spec)
+		}
+	}
+	for _, c := range t.VolumeClaims {
+		source(fmt.Sprintf("data.%s[%s].spec", workspace.DataVolumeClaims, c.Name), &c.Spec)
+	}
+	return vs
+}
+
 // psaChecks are the Kubernetes Pod Security checks, evaluated at their newest version.
 var psaChecks = psapolicy.DefaultChecks()
 
@@ -358,23 +416,24 @@ func plural(n int, one, many string) string {
 
 // PolicyFlags binds the template-policy flags; Policy turns them into a checked Policy.
 type PolicyFlags struct {
-	level, serviceAccounts, secrets string
-	automount                       bool
+	level, serviceAccounts, secrets, claims string
+	automount                               bool
 }
 
 // BindFlags registers --template-policy, --template-allowed-service-accounts,
-// --template-allow-automount-token and --template-allowed-secrets.
+// --template-allow-automount-token, --template-allowed-secrets and --template-allowed-claims.
 func (f *PolicyFlags) BindFlags(fs *flag.FlagSet) {
 	d := DefaultPolicy()
 	fs.StringVar(&f.level, "template-policy", d.Level, "Pod Security level every template's pod must fit: restricted, baseline or privileged (no check). See docs/templates.md.")
 	fs.StringVar(&f.serviceAccounts, "template-allowed-service-accounts", strings.Join(d.ServiceAccounts, ","), "Comma-separated service accounts a template may name in serviceAccountName (* for any); an unset name is always allowed.")
 	fs.BoolVar(&f.automount, "template-allow-automount-token", d.AllowAutomountToken, "Let templates mount an API token of their service account (automountServiceAccountToken unset or true, projected tokens).")
 	fs.StringVar(&f.secrets, "template-allowed-secrets", strings.Join(d.Secrets, ","), "Comma-separated Secrets a template may reference in volumes, env, envFrom or nogoo9/init-secret (* for any).")
+	fs.StringVar(&f.claims, "template-allowed-claims", strings.Join(d.Claims, ","), "Comma-separated PersistentVolumeClaims, besides its own volumeClaims, a template may mount, or clone its claims from (dataSource: a claim or VolumeSnapshot of that name; * for any).")
 }
 
 // Policy returns the policy the flags describe, or an error naming the flag to fix.
 func (f *PolicyFlags) Policy() (Policy, error) {
-	p := Policy{Level: strings.TrimSpace(f.level), ServiceAccounts: splitList(f.serviceAccounts), AllowAutomountToken: f.automount, Secrets: splitList(f.secrets)}
+	p := Policy{Level: strings.TrimSpace(f.level), ServiceAccounts: splitList(f.serviceAccounts), AllowAutomountToken: f.automount, Secrets: splitList(f.secrets), Claims: splitList(f.claims)}
 	return p, p.Validate()
 }
 

@@ -37,6 +37,10 @@ func restrictedTemplate(t *testing.T, kv ...string) *Template {
 
 func ide(t *Template) *corev1.Container { return &t.Spec.Containers[0] }
 
+func pvcVolume(name, claim string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
+}
+
 func TestPolicyCheck(t *testing.T) {
 	def := DefaultPolicy()
 	baseline := Policy{Level: LevelBaseline, ServiceAccounts: []string{"default"}}
@@ -180,6 +184,43 @@ func TestPolicyCheck(t *testing.T) {
 				t.Spec.AutomountServiceAccountToken = nil
 			},
 			want: [][]string{{"serviceAccountName"}, {"automountServiceAccountToken"}}},
+		// Volume claims: every workspace's claims sit in its namespace beside other users'.
+		{name: "a volume naming one of the template's own claims is allowed (the spawner points it at the workspace's claim)", policy: def,
+			mutate: func(t *Template) {
+				t.VolumeClaims = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}}}
+				t.Spec.Volumes = append(t.Spec.Volumes, pvcVolume("data", "data"))
+			}},
+		{name: "a volume naming another claim (another user's workspace volume) is refused, with the flag", policy: def,
+			mutate: func(t *Template) {
+				t.Spec.Volumes = append(t.Spec.Volumes, pvcVolume("loot", "ws-jane-example-com-demo-jtynif-home"))
+			},
+			want: [][]string{{"data.spec.volumes[loot].persistentVolumeClaim.claimName", `"ws-jane-example-com-demo-jtynif-home"`, "--template-allowed-claims"}}},
+		{name: "an operator's allow-list admits a shared claim by name", policy: Policy{Level: LevelRestricted, Claims: []string{"datasets"}},
+			mutate: func(t *Template) { t.Spec.Volumes = append(t.Spec.Volumes, pvcVolume("ds", "datasets")) }},
+		{name: "a claim cloned from another claim is refused", policy: def,
+			mutate: func(t *Template) {
+				t.VolumeClaims = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"},
+					Spec: corev1.PersistentVolumeClaimSpec{DataSource: &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "ws-jane-home"},
+						DataSourceRef: &corev1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "ws-jane-home"}}}}
+			},
+			want: [][]string{{"data.volumeClaims[data].spec.dataSource", `PersistentVolumeClaim "ws-jane-home"`, "--template-allowed-claims"}}},
+		{name: "a claim restored from a snapshot on the allow-list is allowed", policy: Policy{Level: LevelRestricted, Claims: []string{"golden"}},
+			mutate: func(t *Template) {
+				t.VolumeClaims = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"},
+					Spec: corev1.PersistentVolumeClaimSpec{DataSourceRef: &corev1.TypedObjectReference{Kind: "VolumeSnapshot", Name: "golden"}}}}
+			}},
+		{name: "a claim bound to a PersistentVolume by name is refused", policy: Policy{Level: LevelRestricted, Claims: []string{"*"}},
+			mutate: func(t *Template) {
+				t.VolumeClaims = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-of-someone"}}}
+			},
+			want: [][]string{{"data.volumeClaims[data].spec.volumeName", `"pv-of-someone"`}}},
+		{name: "an ephemeral volume cloned from another claim is refused", policy: def,
+			mutate: func(t *Template) {
+				t.Spec.Volumes = append(t.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+					VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+						DataSourceRef: &corev1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "ws-jane-home"}}}}}})
+			},
+			want: [][]string{{"data.spec.volumes[scratch].ephemeral.volumeClaimTemplate.spec.dataSourceRef", `"ws-jane-home"`}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -292,8 +333,8 @@ func TestPolicyFlags(t *testing.T) {
 		wantErr string
 	}{
 		{name: "no flags give the default policy", want: DefaultPolicy()},
-		{name: "every flag relaxes its part", args: []string{"--template-policy=baseline", "--template-allowed-service-accounts=default, builder", "--template-allow-automount-token", "--template-allowed-secrets=db,aws"},
-			want: Policy{Level: LevelBaseline, ServiceAccounts: []string{"default", "builder"}, AllowAutomountToken: true, Secrets: []string{"db", "aws"}}},
+		{name: "every flag relaxes its part", args: []string{"--template-policy=baseline", "--template-allowed-service-accounts=default, builder", "--template-allow-automount-token", "--template-allowed-secrets=db,aws", "--template-allowed-claims=datasets"},
+			want: Policy{Level: LevelBaseline, ServiceAccounts: []string{"default", "builder"}, AllowAutomountToken: true, Secrets: []string{"db", "aws"}, Claims: []string{"datasets"}}},
 		{name: "an unknown level names the flag and the levels", args: []string{"--template-policy=strict"}, wantErr: `--template-policy="strict" is not a Pod Security level: use restricted`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -314,7 +355,8 @@ func TestPolicyFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got.Level != tc.want.Level || strings.Join(got.ServiceAccounts, ",") != strings.Join(tc.want.ServiceAccounts, ",") ||
-				got.AllowAutomountToken != tc.want.AllowAutomountToken || strings.Join(got.Secrets, ",") != strings.Join(tc.want.Secrets, ",") {
+				got.AllowAutomountToken != tc.want.AllowAutomountToken || strings.Join(got.Secrets, ",") != strings.Join(tc.want.Secrets, ",") ||
+				strings.Join(got.Claims, ",") != strings.Join(tc.want.Claims, ",") {
 				t.Errorf("Policy() = %+v, want %+v", got, tc.want)
 			}
 		})
