@@ -126,6 +126,24 @@ func Middleware(a Authenticator, metadata MetadataURL, next http.Handler) http.H
 	})
 }
 
+// Status is the HTTP status that answers a failed authentication, and its Retry-After value
+// ("" for none): 401; 429 when the token was not checked because too many checks failed recently
+// (RetryAfter); 503 when the verifier (e.g. the Kubernetes API server) could not be reached
+// (Transient): nothing is known about the token, so the answer is "try again", not "your token
+// is bad".
+func Status(err error) (status int, retryAfter string) {
+	var ae *Error
+	switch {
+	case !errors.As(err, &ae):
+		return http.StatusUnauthorized, ""
+	case ae.RetryAfter > 0:
+		return http.StatusTooManyRequests, strconv.Itoa(int(ae.RetryAfter.Round(time.Second)/time.Second) + 1)
+	case ae.Transient:
+		return http.StatusServiceUnavailable, "5"
+	}
+	return http.StatusUnauthorized, ""
+}
+
 // Unauthorized logs why r was refused and answers 401 with {"error": reason} and
 // WWW-Authenticate: Bearer resource_metadata="metadataURL" (RFC 9728; omitted when empty). A
 // failure with RetryAfter answers 429 with Retry-After instead, and a Transient one (the verifier
@@ -138,15 +156,9 @@ func Unauthorized(w http.ResponseWriter, r *http.Request, err error, metadataURL
 	}
 	ctrl.LoggerFrom(r.Context()).WithName("auth").Info("request refused: authentication failed",
 		"method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err.Error())
-	status := http.StatusUnauthorized
-	if ae != nil && ae.RetryAfter > 0 {
-		status = http.StatusTooManyRequests
-		w.Header().Set("Retry-After", strconv.Itoa(int(ae.RetryAfter.Round(time.Second)/time.Second)+1))
-	} else if ae != nil && ae.Transient {
-		// The verifier (e.g. the Kubernetes API server) could not be reached: nothing is known
-		// about the token, so the answer is "try again" (503), not "your token is bad" (401).
-		status = http.StatusServiceUnavailable
-		w.Header().Set("Retry-After", "5")
+	status, retry := Status(err)
+	if retry != "" {
+		w.Header().Set("Retry-After", retry)
 	}
 	params := []string{`realm="nogoo9"`}
 	if metadataURL != "" {

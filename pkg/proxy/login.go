@@ -103,7 +103,16 @@ func (p *Proxy) serveLogin(w http.ResponseWriter, r *http.Request) {
 	caller, err := p.verify(r, token)
 	if err != nil {
 		p.log.Info("login refused", "remote", r.RemoteAddr, "reason", err.Error())
-		p.showLogin(w, http.StatusUnauthorized, next, "That token was not accepted; get a fresh one and try again.")
+		switch status, retry := auth.Status(err); status {
+		case http.StatusTooManyRequests:
+			w.Header().Set("Retry-After", retry)
+			p.showLogin(w, status, next, "Too many tokens were refused recently; wait "+retry+" seconds and try again with a valid token.")
+		case http.StatusServiceUnavailable:
+			w.Header().Set("Retry-After", retry)
+			p.showLogin(w, status, next, "Your token could not be checked right now (the identity service did not answer); try again in a few seconds.")
+		default:
+			p.showLogin(w, status, next, "That token was not accepted; get a fresh one and try again.")
+		}
 		return
 	}
 	http.SetCookie(w, p.cookie(p.cookieName, token, 0, caller.Expiry))
@@ -158,11 +167,14 @@ func (p *Proxy) sameOrigin(w http.ResponseWriter, r *http.Request) bool {
 
 // verify checks a raw token: with VerifyToken when the authenticator has it (auth.Authenticator
 // does), else through Authenticate on a request carrying only that token.
+// The client's address goes with it: a Guard limits failed checks per client, so one client's
+// garbage tokens never lock the others out.
 func (p *Proxy) verify(r *http.Request, token string) (*auth.Caller, error) {
+	ctx := auth.WithClientAddr(r.Context(), r.RemoteAddr)
 	if v, ok := p.authn.(tokenVerifier); ok {
-		return v.VerifyToken(r.Context(), token)
+		return v.VerifyToken(ctx, token)
 	}
-	r2 := r.Clone(r.Context())
+	r2 := r.Clone(ctx)
 	r2.Header = http.Header{"Authorization": {"Bearer " + token}}
 	return p.authn.Authenticate(r2)
 }

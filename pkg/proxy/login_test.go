@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
 )
@@ -240,4 +243,60 @@ func TestSetCookieFilter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Failed token checks are limited per client address (auth.Guard), as on the API: one client's
+// garbage tokens, at the login form or as bearer headers, must not lock every other client out.
+// Before stop 48 the proxy verified tokens without the client's address, so all of its clients
+// shared one bucket.
+func TestOneClientsGarbageTokensDoNotLockOthersOut(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		try  func(p *Proxy, addr, token string) *httptest.ResponseRecorder
+		ok   int
+	}{
+		{"the login form", func(p *Proxy, addr, token string) *httptest.ResponseRecorder {
+			return sendFrom(p, addr, http.MethodPost, "/_nogoo9/login", url.Values{"token": {token}, "next": {"/"}}, sameSite)
+		}, http.StatusSeeOther},
+		{"a bearer header on a workspace path", func(p *Proxy, addr, token string) *httptest.ResponseRecorder {
+			return sendFrom(p, addr, http.MethodGet, "/ws/ns/demo/", nil, map[string]string{"Authorization": "Bearer " + token})
+		}, http.StatusNotFound}, // verified, then no route: not 401 or 429
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stopped := time.Now() // the guard's clock stands still: its buckets never refill mid-test
+			p, err := New(auth.NewGuard(verifierOnly{}, auth.GuardOptions{Now: func() time.Time { return stopped }}), Options{BindAddress: ":0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 30 { // past the per-client burst (10)
+				tc.try(p, "10.0.0.1:4000", fmt.Sprintf("garbage-%d", i))
+			}
+			if w := tc.try(p, "10.0.0.1:4000", "good"); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+				t.Fatalf("a valid token from the client that sent 30 garbage ones: %d (Retry-After %q) %q, want 429 with Retry-After: that client waits",
+					w.Code, w.Header().Get("Retry-After"), w.Body.String())
+			}
+			if w := tc.try(p, "10.0.0.2:4000", "good"); w.Code != tc.ok {
+				t.Fatalf("a valid token from another client: %d %q, want %d", w.Code, w.Body.String(), tc.ok)
+			}
+		})
+	}
+}
+
+// sendFrom is send from client address addr.
+func sendFrom(p *Proxy, addr, method, target string, form url.Values, hdr map[string]string) *httptest.ResponseRecorder {
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req := httptest.NewRequest(method, "http://proxy.example"+target, body)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	req.RemoteAddr = addr
+	w := httptest.NewRecorder()
+	p.ServeHTTP(w, req)
+	return w
 }

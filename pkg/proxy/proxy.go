@@ -585,8 +585,14 @@ func (p *Proxy) unauthorized(w http.ResponseWriter, r *http.Request, err error) 
 		reason = ae.Reason
 	}
 	p.log.V(1).Info("request refused: authentication failed", "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err.Error())
-	w.Header().Set("WWW-Authenticate", `Bearer realm="nogoo9"`)
-	http.Error(w, "401 Unauthorized: "+reason+"; browsers log in at "+ReservedPrefix+"login", http.StatusUnauthorized)
+	status, retry := auth.Status(err)
+	if retry != "" {
+		w.Header().Set("Retry-After", retry)
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="nogoo9"`)
+	}
+	http.Error(w, fmt.Sprintf("%d %s: %s; browsers log in at %slogin", status, http.StatusText(status), reason, ReservedPrefix), status)
 }
 
 // originAllowed is the cross-site WebSocket hijacking check: a browser always sends Origin on a

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/oauth2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/session"
 )
 
@@ -195,7 +196,7 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusUnauthorized, "nonce mismatch", "The ID token was not issued for this login; start again.")
 		return
 	}
-	caller, err := u.o.Auth.VerifyToken(ctx, raw)
+	caller, err := u.o.Auth.VerifyToken(auth.WithClientAddr(ctx, r.RemoteAddr), raw)
 	if err != nil {
 		fail(http.StatusUnauthorized, "authenticator: "+err.Error(), "Your identity was not accepted by nogoo9; ask an administrator.")
 		return

@@ -8,6 +8,7 @@ import (
 	"html"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -951,5 +952,40 @@ func TestAReconnectingListStreamSendsTheWholeList(t *testing.T) {
 	got := read("</template>")
 	if !strings.Contains(got, `<tbody id="rows" hx-swap-oob="true">`) || !strings.Contains(got, `id="ws-a1"`) || strings.Contains(got, `id="ws-a2"`) {
 		t.Fatalf("want the whole list without a2:\n%s", got)
+	}
+}
+
+// stoppedClock is a clock that does not move: a rate limiter's bucket never refills during a test,
+// however slowly the machine runs it.
+func stoppedClock() func() time.Time {
+	t0 := time.Now()
+	return func() time.Time { return t0 }
+}
+
+// Failed token checks at the development login are limited per client address (auth.Guard): a
+// client that sends garbage tokens waits (429, Retry-After), another client from another address
+// logs in. Before stop 48 the login checked tokens without the address, so every client shared
+// one bucket. The second browser connects from 127.0.0.2 (loopback).
+func TestOneClientsGarbageTokensDoNotLockOthersOutOfTheLogin(t *testing.T) {
+	f := newFixture(t, Options{Auth: auth.NewGuard(tokens{"alice-token": {Subject: "alice"}}, auth.GuardOptions{Now: stoppedClock()})})
+	mallory, alice := f.browser(t), f.browser(t)
+	alice.c.Transport = &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 10 * time.Second}).DialContext}
+	t.Cleanup(alice.c.CloseIdleConnections)
+	post := func(b *browser, token string) (*http.Response, string) {
+		_, page := b.do("GET", "/login", nil)
+		m := loginCSRFRe.FindStringSubmatch(page)
+		if m == nil {
+			t.Fatalf("login page has no login_csrf field:\n%s", page)
+		}
+		return b.do("POST", "/login", url.Values{"token": {token}, "login_csrf": {m[1]}, "next": {"/"}})
+	}
+	for i := range 30 { // past the per-client burst (10)
+		post(mallory, fmt.Sprintf("garbage-%d", i))
+	}
+	if resp, body := post(mallory, "alice-token"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, "Too many tokens were refused") {
+		t.Fatalf("a valid token from the client that sent 30 garbage ones: %s (Retry-After %q), want 429 with Retry-After and a message", resp.Status, resp.Header.Get("Retry-After"))
+	}
+	if resp, body := post(alice, "alice-token"); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("a valid token from another address: %s, want 303 (logged in)\n%s", resp.Status, body)
 	}
 }
