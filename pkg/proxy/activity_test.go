@@ -125,6 +125,42 @@ func TestProxyRecordsActivityButNotHealthChecks(t *testing.T) {
 	g.Expect(lastActivity(g, checked)).To(BeEmpty(), "health checks never count as activity")
 }
 
+// Anonymous requests to a public preview do not count: anyone on the network (an uptime checker,
+// or the workspace's own process calling its public URL) could otherwise keep a workspace from
+// ever being idle, defeating the administrator's culling and the when-idle update policy.
+func TestAnonymousRequestsToAPublicPreviewAreNotActivity(t *testing.T) {
+	g := integration(t)
+	id := uniq("public")
+	ip := fmt.Sprintf("127.1.%d.%d", 150+seq.Add(1)%50, 1+seq.Add(1)%250)
+	startBackend(t, ip, id, 8080)
+	public := createPod(t, g, id, id, "jane", ip, map[string]string{workspace.AnnPublicPreview: "true"})
+	preview := "/preview/jane/" + id + "/"
+	anonymous := func() int {
+		res, err := plain.Get(activityProxyURL + preview)
+		if err != nil {
+			return 0
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	g.Eventually(anonymous, activityWaitLimit, 20*time.Millisecond).Should(Equal(http.StatusOK), "the proxy serves %s without a token", preview)
+	for range 5 {
+		g.Expect(anonymous()).To(Equal(http.StatusOK))
+	}
+	used, usedPath := servingPod(t, g, "used-beside-public", nil)
+	before := time.Now().UTC().Truncate(time.Second)
+	code, _, _ := activityGet(usedPath, nil)
+	g.Expect(code).To(Equal(http.StatusOK))
+
+	// The flush that writes the used pod's activity ran after every anonymous request above.
+	g.Eventually(func(g Gomega) {
+		at, err := time.Parse(time.RFC3339, lastActivity(g, used))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(at).To(BeTemporally(">=", before))
+	}, activityWaitLimit, 50*time.Millisecond).Should(Succeed(), "a person's request is recorded on the pod")
+	g.Expect(lastActivity(g, public)).To(BeEmpty(), "anonymous requests to a public preview never count as activity")
+}
+
 func TestOpenWebSocketCountsUntilTheTemplatesMaximumAge(t *testing.T) {
 	g := integration(t)
 	long, longPath := servingPod(t, g, "ws-long", nil)

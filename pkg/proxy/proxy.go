@@ -200,7 +200,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	p.activity.touch(t.ws, t.podUID, r)
+	// Only a person's requests are activity: an anonymous one to a public preview could come from
+	// anyone, the workspace's own process included, and would keep it from ever being idle.
+	if !t.public {
+		p.activity.touch(t.ws, t.podUID, r)
+	}
 
 	// The handler owns r from here: rewrite its path in place rather than cloning the request.
 	// RawPath (set only when the path has escapes such as %2F) is kept when it still spells the
