@@ -193,11 +193,14 @@ func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 				inFlight = true
 			}
 		}
+		// A stopped workspace's intent waits, held by the stop, for its start: it is neither in
+		// flight nor waiting for a node, so it takes no place under the caps.
+		stopped := workspace.IsStopped(live)
 		intent := len(live) == 1 && live[0].Annotations[workspace.AnnUpgradeRequested] != ""
-		if inFlight || intent {
+		if inFlight || intent && !stopped {
 			busy++
 		}
-		if intent || inFlight && upgrade.SlotOf(live).WaitingForNode {
+		if intent && !stopped || inFlight && upgrade.SlotOf(live).WaitingForNode {
 			unplaced++
 		}
 		if len(live) != 1 {
@@ -215,6 +218,7 @@ func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 			Outdated:    found && workspace.TemplateVersion(pod) != tmpl.Version,
 			Busy:        inFlight || intent,
 			Maintenance: pod.Annotations[workspace.AnnMaintenance] != "",
+			Stopped:     stopped,
 			Ready:       ready, ReadySince: since,
 			IdleAfter:    p.Opts.IdleAfter,
 			LastFailedAt: updatepolicy.FailedAt(pod.Annotations[workspace.AnnLastUpgradeError]),

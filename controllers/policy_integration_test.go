@@ -273,3 +273,52 @@ func whenIdleTemplates() *fakeTemplates {
 	reg.set(tmpl)
 	return reg
 }
+
+// TestPolicyRunnerLeavesStoppedWorkspacesAlone: a stopped workspace gets no automatic request
+// (the stop would hold it until a start, while it counted against --max-pending-upgrades), so
+// stopped workspaces, however many and however old, never keep running ones from their window.
+func TestPolicyRunnerLeavesStoppedWorkspacesAlone(t *testing.T) {
+	_, c := startAPIServer(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC) // a Saturday, inside the window below
+	for _, id := range []string{"a0", "a1", "a2"} {     // sorted before the running ones
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "ws-" + id, Namespace: "default",
+				Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id,
+					workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "1"},
+				Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1", workspace.AnnStopRequested: "true"}},
+			Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: workspace.GateStopped}},
+				Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
+		}
+		if err := c.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"z0", "z1"} {
+		createIdleIDEPod(t, c, "ws-"+id, id, false, now)
+	}
+	reg := &fakeTemplates{}
+	tmpl := ideTemplate("2", "example.com/ide:2", "")
+	tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "window", workspace.AnnUpdateWindow: "Sat 02:00-04:00 UTC"}
+	reg.set(tmpl)
+	r := &PolicyRunner{Client: c, Reader: c, Templates: reg, Recorder: record.NewFakeRecorder(1000),
+		Opts: PolicyOptions{PerInterval: 10, MaxPending: 2, IdleAfter: time.Minute, Now: func() time.Time { return now }}}
+	for range 2 { // the second tick: the stopped ones are still not counted, nothing more is due
+		if _, err := r.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var list corev1.PodList
+	if err := c.List(ctx, &list, client.InNamespace("default"), client.MatchingLabels{workspace.LabelTemplate: "ide"}); err != nil {
+		t.Fatal(err)
+	}
+	var requested []string
+	for _, p := range list.Items {
+		if p.Annotations[workspace.AnnUpgradeRequested] != "" {
+			requested = append(requested, p.Name)
+		}
+	}
+	if fmt.Sprint(requested) != "[ws-z0 ws-z1]" {
+		t.Fatalf("requested %v, want [ws-z0 ws-z1]: the running workspaces in their window, no stopped one", requested)
+	}
+}

@@ -106,6 +106,9 @@ type Input struct {
 	Busy bool
 	// Maintenance: an operator took the workspace out of service; automatic upgrades wait.
 	Maintenance bool
+	// Stopped: the workspace is stopped or stopping (nogoo9/stop-requested). An intent would only
+	// wait on it, held by the stop, and count against --max-pending-upgrades meanwhile.
+	Stopped bool
 	// Ready and ReadySince: the pod's Ready condition and when it last became True.
 	Ready      bool
 	ReadySince time.Time
@@ -134,7 +137,8 @@ type Decision struct {
 
 // Decide says whether the workspace described by in should be upgraded automatically at now.
 //
-// The rules, in order: nothing happens unless the workspace is outdated and not busy; a pin
+// The rules, in order: nothing happens unless the workspace is outdated, not busy and not
+// stopped; a pin
 // (or an unreadable pin) stops everything; an invalid policy or window stops everything and says
 // so; maintenance waits; manual and on-start never upgrade a running workspace; window upgrades
 // while now is inside the window; when-idle upgrades once the workspace is idle (see Idle).
@@ -147,6 +151,10 @@ func Decide(in Input, now time.Time) Decision {
 	}
 	if in.Busy {
 		d.Reason = "an upgrade is already requested or in flight"
+		return d
+	}
+	if in.Stopped {
+		d.Reason = "the workspace is stopped; its policy applies again once it is started (on-start: at the start)"
 		return d
 	}
 	if pinned, perr := ParsePinned(in.Settings.Pinned, in.Settings.HasPinned); pinned {

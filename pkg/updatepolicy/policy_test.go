@@ -90,6 +90,11 @@ func TestDecide(t *testing.T) {
 		{name: "pinned never upgrades, even in the window", in: with(ready(0), Settings{TemplatePolicy: "window", TemplateWindow: "Sat 02:00-04:00 UTC", Pinned: "true", HasPinned: true}), policy: InWindow, reason: "pinned"},
 		{name: "an unreadable pin counts as pinned and says so", in: with(ready(time.Hour), Settings{TemplatePolicy: "when-idle", Pinned: "yes please", HasPinned: true}), policy: WhenIdle, reason: "pinned", err: true},
 		{name: "pinned=false is not pinned", in: with(ready(time.Hour), Settings{TemplatePolicy: "when-idle", Pinned: "false", HasPinned: true}), upgrade: true, policy: WhenIdle},
+		{name: "a stopped workspace gets no intent, even inside its window", in: func() Input {
+			i := with(ready(0), Settings{TemplatePolicy: "window", TemplateWindow: "Sat 02:00-04:00 UTC"})
+			i.Ready, i.Stopped = false, true
+			return i
+		}(), policy: InWindow, reason: "stopped"},
 		{name: "maintenance waits", in: func() Input { i := with(ready(time.Hour), idle); i.Maintenance = true; return i }(), policy: WhenIdle, reason: "maintenance"},
 		{name: "a recent failed upgrade is not retried automatically", in: func() Input {
 			i := with(ready(time.Hour), idle)
