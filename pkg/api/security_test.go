@@ -15,8 +15,11 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/api"
 	"github.com/nogoo9/no-crd/pkg/auth"
@@ -239,6 +242,31 @@ func TestEventsReadOnlyTheWorkspacesOwnEvents(t *testing.T) {
 		slices.Sort(terms)
 		g.Expect(terms).To(Equal(want), "every events list and watch names the workspace's pod; all queries: %q", rec.queries)
 	}
+}
+
+// A follow is of one workspace: when its owner deletes it and another user spawns one with the
+// same id, the follow ends instead of carrying the new workspace's events (image names, nodes,
+// failures) to the old owner. Before stop 48 it followed the id and carried them.
+func TestAFollowEndsWhenItsIdPassesToAnotherOwner(t *testing.T) {
+	skipShort(t)
+	g := NewWithT(t)
+	lent := seed(t, "lena", "lent-box", "1.0")
+	svc, err := frontend.New(frontend.Config{Namespace: ns, Cache: env.mgrCache, Client: env.k8s, Events: kubernetes.NewForConfigOrDie(env.cfg).CoreV1(), Templates: env.templates})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithTimeout(auth.WithCaller(context.Background(), &auth.Caller{Subject: "lena"}), 30*time.Second)
+	defer cancel()
+	_, stream, err := svc.Events(ctx, "lent-box", true)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer stream.Stop()
+	g.Expect(env.k8s.Delete(ctx, lent)).To(Succeed())
+	g.Eventually(func() bool { return apierrors.IsNotFound(env.mgrCache.Get(ctx, client.ObjectKeyFromObject(lent), &corev1.Pod{})) }).
+		WithTimeout(30 * time.Second).Should(BeTrue())
+	taken := seed(t, "mort", "lent-box", "1.0")
+	addEvent(t, taken.Name, "Pulling", `Pulling image "registry.corp/mort-secret:1"`)
+	e, err := stream.Next(ctx)
+	g.Expect(err).To(HaveOccurred(), "lena's follow received mort's event %+v", e)
+	g.Expect(frontend.CodeOf(err)).To(Equal(frontend.CodeNotFound), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("its id now names another workspace"))
 }
 
 // openFollow starts GET .../events?follow=true and returns once the server answered.

@@ -96,7 +96,7 @@ func (s *Service) Events(ctx context.Context, id string, follow bool) ([]Event, 
 			return nil, nil, err
 		}
 	}
-	go s.followNewPods(sctx, es, id, names)
+	go s.followNewPods(sctx, es, id, workspace.Owner(workspace.Active(pods)), names)
 	return out, es, nil
 }
 
@@ -168,7 +168,11 @@ func (s *Service) watchPodEvents(ctx context.Context, es *EventStream, pod, reso
 
 // followNewPods looks in the cache for pods the workspace gets while it is followed; each new
 // pod's events so far are sent (they are new to the follower) and its watch starts.
-func (s *Service) followNewPods(ctx context.Context, es *EventStream, id string, known []string) {
+//
+// The follow is of one workspace, whose owner the caller was checked against when it opened. Ids
+// are unique only among the workspaces that exist: after a delete, another user may spawn one with
+// the same id. A new pod of another owner is therefore another workspace, and ends the follow.
+func (s *Service) followNewPods(ctx context.Context, es *EventStream, id, owner string, known []string) {
 	seen := map[string]bool{}
 	for _, n := range known {
 		seen[n] = true
@@ -188,6 +192,10 @@ func (s *Service) followNewPods(ctx context.Context, es *EventStream, id string,
 		for _, p := range workspace.GroupByID(pods)[id] {
 			if seen[p.Name] {
 				continue
+			}
+			if workspace.Owner(p) != owner {
+				es.fail(errorf(CodeNotFound, "workspace %q was deleted while it was followed, and its id now names another workspace: the follow ends", id))
+				return
 			}
 			seen[p.Name] = true
 			evs, rv, err := s.listPodEvents(ctx, p.Name)
