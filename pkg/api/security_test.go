@@ -259,7 +259,9 @@ func TestAFollowEndsWhenItsIdPassesToAnotherOwner(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer stream.Stop()
 	g.Expect(env.k8s.Delete(ctx, lent)).To(Succeed())
-	g.Eventually(func() bool { return apierrors.IsNotFound(env.mgrCache.Get(ctx, client.ObjectKeyFromObject(lent), &corev1.Pod{})) }).
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.mgrCache.Get(ctx, client.ObjectKeyFromObject(lent), &corev1.Pod{}))
+	}).
 		WithTimeout(30 * time.Second).Should(BeTrue())
 	taken := seed(t, "mort", "lent-box", "1.0")
 	addEvent(t, taken.Name, "Pulling", `Pulling image "registry.corp/mort-secret:1"`)

@@ -324,3 +324,24 @@ func TestListAcrossNamespacesPagesEveryWorkspaceOnce(t *testing.T) {
 		}
 	}
 }
+
+// A display name reaches every page, list and event stream that shows the workspace: one with a
+// line break (which ends a line of an event stream) or of unbounded size is refused at the spawn,
+// naming the problem, and creates nothing.
+func TestSpawnRefusesANameWithControlCharactersOrOfUnboundedSize(t *testing.T) {
+	sp := &recordingSpawner{}
+	svc := nsService(t, &stubAccess{}, sp)
+	bob := auth.WithCaller(context.Background(), &auth.Caller{Subject: "bob"})
+	for _, tc := range []struct{ name, want string }{
+		{"x\r\rretry: 2147483647\r", "control character at byte 1"},
+		{strings.Repeat("n", 100_000), "is 100000 bytes long: use at most 200"},
+	} {
+		_, err := svc.Spawn(bob, SpawnInput{Template: "python", ID: "x", Name: tc.name})
+		if CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("spawn named %.40q: %v, want %s saying %q", tc.name, err, CodeInvalid, tc.want)
+		}
+	}
+	if len(sp.got) != 0 {
+		t.Errorf("a refused spawn reached the spawner: %v", sp.got)
+	}
+}

@@ -487,6 +487,9 @@ func (s *Service) Spawn(ctx context.Context, in SpawnInput) (*Workspace, error) 
 	if err := workspace.ValidateID(id); err != nil {
 		return nil, errorf(CodeInvalid, "%s", err.Error())
 	}
+	if err := workspace.ValidateName(in.Name); err != nil {
+		return nil, errorf(CodeInvalid, "%s", err.Error())
+	}
 	name := in.Name
 	if name == "" {
 		name = id

@@ -197,6 +197,9 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	if err := workspace.ValidateID(id); err != nil {
 		return nil, errorf(Invalid, err, "%v", err)
 	}
+	if err := workspace.ValidateName(req.Name); err != nil {
+		return nil, errorf(Invalid, err, "%v", err)
+	}
 	if req.Template == "" {
 		return nil, errorf(Invalid, nil, "no template given: name one of the templates list_templates shows")
 	}

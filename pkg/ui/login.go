@@ -42,7 +42,13 @@ func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	u.renderLogin(w, r, http.StatusOK, next, r.URL.Query().Get("error"))
+	u.renderLogin(w, r, http.StatusOK, next, loginNotices[r.URL.Query().Get("notice")])
+}
+
+// loginNotices are the login page's only messages from its URL, by code: a link can name a code,
+// never the words nogoo9's own page shows ("nogoo9 has moved: log in at ...").
+var loginNotices = map[string]string{
+	"loggedout": "You are logged out.",
 }
 
 func (u *UI) renderLogin(w http.ResponseWriter, r *http.Request, status int, next, msg string) {
@@ -120,5 +126,5 @@ func (u *UI) logout(w http.ResponseWriter, r *request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	http.Redirect(w, r.Request, "/login?error="+"You+are+logged+out.", http.StatusSeeOther)
+	http.Redirect(w, r.Request, "/login?notice=loggedout", http.StatusSeeOther)
 }

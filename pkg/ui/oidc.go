@@ -161,7 +161,13 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		u.renderLogin(w, r, status, "/", msg)
 	}
 	if e := q.Get("error"); e != "" {
-		fail(http.StatusUnauthorized, "provider error "+e+": "+q.Get("error_description"), "The identity provider did not log you in ("+e+"); try again.")
+		// The page names only a code RFC 6749 (4.1.2.1) or OpenID Connect (3.1.2.6) defines: the
+		// URL is anyone's to write, and its words would show on nogoo9's own page.
+		code := "an error"
+		if oauthErrors[e] {
+			code = e
+		}
+		fail(http.StatusUnauthorized, "provider error "+e+": "+q.Get("error_description"), "The identity provider did not log you in ("+code+"); try again.")
 		return
 	}
 	state := q.Get("state")
@@ -206,4 +212,14 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	// the SameSite=Strict session cookie; a same-site hop from this page carries it.
 	w.Header().Set("Refresh", "0;url="+p.next)
 	u.render(w, r, http.StatusOK, "continue", page{Title: "Logged in", Data: p.next})
+}
+
+// oauthErrors are the error codes an authorization response may carry (RFC 6749 4.1.2.1, OpenID
+// Connect Core 3.1.2.6).
+var oauthErrors = map[string]bool{
+	"invalid_request": true, "unauthorized_client": true, "access_denied": true, "unsupported_response_type": true,
+	"invalid_scope": true, "server_error": true, "temporarily_unavailable": true,
+	"interaction_required": true, "login_required": true, "account_selection_required": true, "consent_required": true,
+	"invalid_request_uri": true, "invalid_request_object": true, "request_not_supported": true,
+	"request_uri_not_supported": true, "registration_not_supported": true,
 }

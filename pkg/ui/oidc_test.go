@@ -122,4 +122,21 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 			t.Fatalf("%s, want 403", resp.Status)
 		}
 	})
+	t.Run("a callback's error shows a code of the specifications, never the link's words", func(t *testing.T) {
+		c := &http.Client{Timeout: 30 * time.Second}
+		for _, tc := range []struct{ e, want string }{
+			{"access_denied", "(access_denied)"},
+			{"nogoo9 has moved: log in at https://nogoo9-corp.example", "(an error)"},
+		} {
+			resp, err := c.Get(ui.URL + "/login/callback?state=x&error=" + url.QueryEscape(tc.e) + "&error_description=" + url.QueryEscape(tc.e))
+			if err != nil {
+				t.Fatal(err)
+			}
+			page, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(page), tc.want) || strings.Contains(string(page), "nogoo9-corp.example") {
+				t.Errorf("error=%q: %s, want 401 saying %q and nothing of the link's words:\n%s", tc.e, resp.Status, tc.want, page)
+			}
+		}
+	})
 }

@@ -49,9 +49,15 @@ func (s *sse) send(seq uint64, html []byte) error {
 		fmt.Fprintf(&b, "id: %d\n", seq)
 	}
 	b.WriteString("event: update\n")
+	// A browser's event-stream parser ends a line at CR, LF or CRLF: a CR inside a field a tenant
+	// wrote (a workspace's name, a container's termination message) would otherwise end the data
+	// line and start a field of the attacker's choosing (retry:, id:, or a new event).
+	// Each CR becomes a line end of its own: the data the browser joins back is the same but for
+	// LF in place of CR, and no CR reaches the stream.
+	html = bytes.ReplaceAll(bytes.ReplaceAll(html, []byte("\r\n"), []byte("\n")), []byte("\r"), []byte("\n"))
 	for _, line := range bytes.Split(html, []byte("\n")) {
 		b.WriteString("data: ")
-		b.Write(bytes.TrimRight(line, "\r"))
+		b.Write(line)
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')

@@ -387,12 +387,30 @@ func TestLogoutEndsTheSessionOnTheServer(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("logout: %s", resp.Status)
 	}
+	if _, page := b.do("GET", resp.Header.Get("Location"), nil); !strings.Contains(page, "You are logged out.") {
+		t.Errorf("the page logout leads to (%s) does not say so:\n%s", resp.Header.Get("Location"), page)
+	}
 	// A copy of the cookie taken before logout is worthless after it.
 	b2 := f.browser(t)
 	b2.c.Jar.SetCookies(u, stolen)
 	resp, _ = b2.do("GET", "/", nil)
 	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/login") {
 		t.Fatalf("the old cookie after logout: %s to %q, want a redirect to /login", resp.Status, resp.Header.Get("Location"))
+	}
+}
+
+// The login page says nothing a link wrote: a URL names a notice by its code, and the single
+// sign-on's error by a code of the OAuth specifications, never by words shown on nogoo9's own page
+// ("nogoo9 has moved: log in at ..."). Before stop 48 the page showed ?error= as written.
+func TestTheLoginPageShowsNoTextFromItsURL(t *testing.T) {
+	f := newFixture(t, Options{InsecureCookie: true})
+	b := f.browser(t)
+	const lure = "nogoo9 has moved: log in at https://nogoo9-corp.example"
+	for _, q := range []string{"error=", "notice=", "error_description="} {
+		_, page := b.do("GET", "/login?"+q+url.QueryEscape(lure), nil)
+		if strings.Contains(page, "nogoo9-corp.example") {
+			t.Errorf("GET /login?%s... shows the link's words:\n%s", q, page)
+		}
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/base32"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -133,6 +135,25 @@ func ValidateID(id string) error {
 	}
 	if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
 		return fmt.Errorf("workspace id %q is not valid: %s", id, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// MaxNameLength bounds a workspace's display name (nogoo9/workspace-name), in bytes.
+const MaxNameLength = 200
+
+// ValidateName reports why name cannot be a workspace's display name, or nil: at most
+// MaxNameLength bytes of valid UTF-8 without control characters (a CR or LF in a name would reach
+// every page, list and stream that shows it, where such characters end lines).
+func ValidateName(name string) error {
+	if len(name) > MaxNameLength {
+		return fmt.Errorf("workspace name %q... is %d bytes long: use at most %d", strings.ToValidUTF8(name[:40], ""), len(name), MaxNameLength)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("workspace name %q is not valid UTF-8: use plain text", strings.ToValidUTF8(name, "\uFFFD"))
+	}
+	if i := strings.IndexFunc(name, unicode.IsControl); i >= 0 {
+		return fmt.Errorf("workspace name %q has a control character at byte %d: use printable text (no line breaks or tabs)", name, i)
 	}
 	return nil
 }
