@@ -66,6 +66,8 @@ func TestRESTEndpoints(t *testing.T) {
 		{"update policy unknown", erin, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "always"}, 400, "not one of manual, on-start, when-idle, window"},
 		{"update policy of another's", dave, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "when-idle"}, 403, "Access Denied"},
 		{"update policy", erin, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "when-idle"}, 200, `"updatePolicy":"when-idle"`},
+		{"update policy stored as parsed, not as written", erin, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "  when-idle" + strings.Repeat(" ", 10000)}, 200, `"updatePolicy":"when-idle"}`},
+		{"update window of unbounded size", erin, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "window", "window": "Mon" + strings.Repeat(",Mon", 1000) + " 02:00-04:00 UTC"}, 400, "longer than 128 bytes"},
 		{"update policy cleared", erin, "DELETE", "/api/v1/workspaces/erin-box/update-policy", nil, 200, `"id":"erin-box"`},
 		{"dry run up to date", erin, "POST", "/api/v1/workspaces/erin-box/upgrade?dryRun=true", nil, 200, `"status":"upToDate"`},
 		{"dry run with a bad flag", erin, "POST", "/api/v1/workspaces/erin-box/upgrade?dryRun=perhaps", nil, 400, "dryRun"},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -92,14 +93,28 @@ type UpdatePolicyInput struct {
 
 // SetUpdatePolicy sets (or, with an empty policy, removes) the workspace's own update policy and
 // window, which override its template's. Its owner or an admin.
+//
+// What is stored is the parsed value, not the text given: the policy's name and the window's
+// fields joined by single spaces (each value is in every replica's cache, and in every admin's
+// list).
 func (s *Service) SetUpdatePolicy(ctx context.Context, id string, in UpdatePolicyInput) (*Workspace, error) {
-	if _, err := updatepolicy.ParsePolicy(in.Policy); err != nil {
+	policy, err := updatepolicy.ParsePolicy(in.Policy)
+	if err != nil {
 		return nil, errorf(CodeInvalid, "%s", err.Error())
 	}
-	if in.Window != "" {
-		if _, err := updatepolicy.ParseWindow(in.Window); err != nil {
+	if strings.TrimSpace(in.Policy) == "" {
+		in.Policy = ""
+	} else {
+		in.Policy = string(policy)
+	}
+	if strings.TrimSpace(in.Window) == "" {
+		in.Window = ""
+	} else {
+		w, err := updatepolicy.ParseWindow(in.Window)
+		if err != nil {
 			return nil, errorf(CodeInvalid, "%s", err.Error())
 		}
+		in.Window = w.String()
 	}
 	_, pods, err := s.workspacePods(ctx, id)
 	if err != nil {

@@ -35,7 +35,17 @@ func ParsePolicy(s string) (Policy, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("update policy %q is not one of manual, on-start, when-idle, window: set nogoo9/update-policy to one of them", s)
+	return "", fmt.Errorf("update policy %s is not one of manual, on-start, when-idle, window: set nogoo9/update-policy to one of them", quote(s))
+}
+
+// quote is s quoted for an error message, cut after 64 bytes: an error never echoes an oversized
+// value back whole.
+func quote(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", strings.ToValidUTF8(s[:most], ""), len(s))
 }
 
 // ParsePinned reads a nogoo9/pinned value: "true" pins, "false" or absent does not. Any other

@@ -25,10 +25,17 @@ var dayNames = map[string]time.Weekday{
 
 const windowHelp = `write it as "<days> <HH:MM>-<HH:MM> <time zone>", e.g. "Sat 02:00-04:00 UTC", "Mon-Fri 22:00-23:30 Europe/Berlin" or "daily 03:00-04:00 UTC"`
 
+// MaxWindowLength bounds an update window's text (the longest IANA zone name and every day
+// listed fit in half of it).
+const MaxWindowLength = 128
+
 // ParseWindow reads a nogoo9/update-window value strictly: days (a day, a comma list, a range
 // like Mon-Fri, or "daily"), a 24-hour time range, and a time zone ("UTC" or an IANA name).
 // Anything else is an error that says what is wrong and how to write it.
 func ParseWindow(s string) (Window, error) {
+	if len(s) > MaxWindowLength {
+		return Window{}, fmt.Errorf("update window %s is longer than %d bytes: %s", quote(s), MaxWindowLength, windowHelp)
+	}
 	fields := strings.Fields(s)
 	if len(fields) != 3 {
 		return Window{}, fmt.Errorf("update window %q has %d parts, want 3: %s", s, len(fields), windowHelp)
