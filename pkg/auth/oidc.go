@@ -137,11 +137,26 @@ func (o *OIDC) VerifyToken(ctx context.Context, token string) (*Caller, error) {
 		return nil, &Error{Reason: fmt.Sprintf("token's email %q is not verified (email_verified is not true): verify it with your identity provider, or use --oidc-subject-claim=sub", sub)}
 	}
 	c := &Caller{Subject: sub, Groups: stringList(claims["groups"]), Expiry: idt.Expiry}
+	// Kubernetes reserves names that begin with "system:" for its own users, service accounts
+	// and groups (system:masters is every permission); its own JWT authenticator refuses them from
+	// a token. nogoo9 asks the API server about its callers by these names (SubjectAccessReview,
+	// pkg/authz), so a token must not name one.
+	if strings.HasPrefix(sub, reservedPrefix) {
+		return nil, &Error{Reason: fmt.Sprintf("token's subject %q begins with %q, which Kubernetes reserves for its own identities: fix the identity provider's claims or --oidc-subject-claim", sub, reservedPrefix)}
+	}
+	for _, g := range c.Groups {
+		if strings.HasPrefix(g, reservedPrefix) {
+			return nil, &Error{Reason: fmt.Sprintf("token's group %q begins with %q, which Kubernetes reserves for its own groups: remove it from the identity provider's groups claim", g, reservedPrefix)}
+		}
+	}
 	if o.cfg.AdminClaim != "" {
 		c.IsAdmin = claimHas(claims[o.cfg.AdminClaim], o.cfg.AdminValue)
 	}
 	return c, nil
 }
+
+// reservedPrefix begins the names of Kubernetes' own users and groups.
+const reservedPrefix = "system:"
 
 // emailVerified accepts the boolean true, and the string "true" some providers send.
 func emailVerified(v any) bool {

@@ -109,6 +109,10 @@ func TestOIDCVerifiesRealSignedTokens(t *testing.T) {
 		{"a token signed by another key is refused", "sub", sign(t, other, "k1", claims(nil)), "", "signature does not verify"},
 		{"an alg none token is refused", "sub", unsigned(claims(nil)), "", "alg none is never accepted"},
 		{"garbage is refused", "sub", "not-a-jwt", "", "not a JWT"},
+		// Names Kubernetes reserves: nogoo9 asks the API server about its callers by name.
+		{"a subject in Kubernetes' reserved system: names is refused", "sub", sign(t, is.key, "k1", claims(func(c map[string]any) { c["sub"] = "system:kube-controller-manager" })), "", `begins with "system:"`},
+		{"a group in Kubernetes' reserved system: names is refused", "sub", sign(t, is.key, "k1", claims(func(c map[string]any) { c["groups"] = []string{"staff", "system:masters"} })), "", `group "system:masters" begins with "system:"`},
+		{"ordinary groups are kept", "sub", sign(t, is.key, "k1", claims(func(c map[string]any) { c["groups"] = []string{"staff", "systems-team"} })), "u-1", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
