@@ -109,7 +109,7 @@ func (r *WorkspaceReconciler) applyLifecycle(ctx context.Context, key types.Name
 		}
 		return true, nil
 	case lifecycle.PatchPod:
-		done, err := r.patchAnnotationsAt(ctx, a.Pod, a.Set)
+		done, err := r.patchAnnotationsAt(ctx, a.Pod, a.Set, a.Remove...)
 		if err != nil || !done {
 			return done, err
 		}
@@ -123,7 +123,9 @@ func (r *WorkspaceReconciler) applyLifecycle(ctx context.Context, key types.Name
 		if a.NodeLost {
 			return r.deleteLostPod(ctx, a)
 		}
-		wait, err := r.deletePod(ctx, key, &moveState{}, upgrade.Action{Kind: upgrade.DeletePod, Pod: a.Pod, Keep: a.Keep,
+		// As the planner saw it (MatchVersion): a write on the pod since (a stop intent, a
+		// maintenance, a pin) fails the delete, and the next pass carries it instead of losing it.
+		wait, err := r.deletePod(ctx, key, &moveState{}, upgrade.Action{Kind: upgrade.DeletePod, Pod: a.Pod, Keep: a.Keep, MatchVersion: true,
 			EventType: a.EventType, Reason: a.Reason, Message: a.Message})
 		if err != nil {
 			return false, err
@@ -214,9 +216,7 @@ func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.
 	pod, claims, err := r.Opts.BuildPod(tmpl, stopped, a.Name)
 	if err != nil {
 		// Never leave the workspace without a way back: start it on its own version instead.
-		r.Recorder.Eventf(stopped, corev1.EventTypeWarning, lifecycle.ReasonStarting,
-			"Template %s version %s does not render for workspace %s (%v); starting it on its version %s instead.", tmpl.Name, tmpl.Version, workspace.ID(stopped), err, workspace.TemplateVersion(stopped))
-		return r.ungate(ctx, stopped)
+		return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("Template %s version %s does not render for workspace %s (%v)", tmpl.Name, tmpl.Version, workspace.ID(stopped), err))
 	}
 	pod.Name, pod.Namespace, pod.GenerateName = a.Name, stopped.Namespace, ""
 	upgrade.PreserveIdentity(pod, stopped)
@@ -225,7 +225,11 @@ func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.
 	}
 	for _, c := range claims {
 		c.Namespace = stopped.Namespace
-		if err := r.Client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
+		switch err := r.Client.Create(ctx, c); {
+		case err == nil || apierrors.IsAlreadyExists(err):
+		case permanent(err):
+			return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("The API server refused claim %s of version %s of template %s for workspace %s (%v)", c.Name, tmpl.Version, tmpl.Name, workspace.ID(stopped), err))
+		default:
 			return false, fmt.Errorf("create claim %s for started pod %s: %w", c.Name, pod.Name, err)
 		}
 	}
@@ -246,9 +250,28 @@ func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.
 		return true, nil
 	case apierrors.IsAlreadyExists(err):
 		return true, nil
+	case permanent(err):
+		// Admission or Pod Security refuses the new version for this workspace: retrying will
+		// not heal it, and the workspace must not stay stopped for it.
+		return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("The API server refused pod %s of version %s of template %s for workspace %s (%v)", pod.Name, tmpl.Version, tmpl.Name, workspace.ID(stopped), err))
 	default:
 		return false, fmt.Errorf("create started pod %s: %w", pod.Name, err)
 	}
+}
+
+// startOnOwnVersion starts the stopped pod on its own version (the gate removed) when a start on
+// the template's latest version cannot be made (why), and says so in a Warning Event once the
+// start happened.
+func (r *WorkspaceReconciler) startOnOwnVersion(ctx context.Context, stopped *corev1.Pod, why string) (bool, error) {
+	done, err := r.ungate(ctx, stopped)
+	if err != nil || !done {
+		return done, err
+	}
+	lifecycleTotal.WithLabelValues("start").Inc()
+	ctrl.LoggerFrom(ctx).Info("Started workspace on its own version", "pod", klog.KObj(stopped), "reason", why)
+	r.Recorder.Eventf(stopped, corev1.EventTypeWarning, lifecycle.ReasonStarting,
+		"%s; started it on its version %s instead: fix the template, then upgrade the workspace.", why, workspace.TemplateVersion(stopped))
+	return true, nil
 }
 
 // ungate removes the stop gate (keeping any other gate) and the stop bookkeeping, on the pod
@@ -269,10 +292,18 @@ func (r *WorkspaceReconciler) ungate(ctx context.Context, pod *corev1.Pod) (bool
 	return r.rawPatch(ctx, pod, map[string]any{"metadata": meta, "spec": map[string]any{"schedulingGates": gates}})
 }
 
-// patchAnnotationsAt sets annotations on the pod version the planner saw (resourceVersion and UID
-// preconditions): a cull never overrides activity recorded since, nor a start.
-func (r *WorkspaceReconciler) patchAnnotationsAt(ctx context.Context, pod *corev1.Pod, set map[string]string) (bool, error) {
-	meta := map[string]any{"uid": pod.UID, "annotations": set}
+// patchAnnotationsAt sets (and removes) annotations on the pod version the planner saw
+// (resourceVersion and UID preconditions): a cull never overrides activity recorded since, nor a
+// start, and a value carried from another pod never overrides a write on this one.
+func (r *WorkspaceReconciler) patchAnnotationsAt(ctx context.Context, pod *corev1.Pod, set map[string]string, remove ...string) (bool, error) {
+	ann := make(map[string]any, len(set)+len(remove))
+	for _, k := range remove {
+		ann[k] = nil
+	}
+	for k, v := range set {
+		ann[k] = v
+	}
+	meta := map[string]any{"uid": pod.UID, "annotations": ann}
 	if pod.ResourceVersion != "" {
 		meta["resourceVersion"] = pod.ResourceVersion
 	}

@@ -57,9 +57,12 @@ const (
 	// CreateStartedPod builds a pod from the template's latest version for the identity of the
 	// stopped Pod, named Name; the stopped pod is deleted next.
 	CreateStartedPod ActionKind = "CreateStartedPod"
-	// DeletePod deletes Pod (UID precondition) after checking that Keep still exists.
+	// DeletePod deletes Pod, as the planner saw it (UID and resourceVersion preconditions: a pod
+	// written since, say a stop intent or a maintenance that lands on it, is re-planned rather
+	// than deleted with the write), after checking that Keep still exists.
 	DeletePod ActionKind = "DeletePod"
-	// PatchPod merge-patches Pod's annotations (Set), with Pod's resourceVersion as precondition.
+	// PatchPod merge-patches Pod's annotations (Set, and Remove), with Pod's resourceVersion as
+	// precondition.
 	PatchPod ActionKind = "PatchPod"
 	// EventOnly records the Event on Pod (once per pod version: the controller remembers it).
 	EventOnly ActionKind = "Event"
@@ -73,6 +76,8 @@ type Action struct {
 	Keep *corev1.Pod
 	Name string
 	Set  map[string]string
+	// Remove, on a PatchPod, are annotations to remove.
+	Remove []string
 	// Culled marks the patch that stops an idle workspace (counted in the culled metric).
 	Culled bool
 	// NodeLost marks the actions that replace a pod whose node is gone: CreateStoppedPod copies
@@ -115,13 +120,19 @@ func StartedPodName(stopped *corev1.Pod, version string) string {
 //     (planNodeLost; docs/reliability.md).
 //   - stop intent, an upgrade already started: copy the intent onto every live pod that lacks it,
 //     then let the upgrade end (the stop follows on whichever pod stays).
-//   - stop intent: create the stopped copy of the serving pod, then delete the serving pod
-//     (grace period and preStop apply); extra stopped pods go, the newest stays.
+//   - stop intent: copy the intent onto the serving pod if another pod carries it (a stop
+//     written on the stopped pod a start on the latest version replaces), create the stopped copy
+//     of the serving pod, then delete the serving pod (grace period and preStop apply); extra
+//     stopped pods go, the newest stays.
 //   - no intent, a stopped pod: under maintenance, wait; with a running pod (a stop cancelled
 //     half-way, or a start on the latest version) delete the stopped pod; else start: on the
 //     latest version when the update policy is on-start or an upgrade was requested, else
 //     remove the gate.
 //   - running and idle past its timeout: write the stop intent with the reason (culling).
+//
+// Every delete of a pod that another replaces is preceded by the patch that gives the pod that
+// stays what a person wrote on the one that goes (retire), and is conditional on the pod as the
+// planner saw it.
 func Plan(pods []*corev1.Pod, t Target, now time.Time, cfg Config) Move {
 	pods = workspace.NewestFirst(append([]*corev1.Pod(nil), pods...))
 	var live, gated, running []*corev1.Pod
@@ -185,20 +196,34 @@ func planStop(pods, live, gated, running []*corev1.Pod, reason string, now time.
 	}
 	if len(running) == 0 {
 		if len(gated) > 1 {
-			return Move{State: "Stopped", Hold: true, Actions: []Action{{Kind: DeletePod, Pod: gated[len(gated)-1], Keep: gated[0]}}}
+			// Two stopped pods (the stop of a pod that a start on the latest version made from
+			// the older one): the newest stays, with what a person wrote on the older one, which
+			// every writer has seen; it goes last, so its values are the ones that stay. Not its
+			// upgrade intent: the start on the latest version answered that.
+			gone, keep := oldestAndNewest(gated)
+			return Move{State: "Stopped", Hold: true, Actions: retire(gone, keep, workspace.PersonSettingKeys, Action{})}
 		}
 		return Move{State: "Stopped", Hold: true}
 	}
 	serving := workspace.Active(running)
+	if serving.Annotations[workspace.AnnStopRequested] == "" {
+		// The intent is on another pod of the workspace: typically the stopped pod that a start
+		// on the latest version is replacing, written by a front end whose cache did not show
+		// the new pod yet. The pod that serves is the one to stop: it gets the intent first (the
+		// stopped copy is made from it as the API server has it).
+		return Move{State: "Stopping", Hold: true, Actions: []Action{{
+			Kind: PatchPod, Pod: serving, Set: map[string]string{workspace.AnnStopRequested: reason},
+		}}}
+	}
 	for _, g := range gated {
 		if g.Annotations[workspace.AnnStoppedFromUID] == string(serving.UID) {
-			// The stopped copy exists (this pass or an earlier one, before a crash): release the
-			// node. A normal delete: the kubelet runs preStop within the grace period.
-			return Move{State: "Stopping", Hold: true, Actions: []Action{{
-				Kind: DeletePod, Pod: serving, Keep: g,
+			// The stopped copy exists (this pass or an earlier one, before a crash): it takes over
+			// what a person wrote on the running pod since it was made, then the node is
+			// released. A normal delete: the kubelet runs preStop within the grace period.
+			return Move{State: "Stopping", Hold: true, Actions: retire(serving, g, stoppedCarried, Action{
 				EventType: corev1.EventTypeNormal, Reason: ReasonStopped,
 				Message: fmt.Sprintf("Workspace %s stopped: pod %s is being deleted, pod %s keeps its identity and claims without a node.", workspace.ID(serving), serving.Name, g.Name),
-			}}}
+			})}
 		}
 	}
 	return Move{State: "Stopping", Hold: true, Actions: []Action{{
@@ -219,15 +244,24 @@ func planStart(pods, gated, running []*corev1.Pod, t Target, now time.Time) Move
 		// A stop undone before its running pod went, or a start on the latest version whose new
 		// pod exists: the stopped pod has served its purpose.
 		keep := workspace.Active(running)
-		a := Action{Kind: DeletePod, Pod: gated[len(gated)-1], Keep: keep}
-		if keep.Annotations[workspace.AnnStartedFromUID] == string(a.Pod.UID) {
-			a.EventType, a.Reason = corev1.EventTypeNormal, ReasonStarted
-			a.Message = fmt.Sprintf("Workspace %s started on version %s as pod %s.", workspace.ID(keep), workspace.TemplateVersion(keep), keep.Name)
+		gone := gated[len(gated)-1]
+		if gone.Annotations[workspace.AnnStoppedFromUID] == string(keep.UID) {
+			// A stop undone: the running pod is the original, the one every writer has seen
+			// (its copy is newer), so it keeps its own values.
+			return Move{State: "Starting", Hold: true, Actions: []Action{{Kind: DeletePod, Pod: gone, Keep: keep}}}
 		}
-		return Move{State: "Starting", Hold: true, Actions: []Action{a}}
+		var ev Action
+		if keep.Annotations[workspace.AnnStartedFromUID] == string(gone.UID) {
+			ev.EventType, ev.Reason = corev1.EventTypeNormal, ReasonStarted
+			ev.Message = fmt.Sprintf("Workspace %s started on version %s as pod %s.", workspace.ID(keep), workspace.TemplateVersion(keep), keep.Name)
+		}
+		// A start on the latest version: the new pod takes over what a person wrote on the
+		// stopped pod since it was built (a pin, a maintenance), then the stopped pod goes.
+		return Move{State: "Starting", Hold: true, Actions: retire(gone, keep, workspace.PersonSettingKeys, ev)}
 	}
 	if len(gated) > 1 {
-		return Move{State: "Starting", Hold: true, Actions: []Action{{Kind: DeletePod, Pod: gated[len(gated)-1], Keep: stopped}}}
+		gone, keep := oldestAndNewest(gated)
+		return Move{State: "Starting", Hold: true, Actions: retire(gone, keep, workspace.PersonSettingKeys, Action{})}
 	}
 	if reason, ok := workspace.InMaintenance(pods); ok {
 		return Move{State: "StartHeldForMaintenance", Hold: true, Actions: []Action{{Kind: EventOnly, Pod: stopped,
@@ -325,15 +359,76 @@ func planNodeLost(pods, gated, running []*corev1.Pod, gone map[string]bool, now 
 	p := lost[0]
 	for _, g := range gated {
 		if g.Annotations[workspace.AnnStoppedFromUID] == string(p.UID) {
-			return Move{State: "NodeLost", Hold: true, Actions: []Action{{
-				Kind: DeletePod, Pod: p, Keep: g, NodeLost: true,
+			return Move{State: "NodeLost", Hold: true, Actions: retire(p, g, stoppedCarried, Action{
+				NodeLost:  true,
 				EventType: corev1.EventTypeNormal, Reason: ReasonNodeLostReplaced,
 				Message: fmt.Sprintf("Workspace %s: pod %s on lost node %s was deleted; pod %s keeps its identity and claims and starts on another node.", workspace.ID(p), p.Name, p.Spec.NodeName, g.Name),
-			}}}, true
+			})}, true
 		}
 	}
 	return Move{State: "NodeLost", Hold: true, Actions: []Action{{
 		Kind: CreateStoppedPod, Pod: p, Name: StoppedPodName(p), NodeLost: true,
 		Set: map[string]string{workspace.AnnStoppedFromUID: string(p.UID)},
 	}}}, true
+}
+
+// stoppedCarried are the keys a stopped pod takes over, set, changed or removed, from the pod it
+// was copied from or replaces: the workspace's settings, and a requested upgrade, which a stopped
+// workspace keeps for its start (StoppedPod copies it too).
+var stoppedCarried = append(append([]string(nil), workspace.PersonSettingKeys...), workspace.AnnUpgradeRequested)
+
+// retire is the actions that replace gone by keep: keep takes over what a person wrote on gone
+// (keys, set, changed or removed, and the stop intent when gone has it and keep does not), then
+// gone is deleted (del: its Event and flags) as the planner saw it.
+//
+// gone is the older pod, the one every writer has seen (the front end writes every live pod its
+// cache shows, and its cache may not show keep yet), so its values are the latest: keep was made
+// from gone's values of its time. The delete's resourceVersion precondition makes a write on gone
+// that lands after this plan fail the delete; the next pass carries it.
+//
+// The stop intent is never removed from keep: while any live pod carries it the workspace is
+// stopped, and gone's intent, if any, goes over rather than away with it. The upgrade intent goes
+// over only where keys say (a stopped pod keeps it; a start on the latest version answered it).
+func retire(gone, keep *corev1.Pod, keys []string, del Action) []Action {
+	var out []Action
+	set := map[string]string{}
+	var remove []string
+	for _, k := range keys {
+		want, has := gone.Annotations[k]
+		got, had := keep.Annotations[k]
+		switch {
+		case has && (!had || want != got):
+			set[k] = want
+		case !has && had:
+			remove = append(remove, k)
+		}
+	}
+	if v := gone.Annotations[workspace.AnnStopRequested]; v != "" && keep.Annotations[workspace.AnnStopRequested] == "" {
+		set[workspace.AnnStopRequested] = v
+	}
+	if len(set) > 0 || len(remove) > 0 {
+		out = append(out, Action{Kind: PatchPod, Pod: keep, Set: set, Remove: remove})
+	}
+	del.Kind, del.Pod, del.Keep = DeletePod, gone, keep
+	return append(out, del)
+}
+
+// oldestAndNewest are the oldest and the newest of several stopped pods (sorted with NewestFirst):
+// the one to delete first and the one to keep. Creation times have one-second resolution, so a
+// stop right after a start on the latest version can make the stopped copy of the new pod exactly
+// as "old" as the stopped pod the new pod came from; the copy then says it descends from that pod
+// (it keeps the new pod's nogoo9/started-from-uid), and lineage decides before the name does.
+func oldestAndNewest(gated []*corev1.Pod) (oldest, newest *corev1.Pod) {
+	oldest, newest = gated[len(gated)-1], gated[0]
+	if descends(oldest, newest) {
+		oldest, newest = newest, oldest
+	}
+	return oldest, newest
+}
+
+// descends reports whether p was made from old: its stopped copy, or the pod a start on the
+// latest version made from it, or a copy of that pod.
+func descends(p, old *corev1.Pod) bool {
+	uid := string(old.UID)
+	return uid != "" && (p.Annotations[workspace.AnnStoppedFromUID] == uid || p.Annotations[workspace.AnnStartedFromUID] == uid)
 }

@@ -59,14 +59,15 @@ func (w *world) live() []*corev1.Pod {
 	return out
 }
 
-// apply performs a, as the controller does, against the current world.
-func (w *world) apply(a Action) {
+// apply performs a, as the controller does, against the current world. happened is false when
+// the controller would stop the move there (a precondition failed, the pod to keep is gone).
+func (w *world) apply(a Action) (happened bool) {
 	cur, ok := w.pods[a.Pod.Name]
 	sameVersion := ok && cur.UID == a.Pod.UID && cur.ResourceVersion == a.Pod.ResourceVersion
 	switch a.Kind {
 	case CreateStoppedPod:
 		if !ok || cur.UID != a.Pod.UID || cur.DeletionTimestamp != nil || cur.Annotations[workspace.AnnStopRequested] == "" {
-			return
+			return false
 		}
 		s, err := StoppedPod(cur, a.Name, a.Set)
 		if err != nil {
@@ -75,13 +76,16 @@ func (w *world) apply(a Action) {
 		w.create(s)
 	case CreateStartedPod:
 		if !ok || cur.UID != a.Pod.UID || cur.DeletionTimestamp != nil {
-			return
+			return false
 		}
+		// As spawner.BuildPod and upgrade.PreserveIdentity make it: the identity and the
+		// workspace's update choices, none of the stopped pod's intents or maintenance.
 		n := cur.DeepCopy()
 		n.Name, n.Spec.SchedulingGates = a.Name, nil
 		n.Annotations[workspace.AnnTemplateVersion] = "v2"
-		delete(n.Annotations, workspace.AnnUpgradeRequested)
-		delete(n.Annotations, workspace.AnnStoppedFromUID)
+		for _, k := range []string{workspace.AnnUpgradeRequested, workspace.AnnStoppedFromUID, workspace.AnnStoppedAt, workspace.AnnStopRequested, workspace.AnnMaintenance} {
+			delete(n.Annotations, k)
+		}
 		for k, v := range a.Set {
 			n.Annotations[k] = v
 		}
@@ -90,34 +94,65 @@ func (w *world) apply(a Action) {
 	case DeletePod:
 		keep, kok := w.pods[a.Keep.Name]
 		if !kok || keep.UID != a.Keep.UID || keep.DeletionTimestamp != nil {
-			return // the pod to keep is gone: never delete the last one
+			return false // the pod to keep is gone: never delete the last one
 		}
-		if ok && cur.UID == a.Pod.UID && cur.DeletionTimestamp == nil {
+		if ok && cur.UID == a.Pod.UID && cur.ResourceVersion != a.Pod.ResourceVersion {
+			return false // changed since the plan (resourceVersion precondition): re-plan
+		}
+		if sameVersion && cur.DeletionTimestamp == nil {
 			ts := metav1.NewTime(w.now)
 			cur.DeletionTimestamp = &ts
 			w.bump(cur)
 		}
 	case Ungate:
-		if sameVersion {
-			cur.Spec.SchedulingGates = nil
-			delete(cur.Annotations, workspace.AnnStoppedAt)
-			delete(cur.Annotations, workspace.AnnStoppedFromUID)
-			w.bump(cur)
+		if !sameVersion {
+			return false
 		}
+		cur.Spec.SchedulingGates = nil
+		delete(cur.Annotations, workspace.AnnStoppedAt)
+		delete(cur.Annotations, workspace.AnnStoppedFromUID)
+		w.bump(cur)
 	case PatchPod:
-		if sameVersion {
-			for k, v := range a.Set {
-				cur.Annotations[k] = v
-			}
-			w.bump(cur)
+		if !sameVersion {
+			return false
 		}
+		for _, k := range a.Remove {
+			delete(cur.Annotations, k)
+		}
+		for k, v := range a.Set {
+			cur.Annotations[k] = v
+		}
+		w.bump(cur)
+	}
+	return true
+}
+
+// frontEndWrite is a write through the front end: it patches every live pod its cache (view)
+// shows, which may lag (a pod the controller made since is not in it); with none left live, the
+// person tries again on what is there now (or uses kubectl with a label selector).
+func (w *world) frontEndWrite(view []*corev1.Pod, write func(p *corev1.Pod)) {
+	var hit []*corev1.Pod
+	for _, v := range view {
+		if p, ok := w.pods[v.Name]; ok && p.UID == v.UID && p.DeletionTimestamp == nil && v.DeletionTimestamp == nil {
+			hit = append(hit, p)
+		}
+	}
+	if len(hit) == 0 {
+		hit = w.live()
+	}
+	for _, p := range hit {
+		write(p)
+		w.bump(p)
 	}
 }
 
 // Many random runs of stop and start with the intent flipping at any moment, the controller
 // planning from a stale view or crashing between its writes, and the kubelet removing deleted pods
-// and making pods Ready in any order. After every step the workspace has a live pod with its
-// identity; once the person stops flipping, it settles where the intent says, with one pod.
+// and making pods Ready in any order. A stop, a pin and a maintenance are written through a front
+// end whose cache lags (only the pods it shows get the write); a start removes the intent from
+// every live pod (kubectl with a label selector, as documented). After every step the workspace
+// has a live pod with its identity; once the person stops writing, it settles where the intent
+// says, with one pod that carries the person's last pin and maintenance.
 func TestStopStartSimulation(t *testing.T) {
 	for seed := range uint64(300) {
 		rng := rand.New(rand.NewPCG(seed, 14))
@@ -130,6 +165,8 @@ func TestStopStartSimulation(t *testing.T) {
 			target = Target{Found: true, Version: "v2", Annotations: map[string]string{workspace.AnnUpdatePolicy: "on-start"}}
 		}
 		var stale []*corev1.Pod
+		front := w.snapshot()       // the front end's cache
+		last := map[string]string{} // the person's last write of each setting ("": removed)
 		check := func(step int, what string) {
 			live := w.live()
 			if len(live) == 0 {
@@ -144,19 +181,37 @@ func TestStopStartSimulation(t *testing.T) {
 		wantStopped := false
 		for step := range 60 {
 			settle := step >= 40
-			switch r := rng.IntN(10); {
-			case r < 2 && !settle: // a person flips the intent on every live pod
+			if rng.IntN(3) == 0 {
+				front = w.snapshot()
+			}
+			switch r := rng.IntN(12); {
+			case r < 2 && !settle: // a person flips the intent
 				wantStopped = !wantStopped
-				for _, p := range w.live() {
-					if wantStopped {
-						p.Annotations[workspace.AnnStopRequested] = "by hand"
-					} else {
+				if wantStopped {
+					w.frontEndWrite(front, func(p *corev1.Pod) { p.Annotations[workspace.AnnStopRequested] = "by hand" })
+				} else {
+					for _, p := range w.live() {
 						delete(p.Annotations, workspace.AnnStopRequested)
+						w.bump(p)
 					}
-					w.bump(p)
 				}
 				check(step, "flip")
-			case r < 4: // the kubelet: a deleted pod goes, or a schedulable pod becomes Ready
+			case r < 4 && !settle: // a person pins or unpins, or sets or lifts a maintenance
+				k := []string{workspace.AnnPinned, workspace.AnnMaintenance}[rng.IntN(2)]
+				v := ""
+				if rng.IntN(2) == 0 {
+					v = fmt.Sprintf("by hand at step %d", step)
+				}
+				last[k] = v
+				w.frontEndWrite(front, func(p *corev1.Pod) {
+					if v == "" {
+						delete(p.Annotations, k)
+					} else {
+						p.Annotations[k] = v
+					}
+				})
+				check(step, "setting")
+			case r < 6: // the kubelet: a deleted pod goes, or a schedulable pod becomes Ready
 				for name, p := range w.pods {
 					if p.DeletionTimestamp != nil {
 						delete(w.pods, name)
@@ -180,8 +235,11 @@ func TestStopStartSimulation(t *testing.T) {
 					if i > 0 && rng.IntN(3) == 0 {
 						break // kill -9 between two writes
 					}
-					w.apply(a)
+					happened := w.apply(a)
 					check(step, string(a.Kind))
+					if !happened {
+						break
+					}
 				}
 			}
 		}
@@ -189,8 +247,11 @@ func TestStopStartSimulation(t *testing.T) {
 		for range 40 {
 			m := Plan(w.snapshot(), target, w.now, Config{})
 			for _, a := range m.Actions {
-				w.apply(a)
+				happened := w.apply(a)
 				check(99, string(a.Kind))
+				if !happened {
+					break
+				}
 			}
 			for name, p := range w.pods {
 				if p.DeletionTimestamp != nil {
@@ -205,8 +266,15 @@ func TestStopStartSimulation(t *testing.T) {
 		if len(live) != 1 {
 			t.Fatalf("seed %d: settled with %d live pods, want 1", seed, len(live))
 		}
-		if got := workspace.IsStoppedPod(live[0]); got != wantStopped {
+		// A start waits for a maintenance to end: a workspace in maintenance may stay stopped.
+		held := last[workspace.AnnMaintenance] != "" && !wantStopped
+		if got := workspace.IsStoppedPod(live[0]); got != wantStopped && !held {
 			t.Fatalf("seed %d: settled with pod %s stopped=%v, want %v", seed, live[0].Name, got, wantStopped)
+		}
+		for k, want := range last {
+			if got := live[0].Annotations[k]; got != want {
+				t.Fatalf("seed %d: settled with pod %s %s=%q, want the person's last write %q", seed, live[0].Name, k, got, want)
+			}
 		}
 	}
 }

@@ -242,32 +242,53 @@ func linkedPod(up *corev1.Pod, live []*corev1.Pod) *corev1.Pod {
 	return nil
 }
 
-// carryMaintenance is the patch that gives head the maintenance of old (set, changed or lifted)
-// before old goes, or nil when they agree: maintenance is an operator's decision and survives
-// every upgrade and rollback. old's value is the one from the cache; the delete that follows
-// carries old's resourceVersion, so a maintenance written on old since then makes the delete
-// fail and the next pass carry the new value.
-func carryMaintenance(head, old *corev1.Pod) *Action {
-	want, has := old.Annotations[workspace.AnnMaintenance]
-	got, had := head.Annotations[workspace.AnnMaintenance]
-	if has == had && want == got {
-		return nil
-	}
+// carryPersonKeys is the patch that gives head what a person wrote on old, before old goes, or
+// nil when there is nothing to give:
+//   - the workspace's settings (workspace.PersonSettingKeys: maintenance, pin, update policy and
+//     window), set, changed or removed: old is the pod every writer has seen (the front end writes
+//     every live pod its cache shows, and its cache may not show head yet), so its values are the
+//     latest. head was built with old's values of its time; a write on old since then, e.g. a pin
+//     that must keep the update policy from moving the workspace again, would go with old;
+//   - the stop intent, when old has it and head does not: while any live pod carries it the
+//     workspace is stopped, so it must not go with old (the lifecycle planner copies it onto head
+//     already; this covers a write that lands after that copy);
+//   - never the upgrade intent: this upgrade is its answer.
+//
+// old's values are the ones from the cache; the delete that follows carries old's resourceVersion,
+// so a write on old since then makes the delete fail and the next pass carry the new value.
+func carryPersonKeys(head, old *corev1.Pod) *Action {
 	a := &Action{Kind: PatchPod, Pod: head}
-	if has {
-		a.Annotations = map[string]string{workspace.AnnMaintenance: want}
-	} else {
-		a.Remove = []string{workspace.AnnMaintenance}
+	for _, k := range workspace.PersonSettingKeys {
+		want, has := old.Annotations[k]
+		got, had := head.Annotations[k]
+		switch {
+		case has && (!had || want != got):
+			if a.Annotations == nil {
+				a.Annotations = map[string]string{}
+			}
+			a.Annotations[k] = want
+		case !has && had:
+			a.Remove = append(a.Remove, k)
+		}
+	}
+	if v := old.Annotations[workspace.AnnStopRequested]; v != "" && head.Annotations[workspace.AnnStopRequested] == "" {
+		if a.Annotations == nil {
+			a.Annotations = map[string]string{}
+		}
+		a.Annotations[workspace.AnnStopRequested] = v
+	}
+	if len(a.Annotations) == 0 && len(a.Remove) == 0 {
+		return nil
 	}
 	return a
 }
 
-// cutover is the move's actions that retire old in favour of head: carry the maintenance, then
-// delete old (with its resourceVersion as precondition).
+// cutover is the move's actions that retire old in favour of head: carry what a person wrote on
+// old, then delete old (with its resourceVersion as precondition).
 func cutover(head, old *corev1.Pod, del Action) []Action {
 	var out []Action
-	if m := carryMaintenance(head, old); m != nil {
-		out = append(out, *m)
+	if c := carryPersonKeys(head, old); c != nil {
+		out = append(out, *c)
 	}
 	del.Kind, del.Pod, del.Keep, del.MatchVersion = DeletePod, old, head, true
 	return append(out, del)

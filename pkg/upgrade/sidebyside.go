@@ -28,8 +28,8 @@ func planSideBySide(head *corev1.Pod, live []*corev1.Pod, now time.Time, cfg Con
 func succeed(head *corev1.Pod, live []*corev1.Pod, now, started time.Time) Move {
 	m := Move{State: StateUpgrading}
 	if old := OldPod(head, live); old != nil {
-		// The maintenance of the pod that served goes over to the one that takes over.
-		if c := carryMaintenance(head, old); c != nil {
+		// What a person wrote on the pod that served goes over to the one that takes over.
+		if c := carryPersonKeys(head, old); c != nil {
 			m.Actions = append(m.Actions, *c)
 		}
 	}

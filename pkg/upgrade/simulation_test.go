@@ -3,6 +3,7 @@ package upgrade
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -30,6 +31,10 @@ type simWorld struct {
 	cfg     Config
 	trace   []string
 	initial *corev1.Pod
+	rv      int
+	// last is a person's last write of each setting ("": removed), which the workspace's one pod
+	// must carry once it has settled.
+	last map[string]string
 
 	// The controller's view lags: snapshots of the world after each change, and the one it sees
 	// (a cache only moves forward). reserved is the create it made that its view does not show
@@ -45,7 +50,7 @@ func newSimWorld(t *testing.T, seed int64) *simWorld {
 	rng := rand.New(rand.NewSource(seed))
 	w := &simWorld{t: t, rng: rng, now: t0, pods: map[string]*corev1.Pod{}, claims: map[string]*corev1.PersistentVolumeClaim{},
 		target: Target{Found: true, Name: "python", Version: "v1"}, images: map[string]string{"v1": "good"},
-		cfg: Config{Timeout: 10 * time.Minute}}
+		cfg: Config{Timeout: 10 * time.Minute}, last: map[string]string{}}
 	first := with(wsPod(workspace.PodName(testOwner, testID), "uid-0", "v1", t0), ready)
 	switch rng.Intn(3) {
 	case 0: // no claim: side-by-side
@@ -56,9 +61,48 @@ func newSimWorld(t *testing.T, seed int64) *simWorld {
 		w.claims["data"] = pvc("data", corev1.ReadWriteOncePod)
 		claim("data")(first)
 	}
+	w.touch(first)
 	w.pods[first.Name] = first
 	w.initial = first.DeepCopy()
 	return w
+}
+
+// touch gives p a new resourceVersion, as the API server does on every write.
+func (w *simWorld) touch(p *corev1.Pod) {
+	w.rv++
+	p.ResourceVersion = fmt.Sprint(w.rv)
+}
+
+// seq is the order in which the pod was created (its UID's number).
+func seq(p *corev1.Pod) int {
+	var n int
+	fmt.Sscanf(string(p.UID), "uid-%d", &n)
+	return n
+}
+
+// personWrites sets or removes a setting as a person does through the front end: on every live
+// pod, or, with a front end whose cache does not show the newer pods yet, on the oldest one only.
+func (w *simWorld) personWrites() {
+	k := []string{workspace.AnnPinned, workspace.AnnMaintenance, workspace.AnnUpdateWindow}[w.rng.Intn(3)]
+	v := ""
+	if w.rng.Intn(2) == 0 {
+		v = fmt.Sprintf("by hand at %s", w.now.Sub(t0))
+	}
+	w.last[k] = v
+	live := w.live()
+	sort.Slice(live, func(i, j int) bool { return seq(live[i]) < seq(live[j]) })
+	if w.rng.Intn(2) == 0 {
+		live = live[:1]
+	}
+	for _, p := range live {
+		if v == "" {
+			delete(p.Annotations, k)
+		} else {
+			p.Annotations[k] = v
+		}
+		w.touch(p)
+		w.logf("person %s %s=%q", p.Name, k, v)
+	}
 }
 
 func (w *simWorld) logf(format string, args ...any) {
@@ -120,6 +164,7 @@ func (w *simWorld) create(p *corev1.Pod) {
 	p.UID = types.UID(fmt.Sprintf("uid-%d", w.uid))
 	p.CreationTimestamp = metav1.NewTime(w.now.Truncate(time.Second))
 	p.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	w.touch(p)
 	w.pods[p.Name] = p
 	w.logf("create %s (%s, %s)", p.Name, workspace.TemplateVersion(p), p.Spec.Containers[0].Image)
 }
@@ -148,7 +193,9 @@ func (w *simWorld) apply(m Move, crash bool) {
 			p.Annotations[workspace.AnnOwner] = "the-admin-who-asked"
 			p.Spec.Containers[0].Image = w.images[w.target.Version] + ":" + w.target.Version
 			p.Spec.Volumes = src.Spec.Volumes
-			PreserveIdentity(p, src)
+			// From the pod as the controller's view shows it (a person may have written on it
+			// since): the cutover carries what changed.
+			PreserveIdentity(p, a.Pod)
 			for k, v := range a.Annotations {
 				p.Annotations[k] = v
 			}
@@ -187,9 +234,14 @@ func (w *simWorld) apply(m Move, crash bool) {
 				w.logf("delete %s: NotFound/Conflict (done)", a.Pod.Name)
 				continue
 			}
+			if a.MatchVersion && p.ResourceVersion != a.Pod.ResourceVersion {
+				w.logf("delete %s: changed since the plan (resourceVersion): move stopped", a.Pod.Name)
+				return
+			}
 			if p.DeletionTimestamp == nil {
 				ts := metav1.NewTime(w.now)
 				p.DeletionTimestamp = &ts
+				w.touch(p)
 				w.logf("delete %s", p.Name)
 			}
 		case PatchPod:
@@ -204,6 +256,7 @@ func (w *simWorld) apply(m Move, crash bool) {
 			for k, v := range a.Annotations {
 				p.Annotations[k] = v
 			}
+			w.touch(p)
 			w.logf("patch %s +%v -%v", p.Name, keys(a.Annotations), a.Remove)
 		case RemoveGate:
 			p := w.pods[a.Pod.Name]
@@ -212,6 +265,7 @@ func (w *simWorld) apply(m Move, crash bool) {
 				return
 			}
 			p.Spec.SchedulingGates = nil
+			w.touch(p)
 			w.logf("ungate %s", p.Name)
 		case Event:
 		default:
@@ -275,6 +329,7 @@ func (w *simWorld) kubeletStep(p *corev1.Pod) {
 			}
 		}
 	}
+	w.touch(p)
 	switch kind := strings.SplitN(p.Spec.Containers[0].Image, ":", 2)[0]; kind {
 	case "bad":
 		waiting("ErrImagePull", "pull access denied")(p)
@@ -315,6 +370,9 @@ func (w *simWorld) check(step int) {
 			}
 		}
 		for _, k := range identityAnnotations {
+			if slices.Contains(workspace.PersonSettingKeys, k) {
+				continue // a person's to change (personWrites); checked once settled
+			}
 			if p.Annotations[k] != w.initial.Annotations[k] {
 				fail("pod %s annotation %s = %q, want %q", p.Name, k, p.Annotations[k], w.initial.Annotations[k])
 			}
@@ -399,7 +457,10 @@ func TestSimulation(t *testing.T) {
 				if w.rng.Intn(3) == 0 {
 					p.Annotations[workspace.AnnUpgradePod] = workspace.UpgradePodName(testOwner, testID, fmt.Sprint("api", step))
 				}
+				w.touch(p)
 				w.logf("intent %s=%q", p.Name, val)
+			case r < 89:
+				w.personWrites()
 			case r < 94:
 				w.now = w.now.Add(time.Duration(w.rng.Intn(int(12*time.Minute/time.Second))) * time.Second)
 			default:
@@ -431,6 +492,11 @@ func TestSimulation(t *testing.T) {
 			workspace.TemplateVersion(p) != w.target.Version {
 			// A valid intent left on the only pod means an upgrade would still start: not converged.
 			t.Fatalf("seed %d: intent left on %s\ntrace:\n%s", seed, p.Name, strings.Join(w.trace, "\n"))
+		}
+		for k, want := range w.last {
+			if got := p.Annotations[k]; got != want {
+				t.Fatalf("seed %d: settled with pod %s %s=%q, want the person's last write %q\ntrace:\n%s", seed, p.Name, k, got, want, strings.Join(w.trace, "\n"))
+			}
 		}
 	}
 }

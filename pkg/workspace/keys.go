@@ -143,6 +143,13 @@ const (
 // (config/config_test.go checks the policy names exactly these keys).
 var PersonWritableKeys = []string{AnnUpgradeRequested, AnnMaintenance, AnnStopRequested, AnnPinned, AnnUpdatePolicy, AnnUpdateWindow}
 
+// PersonSettingKeys are the person-writable keys that are the workspace's settings rather than a
+// request to act (PersonWritableKeys without the upgrade and stop intents). When nogoo9 replaces
+// a pod by one it made from it (an upgrade, a stop, a start on the latest version), the new pod
+// takes them over from the old one, set, changed or removed, before the old one is deleted
+// (docs/upgrades.md, "What a person wrote survives the cutover").
+var PersonSettingKeys = []string{AnnMaintenance, AnnPinned, AnnUpdatePolicy, AnnUpdateWindow}
+
 // Keys added for the integrity of upgrade bookkeeping (docs/upgrades.md, "Trust").
 const (
 	// AnnUpgradeHMAC, on a Recreate-upgraded pod, authenticates its upgrade record (pod name,
