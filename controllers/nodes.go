@@ -119,7 +119,18 @@ func (r *WorkspaceReconciler) deleteLostPod(ctx context.Context, a lifecycle.Act
 	if keep.UID != a.Keep.UID || keep.DeletionTimestamp != nil {
 		return false, nil
 	}
-	err := r.Client.Delete(ctx, a.Pod, client.Preconditions{UID: &a.Pod.UID}, client.GracePeriodSeconds(0))
+	// As the planner saw it: a write on the pod since (a person's pin or maintenance, which the
+	// copy was just given from the version the planner saw) fails the delete, and the next pass
+	// carries it (lifecycle.retire) instead of losing it with the pod.
+	pre := client.Preconditions{UID: &a.Pod.UID}
+	if rv := a.Pod.ResourceVersion; rv != "" {
+		pre.ResourceVersion = &rv
+	}
+	err := r.Client.Delete(ctx, a.Pod, pre, client.GracePeriodSeconds(0))
+	if apierrors.IsConflict(err) && pre.ResourceVersion != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("Lost pod changed before its delete; re-planning", "pod", klog.KObj(a.Pod))
+		return false, nil
+	}
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return true, nil // the pod GC (or a person) was first
 	}
