@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/nogoo9/no-crd/pkg/spawner"
@@ -70,8 +71,25 @@ func (s *Service) Start(ctx context.Context, id string) (*Workspace, error) {
 			return nil, quotaError(err)
 		}
 	}
-	after, err := s.patchLive(ctx, pods, map[string]any{workspace.AnnStopRequested: nil})
+	lift := map[string]any{workspace.AnnStopRequested: nil}
+	after, err := s.patchLive(ctx, pods, lift)
 	if err != nil {
+		return nil, err
+	}
+	// While any live pod carries the intent the workspace stays stopped, and the cache may not
+	// show every pod yet (a stopped copy made a moment ago): the API server's list says which
+	// pods still carry it.
+	live, err := s.livePods(ctx, id, owner)
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("starting workspace %q: reading its pods failed; try again", id), Err: err}
+	}
+	var rest []*corev1.Pod
+	for _, p := range live {
+		if p.DeletionTimestamp == nil && p.Annotations[workspace.AnnStopRequested] != "" {
+			rest = append(rest, p)
+		}
+	}
+	if _, err := s.patchLive(ctx, rest, lift); err != nil {
 		return nil, err
 	}
 	ctrl.LoggerFrom(ctx).Info("start requested", "workspace", id, "owner", owner, "by", c.Subject)
