@@ -28,61 +28,66 @@ import (
 )
 
 // relay is a loopback TCP relay between nogoo9 and kube-apiserver that the test can cut: cut
-// closes the listener (new connections are refused, as when the API server is down) and every
-// open connection (every watch ends); restore listens again on the same address.
+// closes every open connection (every watch ends) and, until restore, resets every new one at
+// once (as when the API server is down). The listener stays open throughout, so the address is
+// never given up and restore cannot find it taken.
 type relay struct {
-	t        *testing.T
 	addr     string
 	upstream string
-	mu       sync.Mutex
 	ln       net.Listener
+	mu       sync.Mutex
+	down     bool
 	conns    map[net.Conn]struct{}
 }
 
 func newRelay(t *testing.T, upstream string) *relay {
-	r := &relay{t: t, upstream: upstream, conns: map[net.Conn]struct{}{}}
-	r.listen("127.0.0.1:0")
-	t.Cleanup(r.cut)
-	return r
-}
-
-func (r *relay) listen(addr string) {
-	var ln net.Listener
-	var err error
-	// The port was ours a moment ago; bounded retry while the kernel lets it go.
-	for i := 0; i < 50; i++ {
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		r.t.Fatalf("relay: listen on %s: %v", addr, err)
+		t.Fatalf("relay: listen: %v", err)
 	}
-	r.mu.Lock()
-	r.ln, r.addr = ln, ln.Addr().String()
-	r.mu.Unlock()
+	r := &relay{addr: ln.Addr().String(), upstream: upstream, ln: ln, conns: map[net.Conn]struct{}{}}
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
-				return
+				return // closed by the clean-up
 			}
 			go r.pipe(c)
 		}
 	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		r.cut()
+	})
+	return r
+}
+
+// refuse resets c (RST, not an orderly close), as close to a refused connection as an accepted
+// one gets.
+func refuse(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 func (r *relay) pipe(c net.Conn) {
-	up, err := net.Dial("tcp", r.upstream)
+	r.mu.Lock()
+	down := r.down
+	r.mu.Unlock()
+	if down {
+		refuse(c)
+		return
+	}
+	up, err := (&net.Dialer{Timeout: 10 * time.Second}).Dial("tcp", r.upstream)
 	if err != nil {
-		_ = c.Close()
+		refuse(c)
 		return
 	}
 	r.mu.Lock()
-	if r.ln == nil { // cut while dialling
+	if r.down { // cut while dialling
 		r.mu.Unlock()
-		_ = c.Close()
+		refuse(c)
 		_ = up.Close()
 		return
 	}
@@ -97,17 +102,18 @@ func (r *relay) pipe(c net.Conn) {
 func (r *relay) cut() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ln != nil {
-		_ = r.ln.Close()
-		r.ln = nil
-	}
+	r.down = true
 	for c := range r.conns {
 		_ = c.Close()
 		delete(r.conns, c)
 	}
 }
 
-func (r *relay) restore() { r.listen(r.addr) }
+func (r *relay) restore() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down = false
+}
 
 // apiLog records nogoo9's requests to the API server: when each watch started, and which
 // responses told a watch its resource version was compacted ("too old resource version", 410).
@@ -195,10 +201,13 @@ func (s *scanBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// etcdClient bounds each call to etcd's JSON gateway.
+var etcdClient = &http.Client{Timeout: 30 * time.Second}
+
 // etcdPost posts body to etcd's JSON gateway at path and decodes the answer into out.
 func etcdPost(t *testing.T, etcd, path, body string, out any) {
 	t.Helper()
-	resp, err := http.Post(etcd+path, "application/json", strings.NewReader(body))
+	resp, err := etcdClient.Post(etcd+path, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("etcd %s: %v", path, err)
 	}

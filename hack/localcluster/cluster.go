@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,7 +54,9 @@ type Cluster struct {
 // Start starts etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok on
 // loopback, creates the kwok nodes and returns once a node is Ready. On any failure it stops
 // what it started and returns an error naming the process with the end of its log. Every wait is
-// bounded by Options.StartTimeout and by ctx.
+// bounded by Options.StartTimeout and by ctx. The ports are free when picked, but something may
+// take one before its process binds it: when a process fails with "address already in use",
+// Start stops everything and starts again on fresh ports (portTries in all, within StartTimeout).
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	opts.defaults()
 	if err := opts.validate(); err != nil {
@@ -63,15 +66,42 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := prepareDir(dir); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+	for try := 1; ; try++ {
+		c, cleanedUp, err := startOnce(ctx, dir, opts)
+		if err == nil {
+			return c, nil
+		}
+		if try < portTries && cleanedUp && ctx.Err() == nil && portTaken(err) {
+			opts.Progress("a port was taken before its process bound it; starting again on fresh ports (try %d of %d): %v", try+1, portTries, err)
+			continue
+		}
+		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("local cluster not ready within %s (Options.StartTimeout): %w", opts.StartTimeout, err)
+		}
 		return nil, err
+	}
+}
+
+// portTries bounds Start's tries on fresh ports.
+const portTries = 3
+
+// portTaken reports whether a start failed because a process could not bind its port.
+func portTaken(err error) bool { return strings.Contains(err.Error(), "address already in use") }
+
+// startOnce starts the cluster once in dir on freshly picked ports. On failure it stops what it
+// started; cleanedUp reports whether that left nothing running.
+func startOnce(ctx context.Context, dir string, opts Options) (c *Cluster, cleanedUp bool, err error) {
+	if err := prepareDir(dir); err != nil {
+		return nil, false, err
 	}
 	l := newLayout(dir)
 	l.serviceCIDR = opts.ServiceClusterIPRange
 	if err := allocatePorts(&l, opts); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	c := &Cluster{
+	c = &Cluster{
 		Dir:          dir,
 		Kubeconfig:   l.kubeconfig(),
 		APIServerURL: l.apiServerURL(),
@@ -80,18 +110,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		layout:       l,
 		opts:         opts,
 	}
-	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
-	defer cancel()
 	if err := c.start(ctx); err != nil {
 		if stopErr := c.Stop(); stopErr != nil {
-			err = errors.Join(err, fmt.Errorf("while cleaning up: %w", stopErr))
+			return nil, false, errors.Join(err, fmt.Errorf("while cleaning up: %w", stopErr))
 		}
-		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("local cluster not ready within %s (Options.StartTimeout): %w", opts.StartTimeout, err)
-		}
-		return nil, err
+		return nil, true, err
 	}
-	return c, nil
+	return c, false, nil
 }
 
 func (c *Cluster) start(ctx context.Context) error {
@@ -107,10 +132,16 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := os.WriteFile(l.kwokConfigFile(), KwokConfig(o.KwokPodWorkers), 0o644); err != nil {
 		return err
 	}
+	// The CA by value, not by path: client-go caches TLS transports by their configuration, and
+	// a start again on fresh ports (Start) writes a new CA to the same path.
+	ca, err := os.ReadFile(l.caCert())
+	if err != nil {
+		return fmt.Errorf("read the CA: %w", err)
+	}
 	c.Config = &rest.Config{
 		Host:            l.apiServerURL(),
 		BearerToken:     token,
-		TLSClientConfig: rest.TLSClientConfig{CAFile: l.caCert()},
+		TLSClientConfig: rest.TLSClientConfig{CAData: ca},
 		QPS:             200,
 		Burst:           400,
 	}

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// binDir returns the directory with the real control plane, or skips: these tests start real
-// processes.
+// binDir returns the directory with the real control plane (these tests start real processes):
+// skipped with -short, and a failure when it is not built (`make tools`), not a silent skip.
 func binDir(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
@@ -30,7 +30,7 @@ func binDir(t *testing.T) string {
 	o := Options{BinDir: dir, Dir: "x"}
 	o.defaults()
 	if err := o.validate(); err != nil {
-		t.Skipf("control plane not built: %v", err)
+		t.Fatalf("control plane not built (run `make tools`, or set NOGOO9_TOOLS; -short skips these tests): %v", err)
 	}
 	return dir
 }
@@ -87,9 +87,10 @@ func TestStartFailuresAreClearAndCleanUp(t *testing.T) {
 	busyPort := busy.Addr().(*net.TCPAddr).Port
 
 	tests := []struct {
-		name    string
-		opts    Options
-		wantErr []string
+		name        string
+		opts        Options
+		wantErr     []string
+		wantRetries int
 	}{
 		{
 			name:    "a pinned API server port in use is named before anything starts",
@@ -101,12 +102,25 @@ func TestStartFailuresAreClearAndCleanUp(t *testing.T) {
 			opts:    Options{ExtraAPIServerFlags: []string{"--no-such-flag=1"}},
 			wantErr: []string{"kube-apiserver", "exited before it was ready", "last lines of", "no-such-flag"},
 		},
+		{
+			// The scheduler is told to bind the busy port on every try, so every try fails.
+			name:        "a process that finds its port taken is started again on fresh ports, then named",
+			opts:        Options{ExtraSchedulerFlags: []string{"--secure-port=" + strconv.Itoa(busyPort)}},
+			wantErr:     []string{"kube-scheduler", "address already in use"},
+			wantRetries: portTries - 1,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			tt.opts.BinDir, tt.opts.Dir = bin, t.TempDir()
+			retries := 0
+			tt.opts.Progress = func(format string, args ...any) {
+				if strings.Contains(format, "starting again on fresh ports") {
+					retries++
+				}
+			}
 			c, err := Start(ctx, tt.opts)
 			if err == nil {
 				_ = c.Stop()
@@ -116,6 +130,9 @@ func TestStartFailuresAreClearAndCleanUp(t *testing.T) {
 				if !strings.Contains(err.Error(), s) {
 					t.Errorf("error does not mention %q:\n%v", s, err)
 				}
+			}
+			if retries != tt.wantRetries {
+				t.Errorf("%d starts again on fresh ports, want %d", retries, tt.wantRetries)
 			}
 			// Whatever had started (etcd at least) was stopped.
 			if left := processesMentioning(t, tt.opts.Dir); len(left) > 0 {

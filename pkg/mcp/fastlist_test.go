@@ -34,7 +34,9 @@ type rawClient struct {
 // message of the answer (taken out of its server-sent event when the answer is a stream).
 func (c *rawClient) post(body string) (int, string, map[string]any) {
 	c.t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, c.url, strings.NewReader(body))
+	ctx, cancel := context.WithTimeout(context.Background(), callBound)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if c.accept != nil {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -32,7 +33,9 @@ func adminSession(t *testing.T, n int) *sdk.ClientSession {
 	}))
 	t.Cleanup(srv.Close)
 	client := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
-	session, err := client.Connect(context.Background(), &sdk.StreamableClientTransport{
+	ctx, cancel := context.WithTimeout(context.Background(), callBound)
+	defer cancel()
+	session, err := client.Connect(ctx, &sdk.StreamableClientTransport{
 		Endpoint: srv.URL, DisableStandaloneSSE: true, HTTPClient: &http.Client{Transport: &bearer{http.DefaultTransport}},
 	}, nil)
 	if err != nil {
@@ -41,6 +44,9 @@ func adminSession(t *testing.T, n int) *sdk.ClientSession {
 	t.Cleanup(func() { session.Close() })
 	return session
 }
+
+// callBound bounds each call to the MCP server (connect, one tool call).
+const callBound = 30 * time.Second
 
 type page struct {
 	Workspaces []frontend.Workspace `json:"workspaces"`
@@ -52,7 +58,9 @@ type page struct {
 // output schema), or the tool error's text.
 func listPage(t *testing.T, s *sdk.ClientSession, args map[string]any) (page, string) {
 	t.Helper()
-	res, err := s.CallTool(context.Background(), &sdk.CallToolParams{Name: "list_workspaces", Arguments: args})
+	ctx, cancel := context.WithTimeout(context.Background(), callBound)
+	defer cancel()
+	res, err := s.CallTool(ctx, &sdk.CallToolParams{Name: "list_workspaces", Arguments: args})
 	if err != nil {
 		t.Fatalf("list_workspaces %v: %v", args, err)
 	}

@@ -48,7 +48,9 @@ type StartupGate struct {
 	regs []toolscache.ResourceEventHandlerRegistration
 	open chan struct{}
 	once sync.Once
-	base cache.Cache
+	// openedAt is when the gate opened: written once before open is closed.
+	openedAt time.Time
+	base     cache.Cache
 	// held is closed AfterReady after open: the held runnables start then.
 	held     chan struct{}
 	heldOpen sync.Once
@@ -84,6 +86,17 @@ func (g *StartupGate) Hold(mgr manager.Manager) manager.Manager {
 
 // Opened is closed when the gate opens.
 func (g *StartupGate) Opened() <-chan struct{} { return g.open }
+
+// OpenedAt is when the gate opened (zero while it is closed). The held runnables start no
+// sooner than AfterReady after it.
+func (g *StartupGate) OpenedAt() time.Time {
+	select {
+	case <-g.open:
+		return g.openedAt
+	default:
+		return time.Time{}
+	}
+}
 
 // Released is closed when the held runnables may start: AfterReady after the gate opened.
 func (g *StartupGate) Released() <-chan struct{} { return g.held }
@@ -200,7 +213,12 @@ func (g *StartupGate) wait(ctx context.Context) {
 	g.stamp(ctx, "The read path holds the initial lists: ready")
 }
 
-func (g *StartupGate) openGate() { g.once.Do(func() { close(g.open) }) }
+func (g *StartupGate) openGate() {
+	g.once.Do(func() {
+		g.openedAt = time.Now()
+		close(g.open)
+	})
+}
 
 func (g *StartupGate) remember(r toolscache.ResourceEventHandlerRegistration) {
 	g.mu.Lock()

@@ -331,7 +331,9 @@ func TestLeanServerTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: 200 * time.Millisecond, IdleTimeout: 200 * time.Millisecond}
+	// Long enough that the health check's headers, written right after the dial, arrive in time
+	// on a loaded machine; the closes are waited for up to waitBound.
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 2 * time.Second, IdleTimeout: 2 * time.Second}
 	s := newLeanServer(p, srv, ln.Addr())
 	go func() { _ = srv.Serve(s.handoff) }()
 	served := make(chan error, 1)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -65,7 +66,7 @@ func TestClaimsLeftByDeletedWorkspacesAreBoundedPerUser(t *testing.T) {
 	g.Expect(c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.MatchingLabels{workspace.LabelWorkspaceID: "one"})).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(podsWithLabels(ctx, g, c, ns, map[string]string{workspace.LabelWorkspaceID: "one"})).To(BeEmpty())
-	}).Should(Succeed())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
 
 	err := spawn("two", jane)
 	g.Expect(CodeOf(err)).To(Equal(QuotaExceeded))

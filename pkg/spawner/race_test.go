@@ -75,11 +75,22 @@ func TestALosingSpawnNeverDeletesTheWinnersClaim(t *testing.T) {
 	req := Request{Template: "persistent", ID: "held", Owner: "jane", Context: map[string]string{"repo": "r"}, Caller: Caller{Subject: "root", IsAdmin: true}}
 	aErr := make(chan error, 1)
 	go func() { _, err := a.Spawn(ctx, req); aErr <- err }()
-	<-atPodCreate
+	select {
+	case <-atPodCreate:
+	case err := <-aErr:
+		t.Fatalf("spawn A ended before its pod's create: %v", err)
+	case <-ctx.Done():
+		t.Fatal("spawn A never reached its pod's create")
+	}
 	_, err = b.Spawn(ctx, req)
 	close(bDone)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(CodeOf(<-aErr)).To(Equal(Conflict))
+	select {
+	case err := <-aErr:
+		g.Expect(CodeOf(err)).To(Equal(Conflict))
+	case <-ctx.Done():
+		t.Fatal("spawn A never ended after spawn B won")
+	}
 	pods := podsWithLabels(ctx, g, c, ns, map[string]string{workspace.LabelWorkspaceID: "held"})
 	g.Expect(pods).To(HaveLen(1))
 	for _, v := range pods[0].Spec.Volumes {

@@ -90,6 +90,8 @@ type Nogoo9Process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	// logStart is the size of the log when the process was last started.
+	logStart int64
 }
 
 var (
@@ -101,20 +103,48 @@ var (
 // StartNogoo9 starts bin/nogoo9 against the suite's cluster with --kubeconfig (admin),
 // --namespace default, free loopback ports for metrics, probes, API and proxy,
 // --leader-elect=false and --auth=kubernetes; args are appended, so they override any of these (Go flags: last wins).
-// It waits for /readyz to answer 200 and stops the process after the current spec.
+// It waits for /readyz to answer 200 and stops the process after the current spec. The ports
+// were free when picked, but something may take one before nogoo9 binds it: if nogoo9 then exits
+// with "address already in use", it is started again on fresh ports (nogoo9StartTries in all).
 func StartNogoo9(args ...string) *Nogoo9Process {
 	GinkgoHelper()
-	ports, err := localcluster.FreePorts(4)
-	Expect(err).NotTo(HaveOccurred())
 	nogoo9Mu.Lock()
 	nogoo9Count++
 	n := nogoo9Count
 	nogoo9Mu.Unlock()
-	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
-	p := &Nogoo9Process{
-		MetricsAddr: addr(0), ProbeAddr: addr(1), APIAddr: addr(2), ProxyAddr: addr(3),
-		LogPath: filepath.Join(artifactsDir, fmt.Sprintf("nogoo9-%d.log", n)),
+	p := &Nogoo9Process{LogPath: filepath.Join(artifactsDir, fmt.Sprintf("nogoo9-%d.log", n))}
+	nogoo9Mu.Lock()
+	nogoo9Procs = append(nogoo9Procs, p)
+	nogoo9Mu.Unlock()
+	DeferCleanup(func() {
+		if CurrentSpecReport().Failed() {
+			AddReportEntry("nogoo9 log "+p.LogPath, p.LogTail(60))
+		}
+		p.Stop()
+	})
+	for try := 1; ; try++ {
+		ports, err := localcluster.FreePorts(4)
+		Expect(err).NotTo(HaveOccurred())
+		p.setArgs(ports, args)
+		err = p.tryStart()
+		if err == nil {
+			return p
+		}
+		if try == nogoo9StartTries || !strings.Contains(p.logOfLastStart(), "address already in use") {
+			Fail(err.Error())
+		}
+		GinkgoWriter.Printf("nogoo9 %d lost a port before it bound it (try %d of %d); starting it again on fresh ports\n", n, try, nogoo9StartTries)
 	}
+}
+
+// nogoo9StartTries bounds StartNogoo9's starts on fresh ports.
+const nogoo9StartTries = 3
+
+// setArgs sets the listeners' addresses to ports (metrics, probes, API, proxy) and the arguments:
+// the defaults, then args.
+func (p *Nogoo9Process) setArgs(ports []int, args []string) {
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	p.MetricsAddr, p.ProbeAddr, p.APIAddr, p.ProxyAddr = addr(0), addr(1), addr(2), addr(3)
 	p.APIURL, p.ProxyURL = "http://"+p.APIAddr, "http://"+p.ProxyAddr
 	p.Args = append([]string{
 		"--kubeconfig=" + Cluster.Kubeconfig,
@@ -138,18 +168,6 @@ func StartNogoo9(args ...string) *Nogoo9Process {
 		"--integrity-key-file=" + integrityKeyFile(),
 	}, args...)
 	p.Namespace = lastFlag(p.Args, "namespace")
-
-	nogoo9Mu.Lock()
-	nogoo9Procs = append(nogoo9Procs, p)
-	nogoo9Mu.Unlock()
-	DeferCleanup(func() {
-		if CurrentSpecReport().Failed() {
-			AddReportEntry("nogoo9 log "+p.LogPath, p.LogTail(60))
-		}
-		p.Stop()
-	})
-	p.start()
-	return p
 }
 
 // lastFlag returns the value of the last --name=value or --name value in args.
@@ -167,11 +185,23 @@ func lastFlag(args []string, name string) string {
 	return v
 }
 
+// start starts the process and waits for /readyz, failing if it exits first.
 func (p *Nogoo9Process) start() {
+	GinkgoHelper()
+	if err := p.tryStart(); err != nil {
+		Fail(err.Error())
+	}
+}
+
+// tryStart starts the process and waits for /readyz; it returns an error (with the end of the
+// log) if the process exits first.
+func (p *Nogoo9Process) tryStart() error {
 	GinkgoHelper()
 	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	Expect(err).NotTo(HaveOccurred())
 	defer logFile.Close()
+	info, err := logFile.Stat()
+	Expect(err).NotTo(HaveOccurred())
 	fmt.Fprintf(logFile, "=== %s %s %s\n", time.Now().Format(time.RFC3339), nogoo9Bin, strings.Join(p.Args, " "))
 	cmd := exec.Command(nogoo9Bin, p.Args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -180,7 +210,7 @@ func (p *Nogoo9Process) start() {
 	Expect(cmd.Start()).To(Succeed(), "start %s", nogoo9Bin)
 	done := make(chan struct{})
 	p.mu.Lock()
-	p.cmd, p.done, p.err = cmd, done, nil
+	p.cmd, p.done, p.err, p.logStart = cmd, done, nil, info.Size()
 	p.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
@@ -189,17 +219,19 @@ func (p *Nogoo9Process) start() {
 		p.mu.Unlock()
 		close(done)
 	}()
-	p.waitReady()
+	return p.waitReady()
 }
 
-// waitReady waits for GET /readyz to answer 200, failing at once (with the log) if the process
-// exits first.
-func (p *Nogoo9Process) waitReady() {
+// waitReady waits for GET /readyz to answer 200. If the process exits first, it returns at once
+// an error with the end of the log.
+func (p *Nogoo9Process) waitReady() error {
 	GinkgoHelper()
 	httpc := &http.Client{Timeout: 2 * time.Second}
+	exited := false
 	Eventually(func() error {
 		if p.Exited() {
-			return StopTrying(fmt.Sprintf("nogoo9 exited before it was ready (%v); log %s:\n%s", p.exitErr(), p.LogPath, p.LogTail(40)))
+			exited = true
+			return nil // reported below
 		}
 		resp, err := httpc.Get("http://" + p.ProbeAddr + "/readyz")
 		if err != nil {
@@ -211,6 +243,25 @@ func (p *Nogoo9Process) waitReady() {
 		}
 		return nil
 	}).Should(Succeed(), "nogoo9 /readyz on %s (log %s)", p.ProbeAddr, p.LogPath)
+	if exited {
+		return fmt.Errorf("nogoo9 exited before it was ready (%v); log %s:\n%s", p.exitErr(), p.LogPath, p.LogTail(40))
+	}
+	return nil
+}
+
+// logOfLastStart is what the process logged since it was last started.
+func (p *Nogoo9Process) logOfLastStart() string {
+	p.mu.Lock()
+	off := p.logStart
+	p.mu.Unlock()
+	data, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	if off > int64(len(data)) {
+		off = 0
+	}
+	return string(data[off:])
 }
 
 // Exited reports whether the process has ended.

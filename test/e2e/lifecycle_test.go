@@ -44,6 +44,12 @@ func lcExpectStopped(ns, id string, identity map[string]string, claims []string)
 	return stopped
 }
 
+// lcIdleTimeout is the idle timeout of the culling spec's template: short, since the culler's
+// clock is real, but with room for a loaded 2-core machine, where a busy workspace's activity
+// must go from the proxy to the pod's annotation (a write every --activity-write-interval) and on
+// to the controller's cache well within it.
+const lcIdleTimeout = 30 * time.Second
+
 // lcTemplate is a template with a ReadWriteOncePod claim "home" of class, and annotations.
 func lcTemplate(ns, name, class string, ann map[string]string) *corev1.ConfigMap {
 	cm := upgradeTemplate(ns, name, "1.0", "example.com/ide:1.0", class)
@@ -115,12 +121,11 @@ var _ = Describe("Lifecycle: stop, start and idle culling", Label("lifecycle"), 
 		}).Should(Succeed(), "the same path serves the started pod")
 	})
 
-	// The culler's clock is real, so the timeout is short but with room for a loaded machine:
-	// activity is written every second, the idle timeout is 8 s.
+	// Activity is written every second; the idle timeout is lcIdleTimeout (30 s).
 	It("stops an idle workspace after its template's idle timeout, and not one busy with HTTP through a second proxy replica or with an open WebSocket", func(ctx SpecContext) {
 		ns := NewNamespace()
 		class := rwopVolumes(ctx, ns, 3)
-		Expect(K8s.Create(ctx, lcTemplate(ns, "idle", class, map[string]string{workspace.AnnIdleTimeout: "8s"}))).To(Succeed())
+		Expect(K8s.Create(ctx, lcTemplate(ns, "idle", class, map[string]string{workspace.AnnIdleTimeout: lcIdleTimeout.String()}))).To(Succeed())
 		StartStandin(ns)
 		// Replica A runs everything; replica B is a second proxy (and API) on its own. Activity
 		// seen only by B must keep a workspace alive: the replicas share it through the pod.
@@ -128,8 +133,8 @@ var _ = Describe("Lifecycle: stop, start and idle culling", Label("lifecycle"), 
 		b := StartNogoo9("--namespace="+ns, "--components=api,proxy", "--activity-write-interval=1s")
 		alice := pxUserToken(ctx, ns, "alice")
 
-		// The controller culls on the template's timeout as soon as a pod is Ready for 8 s, so
-		// traffic starts right after each workspace serves.
+		// The controller culls on the template's timeout as soon as a pod is Ready for
+		// lcIdleTimeout, so traffic starts right after each workspace serves.
 		By("a workspace kept busy with HTTP requests through replica B only")
 		httpWS := pxSpawn(a, alice, "idle", "busy-http")
 		WaitPodReady(ns, httpWS.ActivePod)
@@ -168,8 +173,8 @@ var _ = Describe("Lifecycle: stop, start and idle culling", Label("lifecycle"), 
 		Eventually(func(g Gomega) {
 			w := pxWorkspace(g, a, alice, "idle")
 			g.Expect(w.Phase).To(Equal(workspace.PhaseStopped), "%+v", w.Status)
-			g.Expect(w.Message).To(ContainSubstring("without activity (idle timeout 8s)"))
-		}).WithTimeout(90*time.Second).Should(Succeed(), "the idle workspace is culled")
+			g.Expect(w.Message).To(ContainSubstring("without activity (idle timeout " + lcIdleTimeout.String() + ")"))
+		}).WithTimeout(lcIdleTimeout+2*time.Minute).Should(Succeed(), "the idle workspace is culled")
 		Eventually(func(g Gomega) {
 			var evs corev1.EventList
 			g.Expect(K8s.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
@@ -186,7 +191,7 @@ var _ = Describe("Lifecycle: stop, start and idle culling", Label("lifecycle"), 
 				w := pxWorkspace(g, b, alice, id)
 				g.Expect(w.Phase).To(Equal(workspace.PhaseReady), "%s: %+v", id, w.Status)
 			}
-		}).WithTimeout(16 * time.Second).WithPolling(time.Second).Should(Succeed())
+		}).WithTimeout(2 * lcIdleTimeout).WithPolling(time.Second).Should(Succeed())
 		for _, id := range []string{"busy-http", "busy-ws"} {
 			w := pxWorkspace(Default, b, alice, id)
 			Expect(w.LastActivity).NotTo(BeEmpty(), "%s has nogoo9/last-activity", id)
