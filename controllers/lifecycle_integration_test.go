@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/lifecycle"
-	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -23,28 +21,9 @@ import (
 // (envtest: no scheduler, no kubelet; the test plays the kubelet and moves the clock).
 func TestLifecycleOnAPIServer(t *testing.T) {
 	cfg, c := startAPIServer(t)
-	nsSeq := 0
-	newEnv := func(t *testing.T, tmpl *templates.Template, opts UpgradeOptions) *upgradeEnv {
-		nsSeq++
-		ns := fmt.Sprintf("life-%d", nsSeq)
-		if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-		reg := &fakeTemplates{}
-		reg.set(tmpl)
-		return &upgradeEnv{t: t, g: gomega.NewWithT(t), cfg: cfg, c: c, ns: ns, reg: reg, clock: &testClock{now: time.Now()}, opts: opts}
-	}
-	only := func(e *upgradeEnv, g gomega.Gomega, id string) *corev1.Pod {
-		pods := e.pods(g, id)
-		g.Expect(pods).To(gomega.HaveLen(1), "one live pod")
-		for _, p := range pods {
-			return p
-		}
-		return nil
-	}
 
 	t.Run("a controller that died between creating the stopped pod and deleting the running one finishes the stop, and kubectl starts it again", func(t *testing.T) {
-		e := newEnv(t, ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod), UpgradeOptions{})
+		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod), UpgradeOptions{})
 		run := e.spawn("jane", "demo")
 		why := "for the weekend"
 		e.annotate(run.Name, workspace.AnnStopRequested, &why)
@@ -56,7 +35,7 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 
 		e.start()
 		e.g.Eventually(func(g gomega.Gomega) {
-			p := only(e, g, "demo")
+			p := e.only(g, "demo")
 			g.Expect(p.Name).To(gomega.Equal(stopped.Name))
 			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeTrue())
 			g.Expect(p.Annotations[workspace.AnnStopRequested]).To(gomega.Equal(why))
@@ -66,7 +45,7 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 
 		e.annotate(stopped.Name, workspace.AnnStopRequested, nil) // kubectl annotate ... nogoo9/stop-requested-
 		e.g.Eventually(func(g gomega.Gomega) {
-			p := only(e, g, "demo")
+			p := e.only(g, "demo")
 			g.Expect(p.Name).To(gomega.Equal(stopped.Name))
 			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeFalse(), "the gate is removed")
 			g.Expect(p.Annotations).NotTo(gomega.HaveKey(workspace.AnnStoppedFromUID))
@@ -77,7 +56,7 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 	t.Run("an idle workspace is culled after its template's timeout, with the reason in its message and an Event; activity postpones it", func(t *testing.T) {
 		tmpl := ideTemplate("v1", "ide:1", "")
 		tmpl.Annotations = map[string]string{workspace.AnnIdleTimeout: "1h"}
-		e := newEnv(t, tmpl, UpgradeOptions{})
+		e := newNamespaceEnv(t, cfg, c, tmpl, UpgradeOptions{})
 		e.start()
 		run := e.spawn("jane", "idle")
 
@@ -91,13 +70,13 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 		e.clock.Add(20 * time.Minute)
 		e.poke(run.Name)
 		e.g.Consistently(func(g gomega.Gomega) {
-			g.Expect(only(e, g, "idle").Annotations).NotTo(gomega.HaveKey(workspace.AnnStopRequested))
+			g.Expect(e.only(g, "idle").Annotations).NotTo(gomega.HaveKey(workspace.AnnStopRequested))
 		}).WithTimeout(2*time.Second).Should(gomega.Succeed(), "activity 20 minutes ago keeps it running")
 
 		e.clock.Add(41 * time.Minute)
 		e.poke(run.Name)
 		e.g.Eventually(func(g gomega.Gomega) {
-			p := only(e, g, "idle")
+			p := e.only(g, "idle")
 			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeTrue())
 			g.Expect(p.Annotations[workspace.AnnStopRequested]).To(gomega.ContainSubstring("without activity (idle timeout 1h0m0s)"))
 			st := workspace.Phase([]*corev1.Pod{p}, e.clock.Now())
@@ -108,14 +87,14 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 	})
 
 	t.Run("a start with the update policy on-start comes back on the template's latest version with the same identity", func(t *testing.T) {
-		e := newEnv(t, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
+		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
 		e.start()
 		run := e.spawn("jane", "fresh")
 		yes := "true"
 		e.annotate(run.Name, workspace.AnnStopRequested, &yes)
 		var stopped *corev1.Pod
 		e.g.Eventually(func(g gomega.Gomega) {
-			stopped = only(e, g, "fresh")
+			stopped = e.only(g, "fresh")
 			g.Expect(workspace.IsStoppedPod(stopped)).To(gomega.BeTrue())
 		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
 
@@ -124,7 +103,7 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 		e.reg.set(v2)
 		e.annotate(stopped.Name, workspace.AnnStopRequested, nil)
 		e.g.Eventually(func(g gomega.Gomega) {
-			p := only(e, g, "fresh")
+			p := e.only(g, "fresh")
 			g.Expect(p.Name).To(gomega.Equal(lifecycle.StartedPodName(stopped, "v2")))
 			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeFalse())
 			g.Expect(workspace.TemplateVersion(p)).To(gomega.Equal("v2"))
@@ -134,7 +113,7 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 	})
 
 	t.Run("a workspace whose node is deleted reports NodeLost and comes back with the same identity and claims, never two pods serving", func(t *testing.T) {
-		e := newEnv(t, ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod), UpgradeOptions{})
+		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod), UpgradeOptions{})
 		ctx := context.Background()
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.ns + "-node"}}
 		e.g.Expect(e.c.Create(ctx, node)).To(gomega.Succeed())
@@ -148,7 +127,7 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 		e.g.Expect(run.Spec.NodeName).To(gomega.Equal(node.Name))
 		e.start()
 		e.g.Consistently(func(g gomega.Gomega) {
-			p := only(e, g, "lost")
+			p := e.only(g, "lost")
 			g.Expect(p.UID).To(gomega.Equal(run.UID))
 			g.Expect(p.Annotations).NotTo(gomega.HaveKey(workspace.AnnNodeLost))
 		}).WithTimeout(2*time.Second).Should(gomega.Succeed(), "a pod on an existing node is left alone")

@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,18 +10,13 @@ import (
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nogoo9/no-crd/pkg/lifecycle"
-	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/upgrade"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -34,17 +28,6 @@ import (
 func TestLifecycleReplacementsOnAPIServer(t *testing.T) {
 	cfg, c := startAPIServer(t)
 	ctx := context.Background()
-	nsSeq := 0
-	newEnv := func(t *testing.T) *upgradeEnv {
-		nsSeq++
-		ns := fmt.Sprintf("replace-%d", nsSeq)
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-		reg := &fakeTemplates{}
-		reg.set(ideTemplate("v1", "ide:1", ""))
-		return &upgradeEnv{t: t, g: gomega.NewWithT(t), cfg: cfg, c: c, ns: ns, reg: reg, clock: &testClock{now: time.Now()}}
-	}
 	onStartV2 := func(e *upgradeEnv) {
 		v2 := ideTemplate("v2", "ide:2", "")
 		v2.Annotations = map[string]string{workspace.AnnUpdatePolicy: "on-start"}
@@ -67,17 +50,9 @@ func TestLifecycleReplacementsOnAPIServer(t *testing.T) {
 		}).WithTimeout(10 * time.Second).Should(gomega.Succeed())
 		return s
 	}
-	only := func(e *upgradeEnv, g gomega.Gomega, id string) *corev1.Pod {
-		pods := e.pods(g, id)
-		g.Expect(pods).To(gomega.HaveLen(1), "one live pod")
-		for _, p := range pods {
-			return p
-		}
-		return nil
-	}
 
 	t.Run("a maintenance and a pin written on the running pod after its stopped copy was made stay with the stopped workspace", func(t *testing.T) {
-		e := newEnv(t)
+		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
 		run := e.spawn("jane", "demo")
 		why := "for the weekend"
 		e.annotate(run.Name, workspace.AnnStopRequested, &why)
@@ -91,7 +66,7 @@ func TestLifecycleReplacementsOnAPIServer(t *testing.T) {
 
 		e.start()
 		e.g.Eventually(func(g gomega.Gomega) {
-			p := only(e, g, "demo")
+			p := e.only(g, "demo")
 			g.Expect(p.Name).To(gomega.Equal(stopped.Name))
 			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeTrue())
 			g.Expect(p.Annotations[workspace.AnnMaintenance]).To(gomega.Equal("disk migration"))
@@ -101,7 +76,7 @@ func TestLifecycleReplacementsOnAPIServer(t *testing.T) {
 	})
 
 	t.Run("a stop written only on the stopped pod while a start on the latest version runs its new pod stops the new pod", func(t *testing.T) {
-		e := newEnv(t)
+		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
 		why := "stopped by its owner"
 		s := stoppedWithoutItsPod(e, "demo", map[string]string{workspace.AnnStopRequested: why})
 		onStartV2(e)
@@ -119,7 +94,7 @@ func TestLifecycleReplacementsOnAPIServer(t *testing.T) {
 
 		e.start()
 		e.g.Eventually(func(g gomega.Gomega) {
-			p := only(e, g, "demo")
+			p := e.only(g, "demo")
 			g.Expect(p.Name).To(gomega.Equal(lifecycle.StoppedPodName(n)), "the new pod's stopped copy")
 			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeTrue())
 			g.Expect(workspace.TemplateVersion(p)).To(gomega.Equal("v2"))
@@ -128,7 +103,7 @@ func TestLifecycleReplacementsOnAPIServer(t *testing.T) {
 	})
 
 	t.Run("a start on the latest version that the API server refuses starts the workspace on its own version, with a Warning", func(t *testing.T) {
-		e := newEnv(t)
+		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
 		s := stoppedWithoutItsPod(e, "demo", nil)
 		onStartV2(e)
 		refused := lifecycle.StartedPodName(s, "v2")
@@ -146,7 +121,7 @@ func TestLifecycleReplacementsOnAPIServer(t *testing.T) {
 			})
 		})
 		e.g.Eventually(func(g gomega.Gomega) {
-			p := only(e, g, "demo")
+			p := e.only(g, "demo")
 			g.Expect(p.Name).To(gomega.Equal(s.Name))
 			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeFalse(), "the gate is removed")
 			g.Expect(workspace.TemplateVersion(p)).To(gomega.Equal("v1"))
@@ -164,35 +139,6 @@ func TestLifecycleReplacementsOnAPIServer(t *testing.T) {
 		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "started on v1 with a Warning that says why")
 		e.g.Expect(attempts.Load()).To(gomega.BeNumerically(">=", 1))
 	})
-}
-
-// startWithClient is start with the manager's client wrapped by wrap (an interceptor).
-func (e *upgradeEnv) startWithClient(wrap func(client.WithWatch) client.WithWatch) {
-	e.t.Helper()
-	mgr := newTestManager(e.t, e.cfg, func(o *ctrl.Options) {
-		o.Cache = cache.Options{
-			DefaultNamespaces: map[string]cache.Config{e.ns: {}},
-			ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: podcache.Pods()},
-		}
-		o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
-			cl, err := client.NewWithWatch(cfg, opts)
-			if err != nil {
-				return nil, err
-			}
-			return wrap(cl), nil
-		}
-	})
-	opts := e.opts
-	opts.Now = e.clock.Now
-	managerSeq.Lock()
-	managerSeq.n++
-	opts.Name = fmt.Sprintf("%s-%d", UpgradeControllerName, managerSeq.n)
-	managerSeq.Unlock()
-	if err := SetupWorkspaceReconciler(mgr, e.reg, opts); err != nil {
-		e.t.Fatal(err)
-	}
-	e.view = mgr.GetCache()
-	e.stop = runManager(e.t, context.Background(), mgr)
 }
 
 // TestLifecycleStaleStartKeepsTheStop: a pass whose cache does not show the stop written on the

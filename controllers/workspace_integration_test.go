@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,12 +112,27 @@ var managerSeq struct {
 // start runs a manager like main.go's (stripped pod cache, one namespace) with the controller.
 func (e *upgradeEnv) start() {
 	e.t.Helper()
+	e.startWithClient(nil)
+}
+
+// startWithClient is start with the manager's client wrapped by wrap (an interceptor; nil: none).
+func (e *upgradeEnv) startWithClient(wrap func(client.WithWatch) client.WithWatch) {
+	e.t.Helper()
 	mgr := newTestManager(e.t, e.cfg, func(o *ctrl.Options) {
 		o.Cache = cache.Options{
 			DefaultNamespaces: map[string]cache.Config{e.ns: {}},
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Pod{}: podcache.Pods(),
 			},
+		}
+		if wrap != nil {
+			o.NewClient = func(cfg *rest.Config, opts client.Options) (client.Client, error) {
+				cl, err := client.NewWithWatch(cfg, opts)
+				if err != nil {
+					return nil, err
+				}
+				return wrap(cl), nil
+			}
 		}
 	})
 	opts := e.opts
@@ -209,6 +225,32 @@ func (e *upgradeEnv) poke(name string) {
 }
 
 // pods lists the workspace's pods that are not being deleted, by name.
+// envSeq numbers the namespaces of newNamespaceEnv.
+var envSeq atomic.Int64
+
+// newNamespaceEnv is an upgradeEnv in a namespace of its own on the API server of cfg and c, with
+// tmpl as its template; start runs its controller.
+func newNamespaceEnv(t *testing.T, cfg *rest.Config, c client.Client, tmpl *templates.Template, opts UpgradeOptions) *upgradeEnv {
+	t.Helper()
+	ns := fmt.Sprintf("env-%d", envSeq.Add(1))
+	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	reg := &fakeTemplates{}
+	reg.set(tmpl)
+	return &upgradeEnv{t: t, g: gomega.NewWithT(t), cfg: cfg, c: c, ns: ns, reg: reg, clock: &testClock{now: time.Now()}, opts: opts}
+}
+
+// only is the one live pod of workspace id (it fails g while there is not exactly one).
+func (e *upgradeEnv) only(g gomega.Gomega, id string) *corev1.Pod {
+	pods := e.pods(g, id)
+	g.Expect(pods).To(gomega.HaveLen(1), "one live pod")
+	for _, p := range pods {
+		return p
+	}
+	return nil
+}
+
 func (e *upgradeEnv) pods(g gomega.Gomega, id string) map[string]*corev1.Pod {
 	var list corev1.PodList
 	g.Expect(e.c.List(context.Background(), &list, client.InNamespace(e.ns), client.MatchingLabels{workspace.LabelWorkspaceID: id})).To(gomega.Succeed())

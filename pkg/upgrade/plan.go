@@ -200,8 +200,9 @@ func Plan(obs Observed, target Target, now time.Time, cfg Config) Move {
 }
 
 // planDuplicates handles more than one live pod and no upgrade in flight: once the newest is
-// Ready, the older ones of the same owner go; until then nothing is touched (the newest may still
-// become Ready). A pod of another owner that shares the id is never deleted here.
+// Ready, the older ones of the same owner go (one older pod: after what a person wrote on it went
+// over to the newest); until then nothing is touched (the newest may still become Ready). A pod
+// of another owner that shares the id is never deleted here.
 func planDuplicates(head *corev1.Pod, live []*corev1.Pod) Move {
 	if !workspace.IsReady(head) {
 		return Move{State: StateWaitDuplicate}
@@ -213,13 +214,23 @@ func planDuplicates(head *corev1.Pod, live []*corev1.Pod) Move {
 			head.Name, workspace.ID(head), workspace.Owner(head), workspace.PodName(workspace.Owner(head), workspace.ID(head)), workspace.LabelWorkspaceID))
 	}
 	p := Move{State: StateDuplicates}
+	var olds []*corev1.Pod
 	for _, old := range live[1:] {
-		if workspace.Owner(old) != workspace.Owner(head) {
+		if workspace.Owner(old) == workspace.Owner(head) {
+			olds = append(olds, old)
+		}
+	}
+	for _, old := range olds {
+		del := Action{EventType: corev1.EventTypeNormal, Reason: ReasonDuplicateRemoved,
+			Message: fmt.Sprintf("Deleted pod %s: pod %s of the same workspace is newer and Ready.", old.Name, head.Name)}
+		if len(olds) == 1 {
+			// One older pod: it is the one every writer has seen; what a person wrote on it goes
+			// over to the pod that stays (cutover). Of several, no one is the authority.
+			p.Actions = append(p.Actions, cutover(head, old, del)...)
 			continue
 		}
-		p.Actions = append(p.Actions, Action{Kind: DeletePod, Pod: old, Keep: head,
-			EventType: corev1.EventTypeNormal, Reason: ReasonDuplicateRemoved,
-			Message: fmt.Sprintf("Deleted pod %s: pod %s of the same workspace is newer and Ready.", old.Name, head.Name)})
+		del.Kind, del.Pod, del.Keep = DeletePod, old, head
+		p.Actions = append(p.Actions, del)
 	}
 	return p
 }
