@@ -138,11 +138,15 @@ func (o *OIDC) VerifyToken(ctx context.Context, token string) (*Caller, error) {
 	}
 	c := &Caller{Subject: sub, Groups: stringList(claims["groups"]), Expiry: idt.Expiry}
 	// Kubernetes reserves names that begin with "system:" for its own users, service accounts
-	// and groups (system:masters is every permission); its own JWT authenticator refuses them from
-	// a token. nogoo9 asks the API server about its callers by these names (SubjectAccessReview,
-	// pkg/authz), so a token must not name one.
-	if strings.HasPrefix(sub, reservedPrefix) {
-		return nil, &Error{Reason: fmt.Sprintf("token's subject %q begins with %q, which Kubernetes reserves for its own identities: fix the identity provider's claims or --oidc-subject-claim", sub, reservedPrefix)}
+	// and groups (system:masters is every permission). nogoo9 asks the API server about its
+	// callers by these names (SubjectAccessReview, pkg/authz), so a token must not claim one that
+	// its holder could have chosen: no group (a groups claim is the identity provider's list,
+	// which some let users shape; the API server's own service-account tokens carry none), and no
+	// subject from a claim other than "sub" (an email or a user name, often the user's choice).
+	// "sub" is the issuer's own id for the holder: the API server as issuer names its service
+	// accounts system:serviceaccount:<namespace>:<name> there, and they are who they say.
+	if o.cfg.SubjectClaim != "sub" && strings.HasPrefix(sub, reservedPrefix) {
+		return nil, &Error{Reason: fmt.Sprintf("token's %s %q begins with %q, which Kubernetes reserves for its own identities: fix the identity provider's claims, or use --oidc-subject-claim=sub", o.cfg.SubjectClaim, sub, reservedPrefix)}
 	}
 	for _, g := range c.Groups {
 		if strings.HasPrefix(g, reservedPrefix) {

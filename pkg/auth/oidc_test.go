@@ -110,7 +110,10 @@ func TestOIDCVerifiesRealSignedTokens(t *testing.T) {
 		{"an alg none token is refused", "sub", unsigned(claims(nil)), "", "alg none is never accepted"},
 		{"garbage is refused", "sub", "not-a-jwt", "", "not a JWT"},
 		// Names Kubernetes reserves: nogoo9 asks the API server about its callers by name.
-		{"a subject in Kubernetes' reserved system: names is refused", "sub", sign(t, is.key, "k1", claims(func(c map[string]any) { c["sub"] = "system:kube-controller-manager" })), "", `begins with "system:"`},
+		{"a subject the holder may choose (email) in Kubernetes' reserved system: names is refused", "email", sign(t, is.key, "k1", claims(func(c map[string]any) {
+			c["email"], c["email_verified"] = "system:kube-controller-manager", true
+		})), "", `token's email "system:kube-controller-manager" begins with "system:"`},
+		{"the issuer's own sub in system: names (the API server's service-account tokens) is kept", "sub", sign(t, is.key, "k1", claims(func(c map[string]any) { c["sub"] = "system:serviceaccount:team:alice" })), "system:serviceaccount:team:alice", ""},
 		{"a group in Kubernetes' reserved system: names is refused", "sub", sign(t, is.key, "k1", claims(func(c map[string]any) { c["groups"] = []string{"staff", "system:masters"} })), "", `group "system:masters" begins with "system:"`},
 		{"ordinary groups are kept", "sub", sign(t, is.key, "k1", claims(func(c map[string]any) { c["groups"] = []string{"staff", "systems-team"} })), "u-1", ""},
 	}
