@@ -378,35 +378,13 @@ func planNodeLost(pods, gated, running []*corev1.Pod, gone map[string]bool, now 
 var stoppedCarried = append(append([]string(nil), workspace.PersonSettingKeys...), workspace.AnnUpgradeRequested)
 
 // retire is the actions that replace gone by keep: keep takes over what a person wrote on gone
-// (keys, set, changed or removed, and the stop intent when gone has it and keep does not), then
-// gone is deleted (del: its Event and flags) as the planner saw it.
-//
-// gone is the older pod, the one every writer has seen (the front end writes every live pod its
-// cache shows, and its cache may not show keep yet), so its values are the latest: keep was made
-// from gone's values of its time. The delete's resourceVersion precondition makes a write on gone
-// that lands after this plan fail the delete; the next pass carries it.
-//
-// The stop intent is never removed from keep: while any live pod carries it the workspace is
-// stopped, and gone's intent, if any, goes over rather than away with it. The upgrade intent goes
-// over only where keys say (a stopped pod keeps it; a start on the latest version answered it).
+// (workspace.CarriedOver of keys), then gone is deleted (del: its Event and flags) as the planner
+// saw it: a write on gone that lands after this plan fails the delete, and the next pass carries
+// it. The upgrade intent goes over only where keys say (a stopped pod keeps it; a start on the
+// latest version answered it).
 func retire(gone, keep *corev1.Pod, keys []string, del Action) []Action {
 	var out []Action
-	set := map[string]string{}
-	var remove []string
-	for _, k := range keys {
-		want, has := gone.Annotations[k]
-		got, had := keep.Annotations[k]
-		switch {
-		case has && (!had || want != got):
-			set[k] = want
-		case !has && had:
-			remove = append(remove, k)
-		}
-	}
-	if v := gone.Annotations[workspace.AnnStopRequested]; v != "" && keep.Annotations[workspace.AnnStopRequested] == "" {
-		set[workspace.AnnStopRequested] = v
-	}
-	if len(set) > 0 || len(remove) > 0 {
+	if set, remove := workspace.CarriedOver(gone, keep, keys); len(set) > 0 || len(remove) > 0 {
 		out = append(out, Action{Kind: PatchPod, Pod: keep, Set: set, Remove: remove})
 	}
 	del.Kind, del.Pod, del.Keep = DeletePod, gone, keep

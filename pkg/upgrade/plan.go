@@ -253,45 +253,18 @@ func linkedPod(up *corev1.Pod, live []*corev1.Pod) *corev1.Pod {
 	return nil
 }
 
-// carryPersonKeys is the patch that gives head what a person wrote on old, before old goes, or
-// nil when there is nothing to give:
-//   - the workspace's settings (workspace.PersonSettingKeys: maintenance, pin, update policy and
-//     window), set, changed or removed: old is the pod every writer has seen (the front end writes
-//     every live pod its cache shows, and its cache may not show head yet), so its values are the
-//     latest. head was built with old's values of its time; a write on old since then, e.g. a pin
-//     that must keep the update policy from moving the workspace again, would go with old;
-//   - the stop intent, when old has it and head does not: while any live pod carries it the
-//     workspace is stopped, so it must not go with old (the lifecycle planner copies it onto head
-//     already; this covers a write that lands after that copy);
-//   - never the upgrade intent: this upgrade is its answer.
-//
-// old's values are the ones from the cache; the delete that follows carries old's resourceVersion,
-// so a write on old since then makes the delete fail and the next pass carry the new value.
+// carryPersonKeys is the patch that gives head what a person wrote on old before old goes
+// (workspace.CarriedOver of the workspace's settings, and a stop intent), or nil when they agree;
+// a pin written on old during the upgrade, say, must keep the update policy from moving the
+// workspace again. Never the upgrade intent: this upgrade is its answer. old's values are the
+// cache's; the delete that follows carries old's resourceVersion, so a write on old since then
+// makes the delete fail and the next pass carry the new value.
 func carryPersonKeys(head, old *corev1.Pod) *Action {
-	a := &Action{Kind: PatchPod, Pod: head}
-	for _, k := range workspace.PersonSettingKeys {
-		want, has := old.Annotations[k]
-		got, had := head.Annotations[k]
-		switch {
-		case has && (!had || want != got):
-			if a.Annotations == nil {
-				a.Annotations = map[string]string{}
-			}
-			a.Annotations[k] = want
-		case !has && had:
-			a.Remove = append(a.Remove, k)
-		}
-	}
-	if v := old.Annotations[workspace.AnnStopRequested]; v != "" && head.Annotations[workspace.AnnStopRequested] == "" {
-		if a.Annotations == nil {
-			a.Annotations = map[string]string{}
-		}
-		a.Annotations[workspace.AnnStopRequested] = v
-	}
-	if len(a.Annotations) == 0 && len(a.Remove) == 0 {
+	set, remove := workspace.CarriedOver(old, head, workspace.PersonSettingKeys)
+	if len(set) == 0 && len(remove) == 0 {
 		return nil
 	}
-	return a
+	return &Action{Kind: PatchPod, Pod: head, Annotations: set, Remove: remove}
 }
 
 // cutover is the move's actions that retire old in favour of head: carry what a person wrote on

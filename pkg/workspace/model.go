@@ -178,3 +178,27 @@ func GroupByID(pods []*corev1.Pod) map[string][]*corev1.Pod {
 	}
 	return out
 }
+
+// CarriedOver is what the pod that stays (keep) must be given, in one merge patch, before the pod
+// it replaces (gone) is deleted: for each of keys, gone's value where it differs (set), or the
+// key's removal where gone has none (remove); and gone's stop intent where keep has none, which
+// is never removed (while any live pod carries it the workspace is stopped). Both are empty when
+// keep already agrees. gone is the pod every writer has seen: the front end writes every live pod
+// its cache shows, and its cache may not show keep yet.
+func CarriedOver(gone, keep *corev1.Pod, keys []string) (set map[string]string, remove []string) {
+	set = map[string]string{}
+	for _, k := range keys {
+		want, has := gone.Annotations[k]
+		got, had := keep.Annotations[k]
+		switch {
+		case has && (!had || want != got):
+			set[k] = want
+		case !has && had:
+			remove = append(remove, k)
+		}
+	}
+	if v := gone.Annotations[AnnStopRequested]; v != "" && keep.Annotations[AnnStopRequested] == "" {
+		set[AnnStopRequested] = v
+	}
+	return set, remove
+}
