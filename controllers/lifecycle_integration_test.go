@@ -28,10 +28,7 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 		why := "for the weekend"
 		e.annotate(run.Name, workspace.AnnStopRequested, &why)
 		// The state a kill -9 after step 1 leaves: the stopped copy exists, the running pod too.
-		full := e.get(run.Name)
-		stopped, err := lifecycle.StoppedPod(full, lifecycle.StoppedPodName(full), map[string]string{workspace.AnnStoppedFromUID: string(full.UID)})
-		e.g.Expect(err).NotTo(gomega.HaveOccurred())
-		e.g.Expect(e.c.Create(context.Background(), stopped)).To(gomega.Succeed())
+		stopped, full := e.createStoppedCopy(run.Name, nil)
 
 		e.start()
 		e.g.Eventually(func(g gomega.Gomega) {
@@ -172,4 +169,19 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 			e.g.Expect(pvc.DeletionTimestamp).To(gomega.BeNil())
 		}
 	})
+}
+
+// createStoppedCopy creates the stopped copy of the running pod name as a stop's first step makes
+// it (with set added to its annotations), and returns it and the running pod it was made from.
+func (e *upgradeEnv) createStoppedCopy(name string, set map[string]string) (stopped, from *corev1.Pod) {
+	e.t.Helper()
+	from = e.get(name)
+	if set == nil {
+		set = map[string]string{}
+	}
+	set[workspace.AnnStoppedFromUID] = string(from.UID)
+	stopped, err := lifecycle.StoppedPod(from, lifecycle.StoppedPodName(from), set)
+	e.g.Expect(err).NotTo(gomega.HaveOccurred())
+	e.g.Expect(e.c.Create(context.Background(), stopped)).To(gomega.Succeed())
+	return stopped, from
 }

@@ -36,14 +36,7 @@ func TestLifecycleReplacementsOnAPIServer(t *testing.T) {
 	// stoppedWithoutItsPod leaves workspace id stopped: its stopped pod (annotations set added),
 	// the running pod it was copied from gone.
 	stoppedWithoutItsPod := func(e *upgradeEnv, id string, set map[string]string) *corev1.Pod {
-		run := e.spawn("jane", id)
-		if set == nil {
-			set = map[string]string{}
-		}
-		set[workspace.AnnStoppedFromUID] = string(run.UID)
-		s, err := lifecycle.StoppedPod(run, lifecycle.StoppedPodName(run), set)
-		e.g.Expect(err).NotTo(gomega.HaveOccurred())
-		e.g.Expect(e.c.Create(ctx, s)).To(gomega.Succeed())
+		s, run := e.createStoppedCopy(e.spawn("jane", id).Name, set)
 		e.g.Expect(e.c.Delete(ctx, run)).To(gomega.Succeed()) // never bound: removed at once
 		e.g.Eventually(func(g gomega.Gomega) {
 			g.Expect(apierrors.IsNotFound(e.c.Get(ctx, client.ObjectKeyFromObject(run), &corev1.Pod{}))).To(gomega.BeTrue())
@@ -56,10 +49,7 @@ func TestLifecycleReplacementsOnAPIServer(t *testing.T) {
 		run := e.spawn("jane", "demo")
 		why := "for the weekend"
 		e.annotate(run.Name, workspace.AnnStopRequested, &why)
-		full := e.get(run.Name)
-		stopped, err := lifecycle.StoppedPod(full, lifecycle.StoppedPodName(full), map[string]string{workspace.AnnStoppedFromUID: string(full.UID)})
-		e.g.Expect(err).NotTo(gomega.HaveOccurred())
-		e.g.Expect(e.c.Create(ctx, stopped)).To(gomega.Succeed())
+		stopped, _ := e.createStoppedCopy(run.Name, nil)
 		// An admin, whose front end does not show the stopped pod yet, writes on the running pod.
 		e.annotate(run.Name, workspace.AnnMaintenance, str("disk migration"))
 		e.annotate(run.Name, workspace.AnnPinned, str("true"))
@@ -153,9 +143,7 @@ func TestLifecycleStaleStartKeepsTheStop(t *testing.T) {
 	reg.set(ideTemplate("v1", "ide:1", ""))
 	e := &upgradeEnv{t: t, g: gomega.NewWithT(t), cfg: cfg, c: c, ns: ns, reg: reg, clock: &testClock{now: time.Now()}}
 	run := e.spawn("jane", "demo")
-	s, err := lifecycle.StoppedPod(run, lifecycle.StoppedPodName(run), map[string]string{workspace.AnnStoppedFromUID: string(run.UID)})
-	e.g.Expect(err).NotTo(gomega.HaveOccurred())
-	e.g.Expect(c.Create(ctx, s)).To(gomega.Succeed())
+	s, _ := e.createStoppedCopy(run.Name, nil)
 	e.g.Expect(c.Delete(ctx, run)).To(gomega.Succeed())
 	v2 := ideTemplate("v2", "ide:2", "")
 	v2.Annotations = map[string]string{workspace.AnnUpdatePolicy: "on-start"}

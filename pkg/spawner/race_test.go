@@ -73,24 +73,11 @@ func TestALosingSpawnNeverDeletesTheWinnersClaim(t *testing.T) {
 	a := New(held, c, reg, Options{Namespace: ns})
 	b := New(c, c, reg, Options{Namespace: ns})
 	req := Request{Template: "persistent", ID: "held", Owner: "jane", Context: map[string]string{"repo": "r"}, Caller: Caller{Subject: "root", IsAdmin: true}}
-	aErr := make(chan error, 1)
-	go func() { _, err := a.Spawn(ctx, req); aErr <- err }()
-	select {
-	case <-atPodCreate:
-	case err := <-aErr:
-		t.Fatalf("spawn A ended before its pod's create: %v", err)
-	case <-ctx.Done():
-		t.Fatal("spawn A never reached its pod's create")
-	}
+	aEnded := heldSpawn(ctx, t, atPodCreate, func() error { _, err := a.Spawn(ctx, req); return err })
 	_, err = b.Spawn(ctx, req)
 	close(bDone)
 	g.Expect(err).NotTo(HaveOccurred())
-	select {
-	case err := <-aErr:
-		g.Expect(CodeOf(err)).To(Equal(Conflict))
-	case <-ctx.Done():
-		t.Fatal("spawn A never ended after spawn B won")
-	}
+	g.Expect(CodeOf(aEnded())).To(Equal(Conflict))
 	pods := podsWithLabels(ctx, g, c, ns, map[string]string{workspace.LabelWorkspaceID: "held"})
 	g.Expect(pods).To(HaveLen(1))
 	for _, v := range pods[0].Spec.Volumes {
@@ -119,4 +106,29 @@ func heldAtPodCreate(cl client.WithWatch) (held client.Client, atPodCreate <-cha
 			return cl.Create(ctx, obj, opts...)
 		},
 	}), at, rel
+}
+
+// heldSpawn runs spawn A (made with heldAtPodCreate's client) in a goroutine and returns once A is
+// held at its pod's create; the function it returns waits, bounded by ctx, for A's error.
+func heldSpawn(ctx context.Context, t *testing.T, atPodCreate <-chan struct{}, spawn func() error) (aEnded func() error) {
+	t.Helper()
+	aErr := make(chan error, 1)
+	go func() { aErr <- spawn() }()
+	select {
+	case <-atPodCreate:
+	case err := <-aErr:
+		t.Fatalf("spawn A ended before its pod's create: %v", err)
+	case <-ctx.Done():
+		t.Fatal("spawn A never reached its pod's create")
+	}
+	return func() error {
+		t.Helper()
+		select {
+		case err := <-aErr:
+			return err
+		case <-ctx.Done():
+			t.Fatal("spawn A never ended after spawn B won")
+			return nil
+		}
+	}
 }

@@ -113,22 +113,14 @@ func TestALaterSpawnOfATakenIDYieldsOnTheCache(t *testing.T) {
 	a := New(held, apiPodLists(t, &apiLists), reg, Options{Namespace: ns, Seen: seen, CacheWait: time.Minute})
 	b := New(cc, apiPodLists(t, &apiLists), reg, Options{Namespace: ns, Seen: seen, CacheWait: time.Minute})
 	admin := Caller{Subject: "root", IsAdmin: true}
-	aErr := make(chan error, 1)
-	go func() {
+	aEnded := heldSpawn(ctx, t, atPodCreate, func() error {
 		_, err := a.Spawn(ctx, Request{Template: "plain", ID: "taken", Owner: "alice", Caller: admin})
-		aErr <- err
-	}()
-	select {
-	case <-atPodCreate:
-	case err := <-aErr:
-		t.Fatalf("spawn A ended before its pod's create: %v", err)
-	case <-ctx.Done():
-		t.Fatal("spawn A never reached its pod's create")
-	}
+		return err
+	})
 	won, err := b.Spawn(ctx, Request{Template: "plain", ID: "taken", Owner: "bob", Caller: admin})
 	close(bDone)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(CodeOf(<-aErr)).To(Equal(Conflict))
+	g.Expect(CodeOf(aEnded())).To(Equal(Conflict))
 	g.Expect(apiLists.Load()).To(BeZero(), "a check after a create read the API server")
 	live := []string{}
 	for _, p := range podsWithLabels(ctx, g, c, ns, map[string]string{workspace.LabelWorkspaceID: "taken"}) {
