@@ -144,6 +144,22 @@ func Status(err error) (status int, retryAfter string) {
 	return http.StatusUnauthorized, ""
 }
 
+// LoginRefused answers a login form whose token failed to verify: it sets Retry-After where
+// Status gives one and returns the status and the sentence the login page shows the person.
+func LoginRefused(w http.ResponseWriter, err error) (status int, msg string) {
+	status, retry := Status(err)
+	if retry != "" {
+		w.Header().Set("Retry-After", retry)
+	}
+	switch status {
+	case http.StatusTooManyRequests:
+		return status, "Too many tokens were refused recently; wait " + retry + " seconds and try again with a valid token."
+	case http.StatusServiceUnavailable:
+		return status, "Your token could not be checked right now (the identity service did not answer); try again in a few seconds."
+	}
+	return status, "That token was not accepted (expired, wrong audience or not signed by the issuer); get a fresh one and try again."
+}
+
 // Unauthorized logs why r was refused and answers 401 with {"error": reason} and
 // WWW-Authenticate: Bearer resource_metadata="metadataURL" (RFC 9728; omitted when empty). A
 // failure with RetryAfter answers 429 with Retry-After instead, and a Transient one (the verifier

@@ -31,6 +31,12 @@ func TestUnreachableVerifierAnswers503(t *testing.T) {
 			if tc.status == http.StatusServiceUnavailable && (w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), "try again")) {
 				t.Fatalf("503 without Retry-After or advice: %v %s", w.Header(), w.Body)
 			}
+			// A login page answers the same failure with the same status, for a person.
+			lw := httptest.NewRecorder()
+			status, msg := LoginRefused(lw, tc.err)
+			if status != tc.status || (lw.Header().Get("Retry-After") != "") != (tc.status != http.StatusUnauthorized) || !strings.Contains(msg, "try again") {
+				t.Fatalf("LoginRefused = %d %q (Retry-After %q), want %d, Retry-After only with 429/503, and advice", status, msg, lw.Header().Get("Retry-After"), tc.status)
+			}
 		})
 	}
 }

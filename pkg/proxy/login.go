@@ -103,16 +103,8 @@ func (p *Proxy) serveLogin(w http.ResponseWriter, r *http.Request) {
 	caller, err := p.verify(r, token)
 	if err != nil {
 		p.log.Info("login refused", "remote", r.RemoteAddr, "reason", err.Error())
-		switch status, retry := auth.Status(err); status {
-		case http.StatusTooManyRequests:
-			w.Header().Set("Retry-After", retry)
-			p.showLogin(w, status, next, "Too many tokens were refused recently; wait "+retry+" seconds and try again with a valid token.")
-		case http.StatusServiceUnavailable:
-			w.Header().Set("Retry-After", retry)
-			p.showLogin(w, status, next, "Your token could not be checked right now (the identity service did not answer); try again in a few seconds.")
-		default:
-			p.showLogin(w, status, next, "That token was not accepted; get a fresh one and try again.")
-		}
+		status, msg := auth.LoginRefused(w, err)
+		p.showLogin(w, status, next, msg)
 		return
 	}
 	http.SetCookie(w, p.cookie(p.cookieName, token, 0, caller.Expiry))

@@ -89,16 +89,8 @@ func (u *UI) devLogin(w http.ResponseWriter, r *http.Request) {
 	caller, err := u.o.Auth.VerifyToken(auth.WithClientAddr(r.Context(), r.RemoteAddr), token)
 	if err != nil {
 		ctrl.LoggerFrom(r.Context()).WithName("ui").Info("login refused", "remote", r.RemoteAddr, "reason", err.Error())
-		switch status, retry := auth.Status(err); status {
-		case http.StatusTooManyRequests:
-			w.Header().Set("Retry-After", retry)
-			u.renderLogin(w, r, status, next, "Too many tokens were refused recently; wait "+retry+" seconds and try again with a valid token.")
-		case http.StatusServiceUnavailable:
-			w.Header().Set("Retry-After", retry)
-			u.renderLogin(w, r, status, next, "Your token could not be checked right now (the identity service did not answer); try again in a few seconds.")
-		default:
-			u.renderLogin(w, r, status, next, "That token was not accepted (expired, wrong audience or not signed by the issuer); get a fresh one and try again.")
-		}
+		status, msg := auth.LoginRefused(w, err)
+		u.renderLogin(w, r, status, next, msg)
 		return
 	}
 	u.startSession(w, r, caller)
