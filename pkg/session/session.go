@@ -1,11 +1,12 @@
 package session
 
 import (
+	"container/heap"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,19 +34,27 @@ func (s *Session) ValidCSRF(token string) bool {
 type Options struct {
 	// TTL is how long a session lives after login (8 h when 0).
 	TTL time.Duration
-	// MaxEntries bounds the sessions held at once (10,000 when 0); when full, a login evicts the
-	// session that would expire first.
+	// MaxEntries bounds the sessions held at once (10,000 when 0).
 	MaxEntries int
+	// MaxPerCaller bounds the sessions one caller (by subject) holds at once (20 when 0); a
+	// caller's next login ends their oldest session.
+	MaxPerCaller int
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
 
 // Store is an in-memory session store, safe for concurrent use. Sessions are keyed by the SHA-256
 // of their id, so the map never holds a usable cookie value.
+//
+// Room is shared fairly: one caller holds at most MaxPerCaller sessions, and when the store is
+// full a login ends sessions of the callers holding the most, never those of a caller holding
+// fewer. So a user who logs in in a loop ends only their own sessions.
 type Store struct {
 	o  Options
 	mu sync.Mutex
 	m  map[[sha256.Size]byte]*Session
+	// by holds each subject's session keys, oldest first.
+	by map[string][][sha256.Size]byte
 }
 
 // NewStore returns an empty Store.
@@ -56,10 +65,13 @@ func NewStore(o Options) *Store {
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = 10000
 	}
+	if o.MaxPerCaller <= 0 {
+		o.MaxPerCaller = 20
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Store{o: o, m: map[[sha256.Size]byte]*Session{}}
+	return &Store{o: o, m: map[[sha256.Size]byte]*Session{}, by: map[string][][sha256.Size]byte{}}
 }
 
 // RandomToken returns 32 random bytes, base64url-encoded.
@@ -81,37 +93,88 @@ func (s *Store) Create(c *auth.Caller) (string, *Session) {
 	id := RandomToken()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for len(s.by[c.Subject]) >= s.o.MaxPerCaller {
+		s.deleteLocked(s.by[c.Subject][0])
+	}
 	if len(s.m) >= s.o.MaxEntries {
 		s.evictLocked(now)
 	}
-	s.m[key(id)] = sess
+	k := key(id)
+	s.m[k] = sess
+	s.by[c.Subject] = append(s.by[c.Subject], k)
 	return id, sess
 }
 
-// evictLocked drops expired sessions and, if the store is still full, those expiring first
-// until a tenth of the room is free (so a flood of logins does not sort on every call).
+// deleteLocked removes the session with key k, if held.
+func (s *Store) deleteLocked(k [sha256.Size]byte) {
+	sess, ok := s.m[k]
+	if !ok {
+		return
+	}
+	delete(s.m, k)
+	sub := sess.Caller.Subject
+	keys := slices.DeleteFunc(s.by[sub], func(x [sha256.Size]byte) bool { return x == k })
+	if len(keys) == 0 {
+		delete(s.by, sub)
+		return
+	}
+	s.by[sub] = keys
+}
+
+// evictLocked drops expired sessions and, if the store is still full, ends the oldest sessions
+// of the callers holding the most (among equals, the caller whose oldest session expires first)
+// until a tenth of the room is free, so a flood of logins does not evict on every call.
 func (s *Store) evictLocked(now time.Time) {
 	for k, v := range s.m {
 		if !now.Before(v.Expires) {
-			delete(s.m, k)
+			s.deleteLocked(k)
 		}
 	}
 	if len(s.m) < s.o.MaxEntries {
 		return
 	}
-	type kv struct {
-		k [sha256.Size]byte
-		t time.Time
+	h := make(holders, 0, len(s.by))
+	for _, keys := range s.by {
+		h = append(h, holder{keys: slices.Clone(keys), first: s.m[keys[0]].Expires})
 	}
-	all := make([]kv, 0, len(s.m))
-	for k, v := range s.m {
-		all = append(all, kv{k, v.Expires})
+	heap.Init(&h)
+	for drop := len(s.m) - s.o.MaxEntries + max(1, s.o.MaxEntries/10); drop > 0 && len(h) > 0; drop-- {
+		top := &h[0]
+		k := top.keys[0]
+		top.keys = top.keys[1:]
+		if len(top.keys) == 0 {
+			heap.Pop(&h)
+		} else {
+			top.first = s.m[top.keys[0]].Expires
+			heap.Fix(&h, 0)
+		}
+		s.deleteLocked(k)
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].t.Before(all[j].t) })
-	drop := len(s.m) - s.o.MaxEntries + max(1, s.o.MaxEntries/10)
-	for _, e := range all[:min(drop, len(all))] {
-		delete(s.m, e.k)
+}
+
+// holder is one caller's sessions during an eviction; holders is a heap whose top is the caller
+// to evict from next.
+type holder struct {
+	keys  [][sha256.Size]byte
+	first time.Time
+}
+
+type holders []holder
+
+func (h holders) Len() int { return len(h) }
+func (h holders) Less(i, j int) bool {
+	if len(h[i].keys) != len(h[j].keys) {
+		return len(h[i].keys) > len(h[j].keys)
 	}
+	return h[i].first.Before(h[j].first)
+}
+func (h holders) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *holders) Push(x any)   { *h = append(*h, x.(holder)) }
+func (h *holders) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // Get returns the live session with id; an expired one is deleted and not returned.
@@ -127,7 +190,7 @@ func (s *Store) Get(id string) (*Session, bool) {
 		return nil, false
 	}
 	if !s.o.Now().Before(sess.Expires) {
-		delete(s.m, k)
+		s.deleteLocked(k)
 		return nil, false
 	}
 	return sess, true
@@ -137,7 +200,7 @@ func (s *Store) Get(id string) (*Session, bool) {
 func (s *Store) Delete(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.m, key(id))
+	s.deleteLocked(key(id))
 }
 
 // Len is the number of sessions held (expired ones included until evicted).

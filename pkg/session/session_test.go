@@ -1,6 +1,7 @@
 package session
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func TestDeleteEndsTheSessionAndUnknownIdsFindNothing(t *testing.T) {
 	}
 }
 
-func TestStoreIsBoundedAndEvictsWhatExpiresFirst(t *testing.T) {
+func TestStoreIsBoundedAndAFullStoreEvictsFromTheCallersHoldingTheMost(t *testing.T) {
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s := NewStore(Options{TTL: time.Hour, MaxEntries: 10, Now: c.now})
 	first, _ := s.Create(&auth.Caller{Subject: "first"})
@@ -58,11 +59,58 @@ func TestStoreIsBoundedAndEvictsWhatExpiresFirst(t *testing.T) {
 			t.Fatalf("store holds %d sessions, bound is 10", s.Len())
 		}
 	}
-	if _, ok := s.Get(first); ok {
-		t.Error("the oldest session survived 50 logins into a store of 10")
+	if _, ok := s.Get(first); !ok {
+		t.Error("50 logins of one caller into a store of 10 ended another caller's only session")
 	}
 	if _, ok := s.Get(last); !ok {
 		t.Error("the newest session was evicted")
+	}
+}
+
+// Before the store was shared fairly, one user who logged in 10,000 times (a script, a valid
+// token, the login form) ended every other user's session, the admins' included: a full store
+// evicted the sessions expiring first, and the flood's all expired last.
+func TestOneCallersLoginsNeverEndAnotherCallersSession(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s := NewStore(Options{Now: c.now})
+	admin, _ := s.Create(&auth.Caller{Subject: "root", IsAdmin: true})
+	oidc, _ := s.Create(&auth.Caller{Subject: "jane", Expiry: c.t.Add(time.Hour)})
+	c.t = c.t.Add(time.Second)
+	var mallory []string
+	for i := 0; i < 10000; i++ {
+		id, _ := s.Create(&auth.Caller{Subject: "mallory"})
+		mallory = append(mallory, id)
+	}
+	for name, id := range map[string]string{"the admin's": admin, "an OIDC user's (expiring first)": oidc, "mallory's newest": mallory[len(mallory)-1]} {
+		if _, ok := s.Get(id); !ok {
+			t.Errorf("10,000 logins by mallory ended %s session", name)
+		}
+	}
+	if _, ok := s.Get(mallory[0]); ok {
+		t.Error("mallory's first session outlived 10,000 of her own logins; a caller holds at most MaxPerCaller")
+	}
+	if s.Len() != 2+20 {
+		t.Errorf("store holds %d sessions, want the two others' and mallory's 20", s.Len())
+	}
+}
+
+// Callers holding equal shares of a full store lose the sessions that expire first.
+func TestAFullStoreOfEqualCallersEvictsWhatExpiresFirst(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s := NewStore(Options{TTL: time.Hour, MaxEntries: 10, Now: c.now})
+	var ids []string
+	for i := 0; i < 11; i++ {
+		id, _ := s.Create(&auth.Caller{Subject: fmt.Sprintf("user-%d", i)})
+		ids = append(ids, id)
+		c.t = c.t.Add(time.Second)
+	}
+	if _, ok := s.Get(ids[0]); ok {
+		t.Error("the session expiring first survived a full store's eviction")
+	}
+	for _, id := range ids[2:] {
+		if _, ok := s.Get(id); !ok {
+			t.Fatal("a full store evicted more than a tenth of its room, or a later session")
+		}
 	}
 }
 
