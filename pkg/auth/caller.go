@@ -14,7 +14,8 @@ type Caller struct {
 	Groups []string
 	// IsAdmin callers may act on every user's workspaces.
 	IsAdmin bool
-	// Expiry is when the token stops being valid; zero when unknown (TokenReview).
+	// Expiry is when the token stops being valid; zero when unknown (TokenReview of a token that
+	// is not a JWT).
 	Expiry time.Time
 }
 

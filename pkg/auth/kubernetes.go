@@ -64,10 +64,16 @@ func (k *Kubernetes) VerifyToken(ctx context.Context, token string) (*Caller, er
 			k.cfg.Audiences, tr.Status.Audiences, k.cfg.Audiences)}
 	}
 	u := tr.Status.User
+	// A TokenReview says nothing of the token's lifetime. When the token is a JWT (service-account
+	// tokens, the cluster's OIDC), its exp ends what nogoo9 grants on it (a UI session, the proxy's
+	// cookie, the verification cache) no later than the token: reading it unverified is safe, as
+	// it only ever shortens them (the API server verified the token, and with it its exp).
+	_, exp := unverifiedClaims(token)
 	return &Caller{
 		Subject: u.Username,
 		Groups:  u.Groups,
 		IsAdmin: k.cfg.AdminGroup != "" && slices.Contains(u.Groups, k.cfg.AdminGroup),
+		Expiry:  exp,
 	}, nil
 }
 

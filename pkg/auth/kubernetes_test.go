@@ -2,8 +2,11 @@ package auth
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -60,6 +63,38 @@ func TestKubernetesChecksTheAudiencesOfTheReview(t *testing.T) {
 			}
 			if err != nil || c.Subject != "jane" {
 				t.Fatalf("VerifyToken = %v, %v; want jane", c, err)
+			}
+		})
+	}
+}
+
+// A TokenReview says nothing of the token's lifetime: before the caller carried the JWT's exp, a
+// UI login with a 10-minute service-account token kept its session (admin rights included) for
+// the store's 8 hours, after the token and its account were gone.
+func TestKubernetesCallerEndsWithItsJWT(t *testing.T) {
+	jwt := func(claims string) string {
+		return "eyJhbGciOiJSUzI1NiJ9." + base64.RawURLEncoding.EncodeToString([]byte(claims)) + ".c2ln"
+	}
+	exp := time.Now().Add(10 * time.Minute).Truncate(time.Second)
+	k := NewKubernetes(reviewer(authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "system:serviceaccount:a:b"}}), KubernetesConfig{})
+	for _, tc := range []struct {
+		name, token string
+		want        time.Time
+	}{
+		{"a JWT's exp", jwt(fmt.Sprintf(`{"iss":"k8s","exp":%d}`, exp.Unix())), exp},
+		{"a fractional exp (a NumericDate may be one)", jwt(fmt.Sprintf(`{"exp":%d.75}`, exp.Unix())), exp},
+		{"an opaque token: unknown", "opaque-token", time.Time{}},
+		{"a JWT without exp: unknown", jwt(`{"iss":"k8s"}`), time.Time{}},
+		{"an exp that is not a number: unknown", jwt(`{"exp":"tomorrow"}`), time.Time{}},
+		{"an exp past any date: unknown", jwt(`{"exp":1e300}`), time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := k.VerifyToken(context.Background(), tc.token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.Expiry.Equal(tc.want) {
+				t.Fatalf("Expiry = %v, want %v", c.Expiry, tc.want)
 			}
 		})
 	}

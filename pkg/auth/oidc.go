@@ -117,7 +117,7 @@ func (o *OIDC) VerifyToken(ctx context.Context, token string) (*Caller, error) {
 	idt, err := o.verifier.Verify(ctx, token)
 	if err != nil {
 		reason := rejectReason(err)
-		if iss := unverifiedIssuer(token); iss != "" && iss != o.cfg.IssuerURL {
+		if iss, _ := unverifiedClaims(token); iss != "" && iss != o.cfg.IssuerURL {
 			// go-oidc checks the signature first; the issuer's name explains the failure better.
 			reason = fmt.Sprintf("token was issued by %q, not by the issuer this service trusts (%s): get a token from it", iss, o.cfg.IssuerURL)
 		}
@@ -224,21 +224,31 @@ func rejectReason(err error) string {
 	return "token rejected (expired, wrong audience or issuer, or bad signature)"
 }
 
-// unverifiedIssuer reads the iss claim of a JWT without verifying it (only to word an error).
-func unverifiedIssuer(token string) string {
+// unverifiedClaims reads a JWT's iss and exp claims without verifying them: only to word an
+// error, or to shorten what a token verified by other means grants, never to grant or lengthen
+// anything. Zero values when token is not a JWT or a claim is malformed.
+func unverifiedClaims(token string) (iss string, exp time.Time) {
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 || len(parts[1]) > 64<<10 {
-		return ""
+		return "", time.Time{}
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
 	if err != nil {
-		return ""
+		return "", time.Time{}
 	}
 	var c struct {
-		Iss string `json:"iss"`
+		Iss any `json:"iss"`
+		Exp any `json:"exp"`
 	}
-	if json.Unmarshal(raw, &c) != nil || len(c.Iss) > 256 {
-		return ""
+	if json.Unmarshal(raw, &c) != nil {
+		return "", time.Time{}
 	}
-	return c.Iss
+	if s, ok := c.Iss.(string); ok && len(s) <= 256 {
+		iss = s
+	}
+	// A NumericDate: seconds since the epoch, possibly fractional (RFC 7519, section 2).
+	if f, ok := c.Exp.(float64); ok && f > 0 && f < 1<<40 {
+		exp = time.Unix(int64(f), 0)
+	}
+	return iss, exp
 }
