@@ -478,6 +478,22 @@ func TestIntegrityKeyComponent(t *testing.T) {
 				if !mounted || !fromSecret {
 					t.Errorf("%s: Deployment %s does not mount Secret nogoo9-integrity-key read-only at /etc/nogoo9/integrity", base, d.Name)
 				}
+				// The kubelet writes the files as root (uid 0, gid 0 unless fsGroup): before fsGroup was
+				// set, the process (uid 65532) could not read its key, and crash-looped at start.
+				for _, v := range spec.Volumes {
+					if v.Name != "integrity-key" || v.Secret == nil {
+						continue
+					}
+					mode := int32(0o644)
+					if v.Secret.DefaultMode != nil {
+						mode = *v.Secret.DefaultMode
+					}
+					sc := spec.SecurityContext
+					byGroup := sc != nil && sc.FSGroup != nil && sc.RunAsGroup != nil && *sc.FSGroup == *sc.RunAsGroup && mode&0o040 != 0
+					if mode&0o004 == 0 && !byGroup {
+						t.Errorf("%s: Deployment %s: the key's files (mode %#o, owner root:root) are not readable by the process: set the pod's fsGroup to its runAsGroup", base, d.Name, mode)
+					}
+				}
 			}
 		})
 	}
