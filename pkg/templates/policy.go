@@ -210,6 +210,13 @@ func (p Policy) checkSpec(at string, spec *corev1.PodSpec) []Violation {
 			Fix:     "remove ephemeralContainers (add debug containers with kubectl debug instead)",
 		})
 	}
+	if spec.NodeName != "" {
+		vs = append(vs, Violation{
+			Field:   at + ".nodeName",
+			Problem: fmt.Sprintf("%q places the pod on a node without the scheduler: it skips taints and the node's room, and the API server refuses it beside the scheduling gate of a Recreate upgrade", spec.NodeName),
+			Fix:     "remove nodeName and choose nodes with nodeSelector or affinity",
+		})
+	}
 	vs = append(vs, p.checkSecrets(at, spec)...)
 	return append(vs, podSecurity(p.Level, at, spec)...)
 }
@@ -234,6 +241,11 @@ func (p Policy) checkSecrets(at string, spec *corev1.PodSpec) []Violation {
 	for _, v := range spec.Volumes {
 		if v.Secret != nil {
 			refuse(fmt.Sprintf("%s.volumes[%s].secret.secretName", at, v.Name), v.Secret.SecretName)
+		}
+		// Volume plugins the kubelet hands a Secret to (a CSI driver's credentials, an in-tree
+		// plugin's): the pod gets whatever the Secret unlocks.
+		for _, ref := range volumeSecretRefs(v) {
+			refuse(fmt.Sprintf("%s.volumes[%s].%s", at, v.Name, ref.field), ref.name)
 		}
 		if v.Projected != nil {
 			for i, s := range v.Projected.Sources {
@@ -260,6 +272,44 @@ func (p Policy) checkSecrets(at string, spec *corev1.PodSpec) []Violation {
 	visit("initContainers", spec.InitContainers)
 	visit("containers", spec.Containers)
 	return vs
+}
+
+type secretRef struct{ field, name string }
+
+// volumeSecretRefs are the Secrets volume v hands its plugin, other than secret volumes and
+// projections: a CSI driver's nodePublishSecretRef and the in-tree plugins' secretRef fields.
+func volumeSecretRefs(v corev1.Volume) []secretRef {
+	var refs []secretRef
+	local := func(field string, r *corev1.LocalObjectReference) {
+		if r != nil {
+			refs = append(refs, secretRef{field, r.Name})
+		}
+	}
+	if v.CSI != nil {
+		local("csi.nodePublishSecretRef.name", v.CSI.NodePublishSecretRef)
+	}
+	if v.CephFS != nil {
+		local("cephfs.secretRef.name", v.CephFS.SecretRef)
+	}
+	if v.RBD != nil {
+		local("rbd.secretRef.name", v.RBD.SecretRef)
+	}
+	if v.ISCSI != nil {
+		local("iscsi.secretRef.name", v.ISCSI.SecretRef)
+	}
+	if v.FlexVolume != nil {
+		local("flexVolume.secretRef.name", v.FlexVolume.SecretRef)
+	}
+	if v.ScaleIO != nil {
+		local("scaleIO.secretRef.name", v.ScaleIO.SecretRef)
+	}
+	if v.StorageOS != nil {
+		local("storageos.secretRef.name", v.StorageOS.SecretRef)
+	}
+	if v.AzureFile != nil && v.AzureFile.SecretName != "" {
+		refs = append(refs, secretRef{"azureFile.secretName", v.AzureFile.SecretName})
+	}
+	return refs
 }
 
 // checkClaims reports every volume claim t uses that is not its own: a persistentVolumeClaim

@@ -138,6 +138,27 @@ func TestPolicyCheck(t *testing.T) {
 				{"data.spec.volumes[creds].secret.secretName", `Secret "db"`, "--template-allowed-secrets"},
 				{"data.spec.containers[ide].env[TOKEN].valueFrom.secretKeyRef.name", `Secret "api"`},
 				{"data.spec.containers[ide].envFrom[0].secretRef.name", `Secret "all"`}}},
+		{name: "a CSI volume's nodePublishSecretRef names a Secret (restricted allows CSI volumes) and is refused", policy: def,
+			mutate: func(t *Template) {
+				t.Spec.Volumes = append(t.Spec.Volumes, corev1.Volume{Name: "kv", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+					Driver: "secrets-store.csi.k8s.io", NodePublishSecretRef: &corev1.LocalObjectReference{Name: "team-b-kv-creds"}}}})
+			},
+			want: [][]string{{"data.spec.volumes[kv].csi.nodePublishSecretRef.name", `Secret "team-b-kv-creds"`, "--template-allowed-secrets"}}},
+		{name: "in-tree volume plugins' Secrets are refused at the privileged level too", policy: privileged,
+			mutate: func(t *Template) {
+				t.Spec.Volumes = append(t.Spec.Volumes,
+					corev1.Volume{Name: "block", VolumeSource: corev1.VolumeSource{RBD: &corev1.RBDVolumeSource{CephMonitors: []string{"m"}, RBDImage: "i", SecretRef: &corev1.LocalObjectReference{Name: "ceph"}}}},
+					corev1.Volume{Name: "share", VolumeSource: corev1.VolumeSource{AzureFile: &corev1.AzureFileVolumeSource{SecretName: "azure", ShareName: "s"}}})
+			},
+			want: [][]string{{"data.spec.volumes[block].rbd.secretRef.name", `Secret "ceph"`}, {"data.spec.volumes[share].azureFile.secretName", `Secret "azure"`}}},
+		{name: "a CSI volume naming an allowed Secret is allowed", policy: Policy{Level: LevelRestricted, Secrets: []string{"kv-creds"}},
+			mutate: func(t *Template) {
+				t.Spec.Volumes = append(t.Spec.Volumes, corev1.Volume{Name: "kv", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+					Driver: "secrets-store.csi.k8s.io", NodePublishSecretRef: &corev1.LocalObjectReference{Name: "kv-creds"}}}})
+			}},
+		{name: "nodeName is refused: it skips the scheduler and cannot stand beside a Recreate upgrade's scheduling gate", policy: privileged,
+			mutate: func(t *Template) { t.Spec.NodeName = "control-plane-0" },
+			want:   [][]string{{"data.spec.nodeName", `"control-plane-0"`, "nodeSelector or affinity"}}},
 		{name: "a Secret on the allow-list is allowed", policy: Policy{Level: LevelRestricted, Secrets: []string{"db"}},
 			mutate: func(t *Template) {
 				t.Spec.Volumes = append(t.Spec.Volumes, corev1.Volume{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db"}}})
