@@ -304,9 +304,9 @@ func checkAdmission(t *testing.T, dir string, m *manifests) {
 			t.Errorf("%s: policy %s matches DELETE: deleting a workspace pod or a ledger stays an operator's right", dir, p.Name)
 		}
 	}
-	for _, want := range []string{"pods", "pods/status", "persistentvolumeclaims", "configmaps"} {
+	for _, want := range []string{"pods", "pods/status", "pods/binding", "persistentvolumeclaims", "persistentvolumeclaims/status", "configmaps"} {
 		if !slices.Contains(resources, want) {
-			t.Errorf("%s: policy %s does not cover %s (pods/status can change labels and annotations too)", dir, p.Name, want)
+			t.Errorf("%s: policy %s does not cover %s (the status subresources can change labels and annotations too; a binding's annotations are copied onto its pod)", dir, p.Name, want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -221,10 +222,15 @@ func checkNetwork(m *manifests, pods []*corev1.Pod) []string {
 	var dns bool
 	for _, rule := range out.Spec.Egress {
 		for _, p := range rule.Ports {
-			dns = dns || (p.Port != nil && p.Port.IntValue() == 53 && len(rule.To) == 0)
+			dns = dns || (p.Port != nil && p.Port.IntValue() == 53 && slices.ContainsFunc(rule.To, selectsClusterDNS))
 		}
 		if len(rule.To) == 0 && len(rule.Ports) == 0 {
 			add("%s: a rule with neither \"to\" nor ports allows everything", out.Name)
+		}
+		// Before stop 49 the DNS rule had ports and no "to": port 53 on every address, so a
+		// workspace reached any other workspace (or the internet, with egress-restricted) on it.
+		if len(rule.To) == 0 && len(rule.Ports) > 0 {
+			add("%s: a rule with ports %v and no \"to\" opens them on every address, other workspaces included", out.Name, ports(rule.Ports))
 		}
 		for _, peer := range rule.To {
 			for _, pod := range pods {
@@ -248,9 +254,35 @@ func checkNetwork(m *manifests, pods []*corev1.Pod) []string {
 		}
 	}
 	if !dns {
-		add("%s: DNS (port 53, any destination) is not allowed: workspaces could not resolve names", out.Name)
+		add("%s: DNS (port 53 to the kube-dns pods in kube-system) is not allowed: workspaces could not resolve names", out.Name)
 	}
 	return problems
+}
+
+// selectsClusterDNS: peer selects the cluster's resolver (pods k8s-app=kube-dns in kube-system)
+// and nothing else (not another pod there, not a pod of another namespace).
+func selectsClusterDNS(peer networkingv1.NetworkPolicyPeer) bool {
+	if peer.NamespaceSelector == nil || peer.PodSelector == nil {
+		return false
+	}
+	is := func(sel *metav1.LabelSelector, l map[string]string) bool {
+		ok, err := selects(sel, l)
+		return err == nil && ok
+	}
+	return is(peer.NamespaceSelector, map[string]string{"kubernetes.io/metadata.name": "kube-system"}) &&
+		!is(peer.NamespaceSelector, map[string]string{"kubernetes.io/metadata.name": "team-a"}) &&
+		is(peer.PodSelector, map[string]string{"k8s-app": "kube-dns"}) &&
+		!is(peer.PodSelector, map[string]string{"app": "postgres"})
+}
+
+func ports(ps []networkingv1.NetworkPolicyPort) []string {
+	var out []string
+	for _, p := range ps {
+		if p.Port != nil {
+			out = append(out, p.Port.String())
+		}
+	}
+	return out
 }
 
 func containsType(ts []networkingv1.PolicyType, t networkingv1.PolicyType) bool {
@@ -331,6 +363,9 @@ func TestEgressRestrictedComponent(t *testing.T) {
 				}
 				for _, rule := range np.Spec.Egress {
 					for _, peer := range rule.To {
+						if selectsClusterDNS(peer) && slices.Equal(ports(rule.Ports), []string{"53", "53"}) {
+							continue // the cluster's resolver, on port 53 (UDP and TCP) only
+						}
 						if peer.IPBlock == nil || blockAllows(peer.IPBlock, netip.MustParseAddr("8.8.8.8")) {
 							t.Errorf("%s: peer %+v allows more than the listed destinations", np.Name, peer)
 						}

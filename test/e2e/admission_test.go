@@ -161,7 +161,8 @@ var _ = Describe("Admission from config/: Pod Security, nogoo9's bookkeeping key
 		binding.Subjects[0].Namespace = ns
 		operatorRole := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "operator"}, Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"pods", "configmaps", "persistentvolumeclaims"}, Verbs: []string{"get", "list", "create", "patch", "update", "delete"}},
-			{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/status", "persistentvolumeclaims/status"}, Verbs: []string{"patch"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
 		}}
 		operatorBinding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "operator"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "operator"},
@@ -304,6 +305,15 @@ var _ = Describe("Admission from config/: Pod Security, nogoo9's bookkeeping key
 			Expect(operator.Status().Patch(ctx, target, client.RawPatch(types.StrategicMergePatchType, body))).To(Succeed())
 		})
 
+		It("guards pods/binding, whose annotations the API server copies onto the pod", func(ctx SpecContext) {
+			// The operator may bind (RBAC above): what refuses it is the policy, which the message names.
+			forged := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name, Annotations: map[string]string{workspace.AnnOwner: "mallory"}},
+				Target: corev1.ObjectReference{Kind: "Node", Name: "nowhere"}}
+			err := operator.SubResource("binding").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name}}, forged)
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want Forbidden, got %v", err)
+			Expect(err.Error()).To(And(ContainSubstring("only nogoo9"), ContainSubstring(workspace.AnnOwner)))
+		})
+
 		It("lets nogoo9's service account write every key", func(ctx SpecContext) {
 			target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name}}
 			for _, key := range []string{workspace.AnnRollbackSpec, workspace.AnnUpgradeStrategy, workspace.AnnUpgradeFrom, workspace.AnnUpgradeStartedAt,
@@ -360,6 +370,10 @@ var _ = Describe("Admission from config/: Pod Security, nogoo9's bookkeeping key
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a claim with nogoo9/owner: %v", err)
 		claim.Annotations = nil
 		Expect(operator.Create(ctx, claim)).To(Succeed())
+		// persistentvolumeclaims/status changes a claim's metadata too: a forged owner there would
+		// count the claim against another user's --max-claims-per-user.
+		err = mergePatch(ctx, operator, claim, "annotations", map[string]*string{workspace.AnnOwner: ptr.To("jane@example.com")}, "status")
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a claim's nogoo9/owner written through its status: %v", err)
 	})
 
 	It("has NetworkPolicies the API server accepts, in config/default, config/split and with config/egress-restricted", func(ctx SpecContext) {
