@@ -77,7 +77,8 @@ func TestSeveralNamespacesStayLeastPrivilege(t *testing.T) {
 		}
 	}
 
-	// Cluster-wide: only TokenReview and listing namespaces. The workspaces role is bound per
+	// Cluster-wide: only TokenReview, SubjectAccessReview, reading nodes and listing namespaces
+	// (config_test.go holds the rules). The workspaces role is bound per
 	// namespace, never cluster-wide.
 	for _, crb := range m.clusterBindings {
 		if crb.RoleRef.Name == "nogoo9-workspaces" {
