@@ -145,9 +145,11 @@ func (p Policy) Check(t *Template) error {
 	return &PolicyError{Level: p.Level, Violations: vs}
 }
 
-// CheckPod applies the policy to a pod nogoo9 is about to create (a rendered template, a
-// rollback spec): a *PolicyError listing every violation, or nil. Callers that rebuild a pod
-// from data a person could have written use it to refuse a pod the policy would never allow.
+// CheckPod applies the policy's pod-spec rules to a rendered pod: a *PolicyError listing every
+// violation, or nil. The tests hold every sample, rendered by the spawner, to it. nogoo9 itself
+// checks templates when they load (Check); the pods it copies (a stopped copy, a rollback spec it
+// signed) keep the spec they were created with, so a tightened policy applies to the next
+// template version, not to workspaces already created (docs/templates.md).
 func (p Policy) CheckPod(pod *corev1.Pod) error {
 	if vs := p.checkSpec("spec", &pod.Spec); len(vs) > 0 {
 		return &PolicyError{Level: p.Level, Violations: vs}

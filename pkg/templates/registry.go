@@ -138,10 +138,6 @@ func Setup(mgr ctrl.Manager, opts Options) (*Registry, error) {
 	return r, nil
 }
 
-// Policy returns the template policy the registry enforces, for callers that build a pod from
-// other data (a rollback spec) and must hold it to the same rules (Policy.CheckPod).
-func (r *Registry) Policy() Policy { return *r.opts.Policy }
-
 // NeedLeaderElection: every replica serves templates.
 func (r *Registry) NeedLeaderElection() bool { return false }
 
