@@ -116,6 +116,12 @@ func seed(t *testing.T, owner, id, version string) *corev1.Pod {
 // seedIn is seed in namespace namespace (ns or teamNS).
 func seedIn(t *testing.T, namespace, owner, id, version string) *corev1.Pod {
 	t.Helper()
+	return seedWith(t, namespace, owner, id, version, nil)
+}
+
+// seedWith is seedIn with annotations ann added to the pod.
+func seedWith(t *testing.T, namespace, owner, id, version string, ann map[string]string) *corev1.Pod {
+	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: workspace.PodName(owner, id), Namespace: namespace,
@@ -127,6 +133,9 @@ func seedIn(t *testing.T, namespace, owner, id, version string) *corev1.Pod {
 			Annotations: map[string]string{workspace.AnnOwner: owner, workspace.AnnTemplateVersion: version},
 		},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:" + version}}},
+	}
+	for k, v := range ann {
+		pod.Annotations[k] = v
 	}
 	if err := env.k8s.Create(context.Background(), pod); err != nil {
 		t.Fatalf("seed %s: %v", id, err)

@@ -6,8 +6,11 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // keysWith returns "namespace/id" of the workspaces of ws whose id starts with prefix, in order.
@@ -116,4 +119,38 @@ func TestListAcrossNamespaces(t *testing.T) {
 		g.Expect(call(t, s, "list_workspaces", map[string]any{"allNamespaces": true, "namespace": "team"}, nil)).To(ContainSubstring(`namespace "team" and allNamespaces=true both given`))
 		g.Expect(call(t, s, "list_workspaces", map[string]any{"namespace": "team", "continue": cont}, nil)).To(ContainSubstring("continue belongs to a list across namespaces"))
 	})
+}
+
+// An admin rolls a template's workspaces back with POST /api/v1/templates/{name}/rollback: every
+// watched namespace's workspaces of nogoo9's template get the intent, each entry of the answer
+// names its namespace, and a team namespace's workspace that follows its own template of the same
+// name is left alone.
+func TestTemplateRollbackCoversEveryWatchedNamespace(t *testing.T) {
+	skipShort(t)
+	g := NewWithT(t)
+	home := seedIn(t, ns, "rita", "rb-a", "0.9")
+	team := seedIn(t, teamNS, "sam", "rb-b", "0.9")
+	own := seedWith(t, teamNS, "tom", "rb-c", "0.9", map[string]string{workspace.AnnTemplateNamespace: teamNS})
+
+	code, body := rest(t, adminToken("root"), "POST", "/api/v1/templates/python/rollback", map[string]string{"version": "1.0"})
+	g.Expect(code).To(Equal(202), string(body))
+	var answer struct{ Upgrades []frontend.UpgradeResult }
+	g.Expect(json.Unmarshal(body, &answer)).To(Succeed())
+	var got []string
+	for _, r := range answer.Upgrades {
+		if strings.HasPrefix(r.ID, "rb-") {
+			got = append(got, r.Namespace+"/"+r.ID+":"+r.Status)
+		}
+	}
+	g.Expect(got).To(Equal([]string{"default/rb-a:upgrading", "team/rb-b:upgrading"}))
+
+	for _, p := range []*corev1.Pod{home, team, own} {
+		var now corev1.Pod
+		g.Expect(env.k8s.Get(boundedCtx(t), client.ObjectKeyFromObject(p), &now)).To(Succeed())
+		want := "1.0"
+		if p == own {
+			want = ""
+		}
+		g.Expect(now.Annotations[workspace.AnnTargetVersion]).To(Equal(want), "pod %s/%s", p.Namespace, p.Name)
+	}
 }

@@ -81,17 +81,45 @@ var routes = []route{
 }
 
 // NewREST returns the /api/v1 handler. It expects the caller in the request context (wrap it with
-// auth.Middleware, which reads only the Authorization header).
+// auth.Middleware, which reads only the Authorization header). Every answer is Cache-Control:
+// no-store (noStore).
 func NewREST(svc *frontend.Service) http.Handler {
 	h := &rest{svc: svc}
 	mux := http.NewServeMux()
 	for _, r := range allRoutes() {
 		mux.HandleFunc(r.pattern, func(w http.ResponseWriter, req *http.Request) { r.handler(h, w, req) })
 	}
+	// A path no route matches with this method: 405 naming the methods the path has, else 404.
+	// The routes' patterns carry methods, so without this catch-all net/http would answer 405
+	// itself, in plain text; with it, the catch-all is the only match and must tell them apart.
 	mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeJSON(w, http.StatusMethodNotAllowed, errorBody{
+				Error: fmt.Sprintf("method %s is not allowed on %s: use %s (see docs/api.md)", r.Method, r.URL.Path, strings.Join(allow, ", ")),
+				Code:  CodeMethodNotAllowed})
+			return
+		}
 		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no endpoint %s %s: see docs/api.md", r.Method, r.URL.Path), Code: string(frontend.CodeNotFound)})
 	})
-	return mux
+	return noStore(mux)
+}
+
+// probedMethods are the methods allowedMethods tries, in the order an Allow header lists them.
+var probedMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowedMethods lists the methods for which mux has a route of r's path (a GET route serves HEAD
+// too, as net/http does), asking mux itself so that the answer never drifts from the routes.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var out []string
+	for _, m := range probedMethods {
+		probe := r.WithContext(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/api/v1/" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 type rest struct{ svc *frontend.Service }
@@ -104,6 +132,10 @@ type errorBody struct {
 // CodeUnavailable is the error code of a request that failed because the Kubernetes API server
 // could not be reached or did not answer in time (HTTP 503 with Retry-After).
 const CodeUnavailable = "Unavailable"
+
+// CodeMethodNotAllowed is the error code of a request whose path exists with other methods only
+// (HTTP 405 with Allow).
+const CodeMethodNotAllowed = "MethodNotAllowed"
 
 // msgUnavailable is what the caller reads then.
 const msgUnavailable = frontend.MsgUnavailable + " (GET /api/v1/workspaces/<id> shows whether it took effect)"
@@ -355,7 +387,7 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	if flusher != nil {

@@ -65,7 +65,9 @@ func TestRESTEndpoints(t *testing.T) {
 		{"update policy with a bad window", erin, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "window", "window": "Sat"}, 400, "update window"},
 		{"update policy unknown", erin, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "always"}, 400, "not one of manual, on-start, when-idle, window"},
 		{"update policy of another's", dave, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "when-idle"}, 403, "Access Denied"},
-		{"update policy", erin, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "when-idle"}, 200, `"updatePolicy":"when-idle"`},
+		{"update policy with its own window", erin, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "window", "window": "Sat 02:00-04:00 UTC"}, 200, `"updatePolicy":"window","updateWindow":"Sat 02:00-04:00 UTC"}`},
+		// PUT replaces the workspace's policy and window together: a window left out goes.
+		{"update policy without a window", erin, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "when-idle"}, 200, `"updatePolicy":"when-idle"}`},
 		{"update policy stored as parsed, not as written", erin, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "  when-idle" + strings.Repeat(" ", 10000)}, 200, `"updatePolicy":"when-idle"}`},
 		{"update window of unbounded size", erin, "PUT", "/api/v1/workspaces/erin-box/update-policy", map[string]string{"policy": "window", "window": "Mon" + strings.Repeat(",Mon", 1000) + " 02:00-04:00 UTC"}, 400, "longer than 128 bytes"},
 		{"update policy cleared", erin, "DELETE", "/api/v1/workspaces/erin-box/update-policy", nil, 200, `"id":"erin-box"`},
@@ -223,6 +225,46 @@ func TestKubernetesTokenReview(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(c.Subject).To(Equal(tc.wantSub))
 			g.Expect(c.IsAdmin).To(Equal(tc.wantAdmin))
+		})
+	}
+}
+
+// A path that exists, asked with a method it does not have, is a 405 in the API's error shape
+// with Allow naming the methods it has (as net/http would without the catch-all); a path that
+// does not exist stays a 404.
+func TestWrongMethodIsAnswered405WithAllow(t *testing.T) {
+	skipShort(t)
+	dave := userToken("dave")
+	for _, tc := range []struct {
+		name, method, path string
+		wantStatus         int
+		wantAllow          string
+	}{
+		{"PATCH of a workspace", "PATCH", "/api/v1/workspaces/box", 405, "GET, HEAD, DELETE"},
+		{"PUT of a workspace", "PUT", "/api/v1/workspaces/box", 405, "GET, HEAD, DELETE"},
+		{"POST of a workspace in a namespace", "POST", "/api/v1/namespaces/team/workspaces/box", 405, "GET, HEAD, DELETE"},
+		{"DELETE of the list", "DELETE", "/api/v1/workspaces", 405, "GET, HEAD, POST"},
+		{"GET of upgrade", "GET", "/api/v1/workspaces/box/upgrade", 405, "POST"},
+		{"POST of the pin", "POST", "/api/v1/workspaces/box/pin", 405, "PUT, DELETE"},
+		{"PATCH of the update policy", "PATCH", "/api/v1/workspaces/box/update-policy", 405, "PUT, DELETE"},
+		{"POST of whoami", "POST", "/api/v1/whoami", 405, "GET, HEAD"},
+		{"DELETE of upgrade-all", "DELETE", "/api/v1/upgrade-all", 405, "POST"},
+		{"GET of a template's rollback", "GET", "/api/v1/templates/python/rollback", 405, "POST"},
+		{"OPTIONS of the events", "OPTIONS", "/api/v1/workspaces/box/events", 405, "GET, HEAD"},
+		{"PATCH of a path that does not exist", "PATCH", "/api/v1/nothing", 404, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body, h := do(t, env.server.URL, tc.method, tc.path, "", map[string]string{"Authorization": "Bearer " + dave})
+			if code != tc.wantStatus || h.Get("Allow") != tc.wantAllow {
+				t.Fatalf("%s %s = %d, Allow %q, %s; want %d, Allow %q", tc.method, tc.path, code, h.Get("Allow"), body, tc.wantStatus, tc.wantAllow)
+			}
+			var e struct{ Error, Code string }
+			if err := json.Unmarshal([]byte(body), &e); err != nil {
+				t.Fatalf("not the API's error shape: %s", body)
+			}
+			if code == 405 && (e.Code != "MethodNotAllowed" || !strings.Contains(e.Error, "method "+tc.method+" is not allowed on "+tc.path+": use "+tc.wantAllow)) {
+				t.Errorf("405 body %s does not say which method and which are allowed", body)
+			}
 		})
 	}
 }

@@ -162,3 +162,63 @@ func (m metadata) handler(path string) http.Handler {
 		_ = json.NewEncoder(w).Encode(md)
 	})
 }
+
+// noStore makes every answer of next Cache-Control: no-store: an answer to a bearer token is that
+// caller's data (their workspaces, their identity, an admin's view of everyone's), and no browser
+// cache or proxy may keep a copy for the next person to read (RFC 9111 section 5.2.2.5). The
+// value is set as the header goes out, so no handler can weaken it (the MCP SDK's event streams
+// say no-cache); a no-transform a handler set stays. A handler already inside noStore is served
+// as is.
+func noStore(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := w.(*noStoreWriter); ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(&noStoreWriter{ResponseWriter: w}, r)
+	})
+}
+
+// noStoreWriter sets Cache-Control: no-store on the header it writes.
+type noStoreWriter struct {
+	http.ResponseWriter
+	sent bool
+}
+
+func (w *noStoreWriter) mark() {
+	if w.sent {
+		return
+	}
+	h := w.ResponseWriter.Header()
+	v := "no-store"
+	if strings.Contains(strings.ToLower(h.Get("Cache-Control")), "no-transform") {
+		v += ", no-transform"
+	}
+	h.Set("Cache-Control", v)
+}
+
+func (w *noStoreWriter) WriteHeader(code int) {
+	w.mark()
+	// An informational answer (1xx) is followed by the real one, which is marked again.
+	w.sent = code >= 200
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *noStoreWriter) Write(b []byte) (int, error) {
+	w.mark()
+	w.sent = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush keeps event streams flushing (the REST events follow and the MCP SDK ask for
+// http.Flusher); a flush before any write sends the header, so it is marked first.
+func (w *noStoreWriter) Flush() {
+	w.mark()
+	w.sent = true
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer (deadlines).
+func (w *noStoreWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -315,3 +315,47 @@ func TestEventFollowsAreCappedPerUser(t *testing.T) {
 		return resp.StatusCode
 	}, 30*time.Second, 100*time.Millisecond).Should(Equal(http.StatusOK))
 }
+
+// Every answer to a credential is Cache-Control: no-store, so no browser cache or proxy keeps a
+// caller's workspaces for the next person: JSON answers, errors, refusals, the events stream and
+// MCP's answers. The public protected-resource metadata stays cacheable.
+func TestCredentialedAnswersAreNeverStored(t *testing.T) {
+	skipShort(t)
+	seed(t, "nell", "nell-box", "1.0")
+	nell := map[string]string{"Authorization": "Bearer " + userToken("nell")}
+	mcpHeaders := map[string]string{"Authorization": "Bearer " + userToken("nell"), "Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+	for _, tc := range []struct {
+		name, method, path, body string
+		header                   map[string]string
+		wantStatus               int
+	}{
+		{"whoami", "GET", "/api/v1/whoami", "", nell, 200},
+		{"a workspace", "GET", "/api/v1/workspaces/nell-box", "", nell, 200},
+		{"a workspace in a namespace", "GET", "/api/v1/namespaces/default/workspaces/nell-box", "", nell, 200},
+		{"the list", "GET", "/api/v1/workspaces", "", nell, 200},
+		{"a page of the list", "GET", "/api/v1/workspaces?limit=1", "", nell, 200},
+		{"the list across namespaces", "GET", "/api/v1/workspaces?allNamespaces=true", "", nell, 200},
+		{"the templates", "GET", "/api/v1/templates", "", nell, 200},
+		{"the events", "GET", "/api/v1/workspaces/nell-box/events", "", nell, 200},
+		{"the events followed", "GET", "/api/v1/workspaces/nell-box/events?follow=true&timeout=1s", "", nell, 200},
+		{"an error", "GET", "/api/v1/workspaces/nope", "", nell, 404},
+		{"a refused token", "GET", "/api/v1/workspaces", "", map[string]string{"Authorization": "Bearer not-a-token"}, 401},
+		{"an MCP initialize", "POST", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`, mcpHeaders, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body, h := do(t, env.server.URL, tc.method, tc.path, tc.body, tc.header)
+			if code != tc.wantStatus {
+				t.Fatalf("%s %s = %d %s; want %d", tc.method, tc.path, code, body, tc.wantStatus)
+			}
+			if cc := h.Get("Cache-Control"); !strings.HasPrefix(cc, "no-store") {
+				t.Errorf("%s %s: Cache-Control %q; want no-store", tc.method, tc.path, cc)
+			}
+		})
+	}
+	t.Run("the public metadata stays cacheable", func(t *testing.T) {
+		code, _, h := do(t, env.server.URL, "GET", "/.well-known/oauth-protected-resource", "", nil)
+		if code != 200 || !strings.Contains(h.Get("Cache-Control"), "max-age") {
+			t.Errorf("metadata: %d, Cache-Control %q; want 200 with max-age", code, h.Get("Cache-Control"))
+		}
+	})
+}

@@ -63,14 +63,16 @@ type Options struct {
 // protected-resource metadata at /.well-known/oauth-protected-resource[/mcp]. REST and MCP
 // accept only bearer tokens (never a cookie), refuse state-changing cross-origin browser
 // requests (http.CrossOriginProtection), and answer every 401 with WWW-Authenticate naming the
-// metadata; /mcp also checks Host and Origin against the allowed hosts (DNS rebinding).
+// metadata; /mcp also checks Host and Origin against the allowed hosts (DNS rebinding). Every
+// answer of REST and MCP is Cache-Control: no-store; the public metadata stays cacheable.
 func NewHandler(svc *frontend.Service, authn auth.Authenticator, o Options) http.Handler {
 	md := newMetadata(o.PublicURL, o.Issuer)
 	hosts := newHostPolicy(o.PublicURL, o.AllowedHosts)
 	mux := http.NewServeMux()
-	mux.Handle("/api/", crossOrigin(auth.Middleware(authn, md.url(""), NewREST(svc))))
-	mux.Handle("/mcp", hosts.protect(crossOrigin(auth.Middleware(authn, md.url("/mcp"),
-		mcp.NewHandler(svc, mcp.Options{Version: o.Version, ResourceMetadataURL: md.url("/mcp"), MaxSessionsPerUser: o.MaxMCPSessionsPerUser})))))
+	// noStore outermost: refusals (401, 403) are not kept either.
+	mux.Handle("/api/", noStore(crossOrigin(auth.Middleware(authn, md.url(""), NewREST(svc)))))
+	mux.Handle("/mcp", noStore(hosts.protect(crossOrigin(auth.Middleware(authn, md.url("/mcp"),
+		mcp.NewHandler(svc, mcp.Options{Version: o.Version, ResourceMetadataURL: md.url("/mcp"), MaxSessionsPerUser: o.MaxMCPSessionsPerUser}))))))
 	mux.Handle("/.well-known/oauth-protected-resource", md.handler(""))
 	mux.Handle("/.well-known/oauth-protected-resource/mcp", md.handler("/mcp"))
 	if o.ui != nil {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,9 +63,7 @@ func (a *SpawnAccess) MaySpawn(ctx context.Context, c *auth.Caller, namespace st
 	if ttl <= 0 {
 		ttl = DefaultTTL
 	}
-	groups := slices.Clone(c.Groups)
-	slices.Sort(groups)
-	key := namespace + "\x00" + c.Subject + "\x00" + strings.Join(groups, "\x00")
+	key := cacheKey(namespace, c.Subject, c.Groups)
 	a.mu.Lock()
 	if ans, ok := a.cache[key]; ok && now().Sub(ans.at) < ttl {
 		a.mu.Unlock()
@@ -103,4 +102,20 @@ func (a *SpawnAccess) MaySpawn(ctx context.Context, c *auth.Caller, namespace st
 	a.cache[key] = ans
 	a.mu.Unlock()
 	return ans.allowed, ans.reason, nil
+}
+
+// cacheKey is the cache key of a question: the namespace, the subject and the sorted groups, each
+// prefixed with its length. A separator alone would be ambiguous, since a subject or a group may
+// hold any byte: subject "alice\x00x" with group y would share the key of subject alice with
+// groups x and y, and one would be answered with the other's allow.
+func cacheKey(namespace, subject string, groups []string) string {
+	sorted := slices.Clone(groups)
+	slices.Sort(sorted)
+	var b strings.Builder
+	for _, s := range append([]string{namespace, subject}, sorted...) {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	return b.String()
 }

@@ -3,9 +3,11 @@ package authz
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,5 +133,45 @@ func waitForAlice(ctx context.Context, t *testing.T, c client.Client, allowed bo
 			t.Fatalf("the API server still answers allowed=%v for alice 30 s %s (err %v)", ok, when, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// groupAuthorizer stands in for the API server: it allows user alice when she is in group x, and
+// counts its reviews.
+type groupAuthorizer struct {
+	client.Client
+	creates int
+}
+
+func (g *groupAuthorizer) Create(_ context.Context, obj client.Object, _ ...client.CreateOption) error {
+	g.creates++
+	sar := obj.(*authorizationv1.SubjectAccessReview)
+	sar.Status.Allowed = sar.Spec.User == "alice" && slices.Contains(sar.Spec.Groups, "x")
+	return nil
+}
+
+// Two callers whose subject and groups run together the same way are different questions: the
+// allow cached for alice in groups x and y is never the answer for subject "alice\x00x" in group
+// y (nor the other way round), and each caller's repeat is answered from the cache.
+func TestCachedAnswersAreNeverAnotherCallers(t *testing.T) {
+	alice := &auth.Caller{Subject: "alice", Groups: []string{"y", "x"}}
+	lookalike := &auth.Caller{Subject: "alice\x00x", Groups: []string{"y"}}
+	for _, order := range [][]*auth.Caller{{alice, lookalike}, {lookalike, alice}} {
+		g := &groupAuthorizer{}
+		a := &SpawnAccess{Client: g, TTL: time.Minute, Now: func() time.Time { return time.Unix(1000, 0) }}
+		for range 2 {
+			for _, c := range order {
+				got, _, err := a.MaySpawn(context.Background(), c, "team-a")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := c == alice; got != want {
+					t.Errorf("MaySpawn(%q, %q) = %v, want %v (asked %q first)", c.Subject, c.Groups, got, want, order[0].Subject)
+				}
+			}
+		}
+		if g.creates != 2 {
+			t.Errorf("%d reviews for two callers asked twice each, want 2 (one each, then the cache)", g.creates)
+		}
 	}
 }

@@ -7,8 +7,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/templates"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // stubAccess allows the callers it lists, per namespace, and counts its questions.
@@ -343,5 +346,105 @@ func TestSpawnRefusesANameWithControlCharactersOrOfUnboundedSize(t *testing.T) {
 	}
 	if len(sp.got) != 0 {
 		t.Errorf("a refused spawn reached the spawner: %v", sp.got)
+	}
+}
+
+// stubHistory keeps every version of every template.
+type stubHistory struct{}
+
+func (stubHistory) Versions(context.Context, string) ([]templates.VersionInfo, error) {
+	return nil, nil
+}
+func (stubHistory) Version(_ context.Context, name, version string) (*templates.Template, error) {
+	return &templates.Template{Name: name, Version: version}, nil
+}
+func (stubHistory) AllVersions(context.Context, string) (map[string][]templates.VersionInfo, error) {
+	return nil, nil
+}
+
+// A template's rollback without a namespace covers every watched namespace, as upgrade-all does:
+// each workspace of nogoo9's template gets the intent and its entry names its namespace; a team
+// namespace's own template of the same name is another template, and its workspaces are left
+// alone; with a namespace, only that namespace's workspaces are rolled back.
+func TestRollbackOfATemplateCoversEveryWatchedNamespace(t *testing.T) {
+	pods := func() []*corev1.Pod {
+		home := podIn("ns", "ws-a", "alice", "a")
+		team := podIn("team", "ws-b", "bob", "b")
+		other := podIn("a-team", "ws-c", "carol", "c")
+		ownTemplate := podIn("team", "ws-d", "dan", "d")
+		ownTemplate.Annotations[workspace.AnnTemplateNamespace] = "team"
+		onVersion := podIn("a-team", "ws-e", "erin", "e")
+		maintained := podIn("team", "ws-f", "fay", "f")
+		maintained.Annotations[workspace.AnnMaintenance] = "disk"
+		for _, p := range []*corev1.Pod{home, team, other, ownTemplate, maintained} {
+			p.Labels[workspace.LabelTemplateVersion], p.Annotations[workspace.AnnTemplateVersion] = "2.0", "2.0"
+		}
+		return []*corev1.Pod{home, team, other, ownTemplate, onVersion, maintained}
+	}
+	admin := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})
+	for _, path := range []string{"views", "per-call"} {
+		t.Run(path, func(t *testing.T) {
+			svc := servicesWith(t, func(c *Config) { c.Namespaces = []string{"ns", "team", "a-team"}; c.History = stubHistory{} }, pods()...)[path]
+			res, err := svc.RollbackTemplate(admin, "python", "1.0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range res {
+				got = append(got, r.Namespace+"/"+r.ID+":"+r.Status)
+			}
+			if want := "a-team/c:upgrading,ns/a:upgrading,team/b:upgrading,team/f:skipped"; strings.Join(got, ",") != want {
+				t.Errorf("rollback of python = %v, want %s", got, want)
+			}
+			for _, key := range []client.ObjectKey{{Namespace: "ns", Name: "ws-a"}, {Namespace: "team", Name: "ws-b"}, {Namespace: "a-team", Name: "ws-c"}} {
+				var p corev1.Pod
+				if err := svc.cfg.Client.Get(admin, key, &p); err != nil || p.Annotations[workspace.AnnTargetVersion] != "1.0" {
+					t.Errorf("pod %s: target version %q (%v), want 1.0", key, p.Annotations[workspace.AnnTargetVersion], err)
+				}
+			}
+			var d corev1.Pod
+			if err := svc.cfg.Client.Get(admin, client.ObjectKey{Namespace: "team", Name: "ws-d"}, &d); err != nil || d.Annotations[workspace.AnnTargetVersion] != "" {
+				t.Errorf("team template's workspace d was rolled back (%v): %v", err, d.Annotations)
+			}
+		})
+	}
+	t.Run("one namespace when the request names one", func(t *testing.T) {
+		svc := servicesWith(t, func(c *Config) { c.Namespaces = []string{"ns", "team", "a-team"}; c.History = stubHistory{} }, pods()...)["per-call"]
+		res, err := svc.RollbackTemplate(WithNamespace(admin, "team"), "python", "1.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range res {
+			got = append(got, r.Namespace+"/"+r.ID+":"+r.Status)
+		}
+		if want := "team/b:upgrading,team/f:skipped"; strings.Join(got, ",") != want {
+			t.Errorf("rollback of python in team = %v, want %s", got, want)
+		}
+	})
+	t.Run("a template key addresses no template: the rollback is refused and touches nothing", func(t *testing.T) {
+		svc := servicesWith(t, func(c *Config) { c.Namespaces = []string{"ns", "team", "a-team"}; c.History = stubHistory{} }, pods()...)["per-call"]
+		_, err := svc.RollbackTemplate(admin, "team/python", "1.0")
+		if CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "team-b/node") {
+			t.Fatalf("rollback of team/python: %v, want Invalid naming what to do", err)
+		}
+		var d corev1.Pod
+		if err := svc.cfg.Client.Get(admin, client.ObjectKey{Namespace: "team", Name: "ws-d"}, &d); err != nil || d.Annotations[workspace.AnnTargetVersion] != "" {
+			t.Errorf("team template's workspace d was rolled back (%v): %v", err, d.Annotations)
+		}
+	})
+}
+
+// Upgrade-all's entry for a pinned workspace names its namespace, as every other entry does.
+func TestUpgradeAllNamesThePinnedWorkspacesNamespace(t *testing.T) {
+	pinned := podIn("team", "ws-a", "alice", "a")
+	pinned.Annotations[workspace.AnnPinned] = "true"
+	svc := nsService(t, nil, nil, pinned)
+	res, err := svc.UpgradeAll(auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].Namespace != "team" || res[0].Status != "skipped" {
+		t.Errorf("upgrade-all = %+v, want team/a skipped", res)
 	}
 }

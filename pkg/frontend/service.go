@@ -662,20 +662,13 @@ func upgradeInFlight(pods []*corev1.Pod) *corev1.Pod {
 	return nil
 }
 
-// UpgradeAll requests an upgrade of every outdated workspace of every user in every watched
-// namespace (admins only; one namespace when ctx names one). It returns one entry per outdated
-// workspace; those in maintenance are skipped (status "skipped", with the reason): an admin
-// upgrades them one by one if needed.
-func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
-	c, err := caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !c.IsAdmin {
-		return nil, errorf(CodeForbidden, "%s", MsgUpgradeAllForAdmin)
-	}
+// everyWorkspace returns every user's workspaces (each its pods) of the namespace ctx names, or
+// of every watched namespace when ctx names none: what upgrade-all and a template's rollback act
+// on. The caller must be an admin.
+func (s *Service) everyWorkspace(ctx context.Context) ([][]*corev1.Pod, error) {
 	only, _ := ctx.Value(namespaceKey{}).(string)
 	if only != "" {
+		var err error
 		if only, err = s.namespace(ctx); err != nil {
 			return nil, err
 		}
@@ -699,6 +692,25 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 		for _, g := range workspace.GroupByID(pods) {
 			groups = append(groups, g)
 		}
+	}
+	return groups, nil
+}
+
+// UpgradeAll requests an upgrade of every outdated workspace of every user in every watched
+// namespace (admins only; one namespace when ctx names one). It returns one entry per outdated
+// workspace; those in maintenance are skipped (status "skipped", with the reason): an admin
+// upgrades them one by one if needed.
+func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !c.IsAdmin {
+		return nil, errorf(CodeForbidden, "%s", MsgUpgradeAllForAdmin)
+	}
+	groups, err := s.everyWorkspace(ctx)
+	if err != nil {
+		return nil, err
 	}
 	memo := map[string]string{}
 	var todo [][]*corev1.Pod
@@ -749,13 +761,18 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 	close(work)
 	wg.Wait()
 	out = append(out, skipped...)
+	sortResults(out)
+	return out, nil
+}
+
+// sortResults sorts the answer of upgrade-all and of a template's rollback by namespace, then id.
+func sortResults(out []UpgradeResult) {
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Namespace != out[j].Namespace {
 			return out[i].Namespace < out[j].Namespace
 		}
 		return out[i].ID < out[j].ID
 	})
-	return out, nil
 }
 
 // SetMaintenance takes a workspace out of service with reason, or (reason "") back into it.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -275,7 +274,7 @@ func (s *Service) rollback(ctx context.Context, pods []*corev1.Pod, version stri
 	}
 	active := workspace.Active(pods)
 	id := workspace.ID(active)
-	res := &UpgradeResult{ID: id, Owner: workspace.Owner(active), From: workspace.TemplateVersion(active), To: version}
+	res := &UpgradeResult{Namespace: active.Namespace, ID: id, Owner: workspace.Owner(active), From: workspace.TemplateVersion(active), To: version}
 	if active.DeletionTimestamp != nil {
 		return nil, errorf(CodeConflict, "workspace %q is being deleted; it cannot be rolled back", id)
 	}
@@ -310,7 +309,8 @@ func (s *Service) rollback(ctx context.Context, pods []*corev1.Pod, version stri
 }
 
 // RollbackTemplate rolls every workspace of template name that does not run version back to it
-// (admins only). Workspaces in maintenance or with an upgrade in flight are skipped, saying so.
+// (admins only), in every watched namespace (one namespace when ctx names one), sorted by
+// namespace and id. Workspaces in maintenance or with an upgrade in flight are skipped, saying so.
 func (s *Service) RollbackTemplate(ctx context.Context, name, version string) ([]UpgradeResult, error) {
 	c, err := caller(ctx)
 	if err != nil {
@@ -318,6 +318,9 @@ func (s *Service) RollbackTemplate(ctx context.Context, name, version string) ([
 	}
 	if !c.IsAdmin {
 		return nil, errorf(CodeForbidden, "Forbidden: only admin users can roll a template's workspaces back")
+	}
+	if err := templates.ValidateName(name); err != nil {
+		return nil, errorf(CodeInvalid, "%v: name a template of nogoo9's namespace (a key such as \"team-b/node\" addresses no template here)", err)
 	}
 	if version == "" {
 		return nil, errorf(CodeInvalid, "version is empty: name the kept template version to roll back to (list_templates shows them)")
@@ -334,31 +337,33 @@ func (s *Service) RollbackTemplate(ctx context.Context, name, version string) ([
 			return nil, errorf(CodeNotFound, "%s", err.Error())
 		}
 	}
-	pods, err := s.listPods(ctx, client.MatchingLabels{workspace.LabelTemplate: name})
+	groups, err := s.everyWorkspace(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := []UpgradeResult{}
-	for _, g := range workspace.GroupByID(pods) {
+	for _, g := range groups {
 		a := workspace.Active(g)
+		// The template's key, as upgrade-all resolves it: a workspace of a team namespace that
+		// follows its namespace's own template of the same name follows another template.
 		if workspace.TemplateKey(a) != name {
-			continue // follows a team template of the same name, not this one
+			continue
 		}
 		if workspace.TemplateVersion(a) == version || a.DeletionTimestamp != nil {
 			continue
 		}
 		if reason, ok := workspace.InMaintenance(g); ok {
-			out = append(out, UpgradeResult{ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: version,
+			out = append(out, UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: version,
 				Error: fmt.Sprintf("workspace %q is in maintenance (%q) and was not rolled back: lift the maintenance first, or roll it back on its own", workspace.ID(a), reason)})
 			continue
 		}
 		r, err := s.rollback(ctx, g, version)
 		if err != nil {
-			r = &UpgradeResult{ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: version, Error: err.Error()}
+			r = &UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: version, Error: err.Error()}
 		}
 		out = append(out, *r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	sortResults(out)
 	return out, nil
 }
 
@@ -388,6 +393,6 @@ func pinnedSkip(g []*corev1.Pod, to string) (UpgradeResult, bool) {
 	if !updatepolicy.IsPinned(a) {
 		return UpgradeResult{}, false
 	}
-	return UpgradeResult{ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: to,
+	return UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: to,
 		Error: fmt.Sprintf("workspace %q is pinned to version %s and was not upgraded: unpin it first, or leave it", workspace.ID(a), workspace.TemplateVersion(a))}, true
 }
