@@ -88,6 +88,11 @@ func (s *Service) SetPinned(ctx context.Context, id string, pinned bool) (*Works
 type UpdatePolicyInput struct {
 	Policy string `json:"policy" jsonschema:"manual, on-start, when-idle or window; empty: follow the template's policy"`
 	Window string `json:"window,omitempty" jsonschema:"for policy window: the maintenance window, e.g. 'Sat 02:00-04:00 UTC'; empty: the template's"`
+	// KeepPolicy and KeepWindow leave that setting as the workspace has it: the write names only
+	// the other one, so a change to the kept one made meanwhile is not undone (MCP's
+	// set_workspace_update with a field left out). REST's PUT sets both.
+	KeepPolicy bool `json:"-"`
+	KeepWindow bool `json:"-"`
 }
 
 // SetUpdatePolicy sets (or, with an empty policy, removes) the workspace's own update policy and
@@ -97,37 +102,57 @@ type UpdatePolicyInput struct {
 // fields joined by single spaces (each value is in every replica's cache, and in every admin's
 // list).
 func (s *Service) SetUpdatePolicy(ctx context.Context, id string, in UpdatePolicyInput) (*Workspace, error) {
-	policy, err := updatepolicy.ParsePolicy(in.Policy)
-	if err != nil {
-		return nil, errorf(CodeInvalid, "%s", err.Error())
-	}
-	if strings.TrimSpace(in.Policy) == "" {
-		in.Policy = ""
-	} else {
-		in.Policy = string(policy)
-	}
-	if strings.TrimSpace(in.Window) == "" {
-		in.Window = ""
-	} else {
-		w, err := updatepolicy.ParseWindow(in.Window)
+	if !in.KeepPolicy {
+		policy, err := updatepolicy.ParsePolicy(in.Policy)
 		if err != nil {
 			return nil, errorf(CodeInvalid, "%s", err.Error())
 		}
-		in.Window = w.String()
+		if strings.TrimSpace(in.Policy) == "" {
+			in.Policy = ""
+		} else {
+			in.Policy = string(policy)
+		}
+	}
+	if !in.KeepWindow {
+		if strings.TrimSpace(in.Window) == "" {
+			in.Window = ""
+		} else {
+			w, err := updatepolicy.ParseWindow(in.Window)
+			if err != nil {
+				return nil, errorf(CodeInvalid, "%s", err.Error())
+			}
+			in.Window = w.String()
+		}
 	}
 	_, pods, err := s.workspacePods(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	ann := map[string]any{workspace.AnnUpdatePolicy: nil, workspace.AnnUpdateWindow: nil}
-	if in.Policy != "" {
-		ann[workspace.AnnUpdatePolicy] = in.Policy
+	active := workspace.Active(pods)
+	// What is kept counts as the workspace has it for the check below, and is not written.
+	ann := map[string]any{}
+	set := func(key, value string) {
+		if value == "" {
+			ann[key] = nil
+		} else {
+			ann[key] = value
+		}
 	}
-	if in.Window != "" {
-		ann[workspace.AnnUpdateWindow] = in.Window
+	if in.KeepPolicy {
+		in.Policy = active.Annotations[workspace.AnnUpdatePolicy]
+	} else {
+		set(workspace.AnnUpdatePolicy, in.Policy)
+	}
+	if in.KeepWindow {
+		in.Window = active.Annotations[workspace.AnnUpdateWindow]
+	} else {
+		set(workspace.AnnUpdateWindow, in.Window)
+	}
+	if len(ann) == 0 {
+		return s.describeNow(pods), nil
 	}
 	if in.Policy == string(updatepolicy.InWindow) && in.Window == "" {
-		t, ok := s.cfg.Templates.Get(workspace.TemplateKey(workspace.Active(pods)))
+		t, ok := s.cfg.Templates.Get(workspace.TemplateKey(active))
 		if !ok || t.Annotations[workspace.AnnUpdateWindow] == "" {
 			return nil, errorf(CodeInvalid, "policy window needs a window and the template has none: give window, e.g. \"Sat 02:00-04:00 UTC\"")
 		}

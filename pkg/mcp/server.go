@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -19,6 +20,11 @@ const MaxBodyBytes = 1 << 20
 // callerExtra is the TokenInfo.Extra key that carries the *auth.Caller through the SDK.
 const callerExtra = "nogoo9.caller"
 
+// requestExtra is the TokenInfo.Extra key that carries the context of the HTTP request a
+// message came in through the SDK, which runs each call detached from it: a follow of
+// get_workspace_events ends with the request that carries it (requestContext).
+const requestExtra = "nogoo9.request"
+
 // Options configure the MCP handler.
 type Options struct {
 	// Version is reported to clients as the server version.
@@ -31,17 +37,24 @@ type Options struct {
 	MaxSessionsPerUser int
 	// NoFastList hands list_workspaces calls to the SDK too (fastList); tests compare the two.
 	NoFastList bool
+	// FollowHeartbeat is how long a follow of get_workspace_events with a progress token waits
+	// without news before it sends a heartbeat (DefaultFollowHeartbeat when 0).
+	FollowHeartbeat time.Duration
 }
 
 // NewServer returns the MCP server with every nogoo9 tool registered.
 func NewServer(svc *frontend.Service, version string) *mcp.Server {
+	return newServer(svc, version, DefaultFollowHeartbeat)
+}
+
+func newServer(svc *frontend.Service, version string, heartbeat time.Duration) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "nogoo9", Version: version}, &mcp.ServerOptions{
 		Instructions: "nogoo9 manages development workspaces (one pod each). Call list_templates, then " +
 			"spawn_workspace; calls return at once and the workspace becomes Ready in the background: poll " +
 			"get_workspace or follow get_workspace_events. Open workspacePath through the nogoo9 proxy.",
 	})
 	s.AddReceivingMiddleware(callerFromTokenInfo)
-	addTools(s, svc)
+	addTools(s, svc, heartbeat)
 	return s
 }
 
@@ -62,8 +75,13 @@ func callerFromTokenInfo(next mcp.MethodHandler) mcp.MethodHandler {
 // auth.Middleware has authenticated (the Caller is in the request's context). The caller becomes
 // the SDK's TokenInfo, which ties each MCP session to its subject: another user's token cannot
 // use it.
+//
+// A POST whose body is a JSON-RPC batch is refused before the SDK reads it (refuseBatches).
 func NewHandler(svc *frontend.Service, o Options) http.Handler {
-	server := NewServer(svc, o.Version)
+	if o.FollowHeartbeat <= 0 {
+		o.FollowHeartbeat = DefaultFollowHeartbeat
+	}
+	server := newServer(svc, o.Version, o.FollowHeartbeat)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		MaxRequestBodyBytes: MaxBodyBytes,
 		// Idle sessions (agents that went away without DELETE) are dropped.
@@ -77,7 +95,7 @@ func NewHandler(svc *frontend.Service, o Options) http.Handler {
 		if !ok {
 			return nil, fmt.Errorf("%w: no authenticated caller", sdkauth.ErrInvalidToken)
 		}
-		return &sdkauth.TokenInfo{UserID: c.Subject, Expiration: c.Expiry, Extra: map[string]any{callerExtra: c}}, nil
+		return &sdkauth.TokenInfo{UserID: c.Subject, Expiration: c.Expiry, Extra: map[string]any{callerExtra: c, requestExtra: r.Context()}}, nil
 	}
 	l := limitSessions(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		opts := &sdkauth.RequireBearerTokenOptions{AllowMissingExpiration: true} // TokenReview does not say when a token expires.
@@ -89,7 +107,7 @@ func NewHandler(svc *frontend.Service, o Options) http.Handler {
 	if !o.NoFastList {
 		l.fast = fastList{svc}.serve
 	}
-	return l
+	return refuseBatches(l)
 }
 
 func mustJSON(v any) string {

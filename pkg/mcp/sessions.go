@@ -26,7 +26,9 @@ const (
 // goroutines and buffers in the SDK until it is deleted or idles out, and an agent that opens a
 // session per call and never sends DELETE would otherwise grow the process for half an hour per
 // session. When a subject opens a session beyond max, its least recently used session is closed
-// first (a DELETE to the SDK on the subject's behalf), so a well-behaved client is never refused.
+// (a DELETE to the SDK on the subject's behalf), so a well-behaved client is never refused.
+// Only a session the SDK did open makes room: a POST without a session id that opens none (a
+// wrong content type, a call before initialize) closes nothing.
 //
 // Only session ids the SDK handed out are recorded (taken from its response), never an id a
 // client sends, so a client cannot grow the table.
@@ -81,17 +83,21 @@ func (l *sessionLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.next.ServeHTTP(w, r)
 		return
 	}
-	// A POST without a session id may open a session (initialize): make room first.
-	for _, old := range l.evictFor(c.Subject) {
-		del := r.Clone(r.Context())
-		del.Method, del.Body, del.ContentLength = http.MethodDelete, http.NoBody, 0
-		del.Header.Set(sessionHeader, old)
-		l.next.ServeHTTP(discard{h: http.Header{}}, del)
-	}
-	// The session is recorded when the SDK writes the response's header, before the client can
-	// read the answer and open its next session: recorded after ServeHTTP returned, two sessions
-	// opened back to back could be recorded in the wrong order and the wrong one closed first.
-	l.next.ServeHTTP(&recordSession{ResponseWriter: w, record: func(id string) { l.add(c.Subject, id) }}, r)
+	// A POST without a session id may open a session (initialize); the SDK decides, and names
+	// the session it opened in the response's header. The session is recorded, and room made for
+	// it, when the SDK writes that header, before the client can read the answer and open its
+	// next session: recorded after ServeHTTP returned, two sessions opened back to back could be
+	// recorded in the wrong order and the wrong one closed first. The sessions that make room
+	// are closed then too, so the client never holds more than max (the SDK's DELETE waits for
+	// the calls in flight on the closed session).
+	l.next.ServeHTTP(&recordSession{ResponseWriter: w, record: func(id string) {
+		for _, old := range l.admit(c.Subject, id) {
+			del := r.Clone(r.Context())
+			del.Method, del.Body, del.ContentLength = http.MethodDelete, http.NoBody, 0
+			del.Header.Set(sessionHeader, old)
+			l.next.ServeHTTP(discard{h: http.Header{}}, del)
+		}
+	}}, r)
 }
 
 // recordSession hands the session id of a response to record once, when its header is written.
@@ -131,12 +137,17 @@ func (w *recordSession) Flush() {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *recordSession) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// evictFor drops the subject's sessions that idled out and returns the least recently used ones
-// that must close so that one more fits.
-func (l *sessionLimiter) evictFor(subject string) []string {
+// admit records the session id the SDK just opened for subject, after dropping the subject's
+// sessions that idled out, and returns the least recently used ones that must close to make room
+// for it. One lock for both: two sessions opened at once never both take the last place.
+func (l *sessionLimiter) admit(subject, id string) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.bySubject[subject]
+	if m == nil {
+		m = map[string]*seen{}
+		l.bySubject[subject] = m
+	}
 	now := l.now()
 	for id, at := range m {
 		if now.Sub(at.sdk) > l.idle {
@@ -154,19 +165,8 @@ func (l *sessionLimiter) evictFor(subject string) []string {
 		delete(m, oldest)
 		out = append(out, oldest)
 	}
-	return out
-}
-
-func (l *sessionLimiter) add(subject, id string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := l.bySubject[subject]
-	if m == nil {
-		m = map[string]*seen{}
-		l.bySubject[subject] = m
-	}
-	now := l.now()
 	m[id] = &seen{last: now, sdk: now}
+	return out
 }
 
 // touch records a request on the subject's session id (one the SDK handed the subject), and one

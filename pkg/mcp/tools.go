@@ -80,11 +80,11 @@ type (
 	}
 	eventsOutput struct {
 		Events []frontend.Event `json:"events" jsonschema:"oldest first"`
-		Ended  string           `json:"ended,omitempty" jsonschema:"why following stopped: timeout, until (an event listed in until arrived), cancelled, or an error"`
+		Ended  string           `json:"ended,omitempty" jsonschema:"why following stopped: timeout, until (an event listed in until arrived), cancelled, disconnected (a notification could not be delivered), or an error"`
 	}
 )
 
-func addTools(s *mcp.Server, svc *frontend.Service) {
+func addTools(s *mcp.Server, svc *frontend.Service, heartbeat time.Duration) {
 	addTool(s, &mcp.Tool{
 		Name:        "list_templates",
 		Description: "List the workspace templates you can spawn from (in namespace, if given), with their current version and the namespace each lives in. Invalid templates are listed with the reason so an admin can fix them.",
@@ -239,15 +239,26 @@ func addTools(s *mcp.Server, svc *frontend.Service) {
 		Name: "get_workspace_events",
 		Description: "The Kubernetes events of a workspace's pods: scheduling, image pulls, upgrade progress and failures. With follow, the call stays open up to timeoutSeconds " +
 			"and each new event is sent as a progress notification (when you pass a progress token) and a log message; the result lists every event seen. " +
+			"A progress notification without a message is a heartbeat, sent when nothing happened for a while. " +
 			"Pass until (e.g. [\"UpgradeSucceeded\",\"UpgradeFailed\"]) to get the answer the moment the upgrade ends.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in eventsInput) (*mcp.CallToolResult, eventsOutput, error) {
 		ctx = frontend.WithNamespace(ctx, in.Namespace)
-		return events(ctx, svc, req, in)
+		return events(ctx, svc, req, in, heartbeat)
 	})
 }
 
-func events(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest, in eventsInput) (*mcp.CallToolResult, eventsOutput, error) {
+// DefaultFollowHeartbeat is how long a follow of get_workspace_events with a progress token
+// waits without news before it sends a progress notification without a message (a heartbeat).
+// The SDK reports a notification it cannot deliver, which is how a follow notices that its
+// client went away when the end of its HTTP request does not tell (requestContext): the follow
+// then ends and frees its place among its user's follows instead of holding it to its timeout.
+const DefaultFollowHeartbeat = 15 * time.Second
+
+// endedDisconnected is a follow's end when a notification could not be delivered.
+const endedDisconnected = "disconnected"
+
+func events(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest, in eventsInput, heartbeat time.Duration) (*mcp.CallToolResult, eventsOutput, error) {
 	timeout := time.Minute
 	if in.TimeoutSeconds != 0 {
 		if in.TimeoutSeconds < 1 || time.Duration(in.TimeoutSeconds)*time.Second > frontend.MaxFollow {
@@ -260,9 +271,14 @@ func events(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest
 		return nil, eventsOutput{}, err
 	}
 	if in.Follow {
+		// The SDK runs a call detached from the HTTP request that carries it; a follow ends
+		// with that request (its client went away), as REST's does.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
+		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
+		if r := requestContext(req); r != nil {
+			defer context.AfterFunc(r, cancel)()
+		}
 	}
 	past, stream, err := svc.Events(ctx, in.ID, in.Follow)
 	if err != nil {
@@ -276,34 +292,105 @@ func events(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest
 		return nil, out, nil
 	}
 	defer stream.Stop()
+	// The timeout bounds the follow from when the past events are read, as REST's does: reading
+	// them under load may take longer than a short timeout, which must not turn the answer into
+	// an error.
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out.Events, out.Ended = follow(ctx, stream, until, out.Events, notifications(req, heartbeat))
+	return nil, out, nil
+}
+
+// requestContext is the context of the HTTP request that carried req (NewHandler's verify
+// puts it into the request's TokenInfo), or nil.
+func requestContext(req *mcp.CallToolRequest) context.Context {
+	if req.Extra == nil || req.Extra.TokenInfo == nil {
+		return nil
+	}
+	c, _ := req.Extra.TokenInfo.Extra[requestExtra].(context.Context)
+	return c
+}
+
+// followNotices are how a follow tells its client: each event, and a heartbeat every beatEvery
+// without one (none when beat is nil). An error means the client was not told.
+type followNotices struct {
+	event     func(context.Context, frontend.Event) error
+	beat      func(context.Context) error
+	beatEvery time.Duration
+}
+
+// notifications sends each event of req's follow as a progress notification (when req has a
+// progress token) and a log message (at the level the client set), and heartbeats as progress
+// notifications without a message. Progress counts the progress notifications sent, so it
+// increases with each, as the specification asks.
+func notifications(req *mcp.CallToolRequest, heartbeat time.Duration) followNotices {
 	token := req.Params.GetProgressToken()
-	notify := func(e frontend.Event) {
-		// Notifications are best effort: a client that stopped listening still gets the result.
+	var sent float64
+	progress := func(ctx context.Context, msg string) error {
+		sent++
+		return req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: sent, Message: msg})
+	}
+	n := followNotices{beatEvery: heartbeat, event: func(ctx context.Context, e frontend.Event) error {
 		if token != nil {
-			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-				ProgressToken: token, Progress: float64(len(out.Events)), Message: mustJSON(e),
-			})
+			if err := progress(ctx, mustJSON(e)); err != nil {
+				return err
+			}
 		}
 		level := mcp.LoggingLevel("info")
 		if e.Type == "Warning" {
 			level = "warning"
 		}
-		_ = req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: level, Logger: "nogoo9.events", Data: e})
+		return req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: level, Logger: "nogoo9.events", Data: e})
+	}}
+	if token != nil {
+		n.beat = func(ctx context.Context) error { return progress(ctx, "") }
+	}
+	return n
+}
+
+// eventSource is the part of a frontend.EventStream a follow reads.
+type eventSource interface {
+	Next(context.Context) (frontend.Event, error)
+}
+
+// follow tells the client the past events, then each new one of src, until ctx ends, an event
+// listed in until arrives, src fails, or the client cannot be told (a notification failed: it
+// went away). It returns every event seen, past ones first, and why it ended.
+func follow(ctx context.Context, src eventSource, until frontend.Until, past []frontend.Event, n followNotices) ([]frontend.Event, string) {
+	seen := past
+	gone := func() string {
+		if ctx.Err() != nil {
+			return frontend.EndReason(ctx.Err())
+		}
+		return endedDisconnected
 	}
 	for _, e := range past {
-		notify(e)
+		if n.event(ctx, e) != nil {
+			return seen, gone()
+		}
 	}
 	for {
-		e, err := stream.Next(ctx)
-		if err != nil {
-			out.Ended = frontend.EndReason(err)
-			return nil, out, nil
+		wait, stopWaiting := ctx, context.CancelFunc(func() {})
+		if n.beat != nil {
+			wait, stopWaiting = context.WithTimeout(ctx, n.beatEvery)
 		}
-		out.Events = append(out.Events, e)
-		notify(e)
+		e, err := src.Next(wait)
+		stopWaiting()
+		if err != nil {
+			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && wait.Err() != nil {
+				if n.beat(ctx) != nil {
+					return seen, gone()
+				}
+				continue
+			}
+			return seen, frontend.EndReason(err)
+		}
+		seen = append(seen, e)
+		if n.event(ctx, e) != nil {
+			return seen, gone()
+		}
 		if until.Ends(e) {
-			out.Ended = frontend.EndedUntil
-			return nil, out, nil
+			return seen, frontend.EndedUntil
 		}
 	}
 }
@@ -448,7 +535,8 @@ func updateSettings(ctx context.Context, svc *frontend.Service, in updateSetting
 	var w *frontend.Workspace
 	var err error
 	if in.Policy != nil || in.Window != nil {
-		p := frontend.UpdatePolicyInput{}
+		// A field left out stays as the workspace has it: the front end writes only the other.
+		p := frontend.UpdatePolicyInput{KeepPolicy: in.Policy == nil, KeepWindow: in.Window == nil}
 		if in.Policy != nil {
 			p.Policy = *in.Policy
 		}
