@@ -122,6 +122,7 @@ type uiOptions struct {
 	enabled, devLogin, insecureCookie bool
 	proxyURL, oidcRedirectURL         string
 	oidcSecretFile, oidcScopes        string
+	maxListStreams                    int
 }
 
 func main() {
@@ -171,6 +172,7 @@ func main() {
 	flag.StringVar(&o.ui.oidcRedirectURL, "ui-oidc-redirect-url", "", "With --auth=oidc: the UI's /login/callback URL as registered with the provider; turns on single sign-on (authorization code + PKCE).")
 	flag.StringVar(&o.ui.oidcSecretFile, "ui-oidc-client-secret-file", "", "File holding the OIDC client secret for the UI's login (empty: a public client, PKCE only).")
 	flag.StringVar(&o.ui.oidcScopes, "ui-oidc-scopes", "profile,email", "Comma-separated scopes the UI's login requests besides openid (e.g. add groups).")
+	flag.IntVar(&o.ui.maxListStreams, "ui-max-list-streams", ui.DefaultMaxListStreams, "Live workspace lists (one per open tab of the UI's list) one user may have open at once; more are answered 429.")
 	flag.DurationVar(&o.updates.interval, "update-policy-interval", time.Minute, "How often the update policies (when-idle, window) of every workspace are evaluated.")
 	flag.IntVar(&o.updates.perInterval, "auto-upgrades-per-interval", 10, "Automatic (policy) upgrades requested at most per --update-policy-interval; they also wait for --max-pending-upgrades and --max-concurrent-upgrades.")
 	flag.DurationVar(&o.updates.idleAfter, "idle-after", 30*time.Minute, "How long a workspace must have had no activity before the when-idle policy upgrades it.")
@@ -491,6 +493,7 @@ func uiSetup(ctx context.Context, mgr ctrl.Manager, o options, authn auth.Authen
 	c := ui.Config{
 		Auth: authn, Templates: frontend.FromRegistry(registry.Shared()), SubscribeTemplates: registry.Subscribe,
 		DevLogin: o.ui.devLogin, InsecureCookie: o.ui.insecureCookie, ProxyURL: o.ui.proxyURL,
+		MaxListStreams: o.ui.maxListStreams,
 	}
 	if proxyHere {
 		c.ProxyBindAddress = o.proxyAddr

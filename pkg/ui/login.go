@@ -65,7 +65,7 @@ func (u *UI) renderLogin(w http.ResponseWriter, r *http.Request, status int, nex
 // authenticator as the API; on success the browser gets a session cookie, never the token.
 func (u *UI) devLogin(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, "400 Bad Request: the login form could not be read; reload the login page", http.StatusBadRequest)
 		return

@@ -2,14 +2,19 @@ package ui
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -38,25 +43,36 @@ type OIDCConfig struct {
 }
 
 // OIDCLogin is the authorization-code flow with PKCE, state and nonce.
+//
+// A login in progress is held by the browser, not by nogoo9: its state, nonce, PKCE verifier,
+// where to go next and its deadline travel sealed (AES-GCM, a key this process drew at start) in
+// the login cookie. A map of logins in progress on the server was bounded and so could be filled
+// by anyone requesting /login/oidc, each start evicting another person's login in progress.
 type OIDCLogin struct {
 	DisplayName string
 
 	oauth    oauth2.Config
 	verifier *oidc.IDTokenVerifier
 	client   *http.Client
-
-	mu      sync.Mutex
-	pending map[string]pendingLogin // by state
+	seal     cipher.AEAD
 }
 
+// pendingLogin is a login in progress, as sealed in the login cookie.
 type pendingLogin struct {
-	verifier, nonce, next string
-	expires               time.Time
+	State    string `json:"s"`
+	Verifier string `json:"v"`
+	Nonce    string `json:"n"`
+	Next     string `json:"x"`
+	Expires  int64  `json:"e"` // Unix seconds
 }
 
 const (
-	maxPendingLogins = 10000
-	loginTTL         = 10 * time.Minute
+	loginTTL = 10 * time.Minute
+	// sealContext binds a sealed login to its purpose (GCM's additional data).
+	sealContext = "nogoo9 ui oidc login v1"
+	// maxLoginCookie bounds what the callback decodes (a sealed login is a few hundred bytes; next
+	// is at most 2 KiB).
+	maxLoginCookie = 4096
 )
 
 // NewOIDCLogin discovers the provider (one HTTP round trip).
@@ -101,30 +117,51 @@ func NewOIDCLogin(ctx context.Context, c OIDCConfig) (*OIDCLogin, error) {
 		},
 		verifier: provider.VerifierContext(oidc.ClientContext(context.WithoutCancel(ctx), hc), &oidc.Config{ClientID: c.ClientID}),
 		client:   hc,
-		pending:  map[string]pendingLogin{},
+		seal:     newSeal(),
 	}, nil
 }
 
-func (o *OIDCLogin) put(state string, p pendingLogin) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.pending) >= maxPendingLogins {
-		now := time.Now()
-		for k, v := range o.pending {
-			if now.After(v.expires) || len(o.pending) >= maxPendingLogins {
-				delete(o.pending, k)
-			}
-		}
+// newSeal returns AES-256-GCM under a fresh random key: sealed logins are good for this process
+// only, like the sessions they turn into.
+func newSeal() cipher.AEAD {
+	key := make([]byte, 32)
+	_, _ = rand.Read(key) // crypto/rand.Read never fails (Go 1.24+)
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		panic(err) // a 32-byte key is always valid
 	}
-	o.pending[state] = p
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		panic(err)
+	}
+	return aead
 }
 
-func (o *OIDCLogin) take(state string) (pendingLogin, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	p, ok := o.pending[state]
-	delete(o.pending, state)
-	if !ok || time.Now().After(p.expires) {
+// sealLogin returns p sealed for the login cookie.
+func (o *OIDCLogin) sealLogin(p pendingLogin) string {
+	plain, _ := json.Marshal(p) // strings and an integer: never fails
+	nonce := make([]byte, o.seal.NonceSize())
+	_, _ = rand.Read(nonce)
+	return base64.RawURLEncoding.EncodeToString(o.seal.Seal(nonce, nonce, plain, []byte(sealContext)))
+}
+
+// openLogin returns the login sealed in cookie when it is this process's, for state, and not
+// past its deadline.
+func (o *OIDCLogin) openLogin(cookie, state string, now time.Time) (pendingLogin, bool) {
+	if state == "" || len(cookie) > maxLoginCookie {
+		return pendingLogin{}, false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(cookie)
+	if err != nil || len(raw) < o.seal.NonceSize() {
+		return pendingLogin{}, false
+	}
+	n := o.seal.NonceSize()
+	plain, err := o.seal.Open(nil, raw[:n], raw[n:], []byte(sealContext))
+	var p pendingLogin
+	if err != nil || json.Unmarshal(plain, &p) != nil {
+		return pendingLogin{}, false
+	}
+	if subtle.ConstantTimeCompare([]byte(state), []byte(p.State)) != 1 || now.Unix() > p.Expires {
 		return pendingLogin{}, false
 	}
 	return p, true
@@ -138,11 +175,11 @@ func (u *UI) oidcStart(w http.ResponseWriter, r *http.Request) {
 		u.renderLogin(w, r, http.StatusNotFound, "/", "Single sign-on is not configured on this server; use the development login.")
 		return
 	}
-	state, nonce, verifier := session.RandomToken(), session.RandomToken(), oauth2.GenerateVerifier()
-	o.put(state, pendingLogin{verifier: verifier, nonce: nonce, next: safeNext(r.URL.Query().Get("next")), expires: time.Now().Add(loginTTL)})
-	u.loginCookie(w, state, http.SameSiteLaxMode, int(loginTTL.Seconds()))
+	p := pendingLogin{State: session.RandomToken(), Nonce: session.RandomToken(), Verifier: oauth2.GenerateVerifier(),
+		Next: safeNext(r.URL.Query().Get("next")), Expires: time.Now().Add(loginTTL).Unix()}
+	u.loginCookie(w, o.sealLogin(p), http.SameSiteLaxMode, int(loginTTL.Seconds()))
 	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, o.oauth.AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier)), http.StatusFound)
+	http.Redirect(w, r, o.oauth.AuthCodeURL(p.State, oidc.Nonce(p.Nonce), oauth2.S256ChallengeOption(p.Verifier)), http.StatusFound)
 }
 
 // oidcCallback finishes the login: state (query and cookie), code exchange with the PKCE
@@ -170,20 +207,19 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusUnauthorized, "provider error "+e+": "+q.Get("error_description"), "The identity provider did not log you in ("+code+"); try again.")
 		return
 	}
-	state := q.Get("state")
 	c, err := r.Cookie(u.loginCookieName())
-	if err != nil || state == "" || !(&session.Session{CSRF: c.Value}).ValidCSRF(state) {
-		fail(http.StatusForbidden, "state does not match the login cookie", "This login was not started in this browser, or it took too long; start again.")
+	if err != nil {
+		fail(http.StatusForbidden, "no login cookie", "This login was not started in this browser, or it took too long; start again.")
 		return
 	}
-	p, ok := o.take(state)
+	p, ok := o.openLogin(c.Value, q.Get("state"), time.Now())
 	if !ok {
-		fail(http.StatusForbidden, "unknown or expired state", "This login expired or was already used; start again.")
+		fail(http.StatusForbidden, "state does not match the login cookie, or the login expired", "This login was not started in this browser, or it took too long; start again.")
 		return
 	}
 	ctx, cancel := context.WithTimeout(oidc.ClientContext(r.Context(), o.client), 30*time.Second)
 	defer cancel()
-	tok, err := o.oauth.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(p.verifier))
+	tok, err := o.oauth.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(p.Verifier))
 	if err != nil {
 		fail(http.StatusUnauthorized, "code exchange: "+err.Error(), "The identity provider refused the login code; start again.")
 		return
@@ -198,7 +234,7 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusUnauthorized, "id token: "+err.Error(), "The identity provider's ID token was not valid; start again.")
 		return
 	}
-	if (&session.Session{CSRF: p.nonce}).ValidCSRF(idt.Nonce) == false {
+	if (&session.Session{CSRF: p.Nonce}).ValidCSRF(idt.Nonce) == false {
 		fail(http.StatusUnauthorized, "nonce mismatch", "The ID token was not issued for this login; start again.")
 		return
 	}
@@ -210,8 +246,8 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	u.startSession(w, r, caller)
 	// The provider's redirect made this a cross-site navigation, on which the browser withholds
 	// the SameSite=Strict session cookie; a same-site hop from this page carries it.
-	w.Header().Set("Refresh", "0;url="+p.next)
-	u.render(w, r, http.StatusOK, "continue", page{Title: "Logged in", Data: p.next})
+	w.Header().Set("Refresh", "0;url="+p.Next)
+	u.render(w, r, http.StatusOK, "continue", page{Title: "Logged in", Data: p.Next})
 }
 
 // oauthErrors are the error codes an authorization response may carry (RFC 6749 4.1.2.1, OpenID

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -65,7 +66,9 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 	handler.Store(&h)
 
 	idRe := regexp.MustCompile(`name="id" value="([^"]+)"`)
-	logIn := func(user, password string) (*http.Client, string) {
+	// logIn logs user in through the provider's form; meanwhile, when not nil, runs while the
+	// login is in progress (after the start, before the provider's redirect back).
+	logIn := func(user, password string, meanwhile func()) (*http.Client, string) {
 		jar, _ := cookiejar.New(nil)
 		c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
 		resp, err := c.Get(ui.URL + "/login/oidc?next=/")
@@ -80,6 +83,9 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 		}
 		if q := resp.Request.URL.Query(); q.Get("authRequestID") == "" {
 			t.Fatalf("login form without an auth request: %s", resp.Request.URL)
+		}
+		if meanwhile != nil {
+			meanwhile()
 		}
 		req, _ := http.NewRequest("POST", provider.Issuer+"/login/username", strings.NewReader(url.Values{"id": {string(m[1])}, "username": {user}, "password": {password}}.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -101,15 +107,60 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 		return c, string(home)
 	}
 
-	_, home := logIn("ada", "ada-pw")
+	_, home := logIn("ada", "ada-pw", nil)
 	if !strings.Contains(home, "u-ada") || !strings.Contains(home, `class="badge admin"`) || !strings.Contains(home, `href="/?all=1"`) {
 		t.Errorf("ada (group nogoo9-admins) is not logged in as an admin:\n%s", home)
 	}
-	_, home = logIn("bob", "bob-pw")
+	_, home = logIn("bob", "bob-pw", nil)
 	if !strings.Contains(home, "u-bob") || strings.Contains(home, `class="badge admin"`) {
 		t.Errorf("bob is not logged in as a plain user:\n%s", home)
 	}
 
+	// Logins in progress used to be held in a map of at most 10,000 on the server: anyone could
+	// fill it with anonymous starts, each then evicting a login in progress at random (bob's
+	// survived 60,000 such starts with a chance under 1%). Now the browser holds its own, sealed.
+	t.Run("a flood of anonymous starts does not end another person's login in progress", func(t *testing.T) {
+		flood := func() {
+			h := f.srv.Config.Handler
+			for i := range 60000 {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest("GET", "/login/oidc?next=/", nil))
+				if w.Code != http.StatusFound {
+					t.Fatalf("anonymous start %d: %d, want 302 to the provider", i, w.Code)
+				}
+			}
+		}
+		if _, home := logIn("bob", "bob-pw", flood); !strings.Contains(home, "u-bob") {
+			t.Errorf("bob's login did not survive a flood of anonymous starts:\n%s", home)
+		}
+	})
+	t.Run("a login cookie from another login, tampered with or past its deadline is refused", func(t *testing.T) {
+		now := time.Now()
+		p := pendingLogin{State: "s1", Verifier: "v", Nonce: "n", Next: "/", Expires: now.Add(time.Minute).Unix()}
+		sealed := login.sealLogin(p)
+		if got, ok := login.openLogin(sealed, "s1", now); !ok || got != p {
+			t.Fatalf("openLogin(its own cookie) = %+v, %v", got, ok)
+		}
+		raw, _ := base64.RawURLEncoding.DecodeString(sealed)
+		raw[len(raw)-1] ^= 1
+		other, _ := NewOIDCLogin(ctx, OIDCConfig{IssuerURL: provider.Issuer, ClientID: "nogoo9", RedirectURL: ui.URL + "/login/callback"})
+		for name, tc := range map[string]struct {
+			cookie, state string
+			at            time.Time
+		}{
+			"another state":                  {sealed, "s2", now},
+			"no state":                       {sealed, "", now},
+			"a tampered cookie":              {base64.RawURLEncoding.EncodeToString(raw), "s1", now},
+			"past its deadline":              {sealed, "s1", now.Add(2 * time.Minute)},
+			"sealed by another nogoo9":       {other.sealLogin(p), "s1", now},
+			"not base64":                     {"%%%", "s1", now},
+			"larger than any login it seals": {strings.Repeat("A", maxLoginCookie+1), "s1", now},
+		} {
+			if _, ok := login.openLogin(tc.cookie, tc.state, tc.at); ok {
+				t.Errorf("%s: opened", name)
+			}
+		}
+	})
 	t.Run("a callback with a state this browser did not start is refused", func(t *testing.T) {
 		jar, _ := cookiejar.New(nil)
 		c := &http.Client{Jar: jar, Timeout: 30 * time.Second}

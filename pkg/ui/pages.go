@@ -3,6 +3,9 @@ package ui
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -118,7 +121,7 @@ func (u *UI) listPage(w http.ResponseWriter, r *request) {
 	if u.o.Hub != nil {
 		seq = u.o.Hub.Seq() // before the list: a change after this is replayed by the stream
 	}
-	d := listData{Filter: f, Phases: phases, Notice: notice(r.Request)}
+	d := listData{Filter: f, Phases: phases, Notice: notice(r.Request, r.sess.CSRF)}
 	if nss := u.svc.Namespaces(); len(nss) > 1 {
 		d.Namespaces = nss
 	}
@@ -128,13 +131,15 @@ func (u *UI) listPage(w http.ResponseWriter, r *request) {
 	}
 	rows, total, err := u.rows(r, f)
 	if err != nil {
-		status, msg := message(r.Request, err)
 		if code := frontend.CodeOf(err); f.NS == "" || (code != frontend.CodeNotFound && code != frontend.CodeInvalid) {
+			status, msg := message(r.Request, err)
 			u.renderError(w, r.Request, r.sess, status, msg)
 			return
 		}
 		// A namespace the filter cannot show (unwatched, or no namespace name): the page with
-		// the service's reason next to the choice, so another can be picked. No stream.
+		// the reason next to the choice, so another can be picked, and without the namespace
+		// asked for (text of the link's choosing). No stream.
+		status, msg := u.namespaceMessage(r.Request, err)
 		d.NSError = msg
 		u.render(w, r.Request, status, "list", u.page(r, title, nav, d))
 		return
@@ -149,17 +154,36 @@ func (u *UI) listPage(w http.ResponseWriter, r *request) {
 	u.render(w, r.Request, http.StatusOK, "list", u.page(r, title, nav, d))
 }
 
-// notice is the one-line confirmation of the action that redirected here (?done=...&id=...). Only
-// fixed texts: a link cannot make the page say something of its choosing.
-func notice(r *http.Request) string {
-	id := r.URL.Query().Get("id")
-	if workspace.ValidateID(id) != nil {
-		id = ""
+// notice is the one-line confirmation of the action that redirected here (doneURL). Only fixed
+// texts, and the workspace's id only when nogoo9 signed it for this session: a link cannot make the
+// page say something of its choosing, nor name a workspace that is none ("Workspace
+// nogoo9-has-moved-to-... is being deleted").
+func notice(r *http.Request, csrf string) string {
+	q := r.URL.Query()
+	done, id := q.Get("done"), q.Get("id")
+	format, ok := notices[done]
+	if !ok || workspace.ValidateID(id) != nil || !hmac.Equal([]byte(q.Get("sig")), []byte(noticeSig(csrf, done, id))) {
+		return ""
 	}
-	if format, ok := notices[r.URL.Query().Get("done")]; ok {
-		return fmt.Sprintf(format, id)
-	}
-	return ""
+	return fmt.Sprintf(format, id)
+}
+
+// doneURL is path (a path of this site) with the confirmation that done was done to workspace id,
+// signed with the session's CSRF token (a secret of the session's pages) for notice to show it.
+func doneURL(r *request, path, done, id string) string {
+	to, _ := url.Parse(path)
+	q := to.Query()
+	q.Set("done", done)
+	q.Set("id", id)
+	q.Set("sig", noticeSig(r.sess.CSRF, done, id))
+	to.RawQuery = q.Encode()
+	return to.String()
+}
+
+func noticeSig(csrf, done, id string) string {
+	mac := hmac.New(sha256.New, []byte(csrf))
+	mac.Write([]byte("notice\x00" + done + "\x00" + id))
+	return hex.EncodeToString(mac.Sum(nil)[:16])
 }
 
 // notices are the confirmations notice shows, by the redirect's done=, each with the workspace id.
@@ -192,11 +216,11 @@ func (u *UI) workspacePage(w http.ResponseWriter, r *request) {
 	}
 	ws, err := u.svc.GetWorkspace(r.ctx, id)
 	if err != nil {
-		status, msg := message(r.Request, err)
+		status, msg := addressMessage(r.Request, err)
 		u.renderError(w, r.Request, r.sess, status, msg)
 		return
 	}
-	d := workspaceData{Row: u.row(r.Request, r.sess.CSRF, *ws, true), Notice: notice(r.Request)}
+	d := workspaceData{Row: u.row(r.Request, r.sess.CSRF, *ws, true), Notice: notice(r.Request, r.sess.CSRF)}
 	if r.URL.Query().Get("err") == "reason" {
 		d.ReasonError = "Reason is empty: say why the workspace is out of service (users see it), e.g. \"disk migration until 14:00\"."
 	}
@@ -213,20 +237,14 @@ func (u *UI) workspacePage(w http.ResponseWriter, r *request) {
 
 // back is where an action returns to: the page the form was on (a path of this site).
 func back(r *request, id, done string) string {
-	to := safeNext(r.PostFormValue("back"))
-	u, _ := url.Parse(to)
-	q := u.Query()
-	q.Set("done", done)
-	q.Set("id", id)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return doneURL(r, safeNext(r.PostFormValue("back")), done, id)
 }
 
 func (u *UI) upgrade(w http.ResponseWriter, r *request) {
 	id := r.PathValue("id")
 	res, err := u.svc.Upgrade(r.ctx, id)
 	if err != nil {
-		status, msg := message(r.Request, err)
+		status, msg := addressMessage(r.Request, err)
 		u.renderError(w, r.Request, r.sess, status, msg)
 		return
 	}
@@ -275,7 +293,7 @@ func escape(s string) string {
 func (u *UI) deletePage(w http.ResponseWriter, r *request) {
 	ws, err := u.svc.GetWorkspace(r.ctx, r.PathValue("id"))
 	if err != nil {
-		status, msg := message(r.Request, err)
+		status, msg := addressMessage(r.Request, err)
 		u.renderError(w, r.Request, r.sess, status, msg)
 		return
 	}
@@ -285,11 +303,11 @@ func (u *UI) deletePage(w http.ResponseWriter, r *request) {
 func (u *UI) delete(w http.ResponseWriter, r *request) {
 	id := r.PathValue("id")
 	if _, err := u.svc.Delete(r.ctx, id); err != nil {
-		status, msg := message(r.Request, err)
+		status, msg := addressMessage(r.Request, err)
 		u.renderError(w, r.Request, r.sess, status, msg)
 		return
 	}
-	http.Redirect(w, r.Request, "/?done=deleted&id="+url.QueryEscape(id), http.StatusSeeOther)
+	http.Redirect(w, r.Request, doneURL(r, "/", "deleted", id), http.StatusSeeOther)
 }
 
 func (u *UI) maintenance(w http.ResponseWriter, r *request) {
@@ -304,7 +322,7 @@ func (u *UI) maintenance(w http.ResponseWriter, r *request) {
 		reason = ""
 	}
 	if _, err := u.svc.SetMaintenance(r.ctx, id, reason); err != nil {
-		status, msg := message(r.Request, err)
+		status, msg := addressMessage(r.Request, err)
 		u.renderError(w, r.Request, r.sess, status, msg)
 		return
 	}
@@ -312,7 +330,7 @@ func (u *UI) maintenance(w http.ResponseWriter, r *request) {
 	if on {
 		done = "maintenance-on"
 	}
-	http.Redirect(w, r.Request, u.wsPath(r.PathValue("ns"), id)+"?done="+done+"&id="+url.QueryEscape(id), http.StatusSeeOther)
+	http.Redirect(w, r.Request, doneURL(r, u.wsPath(r.PathValue("ns"), id), done, id), http.StatusSeeOther)
 }
 
 // pin pins or unpins a workspace (its owner or an admin; the service decides).
@@ -320,7 +338,7 @@ func (u *UI) pin(w http.ResponseWriter, r *request) {
 	id := r.PathValue("id")
 	on := r.PostFormValue("action") == "on"
 	if _, err := u.svc.SetPinned(r.ctx, id, on); err != nil {
-		status, msg := message(r.Request, err)
+		status, msg := addressMessage(r.Request, err)
 		u.renderError(w, r.Request, r.sess, status, msg)
 		return
 	}
@@ -328,7 +346,7 @@ func (u *UI) pin(w http.ResponseWriter, r *request) {
 	if on {
 		done = "pinned"
 	}
-	http.Redirect(w, r.Request, u.wsPath(r.PathValue("ns"), id)+"?done="+done+"&id="+url.QueryEscape(id), http.StatusSeeOther)
+	http.Redirect(w, r.Request, doneURL(r, u.wsPath(r.PathValue("ns"), id), done, id), http.StatusSeeOther)
 }
 
 type upgradeAllData struct {
@@ -338,10 +356,11 @@ type upgradeAllData struct {
 	Failed     int
 }
 
-// resultView is one workspace's result of Upgrade All, with the path of its page.
+// resultView is one workspace's result of Upgrade All, with the path of its page and its Key
+// (rowKey) for its row's element id.
 type resultView struct {
 	frontend.UpgradeResult
-	Path string
+	Path, Key string
 }
 
 func (u *UI) upgradeAllPage(w http.ResponseWriter, r *request) {
@@ -371,7 +390,7 @@ func (u *UI) upgradeAll(w http.ResponseWriter, r *request) {
 	d := upgradeAllData{}
 	seen := map[string]bool{}
 	for _, x := range res {
-		d.Results = append(d.Results, resultView{UpgradeResult: x, Path: u.wsPath(x.Namespace, x.ID)})
+		d.Results = append(d.Results, resultView{UpgradeResult: x, Path: u.wsPath(x.Namespace, x.ID), Key: u.rowKey(x.Namespace, x.ID)})
 		seen[x.Owner] = true
 		if x.Status == "failed" {
 			d.Failed++
@@ -469,7 +488,8 @@ func (u *UI) newData(r *request, form spawnForm, errs map[string]string) (newDat
 				d.Errors = map[string]string{}
 			}
 			if _, ok := d.Errors["namespace"]; !ok {
-				_, d.Errors["namespace"] = message(r.Request, err)
+				// Not the service's text for a namespace that is none: it quotes the link's.
+				_, d.Errors["namespace"] = u.namespaceMessage(r.Request, err)
 			}
 			if code != frontend.CodeForbidden {
 				d.Form.Namespace = u.svc.HomeNamespace() // keep a refused choice, drop one that is not a namespace
@@ -534,7 +554,7 @@ func (u *UI) spawn(w http.ResponseWriter, r *request) {
 	}
 	ws, err := u.svc.Spawn(r.ctx, frontend.SpawnInput{Template: form.Template, ID: form.ID, Name: form.Name, Namespace: form.Namespace, Context: ctx})
 	if err == nil {
-		http.Redirect(w, r.Request, "/?done=created&id="+url.QueryEscape(ws.ID), http.StatusSeeOther)
+		http.Redirect(w, r.Request, doneURL(r, "/", "created", ws.ID), http.StatusSeeOther)
 		return
 	}
 	status, msg := message(r.Request, err)
@@ -579,7 +599,7 @@ func (u *UI) start(w http.ResponseWriter, r *request) {
 func (u *UI) lifecycle(w http.ResponseWriter, r *request, op func(context.Context, string) (*frontend.Workspace, error), done, msg string) {
 	id := r.PathValue("id")
 	if _, err := op(r.ctx, id); err != nil {
-		status, m := message(r.Request, err)
+		status, m := addressMessage(r.Request, err)
 		u.renderError(w, r.Request, r.sess, status, m)
 		return
 	}

@@ -184,29 +184,49 @@ func (u *UI) listAll(ctx context.Context, o frontend.ListOptions) ([]frontend.Wo
 	return out, nil
 }
 
-// rowKey is a row's Key: the id in nogoo9's own namespace, "<ns>_<id>" in another.
+// rowKey is a row's Key, the part of its element ids that names the workspace: the id in nogoo9's
+// own namespace (as before namespaces), "<ns>_<id>" in another. An id is a pod label that anyone
+// who may write pods can set, not only what a spawn checked: an id or namespace with characters
+// besides lower-case letters, digits and '-' ('_' would make two workspaces one key, '.' or ':'
+// break the CSS selectors htmx swaps by) gives "_" and the hex of "<ns>/<id>" instead. So keys of
+// different workspaces differ, and a key is made of [a-z0-9_-], never holds "__" and never ends
+// in '_' (the element ids of a row rely on it: see the "row" template).
 func (u *UI) rowKey(ns, id string) string {
-	if ns == "" || ns == u.svc.HomeNamespace() {
+	if ns == "" {
+		ns = u.svc.HomeNamespace()
+	}
+	if !plainKeyPart(id) || !plainKeyPart(ns) {
+		return "_" + hex.EncodeToString([]byte(ns+"/"+id))
+	}
+	if ns == u.svc.HomeNamespace() {
 		return id
 	}
 	return ns + "_" + id
 }
 
-// keyBefore orders row keys as listAll lists: nogoo9's own namespace first, then the others by
+func plainKeyPart(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// before orders workspaces as listAll lists them: nogoo9's own namespace first, then the others by
 // name; by id within a namespace.
-func keyBefore(a, b string) bool {
-	nsA, idA, otherA := strings.Cut(a, "_")
-	nsB, idB, otherB := strings.Cut(b, "_")
-	if !otherA {
-		nsA, idA = "", a
+func (u *UI) before(a, b ref) bool {
+	home := u.svc.HomeNamespace()
+	if (a.ns == home) != (b.ns == home) {
+		return a.ns == home
 	}
-	if !otherB {
-		nsB, idB = "", b
+	if a.ns != b.ns {
+		return a.ns < b.ns
 	}
-	if nsA != nsB {
-		return nsA < nsB
-	}
-	return idA < idB
+	return a.id < b.id
 }
 
 // upgradable mirrors which workspaces Service.UpgradeAll requests an upgrade of.
@@ -230,6 +250,37 @@ func message(r *http.Request, err error) (int, string) {
 	}
 	status := code.HTTPStatus()
 	return status, err.Error()
+}
+
+// addressMessage is message for a failed read or action on the workspace the request's path
+// names. The service's texts for a path that names none quote the path's id or namespace
+// ("workspace %q not found", "namespace %q is not watched"): text a link wrote, which no page
+// shows (docs/security.md: a link could make nogoo9's page say "nogoo9 has moved: log in at ...").
+// Those become fixed sentences; every other text names a workspace that exists.
+func addressMessage(r *http.Request, err error) (int, string) {
+	status, msg := message(r, err)
+	switch frontend.CodeOf(err) {
+	case frontend.CodeNotFound:
+		return status, "Not found: no workspace you can see has this address (it was deleted, or the link is wrong); go back to your workspaces."
+	case frontend.CodeInvalid:
+		return status, "This address names no workspace: a workspace id is lower-case letters, digits and '-', in a namespace nogoo9 watches; go back to your workspaces."
+	}
+	return status, msg
+}
+
+// namespaceMessage is message for a namespace the query asked for that the service refused: as
+// addressMessage, the service's text quotes the query; this one names the watched namespaces
+// instead (the service's choice, not the link's).
+func (u *UI) namespaceMessage(r *http.Request, err error) (int, string) {
+	status, msg := message(r, err)
+	watched := strings.Join(u.svc.Namespaces(), ", ")
+	switch frontend.CodeOf(err) {
+	case frontend.CodeNotFound:
+		return status, "The namespace asked for is not watched by nogoo9: choose one of [" + watched + "], or ask the platform team to add yours to --namespaces."
+	case frontend.CodeInvalid:
+		return status, "The namespace asked for is not a namespace name: choose one of [" + watched + "]."
+	}
+	return status, msg
 }
 
 // renderError shows an error page; sess may be nil (no session).
@@ -259,8 +310,7 @@ type rowView struct {
 	// nogoo9 watches more than one.
 	Path          string
 	ShowNamespace bool
-	// Key names the row in the page (element ids): the id in nogoo9's own namespace, as before
-	// namespaces, "<ns>_<id>" in another ('_' is in neither a namespace name nor an id).
+	// Key names the workspace in the page's element ids (rowKey).
 	Key string
 }
 

@@ -26,6 +26,8 @@ type Config struct {
 	ProxyURL, ProxyBindAddress string
 	// OIDC, when RedirectURL is set, turns on the single sign-on login.
 	OIDC OIDCConfig
+	// MaxListStreams is Options.MaxListStreams (0: DefaultMaxListStreams).
+	MaxListStreams int
 }
 
 // Setup returns a function that builds the UI over the front end's service (api.Options.UI): it
@@ -48,6 +50,7 @@ func Setup(ctx context.Context, mgr manager.Manager, c Config) func(*frontend.Se
 		o := Options{
 			Service: svc, Templates: c.Templates, Auth: c.Auth, Hub: hub,
 			DevLogin: c.DevLogin, InsecureCookie: c.InsecureCookie, ProxyURL: c.ProxyURL,
+			MaxListStreams: c.MaxListStreams,
 		}
 		if c.ProxyURL == "" && c.ProxyBindAddress != "" {
 			if _, port, err := net.SplitHostPort(c.ProxyBindAddress); err == nil {

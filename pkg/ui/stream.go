@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/nogoo9/no-crd/pkg/frontend"
 )
 
@@ -93,6 +95,16 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 		http.NotFound(w, r.Request)
 		return
 	}
+	// Each stream holds a subscription, a goroutine and a connection for up to MaxStream, and
+	// reads its rows back on every change: one user's are bounded (the workspace page's stream
+	// is, by the service's follow limit).
+	who := r.sess.Caller.Subject
+	if !u.listStreams.take(who) {
+		ctrl.LoggerFrom(r.Context()).WithName("ui").Info("request refused: too many live lists", "user", who, "limit", u.o.MaxListStreams)
+		http.Error(w, fmt.Sprintf("429 Too Many Requests: you already have %d live workspace lists open, the most one user may have at once; close the tabs of the list you no longer need and reload this one", u.o.MaxListStreams), http.StatusTooManyRequests)
+		return
+	}
+	defer u.listStreams.give(who)
 	f := parseFilter(r.Request)
 	sub := u.o.Hub.Subscribe(since(r.Request))
 	defer sub.Close()
@@ -113,14 +125,14 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 	refreshFirst := sub.Pending() || r.Header.Get("Last-Event-ID") != ""
 	rows, _, err := u.rows(r, f)
 	if err != nil {
-		status, msg := message(r.Request, err)
+		status, msg := u.namespaceMessage(r.Request, err)
 		http.Error(w, msg, status)
 		return
 	}
 	refreshFirst = refreshFirst || rowsDigest(rows) != r.URL.Query().Get("rows")
-	shown := map[string]bool{}
+	shown := map[string]ref{} // by Key
 	for _, row := range rows {
-		shown[row.Key] = true
+		shown[row.Key] = u.refOf(row.Workspace)
 	}
 	out, ok := startSSE(w)
 	if !ok {
@@ -148,9 +160,9 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 		if !refresh {
 			sort.Strings(ids)
 			// The hub names a changed workspace by its id: look it up in every watched namespace.
-			for _, ref := range u.refs(ids) {
-				ws, err := u.svc.GetWorkspace(frontend.WithNamespace(r.ctx, ref.ns), ref.id)
-				key := u.rowKey(ref.ns, ref.id)
+			for _, at := range u.refs(ids) {
+				ws, err := u.svc.GetWorkspace(frontend.WithNamespace(r.ctx, at.ns), at.id)
+				key := u.rowKey(at.ns, at.id)
 				if outdatedBy != nil {
 					switch {
 					case err == nil:
@@ -167,7 +179,7 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 					if err := u.writeRow(&buf, r, f, *ws, shown); err != nil {
 						return err
 					}
-				case shown[key]:
+				case shown[key] != (ref{}):
 					delete(shown, key)
 					fmt.Fprintf(&buf, "<template><tr id=\"ws-%s\" hx-swap-oob=\"delete\"></tr></template>\n", key)
 				}
@@ -181,7 +193,7 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 			}
 			clear(shown)
 			for _, row := range rows {
-				shown[row.Key] = true
+				shown[row.Key] = u.refOf(row.Workspace)
 			}
 			buf.WriteString("<template>")
 			if err := u.partial(&buf, "rows", listData{Filter: f, Rows: rows, Total: total}); err != nil {
@@ -229,9 +241,10 @@ func rowsDigest(rows []rowView) string {
 
 // writeRow writes the out-of-band swap of one row: a replacement when the page shows it, else an
 // insertion after the row that precedes it in id order (rows stay sorted without a reload).
-func (u *UI) writeRow(buf *bytes.Buffer, r *request, f listFilter, ws frontend.Workspace, shown map[string]bool) error {
-	key := u.rowKey(ws.Namespace, ws.ID)
-	if shown[key] {
+// shown holds the page's rows by Key.
+func (u *UI) writeRow(buf *bytes.Buffer, r *request, f listFilter, ws frontend.Workspace, shown map[string]ref) error {
+	key, at := u.rowKey(ws.Namespace, ws.ID), u.refOf(ws)
+	if _, ok := shown[key]; ok {
 		buf.WriteString("<template>")
 		if err := u.partial(buf, "row", u.row(r.Request, r.sess.CSRF, ws, f.All)); err != nil {
 			return err
@@ -240,8 +253,8 @@ func (u *UI) writeRow(buf *bytes.Buffer, r *request, f listFilter, ws frontend.W
 		return nil
 	}
 	prev := ""
-	for k := range shown {
-		if keyBefore(k, key) && (prev == "" || keyBefore(prev, k)) {
+	for k, other := range shown {
+		if u.before(other, at) && (prev == "" || u.before(shown[prev], other)) {
 			prev = k
 		}
 	}
@@ -252,7 +265,7 @@ func (u *UI) writeRow(buf *bytes.Buffer, r *request, f listFilter, ws frontend.W
 	if len(shown) == 0 {
 		buf.WriteString(`<template><tr id="rows-empty" hx-swap-oob="delete"></tr></template>` + "\n")
 	}
-	shown[key] = true
+	shown[key] = at
 	fmt.Fprintf(buf, `<template><tbody hx-swap-oob="%s">`, target)
 	if err := u.partial(buf, "row", u.row(r.Request, r.sess.CSRF, ws, f.All)); err != nil {
 		return err
@@ -299,7 +312,7 @@ func (u *UI) workspaceStream(w http.ResponseWriter, r *request) {
 	defer sub.Close()
 	evs, es, err := u.svc.Events(ctx, id, true)
 	if err != nil {
-		status, msg := message(r.Request, err)
+		status, msg := addressMessage(r.Request, err)
 		http.Error(w, msg, status)
 		return
 	}
@@ -344,7 +357,7 @@ func (u *UI) workspaceStream(w http.ResponseWriter, r *request) {
 		buf.WriteString("<template>")
 		ws, err := u.svc.GetWorkspace(ctx, id)
 		if err != nil {
-			_, msg := message(r.Request, err)
+			_, msg := addressMessage(r.Request, err)
 			fmt.Fprintf(&buf, `<div id="summary" hx-swap-oob="true"><p class="error" role="alert">%s</p></div>`, escape(msg))
 		} else if err := u.partial(&buf, "summary", u.row(r.Request, r.sess.CSRF, *ws, true)); err != nil {
 			return err
@@ -362,6 +375,14 @@ func (u *UI) workspaceStream(w http.ResponseWriter, r *request) {
 
 // ref is one workspace: its namespace and id.
 type ref struct{ ns, id string }
+
+// refOf is ws's ref, its namespace always named.
+func (u *UI) refOf(ws frontend.Workspace) ref {
+	if ws.Namespace == "" {
+		return ref{u.svc.HomeNamespace(), ws.ID}
+	}
+	return ref{ws.Namespace, ws.ID}
+}
 
 // refs pairs each id with every watched namespace, nogoo9's own first.
 func (u *UI) refs(ids []string) []ref {

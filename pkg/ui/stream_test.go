@@ -1,9 +1,13 @@
 package ui
 
 import (
+	"context"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // An event's data is HTML holding text tenants write (a workspace's name, a container's
@@ -44,5 +48,72 @@ func TestAnEventsDataCannotStartAFieldOfItsOwn(t *testing.T) {
 				t.Errorf("the browser rebuilds %q, want %q (the HTML, CRs as line ends)", got, want)
 			}
 		})
+	}
+}
+
+// openListStream opens b's list stream and returns its answer; closing its body ends the stream.
+func openListStream(t *testing.T, b *browser) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("GET", b.url+"/stream", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	resp, err := b.c.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// Each live list holds a subscription, a goroutine and a connection for up to 30 minutes and reads
+// its rows back on every change: one user (over all their sessions) keeps at most MaxListStreams
+// open, another user is not affected, and a stream that ends gives its place back. Before stop 49
+// a user could open as many as they liked (a workspace page's stream was bounded by the service,
+// the list's by nothing).
+func TestOneUsersLiveListsAreBoundedAndEndingOneFreesItsPlace(t *testing.T) {
+	const max = 3
+	f := newFixture(t, Options{InsecureCookie: true, MaxListStreams: max})
+	alice, aliceElsewhere, bob := f.browser(t), f.browser(t), f.browser(t)
+	alice.login("alice-token")
+	aliceElsewhere.login("alice-token")
+	bob.login("bob-token")
+	var open []*http.Response
+	for i := range max {
+		resp := openListStream(t, alice)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("alice's list stream %d: %s, want 200", i+1, resp.Status)
+		}
+		open = append(open, resp)
+	}
+	for _, b := range []*browser{alice, aliceElsewhere} {
+		resp := openListStream(t, b)
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("alice's stream %d (another session: %t): %s, want 429", max+1, b == aliceElsewhere, resp.Status)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if !strings.Contains(string(body), "you already have 3 live workspace lists open") {
+			t.Fatalf("alice's stream %d (another session: %t): %s %q, want 429 saying how many", max+1, b == aliceElsewhere, resp.Status, body)
+		}
+	}
+	if resp := openListStream(t, bob); resp.StatusCode != http.StatusOK {
+		t.Fatalf("bob's list stream while alice holds %d: %s, want 200", max, resp.Status)
+	}
+
+	open[0].Body.Close() // the tab is closed: the server sees the connection end
+	deadline := time.After(10 * time.Second)
+	for {
+		n, freed := f.ui.listStreams.holding("alice")
+		if n < max {
+			break
+		}
+		select {
+		case <-freed:
+		case <-deadline:
+			t.Fatalf("alice still holds %d list streams 10 s after closing one", n)
+		}
+	}
+	if resp := openListStream(t, aliceElsewhere); resp.StatusCode != http.StatusOK {
+		t.Fatalf("alice's list stream after one ended: %s, want 200", resp.Status)
 	}
 }

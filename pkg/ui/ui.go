@@ -47,7 +47,17 @@ type Options struct {
 	ProxyPort string
 	// MaxStream bounds how long one live stream stays open (the browser reconnects); 30 min when 0.
 	MaxStream time.Duration
+	// MaxListStreams bounds the live workspace lists one user (one subject, over all their
+	// sessions) keeps open at once, one per open tab of the list; DefaultMaxListStreams when 0.
+	// A workspace's page's stream is bounded by the service's follow limit instead.
+	MaxListStreams int
 }
+
+// DefaultMaxListStreams is Options.MaxListStreams when it is 0.
+const DefaultMaxListStreams = 8
+
+// maxFormBytes bounds the body of a state-changing request (a form).
+const maxFormBytes = 64 << 10
 
 // UI serves the web UI.
 type UI struct {
@@ -55,6 +65,8 @@ type UI struct {
 	svc   *frontend.Service
 	pages *pageSet
 	mux   *http.ServeMux
+	// listStreams counts the open list streams per subject.
+	listStreams *slots
 }
 
 // New returns the UI; serve it with Handler.
@@ -71,11 +83,14 @@ func New(o Options) (*UI, error) {
 	if o.MaxStream <= 0 {
 		o.MaxStream = 30 * time.Minute
 	}
+	if o.MaxListStreams <= 0 {
+		o.MaxListStreams = DefaultMaxListStreams
+	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
 	}
-	u := &UI{o: o, svc: o.Service, pages: pages, mux: http.NewServeMux()}
+	u := &UI{o: o, svc: o.Service, pages: pages, mux: http.NewServeMux(), listStreams: newSlots(o.MaxListStreams)}
 	u.routes()
 	return u, nil
 }
@@ -116,7 +131,8 @@ func (u *UI) routes() {
 	u.mux.HandleFunc("GET /upgrade-all", u.withSession(u.upgradeAllPage))
 	u.mux.HandleFunc("POST /upgrade-all", u.withSession(u.upgradeAll))
 	u.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		u.renderError(w, r, nil, http.StatusNotFound, "Page not found: there is no page at "+r.URL.Path+"; go back to your workspaces.")
+		// Not the path: a page shows no text a link wrote (docs/security.md).
+		u.renderError(w, r, nil, http.StatusNotFound, "Page not found: nogoo9 has no page at this address; go back to your workspaces.")
 	})
 }
 
@@ -189,7 +205,17 @@ func (u *UI) withSession(h func(http.ResponseWriter, *request)) http.HandlerFunc
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+			// Parsed here, not by PostFormValue, which hides why it failed: a form over the
+			// bound would read as one without its token.
+			if err := parseForm(r); err != nil {
+				var tooBig *http.MaxBytesError
+				if errors.As(err, &tooBig) {
+					ctrl.LoggerFrom(r.Context()).WithName("ui").Info("request refused: form too large", "method", r.Method, "path", r.URL.Path, "user", sess.Caller.Subject, "limit", maxFormBytes)
+					u.renderError(w, r, sess, http.StatusRequestEntityTooLarge, "Request Entity Too Large: the form is larger than 64 KiB; go back, shorten what you typed (a context value, the name) and send it again.")
+					return
+				}
+			}
 			token := r.Header.Get("X-CSRF-Token")
 			if token == "" {
 				token = r.PostFormValue("csrf")
@@ -204,6 +230,17 @@ func (u *UI) withSession(h func(http.ResponseWriter, *request)) http.HandlerFunc
 		ctx := frontend.WithNamespace(auth.WithCaller(r.Context(), sess.Caller), r.PathValue("ns"))
 		h(w, &request{Request: r, sess: sess, sessID: id, ctx: ctx})
 	}
+}
+
+// parseForm reads r's form (url-encoded or multipart) and returns why it could not.
+func parseForm(r *http.Request) error {
+	if err := r.ParseForm(); err != nil {
+		return err
+	}
+	if err := r.ParseMultipartForm(maxFormBytes); err != nil && !errors.Is(err, http.ErrNotMultipart) {
+		return err
+	}
+	return nil
 }
 
 // wsPath is the page of workspace id in namespace ns: /workspaces/<id> in nogoo9's own namespace

@@ -1,19 +1,23 @@
 package ui
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"html"
 	"io"
+	"io/fs"
 	"maps"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -103,6 +107,7 @@ func wsPod(owner, id, version string, ready bool) *corev1.Pod {
 }
 
 type fixture struct {
+	ui   *UI
 	srv  *httptest.Server
 	k8s  client.Client
 	hub  *Hub
@@ -158,7 +163,7 @@ func newFixtureConfig(t testing.TB, o Options, informer frontend.PodInformer, cf
 	}
 	srv := httptest.NewServer(u.Handler())
 	t.Cleanup(srv.Close)
-	return &fixture{srv: srv, k8s: c, hub: o.Hub, tmpl: tmpl}
+	return &fixture{ui: u, srv: srv, k8s: c, hub: o.Hub, tmpl: tmpl}
 }
 
 // browser is an http.Client with a cookie jar that does not follow redirects, sending the
@@ -678,7 +683,7 @@ func TestWorkspacesInAnotherNamespaceHaveTheirOwnPagesAndActions(t *testing.T) {
 		t.Fatalf("a cross-site pin in team-b: %s; want 403 and nothing written", resp.Status)
 	}
 	resp, _ = b.do("POST", "/namespaces/team-b/workspaces/a1/pin", url.Values{"csrf": {csrf}, "action": {"on"}})
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/namespaces/team-b/workspaces/a1?done=pinned&id=a1" {
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/namespaces/team-b/workspaces/a1?done=pinned&id=a1&sig=") {
 		t.Fatalf("pin in team-b: %s to %q", resp.Status, resp.Header.Get("Location"))
 	}
 	if pinned(otherNS) != "true" || pinned(ns) != "" {
@@ -686,12 +691,12 @@ func TestWorkspacesInAnotherNamespaceHaveTheirOwnPagesAndActions(t *testing.T) {
 	}
 	// The old path still means nogoo9's own namespace.
 	resp, _ = b.do("POST", "/workspaces/a1/pin", url.Values{"csrf": {csrf}, "action": {"on"}})
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/workspaces/a1?done=pinned&id=a1" || pinned(ns) != "true" {
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/workspaces/a1?done=pinned&id=a1&sig=") || pinned(ns) != "true" {
 		t.Fatalf("pin by the old path: %s to %q, pinned %q", resp.Status, resp.Header.Get("Location"), pinned(ns))
 	}
 	resp, page = b.do("GET", "/namespaces/elsewhere/workspaces/a1", nil)
-	if resp.StatusCode != http.StatusNotFound || !strings.Contains(page, "namespace &#34;elsewhere&#34; is not watched by nogoo9") {
-		t.Fatalf("an unwatched namespace: %s, want 404 with the service's message\n%s", resp.Status, page)
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(page, "Not found: no workspace you can see has this address") || strings.Contains(page, "elsewhere") {
+		t.Fatalf("an unwatched namespace: %s, want 404 saying there is no such workspace, without the link's namespace\n%s", resp.Status, page)
 	}
 }
 
@@ -797,7 +802,7 @@ func TestListStreamUpdatesTheRowOfAWorkspaceInAnotherNamespace(t *testing.T) {
 
 // The namespace filter: the chosen namespace is in the URL, the page and its live stream show
 // only that namespace's rows (a user's own, or every user's for an admin), and a namespace that
-// cannot be shown is a clear message next to the choice, escaped, never a 500.
+// cannot be shown is a clear message next to the choice that does not repeat it, never a 500.
 func TestNamespaceFilterKeepsToOneNamespaceInThePageAndItsStream(t *testing.T) {
 	a2 := wsPod("alice", "a2", "1.0", true)
 	a2.Namespace = otherNS
@@ -828,10 +833,10 @@ func TestNamespaceFilterKeepsToOneNamespaceInThePageAndItsStream(t *testing.T) {
 			[]string{rowA1, "<option selected>ns</option>", `name="all" value="1"`}, []string{rowA2, rowB1}},
 		{"an admin's list of the team namespace holds every user's there", admin, "/?all=1&namespace=team-b", 200,
 			[]string{rowA2, rowB1}, []string{rowA1}},
-		{"a namespace nogoo9 does not watch", alice, "/?namespace=elsewhere", 404,
-			[]string{`id="namespace-error"`, "namespace &#34;elsewhere&#34; is not watched by nogoo9: use one of [ns, team-b]", `aria-invalid="true"`}, []string{rowA1, rowA2, "sse-connect"}},
-		{"a namespace that is no name is escaped wherever it is shown", alice, "/?namespace=%3Cscript%3Ealert(1)%3C/script%3E", 400,
-			[]string{`id="namespace-error"`, "&lt;script&gt;alert(1)&lt;/script&gt;", "is not a namespace name"}, []string{"<script>alert", rowA1}},
+		{"a namespace nogoo9 does not watch is not named back", alice, "/?namespace=elsewhere", 404,
+			[]string{`id="namespace-error"`, "The namespace asked for is not watched by nogoo9: choose one of [ns, team-b]", `aria-invalid="true"`}, []string{rowA1, rowA2, "sse-connect", "elsewhere"}},
+		{"a namespace that is no name is not shown", alice, "/?namespace=%3Cscript%3Ealert(1)%3C/script%3E", 400,
+			[]string{`id="namespace-error"`, "The namespace asked for is not a namespace name: choose one of [ns, team-b]"}, []string{"alert(1)", rowA1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1005,5 +1010,214 @@ func TestOneClientsGarbageTokensDoNotLockOthersOutOfTheLogin(t *testing.T) {
 	}
 	if resp, body := post(alice, "alice-token"); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("a valid token from another address: %s, want 303 (logged in)\n%s", resp.Status, body)
+	}
+}
+
+// No page says what a link wrote, with a session or without: not the path of a page that does
+// not exist, not a namespace or workspace id that names none (in the query or the path), not a
+// confirmation nogoo9 did not issue. A link could otherwise make nogoo9's own page say "nogoo9
+// has moved: log in at ..." (docs/security.md). Each page still says what to do. Before stop 49
+// the 404 page, the namespace filter (its heading and its message) and the service's texts for a
+// workspace or namespace that is none all repeated the link.
+func TestPagesShowNoTextFromTheirURL(t *testing.T) {
+	const (
+		lure  = "nogoo9 has moved: log in at nogoo9-corp.example"
+		label = "nogoo9-moved-log-in-at-nogoo9-corp" // a lure that is a valid workspace id
+	)
+	f := newFixtureConfig(t, Options{InsecureCookie: true}, nil, twoNamespaces, wsPod("alice", "a1", "1.0", true))
+	anon := f.browser(t)
+	if resp, page := anon.do("GET", "/"+url.PathEscape(lure), nil); resp.StatusCode != http.StatusNotFound || !strings.Contains(page, "go back to your workspaces") || strings.Contains(page, "nogoo9-corp") {
+		t.Errorf("GET /<lure> without a session: %s, want 404 saying what to do and not the path\n%s", resp.Status, page)
+	}
+	b := f.browser(t)
+	b.login("alice-token")
+	for _, tc := range []struct {
+		name, path string
+		status     int
+		says       string
+	}{
+		{"a page that does not exist", "/" + url.PathEscape(lure), 404, "nogoo9 has no page at this address"},
+		{"the list filtered by a namespace that is no name", "/?namespace=" + url.QueryEscape(lure), 400, "choose one of [ns, team-b]"},
+		{"the list filtered by a namespace nogoo9 does not watch", "/?namespace=" + label, 404, "choose one of [ns, team-b]"},
+		{"the list's stream filtered by a namespace that is no name", "/stream?namespace=" + url.QueryEscape(lure), 400, "choose one of [ns, team-b]"},
+		{"the new-workspace form for a namespace that is no name", "/workspaces/new?namespace=" + url.QueryEscape(lure), 200, "choose one of [ns, team-b]"},
+		{"the new-workspace form for a namespace nogoo9 does not watch", "/workspaces/new?namespace=" + label, 200, "choose one of [ns, team-b]"},
+		{"the page of a workspace id that is none", "/workspaces/" + url.PathEscape(lure), 400, "go back to your workspaces"},
+		{"the page of a workspace that does not exist", "/workspaces/" + label, 404, "go back to your workspaces"},
+		{"the delete page of a workspace that does not exist", "/workspaces/" + label + "/delete", 404, "go back to your workspaces"},
+		{"the stream of a workspace that does not exist", "/workspaces/" + label + "/stream", 404, "go back to your workspaces"},
+		{"a workspace in a namespace that is no name", "/namespaces/" + url.PathEscape(lure) + "/workspaces/a1", 400, "go back to your workspaces"},
+		{"a workspace in a namespace nogoo9 does not watch", "/namespaces/" + label + "/workspaces/a1", 404, "go back to your workspaces"},
+		{"a confirmation nogoo9 did not sign", "/?done=deleted&id=" + label, 200, "My workspaces"},
+		{"a workspace page's confirmation nogoo9 did not sign", "/workspaces/a1?done=pinned&id=" + label, 200, "Workspace a1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, page := b.do("GET", tc.path, nil)
+			if resp.StatusCode != tc.status || !strings.Contains(page, tc.says) {
+				t.Errorf("GET %s: %s, want %d saying %q\n%s", tc.path, resp.Status, tc.status, tc.says, page)
+			}
+			if strings.Contains(page, "nogoo9-corp") {
+				t.Errorf("GET %s shows the link's words:\n%s", tc.path, page)
+			}
+		})
+	}
+}
+
+// A form over the 64 KiB bound is refused as too large, saying so and how large it may be. Before
+// stop 49 the bound cut the form short unseen, its CSRF token read as missing, and the person who
+// pasted a long value was told the form was stale (403).
+func TestAFormOverTheBoundIsRefusedAsTooLargeNotAsStale(t *testing.T) {
+	f := newFixture(t, Options{InsecureCookie: true}, wsPod("alice", "a1", "1.0", true))
+	b := f.browser(t)
+	csrf := b.login("alice-token")
+	big := strings.Repeat("x", 70<<10)
+	form := url.Values{"csrf": {csrf}, "template": {"python"}, "id": {"big"}, "ctx.repo": {big}}
+	for _, tc := range []struct {
+		name string
+		hdr  []string
+	}{
+		{"a page's form", nil},
+		{"htmx's request, its token in a header", []string{"HX-Request", "true", "X-CSRF-Token", csrf}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, page := b.do("POST", "/workspaces", form, tc.hdr...)
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(page, "the form is larger than 64 KiB; go back, shorten") {
+				t.Errorf("a 70 KiB form: %s, want 413 naming the bound\n%s", resp.Status, page)
+			}
+		})
+	}
+	t.Run("a multipart form", func(t *testing.T) {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		for k, v := range form {
+			_ = mw.WriteField(k, v[0])
+		}
+		_ = mw.Close()
+		req, _ := http.NewRequest("POST", b.url+"/workspaces", &body)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		resp, err := b.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("a 70 KiB multipart form: %s, want 413", resp.Status)
+		}
+	})
+	var pods corev1.PodList
+	if err := f.k8s.List(context.Background(), &pods); err != nil || len(pods.Items) != 1 {
+		t.Fatalf("a refused form changed the pods: %d, want a1 only (%v)", len(pods.Items), err)
+	}
+	// Under the bound nothing changed: the token is read from the form as before.
+	if resp, page := b.do("POST", "/workspaces/a1/pin", url.Values{"csrf": {csrf}, "action": {"on"}, "padding": {strings.Repeat("x", 60<<10)}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("a 60 KiB form: %s, want it done (303)\n%s", resp.Status, page)
+	}
+}
+
+var (
+	elementIDRe = regexp.MustCompile(`\sid="([^"]*)"`)
+	plainIDRe   = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+)
+
+// htmx swaps out of band every element whose id a fragment names, so an id on a page must be one
+// element's. A workspace's id is its tenant's choice (or any label a writer of pods sets): "all-slot"
+// gave its Upgrade button the id of the header's slot (upgrade-all-slot), which every live update
+// of an admin's list swaps, and the same id in nogoo9's namespace as "<ns>_<id>" elsewhere gave
+// two rows one id. Every page and stream fragment here holds each id once.
+func TestAWorkspaceIdCannotTakeAnotherElementsId(t *testing.T) {
+	var pods []*corev1.Pod
+	for _, id := range []string{"all-slot", "all", "all-summary", "all-result", "rows", "rows-empty", "summary", "events", "main", "logout"} {
+		pods = append(pods, wsPod("bob", id, "1.0", true))
+	}
+	underscored := wsPod("bob", "team-b_a1", "1.0", true) // a label value, not an id a spawn allows
+	other := wsPod("alice", "a1", "1.0", true)
+	other.Namespace, other.UID = otherNS, "uid-other-a1"
+	dotted := wsPod("alice", "a.b", "1.0", true)
+	pods = append(pods, underscored, other, dotted)
+	f := newFixtureConfig(t, Options{InsecureCookie: true}, nil, twoNamespaces, pods...)
+	admin := f.browser(t)
+	csrf := admin.login("admin-token")
+	unique := func(t *testing.T, what, page string) {
+		t.Helper()
+		seen := map[string]bool{}
+		for _, m := range elementIDRe.FindAllStringSubmatch(page, -1) {
+			if seen[m[1]] {
+				t.Errorf("%s: id=%q is on more than one element", what, m[1])
+			}
+			seen[m[1]] = true
+			if !plainIDRe.MatchString(m[1]) {
+				t.Errorf("%s: id=%q is not a plain CSS identifier (htmx finds targets by selector)", what, m[1])
+			}
+		}
+		if !seen["upgrade-all-slot"] {
+			t.Errorf("%s lacks the header's upgrade-all-slot", what)
+		}
+	}
+	_, list := admin.do("GET", "/?all=1", nil)
+	if strings.Count(list, "<tr id=") != len(pods) {
+		t.Fatalf("the list does not show the %d workspaces:\n%s", len(pods), list)
+	}
+	unique(t, "the list", list)
+	if !strings.Contains(list, `id="ws-all-slot__upgrade"`) || !strings.Contains(list, `hx-target="#ws-all-slot__msg"`) {
+		t.Errorf("the list lacks all-slot's Upgrade button or its message target")
+	}
+	if n := strings.Count(list, `<tr id="ws-_`); n != 2 || !strings.Contains(list, `<tr id="ws-team-b_a1"`) {
+		t.Errorf("want team-b's a1 as ws-team-b_a1 and the ids team-b_a1 and a.b hex-encoded (2 rows), got %d encoded", n)
+	}
+	_, page := admin.do("GET", "/workspaces/all-slot", nil)
+	unique(t, "all-slot's page", page)
+	read, _ := admin.pageStream(t, "/?all=1")
+	read("upgrade-all-slot") // the stream's first update: the header's button
+	f.hub.changed("all-slot")
+	unique(t, "the stream's header and row updates", read("id: ")) // the row's update
+
+	_, page = admin.do("GET", "/upgrade-all", nil)
+	unique(t, "the upgrade-all confirmation", page)
+	_, page = admin.do("POST", "/upgrade-all", url.Values{"csrf": {csrf}})
+	unique(t, "the upgrade-all result", page)
+}
+
+// An element id made from data starts with a prefix reserved for it (ws- for a workspace's
+// elements, result- for a result's row, tpl- for a template's choice, ctx- for a context field),
+// and no fixed id, in a template or in the fragments the streams write, starts with one: data
+// can then never make an id a page already has.
+func TestNoFixedElementIDStartsWithAPrefixReservedForData(t *testing.T) {
+	reserved := []string{"ws-", "result-", "tpl-", "ctx-"}
+	var sources []string
+	_ = fs.WalkDir(templateFS, "templates", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			sources = append(sources, path)
+		}
+		return nil
+	})
+	goFiles, _ := filepath.Glob("*.go")
+	for _, g := range goFiles {
+		if !strings.HasSuffix(g, "_test.go") {
+			sources = append(sources, g)
+		}
+	}
+	fixed := 0
+	for _, src := range sources {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`\bid=\\?"([^"\\]*)\\?"`).FindAllStringSubmatch(string(b), -1) {
+			id := m[1]
+			fromData := strings.Contains(id, "{{") || strings.Contains(id, "%")
+			prefixed := slices.ContainsFunc(reserved, func(p string) bool { return strings.HasPrefix(id, p) })
+			switch {
+			case fromData && !prefixed:
+				t.Errorf("%s: id=%q is made from data without a reserved prefix %v", src, id, reserved)
+			case !fromData && prefixed:
+				t.Errorf("%s: the fixed id=%q starts with a prefix reserved for ids made from data %v", src, id, reserved)
+			case !fromData:
+				fixed++
+			}
+		}
+	}
+	if fixed < 20 {
+		t.Fatalf("found only %d fixed ids in %v: the search is broken", fixed, sources)
 	}
 }

@@ -76,10 +76,10 @@ var _ = Describe("Web UI across two namespaces in a real browser", Ordered, Labe
 
 		By("alice stops and starts it on its page; the admin's filtered list follows live")
 		admin.eval(`window.__noReload = "yes"; ""`)
-		alice.clickLive("stop-" + key)
+		alice.clickLive("ws-" + key + "__stop")
 		alice.waitJS(`document.getElementById("summary").textContent.includes("Stopped")`)
 		admin.waitJS(uiRowPhase(key) + ` === "Stopped"`)
-		alice.clickLive("start-" + key)
+		alice.clickLive("ws-" + key + "__start")
 		alice.waitJS(`document.getElementById("summary").textContent.includes("Ready")`)
 		admin.waitJS(uiRowPhase(key) + ` === "Ready"`)
 		Expect(admin.eval(`window.__noReload`)).To(Equal("yes"), "the filtered list changed without a reload")
@@ -93,7 +93,8 @@ var _ = Describe("Web UI across two namespaces in a real browser", Ordered, Labe
 		By("a namespace nogoo9 does not watch is a clear message, not an error page")
 		admin.open("/?all=1&namespace=not-watched")
 		admin.waitJS(`document.getElementById("namespace-error") !== null`)
-		Expect(admin.text("#namespace-error")).To(ContainSubstring(`namespace "not-watched" is not watched by nogoo9`))
+		Expect(admin.text("#namespace-error")).To(And(ContainSubstring("The namespace asked for is not watched by nogoo9"), Not(ContainSubstring("not-watched"))),
+			"the page names what to do, never words from its link")
 
 		By("alice deletes it from its page")
 		alice.open(page + "/delete")

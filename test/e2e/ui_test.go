@@ -256,7 +256,7 @@ var _ = Describe("Web UI in a real browser", Ordered, Label("ui"), func() {
 		Expect(alice.text("#ws-alice-box .badge.outdated")).To(ContainSubstring("Outdated: 2.0 available"))
 		alice.screenshot("ui-list-outdated.png")
 
-		alice.clickLive("upgrade-alice-box")
+		alice.clickLive("ws-alice-box__upgrade")
 		alice.waitJS(`window.__phases.includes("Upgrading")`)
 		alice.waitJS(uiRowPhase("alice-box") + ` === "Ready" && document.querySelector("#ws-alice-box .badge.outdated") === null && document.getElementById("ws-alice-box").textContent.includes("python 2.0")`)
 		Expect(alice.eval(`window.__noReload`)).To(Equal("yes"), "the page must not have reloaded")
@@ -272,7 +272,7 @@ var _ = Describe("Web UI in a real browser", Ordered, Label("ui"), func() {
 		shown := `Array.from(document.querySelectorAll("#events li")).some(li => li.querySelector("strong").textContent === %q && li.querySelector(".emsg").textContent.includes(%q))`
 		alice.eval(`window.__noReload = "yes"; ""`)
 		uiBumpTemplate(ns, "python", "3.0")
-		alice.clickLive("upgrade-alice-box")
+		alice.clickLive("ws-alice-box__upgrade")
 		alice.waitJS(fmt.Sprintf(shown, "UpgradeStarted", "to 3.0 of template"))
 		alice.waitJS(fmt.Sprintf(shown, "UpgradeSucceeded", "(version 3.0)"))
 		Expect(alice.eval(`window.__noReload`)).To(Equal("yes"), "the events arrived without a reload")
