@@ -111,6 +111,7 @@ type updateOptions struct {
 // proxyLimits are the proxy's bounds on what a workspace pod and a client may make it hold.
 type proxyLimits struct {
 	headerTimeout     time.Duration
+	bodyTimeout       time.Duration
 	maxHeaderBytes    int64
 	max1xx            int
 	maxSetCookies     int
@@ -154,6 +155,7 @@ func main() {
 	flag.DurationVar(&o.proxyGrace, "proxy-not-ready-grace", proxy.DefaultNotReadyGrace, "How long a pod may stay not-ready before the proxy closes the WebSockets opened on it.")
 	flag.BoolVar(&o.insecureCookie, "insecure-cookie", false, "Drop the Secure attribute and the __Host- prefix of the proxy's login cookie (plain-HTTP development on loopback only).")
 	flag.DurationVar(&o.proxyLimits.headerTimeout, "proxy-response-header-timeout", proxy.DefaultResponseHeaderTimeout, "How long the proxy waits for a workspace pod's response headers before answering 502 (negative: as long as the client waits).")
+	flag.DurationVar(&o.proxyLimits.bodyTimeout, "proxy-request-body-timeout", proxy.DefaultRequestBodyTimeout, "How long the proxy waits for more of a client's request body before answering 408 and closing the connection (negative: as long as the client takes).")
 	flag.Int64Var(&o.proxyLimits.maxHeaderBytes, "proxy-max-response-header-bytes", proxy.DefaultMaxResponseHeaderBytes, "Bytes a workspace pod may send before its response headers end (informational answers included); more gets the client a 502.")
 	flag.IntVar(&o.proxyLimits.max1xx, "proxy-max-1xx-responses", proxy.DefaultMax1xxResponses, "Informational (1xx) answers a workspace pod may send before the final one; more gets the client a 502.")
 	flag.IntVar(&o.proxyLimits.maxSetCookies, "proxy-max-set-cookies", proxy.DefaultMaxSetCookies, "Set-Cookie headers one answer of a workspace pod may carry; more gets the client a 502.")
@@ -347,6 +349,7 @@ func run(o options) error {
 			InsecureCookie: o.insecureCookie,
 
 			ResponseHeaderTimeout:  o.proxyLimits.headerTimeout,
+			RequestBodyTimeout:     o.proxyLimits.bodyTimeout,
 			MaxResponseHeaderBytes: o.proxyLimits.maxHeaderBytes,
 			Max1xxResponses:        o.proxyLimits.max1xx,
 			MaxSetCookies:          o.proxyLimits.maxSetCookies,

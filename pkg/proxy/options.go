@@ -51,6 +51,12 @@ type Options struct {
 	// connection gets a 429 and is closed. 0 selects the default; a negative value disables it
 	// (for example behind an ingress that is the only client and enforces its own limits).
 	MaxConnsPerClient int
+	// RequestBodyTimeout bounds each wait for more of a request body (nginx's
+	// client_body_timeout): a client that sends nothing for this long while the proxy reads its
+	// body gets 408 and loses the connection, and the pod connection the body was going to is
+	// closed. The whole body may take any time as long as bytes keep coming. 0 selects the
+	// default; a negative value waits as long as the client likes.
+	RequestBodyTimeout time.Duration
 	// MaxIdleConnsPerPod is the keep-alive pool per pod address. A small pool makes a busy proxy
 	// open and close a connection per request (the standard library's default of 2 costs 3x).
 	MaxIdleConnsPerPod int
@@ -90,6 +96,8 @@ const (
 	DefaultMax1xxResponses = 10
 	// DefaultMaxSetCookies is far above what one answer of a real application sets.
 	DefaultMaxSetCookies = 32
+	// DefaultRequestBodyTimeout is nginx's client_body_timeout default.
+	DefaultRequestBodyTimeout = time.Minute
 	// DefaultMaxConnsPerClient is connlimit's default.
 	DefaultMaxConnsPerClient = connlimit.DefaultMaxPerClient
 )
@@ -115,6 +123,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ResponseHeaderTimeout == 0 {
 		o.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	}
+	if o.RequestBodyTimeout == 0 {
+		o.RequestBodyTimeout = DefaultRequestBodyTimeout
 	}
 	if o.MaxResponseHeaderBytes < 0 || o.Max1xxResponses < 0 || o.MaxSetCookies < 0 {
 		return o, fmt.Errorf("proxy: response limits must not be negative (max response header bytes %d, max 1xx responses %d, max Set-Cookie headers %d): use 0 for the defaults",

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/net/http/httpguts"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -161,6 +162,13 @@ func (p *Proxy) OpenWebSockets(uid string) int { return p.conns.count(typesUID(u
 // On the lean loop, r's header map may lack the fields lazyField names (nothing on the way to
 // the fast path reads them): every other path makes it whole first (wholeHeader).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Body != http.NoBody && r.Body != nil && p.opts.RequestBodyTimeout > 0 {
+		// net/http's server only: the lean loop serves no request with a body.
+		var b *bodyWatch
+		if r, b = p.watchBody(w, r); b != nil {
+			defer b.finish()
+		}
+	}
 	if strings.HasPrefix(r.URL.Path, ReservedPrefix) {
 		wholeHeader(w, r)
 		p.serveOwn(w, r)
@@ -305,11 +313,20 @@ func (p *Proxy) newReverseProxy(t *target) *httputil.ReverseProxy {
 		ErrorLog:      p.errorLog,
 		ErrorHandler:  p.errorHandler,
 		ModifyResponse: func(res *http.Response) error {
+			if err := badStatus(res.StatusCode); err != nil {
+				return err // net/http's Transport hands such an answer on
+			}
 			if err := p.filterResponseCookies(res.Header, res.Request); err != nil {
 				return err
 			}
 			if res.StatusCode != http.StatusSwitchingProtocols {
 				return nil
+			}
+			// ReverseProxy checks the switch only after this function, and leaves the body of one
+			// it refuses open: refused here, before the connection is tracked, the body is closed
+			// (ReverseProxy closes it on an error from here) and the client gets a 502.
+			if err := switchRefused(res); err != nil {
+				return err
 			}
 			rwc, ok := res.Body.(io.ReadWriteCloser)
 			if !ok {
@@ -324,6 +341,47 @@ func (p *Proxy) newReverseProxy(t *target) *httputil.ReverseProxy {
 			return nil
 		},
 	}
+}
+
+// switchRefused is ReverseProxy's check of a 101 answer (handleUpgradeResponse), made before the
+// answer's connection is tracked: the answer must name, in Connection and Upgrade, the protocol
+// the request asked for (printable ASCII, in any case). ReverseProxy returns without closing the
+// body of a switch it refuses, so a tracked one would stay in the registry (and count as an open
+// WebSocket) until its pod is deleted.
+func switchRefused(res *http.Response) error {
+	var want string
+	if res.Request != nil {
+		want = upgradeType(res.Request.Header)
+	}
+	got := upgradeType(res.Header)
+	if got == "" || !printableASCII(got) || !asciiEqualFold(got, want) {
+		if len(got) > maxQuotedProtocol {
+			got = got[:maxQuotedProtocol] + "..." // the pod's bytes, in the client's answer
+		}
+		return &boundError{fmt.Sprintf("the workspace pod switched to protocol %q when %q was asked for", got, want)}
+	}
+	return nil
+}
+
+// maxQuotedProtocol bounds how much of a refused Upgrade value the 502 and the log quote.
+const maxQuotedProtocol = 64
+
+// upgradeType is the protocol h's Upgrade names when its Connection lists "upgrade"
+// (ReverseProxy's rule).
+func upgradeType(h http.Header) string {
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // Read-only header values shared by every request.
@@ -482,8 +540,16 @@ func (p *Proxy) filterResponseCookies(h http.Header, r *http.Request) error {
 	return nil
 }
 
-// errorHandler answers 502 with a short reason when the pod cannot be reached.
+// errorHandler answers 502 with a short reason when the pod cannot be reached, and 408 when
+// the request failed because its body stalled (bodytimeout.go).
 func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	if bodyStalled(r) {
+		// Checked first: the stalled read cancelled the request's context too.
+		p.log.Info("request body stalled", "host", r.URL.Host, "path", r.URL.Path, "timeout", p.opts.RequestBodyTimeout.String())
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("408 Request Timeout: no byte of the request body arrived for %s", p.opts.RequestBodyTimeout), http.StatusRequestTimeout)
+		return
+	}
 	if errors.Is(err, context.Canceled) {
 		return // the client went away; nobody reads an answer
 	}

@@ -596,8 +596,13 @@ func (lc *leanConn) readRequest(n int) (*http.Request, bool) {
 
 // leanEligible is a quick look at the raw request headers: HTTP/1.1, exactly one Host header,
 // and no header that asks for a body, an upgrade or an interim answer. Content-Length is allowed
-// only as 0.
+// only as 0. A bare LF (not after a CR) sends the request to net/http: http.ReadRequest ends a
+// line there and the lines below are cut at CRLF only, so "X: y\nUpgrade: websocket" would
+// hide an upgrade in X's value (fillHeader refuses it too).
 func leanEligible(head []byte) bool {
+	if hasBareLF(head) {
+		return false
+	}
 	line, rest, ok := bytes.Cut(head, []byte("\r\n"))
 	if !ok || !bytes.HasSuffix(line, []byte(" HTTP/1.1")) {
 		return false
@@ -636,6 +641,20 @@ func leanEligible(head []byte) bool {
 	return hosts == 1
 }
 
+// hasBareLF reports whether b has an LF that is not preceded by a CR.
+func hasBareLF(b []byte) bool {
+	for off := 0; ; {
+		i := bytes.IndexByte(b[off:], '\n')
+		if i < 0 {
+			return false
+		}
+		if off+i == 0 || b[off+i-1] != '\r' {
+			return true
+		}
+		off += i + 1
+	}
+}
+
 // asciiEqualFold compares a field name (bytes of the request or a string) with s, folding ASCII
 // letters only, no Unicode folding (a field name is ASCII).
 func asciiEqualFold[T string | []byte](b T, s string) bool {
@@ -657,13 +676,19 @@ func asciiEqualFold[T string | []byte](b T, s string) bool {
 	return true
 }
 
-// validForServer is what net/http's server checks beyond http.ReadRequest; a request failing
-// it goes to net/http, which answers 400.
+// validForServer is what net/http's server checks beyond http.ReadRequest, and what the lean
+// loop cannot serve: a request failing it goes to net/http, which answers 400 or serves it. The
+// parsed request is checked again for what leanEligible looked for in the raw lines (an upgrade,
+// which needs a Hijacker; Expect; a body), so that a line leanEligible read otherwise than
+// http.ReadRequest can never bring such a request to the loop.
 func validForServer(req *http.Request) bool {
 	if req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Method == http.MethodConnect || req.ContentLength > 0 {
 		return false
 	}
-	if req.Body != nil && req.Body != http.NoBody {
+	if req.Body != nil && req.Body != http.NoBody || len(req.TransferEncoding) > 0 {
+		return false
+	}
+	if req.Header["Upgrade"] != nil || req.Header["Expect"] != nil {
 		return false
 	}
 	// http.ReadRequest has moved the Host header (one: leanEligible counted them) to req.Host.

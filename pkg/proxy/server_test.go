@@ -397,3 +397,155 @@ func TestLeanServerTimeouts(t *testing.T) {
 		t.Fatal("a connection was handed to net/http: this test is about the lean loop")
 	}
 }
+
+// TestALineBreakCannotHideAnUpgradeFromTheLeanLoop: http.ReadRequest ends a header line at a bare
+// LF, the lean loop's own look at the lines (leanEligible) cut them at CRLF only, so
+// "X: y\nUpgrade: websocket" passed it as one line and the loop served an upgrade it cannot
+// hijack for: the client got a 502, the pod connection stayed open until the client left, and
+// its entry stayed in the registry. Such a request now goes to net/http, on a connection the
+// loop has served a plain request on first (pipelined), and is served like any other: the
+// switch works, and nothing is left open once the client is gone.
+func TestALineBreakCannotHideAnUpgradeFromTheLeanLoop(t *testing.T) {
+	var upgraded atomic.Int64
+	host, port, _ := net.SplitHostPort(podEvery(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.Header.Get("Upgrade") == "" {
+				if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain"); err != nil {
+					return
+				}
+				continue
+			}
+			upgraded.Add(1)
+			defer upgraded.Add(-1)
+			if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"); err != nil {
+				return
+			}
+			_, _ = io.Copy(c, br) // echo until the proxy closes the connection
+			return
+		}
+	}))
+	p, addr := startProxy(t, Options{}, host, port)
+	c := dialProxy(t, addr)
+	if _, err := io.WriteString(c, leanGet("plain")+
+		"GET /ws/jane/demo/echo HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer bench\r\nX: y\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	for _, want := range []string{"200 plain", "101 "} {
+		if got, err := readAnswer(c, br); err != nil || got != want {
+			t.Fatalf("answer %q, %v; want %q", got, err, want)
+		}
+	}
+	if _, err := io.WriteString(c, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != "ping" {
+		t.Fatalf("echo %q, %v", got, err)
+	}
+	if s := p.lean.Load(); s.served.Load() != 1 || s.handedOff.Load() != 1 {
+		t.Fatalf("the lean loop served %d requests and handed off %d connections; want 1 and 1", s.served.Load(), s.handedOff.Load())
+	}
+	if n := p.OpenWebSockets("uid-lean"); n != 1 {
+		t.Fatalf("%d WebSockets tracked, want 1", n)
+	}
+	_ = c.Close()
+	waitFor(t, "no WebSocket tracked and no upgraded pod connection open", func() bool {
+		return p.OpenWebSockets("uid-lean") == 0 && upgraded.Load() == 0
+	})
+}
+
+// TestTheLeanLoopLeavesToNetHTTPWhatItCannotServe: a request the lean loop cannot serve (an
+// upgrade, which needs a Hijacker; Expect; a body) goes to net/http whichever way its lines are
+// spelled: leanEligible refuses a bare LF, and validForServer looks again at what
+// http.ReadRequest made of the lines, so that no other difference between the two readings can
+// bring such a request to the loop.
+func TestTheLeanLoopLeavesToNetHTTPWhatItCannotServe(t *testing.T) {
+	const start = "GET / HTTP/1.1\r\nHost: proxy.example\r\n"
+	for _, tc := range []struct {
+		name, head string
+		lean       bool // the lean loop serves it
+	}{
+		{"a plain request", start + "X: y\r\n\r\n", true},
+		{"an upgrade behind a bare LF", start + "X: y\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", false},
+		{"Expect behind a bare LF", start + "X: y\nExpect: 100-continue\r\n\r\n", false},
+		{"Transfer-Encoding behind a bare LF", start + "X: y\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", false},
+		{"a second Host behind a bare LF", start + "X: y\nHost: other.example\r\n\r\n", false},
+		{"a bare LF after the request line", "GET / HTTP/1.1\nHost: proxy.example\r\n\r\n", false},
+		{"a bare LF as the first byte of a line", start + "\nX: y\r\n\r\n", false},
+		{"a bare LF ending the head", start + "X: y\r\n\n", false},
+		{"an LF at the end of a value, before the CRLF", start + "X: y\n\r\n\r\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			head := []byte(tc.head)
+			if got := leanEligible(head); got != tc.lean {
+				t.Errorf("leanEligible = %v, want %v", got, tc.lean)
+			}
+		})
+	}
+	// What validForServer refuses in the parsed request, whatever leanEligible said.
+	for _, tc := range []struct{ name, fields string }{
+		{"Upgrade", "Upgrade: websocket\r\nConnection: Upgrade\r\n"},
+		{"Expect", "Expect: 100-continue\r\n"},
+		{"Transfer-Encoding", "Transfer-Encoding: chunked\r\n"},
+	} {
+		t.Run("validForServer refuses "+tc.name, func(t *testing.T) {
+			req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(start + tc.fields + "\r\n0\r\n\r\n")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if validForServer(req) {
+				t.Errorf("validForServer takes a request with %s", tc.name)
+			}
+		})
+	}
+	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(start + "X: y\r\n\r\n")))
+	if err != nil || !validForServer(req) {
+		t.Fatalf("validForServer refuses a plain request (%v)", err)
+	}
+}
+
+// TestAStatusBelow100IsABadGateway: http.ReadResponse reads any three digits as a status, and a
+// pod's "099" was taken for an informational answer (or, through net/http's Transport, for a
+// final one) and handed to WriteHeader, which panics outside 100-999: the client's connection was
+// reset instead of answered. On both servers, the fast path and ReverseProxy, and either
+// transport, the client now gets a 502 that names the status.
+func TestAStatusBelow100IsABadGateway(t *testing.T) {
+	for _, pod := range []struct {
+		answer string
+		code   int
+	}{
+		{"HTTP/1.1 099 Odd\r\nContent-Length: 0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 99},
+		{"HTTP/1.1 000 Zero\r\nContent-Length: 2\r\n\r\nok", 0},
+	} {
+		host, port, _ := answeringPod(t, pod.answer)
+		for _, tc := range []struct {
+			name string
+			opts Options
+		}{
+			{"lean loop, fast path", Options{}},
+			{"net/http's server, fast path", Options{StandardServer: true}},
+			{"lean loop, ReverseProxy", Options{NoFastPath: true}},
+			{"net/http's server, ReverseProxy", Options{StandardServer: true, NoFastPath: true}},
+			{"lean loop, net/http's Transport", Options{StandardTransport: true}},
+			{"net/http's server, net/http's Transport", Options{StandardServer: true, StandardTransport: true}},
+		} {
+			t.Run(fmt.Sprintf("%03d/%s", pod.code, tc.name), func(t *testing.T) {
+				_, addr := startProxy(t, tc.opts, host, port)
+				c := dialProxy(t, addr)
+				if _, err := io.WriteString(c, leanGet("x")); err != nil {
+					t.Fatal(err)
+				}
+				got, err := readWholeAnswer(bufio.NewReader(c))
+				want := fmt.Sprintf("502 502 Bad Gateway: the workspace pod answered with the invalid status %d\n", pod.code)
+				if err != nil || got != want {
+					t.Fatalf("answer %q, %v; want %q", got, err, want)
+				}
+			})
+		}
+	}
+}

@@ -63,11 +63,21 @@ type responseLimits struct {
 	max1xx int
 }
 
-// boundError is a pod's answer that broke a responseLimits bound; its text is the reason the
-// client reads in the 502.
+// boundError is a pod's answer that broke a responseLimits bound, or that the proxy refuses
+// (badStatus, switchRefused); its text is the reason the client reads in the 502.
 type boundError struct{ reason string }
 
 func (e *boundError) Error() string { return e.reason }
+
+// badStatus refuses a status no ResponseWriter takes (WriteHeader panics outside 100-999):
+// http.ReadResponse reads any three digits, "099" included, and a status under 100 must not be
+// taken for an informational answer either.
+func badStatus(code int) error {
+	if code < 100 || code > 999 {
+		return &boundError{fmt.Sprintf("the workspace pod answered with the invalid status %d", code)}
+	}
+	return nil
+}
 
 func headerBytesError(max int64) error {
 	return &boundError{fmt.Sprintf("the workspace pod sent more than %d bytes of response headers", max)}
@@ -131,10 +141,12 @@ type persistConn struct {
 	// rdl is conn's read deadline; see armHeaderDeadline.
 	rdl readDeadline
 	// relay is the relay loop's WebSocket on this (upgraded) connection, if any; relayClosed
-	// is set by close, after which none is made (wscopy.go, endRelay).
+	// is set by close, after which none is made (wscopy.go, endRelay). tracked is the
+	// connection registry's entry for it (setTracked), removed by close.
 	relayMu     sync.Mutex
 	relay       *relayPair
 	relayClosed bool
+	tracked     *trackedConn
 }
 
 // sentCounter is the request writer's destination: the pod connection, counting the bytes that
@@ -356,6 +368,9 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 		if err != nil {
 			return nil, pc.readErr(err), false
 		}
+		if err := badStatus(res.StatusCode); err != nil {
+			return nil, err, false
+		}
 		if res.StatusCode >= 200 || res.StatusCode == http.StatusSwitchingProtocols {
 			break
 		}
@@ -512,10 +527,15 @@ func (c canceller) do() bool {
 }
 
 // close closes the connection; a relay loop holding its socket (an upgraded connection's) ends
-// that WebSocket first (endRelay).
-func (pc *persistConn) close() {
-	pc.endRelay()
-	_ = pc.conn.Close()
+// that WebSocket first (endRelay), and the connection registry forgets it, whatever closed it
+// (the body's Close, a cancelled request's canceller, closePod).
+func (pc *persistConn) close() error {
+	tc := pc.endRelay()
+	err := pc.conn.Close()
+	if tc != nil {
+		tc.untrack()
+	}
+	return err
 }
 
 // connBody is a response body on a pooled connection: read to its end and closed, it gives the

@@ -38,11 +38,20 @@ type trackedConn struct {
 }
 
 func (c *trackedConn) Close() error {
-	c.once.Do(func() { c.reg.remove(c) })
+	c.untrack()
 	return c.ReadWriteCloser.Close()
 }
 
+// untrack removes c from the registry (once).
+func (c *trackedConn) untrack() { c.once.Do(func() { c.reg.remove(c) }) }
+
 // track registers rwc as a connection to pod and returns the wrapper ReverseProxy must use.
+//
+// A connection the synchronous transport upgraded also leaves the registry when the connection
+// itself is closed, by whatever closes it (persistConn.close): ReverseProxy drops the body of an
+// upgrade it gives up on without closing it (a client that cannot be hijacked), and the request's
+// context then closes the pod connection (roundTrip's canceller), not the body. So an entry lives
+// exactly as long as its pod connection.
 func (reg *connRegistry) track(pod types.UID, rwc io.ReadWriteCloser) *trackedConn {
 	c := &trackedConn{ReadWriteCloser: rwc, reg: reg, pod: pod, opened: time.Now()}
 	reg.mu.Lock()
@@ -53,6 +62,9 @@ func (reg *connRegistry) track(pod types.UID, rwc io.ReadWriteCloser) *trackedCo
 	}
 	m[c] = struct{}{}
 	reg.mu.Unlock()
+	if u, ok := rwc.(*upgradedConn); ok && !u.pc.setTracked(c) {
+		c.untrack() // closed already (the request was cancelled meanwhile)
+	}
 	return c
 }
 

@@ -100,10 +100,7 @@ type upgradedConn struct{ pc *persistConn }
 
 func (u *upgradedConn) Read(p []byte) (int, error)  { return u.pc.br.Read(p) }
 func (u *upgradedConn) Write(p []byte) (int, error) { return u.pc.conn.Write(p) }
-func (u *upgradedConn) Close() error {
-	u.pc.endRelay()
-	return u.pc.conn.Close()
-}
+func (u *upgradedConn) Close() error                { return u.pc.close() }
 
 // relayLoopsOff turns the relay loops off: WebSockets are copied by copyRaw (tests of the
 // fallback).
@@ -144,16 +141,30 @@ func (c *trackedConn) relay(client syscall.RawConn, c2p bool) (n int64, err erro
 
 // endRelay marks pc closed for the relay loops and ends the WebSocket a loop relays on it: the
 // loop holds a duplicate of its descriptor, so closing the net.Conn alone would leave the socket
-// open. shutdown(2) acts on the socket; the loop sees it and ends both halves.
-func (pc *persistConn) endRelay() {
+// open. shutdown(2) acts on the socket; the loop sees it and ends both halves. It returns the
+// registry entry of the WebSocket on pc, if any (close removes it).
+func (pc *persistConn) endRelay() *trackedConn {
 	pc.relayMu.Lock()
 	pc.relayClosed = true
-	p := pc.relay
+	p, tc := pc.relay, pc.tracked
 	pc.relayMu.Unlock()
 	if p != nil {
 		p.close()
 		shutdownRaw(pc.raw)
 	}
+	return tc
+}
+
+// setTracked records tc as the registry entry of the WebSocket on pc, removed when pc is closed;
+// false when pc is closed already.
+func (pc *persistConn) setTracked(tc *trackedConn) bool {
+	pc.relayMu.Lock()
+	defer pc.relayMu.Unlock()
+	if pc.relayClosed {
+		return false
+	}
+	pc.tracked = tc
+	return true
 }
 
 // rawSource is the RawConn under r when r is a TCP connection (possibly wrapped by the lean
