@@ -389,11 +389,7 @@ func TestRollbackOfATemplateCoversEveryWatchedNamespace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []string
-			for _, r := range res {
-				got = append(got, r.Namespace+"/"+r.ID+":"+r.Status)
-			}
-			if want := "a-team/c:upgrading,ns/a:upgrading,team/b:upgrading,team/f:skipped"; strings.Join(got, ",") != want {
+			if got, want := resultSummary(res), "a-team/c:upgrading,ns/a:upgrading,team/b:upgrading,team/f:skipped"; got != want {
 				t.Errorf("rollback of python = %v, want %s", got, want)
 			}
 			for _, key := range []client.ObjectKey{{Namespace: "ns", Name: "ws-a"}, {Namespace: "team", Name: "ws-b"}, {Namespace: "a-team", Name: "ws-c"}} {
@@ -414,11 +410,7 @@ func TestRollbackOfATemplateCoversEveryWatchedNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		for _, r := range res {
-			got = append(got, r.Namespace+"/"+r.ID+":"+r.Status)
-		}
-		if want := "team/b:upgrading,team/f:skipped"; strings.Join(got, ",") != want {
+		if got, want := resultSummary(res), "team/b:upgrading,team/f:skipped"; got != want {
 			t.Errorf("rollback of python in team = %v, want %s", got, want)
 		}
 	})
@@ -433,6 +425,15 @@ func TestRollbackOfATemplateCoversEveryWatchedNamespace(t *testing.T) {
 			t.Errorf("team template's workspace d was rolled back (%v): %v", err, d.Annotations)
 		}
 	})
+}
+
+// resultSummary is "<namespace>/<id>:<status>" of each result, in order, comma-separated.
+func resultSummary(res []UpgradeResult) string {
+	var out []string
+	for _, r := range res {
+		out = append(out, r.Namespace+"/"+r.ID+":"+r.Status)
+	}
+	return strings.Join(out, ",")
 }
 
 // Upgrade-all's entry for a pinned workspace names its namespace, as every other entry does.

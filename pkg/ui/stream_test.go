@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -54,15 +53,7 @@ func TestAnEventsDataCannotStartAFieldOfItsOwn(t *testing.T) {
 // openListStream opens b's list stream and returns its answer; closing its body ends the stream.
 func openListStream(t *testing.T, b *browser) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequest("GET", b.url+"/stream", nil)
-	req.Header.Set("Accept", "text/event-stream")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	resp, err := b.c.Do(req.WithContext(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
+	resp, _ := b.openStream(t, "/stream")
 	return resp
 }
 

@@ -184,18 +184,7 @@ func (f *fixture) browser(t *testing.T) *browser {
 // hdr are more request headers, name then value (Last-Event-ID, as a reconnecting browser sends).
 func (b *browser) stream(t *testing.T, path string, hdr ...string) (read func(want string) string, ctx context.Context) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", b.url+path, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	resp, err := b.c.Do(req.WithContext(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
+	resp, ctx := b.openStream(t, path, hdr...)
 	var got strings.Builder
 	buf := make([]byte, 64<<10)
 	return func(want string) string {
@@ -209,6 +198,25 @@ func (b *browser) stream(t *testing.T, path string, hdr ...string) (read func(wa
 		}
 		return got.String()
 	}, ctx
+}
+
+// openStream sends the request of b's event stream at path, bounded to 20 s (ctx), and returns
+// its answer, closed when the test ends. hdr are more request headers, name then value.
+func (b *browser) openStream(t *testing.T, path string, hdr ...string) (*http.Response, context.Context) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", b.url+path, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	resp, err := b.c.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp, ctx
 }
 
 var sseConnectRe = regexp.MustCompile(`sse-connect="([^"]+)"`)
