@@ -28,7 +28,33 @@ var linksEveryTypedClient = []string{"k8s.io/client-go/kubernetes"}
 // that starts holding one would bring them back without this test noticing; the binary's size in
 // bench/history.md ("Fifth round") would.
 func TestBinaryDoesNotImportTheWholeClientset(t *testing.T) {
+	for imp, file := range binaryImports(t) {
+		for _, bad := range linksEveryTypedClient {
+			if imp == bad {
+				t.Errorf("%s imports %s, which links every API group's typed client into the binary; use the client of the one group it needs (e.g. k8s.io/client-go/kubernetes/typed/core/v1)", file, imp)
+			}
+		}
+	}
+}
+
+// TestBinaryCarriesTheTimeZoneDatabase: nogoo9's image holds nothing but the binary, so no zone
+// files are there, and without the database compiled in (time/tzdata) every update window naming
+// a zone other than UTC ("Mon-Fri 22:00-23:30 Europe/Berlin", the docs' example) was refused, and
+// a template's such window stopped its workspaces' automatic upgrades. The machines the tests run
+// on have zone files, so only the import can be checked here.
+func TestBinaryCarriesTheTimeZoneDatabase(t *testing.T) {
+	if _, ok := binaryImports(t)["time/tzdata"]; !ok {
+		t.Error("no package of the binary imports time/tzdata: named time zones fail to load in an image without zone files (import it where zones are loaded: pkg/updatepolicy)")
+	}
+}
+
+// binaryImports walks the imports of package main and of every package of this module it reaches
+// (test files aside) and returns every import path met, each with a file that imports it. It
+// checks this module's own code only: what dependencies import is not listed.
+func binaryImports(t *testing.T) map[string]string {
+	t.Helper()
 	seen := map[string]bool{}
+	all := map[string]string{}
 	queue := []string{module}
 	reached := 0
 	for len(queue) > 0 {
@@ -45,11 +71,7 @@ func TestBinaryDoesNotImportTheWholeClientset(t *testing.T) {
 			t.Fatalf("read the imports of %s: %v", pkg, err)
 		}
 		for imp, file := range imports {
-			for _, bad := range linksEveryTypedClient {
-				if imp == bad {
-					t.Errorf("%s imports %s, which links every API group's typed client into the binary; use the client of the one group it needs (e.g. k8s.io/client-go/kubernetes/typed/core/v1)", file, imp)
-				}
-			}
+			all[imp] = file
 			if imp == module || strings.HasPrefix(imp, module+"/") {
 				queue = append(queue, imp)
 			}
@@ -59,6 +81,7 @@ func TestBinaryDoesNotImportTheWholeClientset(t *testing.T) {
 	if reached < 10 {
 		t.Fatalf("reached only %d packages of %s from package main; the walk is broken", reached, module)
 	}
+	return all
 }
 
 // packageImports returns each import path of the non-test Go files in dir, with a file that

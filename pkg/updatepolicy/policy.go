@@ -205,7 +205,8 @@ func Decide(in Input, now time.Time) Decision {
 
 // Idle reports whether the workspace has been idle for in.IdleAfter at now, and why.
 //
-// With nogoo9/last-activity present, idle means its time is at least IdleAfter ago. A value that
+// With nogoo9/last-activity present, idle means its time, or the pod's becoming Ready when that
+// came later (a start after a stop), is at least IdleAfter ago. A value that
 // does not parse, or lies in the future, counts as activity now: only nogoo9's proxy writes it,
 // so such a value is a bug or a clock problem, and waiting is the safe side. Without it, nogoo9
 // has seen no activity since it started watching, which says nothing about before: the workspace
@@ -222,6 +223,15 @@ func Idle(in Input, now time.Time) (bool, string) {
 		}
 		if at.After(now) {
 			return false, fmt.Sprintf("its last activity %s is in the future, so it counts as active", at.UTC().Format(time.RFC3339))
+		}
+		// A workspace started (or replaced) after its last activity was not idle while it was
+		// not there: its stopped copy carries the activity of before the stop, and the first
+		// request after a start may reach the proxy's next write after a policy tick.
+		if in.ReadySince.After(at) {
+			if since := now.Sub(in.ReadySince); since < in.IdleAfter {
+				return false, fmt.Sprintf("it became Ready %s ago, after its last activity (idle after %s)", since.Round(time.Second), in.IdleAfter)
+			}
+			return true, fmt.Sprintf("it has been idle since it became Ready at %s", in.ReadySince.UTC().Format(time.RFC3339))
 		}
 		if since := now.Sub(at); since < in.IdleAfter {
 			return false, fmt.Sprintf("it was active %s ago (idle after %s)", since.Round(time.Second), in.IdleAfter)

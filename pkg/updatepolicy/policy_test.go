@@ -119,6 +119,18 @@ func TestDecide(t *testing.T) {
 			i.LastActivity, i.HasLastActivity = now.Add(-10*time.Minute).Format(time.RFC3339), true
 			return i
 		}(), upgrade: true, policy: WhenIdle, reason: "idle since"},
+		// Before, the activity of before a stop (the stopped copy keeps it) made a workspace
+		// started a minute ago idle, and a Recreate upgrade took it from its owner.
+		{name: "when-idle: a start after old activity is not idle until it has been Ready long enough", in: func() Input {
+			i := with(ready(time.Minute), idle)
+			i.LastActivity, i.HasLastActivity = now.Add(-5*time.Hour).Format(time.RFC3339), true
+			return i
+		}(), policy: WhenIdle, reason: "became Ready 1m0s ago, after its last activity"},
+		{name: "when-idle: a start after old activity is idle once Ready for the idle time", in: func() Input {
+			i := with(ready(10*time.Minute), idle)
+			i.LastActivity, i.HasLastActivity = now.Add(-5*time.Hour).Format(time.RFC3339), true
+			return i
+		}(), upgrade: true, policy: WhenIdle, reason: "idle since it became Ready"},
 		{name: "when-idle: activity in the future counts as active", in: func() Input {
 			i := with(ready(time.Hour), idle)
 			i.LastActivity, i.HasLastActivity = now.Add(time.Hour).Format(time.RFC3339), true
@@ -157,6 +169,44 @@ func TestStartOnLatest(t *testing.T) {
 			got, err := StartOnLatest(tc.s)
 			if got != tc.want || (err != nil) != tc.err {
 				t.Errorf("StartOnLatest = %v, %v; want %v, error %v", got, err, tc.want, tc.err)
+			}
+		})
+	}
+}
+
+// A window is a span of real time that opens at its start on a day it names: a daylight-saving
+// change neither skips it nor doubles it. Before, comparing the local clock left "Sun
+// 02:00-03:00 Europe/Berlin" shut all of the spring day (its hour is skipped) and open two hours
+// on the autumn one (its hour is repeated): such workspaces waited a week.
+func TestWindowsAcrossDaylightSavingChanges(t *testing.T) {
+	openFor := func(w Window, from time.Time, d time.Duration) (open time.Duration) {
+		for at := from; at.Before(from.Add(d)); at = at.Add(time.Minute) {
+			if w.Contains(at) {
+				open += time.Minute
+			}
+		}
+		return open
+	}
+	for _, tc := range []struct {
+		name, window string
+		from         time.Time // the local day's midnight, in UTC
+		day          time.Duration
+		want         time.Duration
+	}{
+		{"Berlin, spring forward: the skipped hour", "Sun 02:00-03:00 Europe/Berlin", time.Date(2025, 3, 29, 23, 0, 0, 0, time.UTC), 23 * time.Hour, time.Hour},
+		{"Berlin, fall back: the repeated hour", "Sun 02:00-03:00 Europe/Berlin", time.Date(2025, 10, 25, 22, 0, 0, 0, time.UTC), 25 * time.Hour, time.Hour},
+		{"New York, spring forward, inside the skipped hour", "Sun 02:30-02:45 America/New_York", time.Date(2025, 3, 9, 5, 0, 0, 0, time.UTC), 23 * time.Hour, 15 * time.Minute},
+		{"Berlin, past midnight into the skipped hour", "Sat 23:00-03:00 Europe/Berlin", time.Date(2025, 3, 28, 23, 0, 0, 0, time.UTC), 47 * time.Hour, 4 * time.Hour},
+		{"an ordinary Berlin day", "Sat 04:00-05:00 Europe/Berlin", time.Date(2026, 12, 4, 23, 0, 0, 0, time.UTC), 24 * time.Hour, time.Hour},
+		{"daily, all day, on the autumn day", "daily 00:00-24:00 Europe/Berlin", time.Date(2025, 10, 25, 22, 0, 0, 0, time.UTC), 25 * time.Hour, 25 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := ParseWindow(tc.window)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := openFor(w, tc.from, tc.day); got != tc.want {
+				t.Errorf("%q is open %v of that day, want %v", tc.window, got, tc.want)
 			}
 		})
 	}

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	_ "time/tzdata" // the zone database, for an image without zone files (loadLocation)
 )
 
 // Window is a weekly maintenance window: on Days, from Start to End (minutes after midnight) in
@@ -61,7 +63,7 @@ func ParseWindow(s string) (Window, error) {
 	if fields[2] == "Local" {
 		return Window{}, fmt.Errorf("update window %q: time zone \"Local\" depends on the machine nogoo9 runs on: name the zone, e.g. UTC or Europe/Berlin", s)
 	}
-	if w.Location, err = time.LoadLocation(fields[2]); err != nil {
+	if w.Location, err = loadLocation(fields[2]); err != nil {
 		return Window{}, fmt.Errorf("update window %q: unknown time zone %q: use UTC or an IANA name such as Europe/Berlin", s, fields[2])
 	}
 	return w, nil
@@ -116,16 +118,51 @@ func clock(s string) (int, error) {
 func (w Window) String() string { return w.text }
 
 // Contains reports whether t falls inside the window.
+//
+// A window is a span of real time: it opens at Start on a day it names (in Location) and stays
+// open for its length (End-Start, past midnight when End <= Start). So a daylight-saving change
+// neither skips nor doubles it: a window in the hour the clocks skip opens at the instant that
+// hour would have begun, and one in the hour they repeat stays open for its length once. Comparing
+// the local clock instead (as before) left "Sun 02:00-03:00 Europe/Berlin" shut on the spring
+// day and open two hours on the autumn one.
 func (w Window) Contains(t time.Time) bool {
+	length := time.Duration((w.End-w.Start+24*60)%(24*60)) * time.Minute
+	if length == 0 {
+		length = 24 * time.Hour
+	}
+	if length == 24*time.Hour && w.Days == [7]bool{true, true, true, true, true, true, true} {
+		return true // every day, all day: no DST day may leave an hour between two of them
+	}
 	lt := t.In(w.Location)
-	min := lt.Hour()*60 + lt.Minute()
-	day := lt.Weekday()
-	if w.Start < w.End {
-		return w.Days[day] && min >= w.Start && min < w.End
+	for back := 0; back <= 1; back++ { // a window opened today, or yesterday and past midnight
+		y, m, d := lt.Date()
+		day := time.Date(y, m, d-back, 12, 0, 0, 0, w.Location) // noon: never in a DST gap
+		if !w.Days[day.Weekday()] {
+			continue
+		}
+		start := time.Date(y, m, d-back, w.Start/60, w.Start%60, 0, 0, w.Location)
+		if !t.Before(start) && t.Before(start.Add(length)) {
+			return true
+		}
 	}
-	// Past midnight: the evening part belongs to today, the morning part to yesterday's window.
-	if min >= w.Start {
-		return w.Days[day]
+	return false
+}
+
+// locations caches the time zones windows name by name: a window is parsed on every look of
+// the update-policy runner, for every workspace, and loading a zone reads and parses its file.
+var locations sync.Map // string -> *time.Location
+
+// loadLocation is time.LoadLocation, cached. The zone database is compiled into nogoo9
+// (time/tzdata, imported below): its image holds nothing but the binary, so the system's zone
+// files are not there, and without it every named zone was unknown.
+func loadLocation(name string) (*time.Location, error) {
+	if l, ok := locations.Load(name); ok {
+		return l.(*time.Location), nil
 	}
-	return min < w.End && w.Days[(day+6)%7]
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	locations.Store(name, l)
+	return l, nil
 }
