@@ -142,7 +142,7 @@ func (r *WorkspaceReconciler) applyLifecycle(ctx context.Context, key types.Name
 	case lifecycle.CreateStoppedPod:
 		return r.createStoppedPod(ctx, a)
 	case lifecycle.Ungate:
-		done, err := r.ungate(ctx, a.Pod)
+		done, err := r.ungate(ctx, a.Pod, now)
 		if err != nil || !done {
 			return done, err
 		}
@@ -151,7 +151,7 @@ func (r *WorkspaceReconciler) applyLifecycle(ctx context.Context, key types.Name
 		r.lifecycleEvent(a)
 		return true, nil
 	case lifecycle.CreateStartedPod:
-		return r.createStartedPod(ctx, a, tmpl)
+		return r.createStartedPod(ctx, a, tmpl, now)
 	}
 	return false, fmt.Errorf("unknown lifecycle action %q", a.Kind)
 }
@@ -210,13 +210,13 @@ func (r *WorkspaceReconciler) createStoppedPod(ctx context.Context, a lifecycle.
 
 // createStartedPod starts a stopped workspace on the template's latest version: a pod built from
 // the template with the stopped pod's identity, named deterministically.
-func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.Action, tmpl *templates.Template) (bool, error) {
+func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.Action, tmpl *templates.Template, now time.Time) (bool, error) {
 	log := ctrl.LoggerFrom(ctx)
 	stopped := a.Pod
 	pod, claims, err := r.Opts.BuildPod(tmpl, stopped, a.Name)
 	if err != nil {
 		// Never leave the workspace without a way back: start it on its own version instead.
-		return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("Template %s version %s does not render for workspace %s (%v)", tmpl.Name, tmpl.Version, workspace.ID(stopped), err))
+		return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("Template %s version %s does not render for workspace %s (%v)", tmpl.Name, tmpl.Version, workspace.ID(stopped), err), now)
 	}
 	pod.Name, pod.Namespace, pod.GenerateName = a.Name, stopped.Namespace, ""
 	upgrade.PreserveIdentity(pod, stopped)
@@ -228,7 +228,7 @@ func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.
 		switch err := r.Client.Create(ctx, c); {
 		case err == nil || apierrors.IsAlreadyExists(err):
 		case permanent(err):
-			return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("The API server refused claim %s of version %s of template %s for workspace %s (%v)", c.Name, tmpl.Version, tmpl.Name, workspace.ID(stopped), err))
+			return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("The API server refused claim %s of version %s of template %s for workspace %s (%v)", c.Name, tmpl.Version, tmpl.Name, workspace.ID(stopped), err), now)
 		default:
 			return false, fmt.Errorf("create claim %s for started pod %s: %w", c.Name, pod.Name, err)
 		}
@@ -253,7 +253,7 @@ func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.
 	case permanent(err):
 		// Admission or Pod Security refuses the new version for this workspace: retrying will
 		// not heal it, and the workspace must not stay stopped for it.
-		return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("The API server refused pod %s of version %s of template %s for workspace %s (%v)", pod.Name, tmpl.Version, tmpl.Name, workspace.ID(stopped), err))
+		return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("The API server refused pod %s of version %s of template %s for workspace %s (%v)", pod.Name, tmpl.Version, tmpl.Name, workspace.ID(stopped), err), now)
 	default:
 		return false, fmt.Errorf("create started pod %s: %w", pod.Name, err)
 	}
@@ -262,8 +262,8 @@ func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.
 // startOnOwnVersion starts the stopped pod on its own version (the gate removed) when a start on
 // the template's latest version cannot be made (why), and says so in a Warning Event once the
 // start happened.
-func (r *WorkspaceReconciler) startOnOwnVersion(ctx context.Context, stopped *corev1.Pod, why string) (bool, error) {
-	done, err := r.ungate(ctx, stopped)
+func (r *WorkspaceReconciler) startOnOwnVersion(ctx context.Context, stopped *corev1.Pod, why string, now time.Time) (bool, error) {
+	done, err := r.ungate(ctx, stopped, now)
 	if err != nil || !done {
 		return done, err
 	}
@@ -274,9 +274,11 @@ func (r *WorkspaceReconciler) startOnOwnVersion(ctx context.Context, stopped *co
 	return true, nil
 }
 
-// ungate removes the stop gate (keeping any other gate) and the stop bookkeeping, on the pod
-// version the planner saw: a stop intent written meanwhile wins.
-func (r *WorkspaceReconciler) ungate(ctx context.Context, pod *corev1.Pod) (bool, error) {
+// ungate removes the stop gate (keeping any other gate) and the stop bookkeeping, and stamps
+// nogoo9/started-at with now, on the pod version the planner saw: a stop intent written meanwhile
+// wins. The stamp is the start the idle culler counts (lifecycle.IdleSince): the pod's creation
+// is the stop's, and the kubelet's status says nothing until the pod is scheduled.
+func (r *WorkspaceReconciler) ungate(ctx context.Context, pod *corev1.Pod, now time.Time) (bool, error) {
 	gates := []corev1.PodSchedulingGate{}
 	for _, g := range pod.Spec.SchedulingGates {
 		if g.Name != workspace.GateStopped {
@@ -285,6 +287,7 @@ func (r *WorkspaceReconciler) ungate(ctx context.Context, pod *corev1.Pod) (bool
 	}
 	meta := map[string]any{"uid": pod.UID, "annotations": map[string]any{
 		workspace.AnnStoppedAt: nil, workspace.AnnStoppedFromUID: nil,
+		workspace.AnnStartedAt: now.UTC().Format(time.RFC3339),
 	}}
 	if pod.ResourceVersion != "" {
 		meta["resourceVersion"] = pod.ResourceVersion

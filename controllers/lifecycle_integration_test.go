@@ -83,6 +83,45 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "culled and stopped")
 	})
 
+	t.Run("a workspace stopped for longer than its idle timeout and started again is not culled before anyone can use it; an hour unused after the start is", func(t *testing.T) {
+		tmpl := ideTemplate("v1", "ide:1", "")
+		tmpl.Annotations = map[string]string{workspace.AnnIdleTimeout: "1h"}
+		e := newNamespaceEnv(t, cfg, c, tmpl, UpgradeOptions{})
+		e.start()
+		run := e.spawn("jane", "night")
+		why := "for the night"
+		e.annotate(run.Name, workspace.AnnStopRequested, &why)
+		var stopped *corev1.Pod
+		e.g.Eventually(func(g gomega.Gomega) {
+			stopped = e.only(g, "night")
+			g.Expect(workspace.IsStoppedPod(stopped)).To(gomega.BeTrue())
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "stopped")
+
+		// Ten hours later its owner starts it. Its pod was created at the stop and no kubelet has
+		// written its status yet (envtest has none; a real one writes only once it is scheduled).
+		e.clock.Add(10 * time.Hour)
+		startedAt := e.clock.Now().UTC().Format(time.RFC3339)
+		e.annotate(stopped.Name, workspace.AnnStopRequested, nil)
+		e.cached(stopped.Name, func(g gomega.Gomega, p *corev1.Pod) {
+			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeFalse(), "the gate is removed")
+			g.Expect(p.Annotations[workspace.AnnStartedAt]).To(gomega.Equal(startedAt), "the start is stamped with the controller's clock")
+		})
+		e.poke(stopped.Name)
+		e.g.Consistently(func(g gomega.Gomega) {
+			p := e.only(g, "night")
+			g.Expect(p.Annotations).NotTo(gomega.HaveKey(workspace.AnnStopRequested))
+			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeFalse())
+		}).WithTimeout(2*time.Second).Should(gomega.Succeed(), "just started: not idle, whatever the stop's time")
+
+		e.clock.Add(61 * time.Minute)
+		e.poke(stopped.Name)
+		e.g.Eventually(func(g gomega.Gomega) {
+			p := e.only(g, "night")
+			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeTrue())
+			g.Expect(p.Annotations[workspace.AnnStopRequested]).To(gomega.ContainSubstring("without activity (idle timeout 1h0m0s)"))
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "unused for an hour after its start: culled")
+	})
+
 	t.Run("a start with the update policy on-start comes back on the template's latest version with the same identity", func(t *testing.T) {
 		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
 		e.start()

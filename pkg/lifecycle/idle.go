@@ -51,17 +51,20 @@ func parseDuration(v string) (time.Duration, error) {
 	return d, nil
 }
 
-// IdleSince is when pod was last known to be in use: the latest of its nogoo9/last-activity,
-// the time it became Ready (a start is activity: a pod just started is not idle however old its
-// last activity is) and its creation.
+// IdleSince is when pod was last known to be in use: the latest of its nogoo9/last-activity, its
+// nogoo9/started-at and its creation. A start is activity (a workspace just started is not idle,
+// however old its last activity is), and each is measured by a time only nogoo9 and the API server
+// write: the creation for a pod a spawn, an upgrade or a start on the latest version made, the
+// controller's nogoo9/started-at for a stopped pod released from its gate. Not the Ready
+// condition: its transition time moves whenever the workspace's own process fails a readiness
+// probe once, or its container restarts, so the workspace could keep itself from ever being
+// idle; nor the status's start time, which the kubelet writes only once the pod is scheduled,
+// so the pass right after a start would still see the stop's time and cull it again.
 func IdleSince(pod *corev1.Pod) time.Time {
 	since := pod.CreationTimestamp.Time
-	if t, err := time.Parse(time.RFC3339, pod.Annotations[workspace.AnnLastActivity]); err == nil && t.After(since) {
-		since = t
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && c.LastTransitionTime.After(since) {
-			since = c.LastTransitionTime.Time
+	for _, k := range []string{workspace.AnnLastActivity, workspace.AnnStartedAt} {
+		if t, err := time.Parse(time.RFC3339, pod.Annotations[k]); err == nil && t.After(since) {
+			since = t
 		}
 	}
 	return since

@@ -52,7 +52,8 @@ const (
 	// server): same labels, annotations and spec, held by the stop gate.
 	CreateStoppedPod ActionKind = "CreateStoppedPod"
 	// Ungate removes the stop gate from Pod (resourceVersion precondition) and the stop
-	// bookkeeping annotations.
+	// bookkeeping annotations, and stamps nogoo9/started-at with the time (IdleSince: the start
+	// is activity).
 	Ungate ActionKind = "Ungate"
 	// CreateStartedPod builds a pod from the template's latest version for the identity of the
 	// stopped Pod, named Name; the stopped pod is deleted next.

@@ -46,6 +46,15 @@ func ready(at time.Time) func(*corev1.Pod) {
 	}
 }
 
+// restarted is the status a kubelet writes after the container restarted at (its process
+// exited: a crash, or on purpose).
+func restarted(at time.Time) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "ide", Ready: true, RestartCount: 1,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(at)}}}}
+	}
+}
+
 func gated(p *corev1.Pod) {
 	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: workspace.GateStopped}}
 }
@@ -215,10 +224,14 @@ func TestCullDecision(t *testing.T) {
 		wantRequeue time.Duration
 	}{
 		{"never used since it became ready 2h ago, timeout 1h: culled", wsPod("p", "u", "v1", created, ready(t0.Add(-2*time.Hour))), time.Hour, true, 0},
-		{"became ready 10m ago (a start) with an old last activity: not idle yet", wsPod("p", "u", "v1", created, ready(t0.Add(-10*time.Minute)), ann(workspace.AnnLastActivity, created.Format(time.RFC3339))), time.Hour, false, 50 * time.Minute},
+		{"started 10m ago (released from the stop gate) with an old last activity: not idle yet", wsPod("p", "u", "v1", created, ready(t0.Add(-8*time.Minute)), ann(workspace.AnnStartedAt, t0.Add(-10*time.Minute).Format(time.RFC3339)), ann(workspace.AnnLastActivity, created.Format(time.RFC3339))), time.Hour, false, 50 * time.Minute},
+		{"started a minute ago after 5h stopped, not scheduled yet (no status): not idle yet", wsPod("p", "u", "v1", t0.Add(-5*time.Hour), ann(workspace.AnnStartedAt, t0.Add(-time.Minute).Format(time.RFC3339)), ann(workspace.AnnLastActivity, t0.Add(-6*time.Hour).Format(time.RFC3339))), 30 * time.Minute, false, 29 * time.Minute},
+		{"created a minute ago (a spawn, an upgrade, a start on the latest version), not ready yet: not idle yet", wsPod("p", "u", "v1", t0.Add(-time.Minute), ann(workspace.AnnLastActivity, t0.Add(-5*time.Hour).Format(time.RFC3339))), 30 * time.Minute, false, 29 * time.Minute},
+		{"unused for 5h, its readiness probe failed once a minute ago (Ready flipped False then True): culled, its own process cannot fake activity", wsPod("p", "u", "v1", t0.Add(-10*time.Hour), ready(t0.Add(-time.Minute)), ann(workspace.AnnLastActivity, t0.Add(-5*time.Hour).Format(time.RFC3339))), 30 * time.Minute, true, 0},
+		{"unused for 5h, its container restarted a minute ago: culled", wsPod("p", "u", "v1", t0.Add(-10*time.Hour), ready(t0.Add(-time.Minute)), restarted(t0.Add(-time.Minute)), ann(workspace.AnnLastActivity, t0.Add(-5*time.Hour).Format(time.RFC3339))), 30 * time.Minute, true, 0},
 		{"activity 59m ago, timeout 1h: pass again in 1m", wsPod("p", "u", "v1", created, ready(created), ann(workspace.AnnLastActivity, t0.Add(-59*time.Minute).Format(time.RFC3339))), time.Hour, false, time.Minute},
 		{"activity exactly the timeout ago: culled", wsPod("p", "u", "v1", created, ready(created), ann(workspace.AnnLastActivity, t0.Add(-time.Hour).Format(time.RFC3339))), time.Hour, true, 0},
-		{"a malformed last-activity is ignored (readiness counts)", wsPod("p", "u", "v1", created, ready(t0.Add(-30*time.Minute)), ann(workspace.AnnLastActivity, "yesterday")), time.Hour, false, 30 * time.Minute},
+		{"a malformed last-activity is ignored (the start counts)", wsPod("p", "u", "v1", created, ready(t0.Add(-30*time.Minute)), ann(workspace.AnnStartedAt, t0.Add(-30*time.Minute).Format(time.RFC3339)), ann(workspace.AnnLastActivity, "yesterday")), time.Hour, false, 30 * time.Minute},
 		{"a pod that never became ready is idle from its creation", wsPod("p", "u", "v1", created), time.Hour, true, 0},
 	}
 	for _, tc := range cases {
@@ -290,7 +303,8 @@ func TestActivityDecisions(t *testing.T) {
 }
 
 func TestStoppedPodKeepsIdentity(t *testing.T) {
-	run := wsPod("ws-jane-demo", "uid-run", "v1", t0, ready(t0), stopIntent, ann(workspace.AnnUpgradeRequested, "true"), ann(workspace.AnnUpgradeHMAC, "x"))
+	run := wsPod("ws-jane-demo", "uid-run", "v1", t0, ready(t0), stopIntent, ann(workspace.AnnUpgradeRequested, "true"), ann(workspace.AnnUpgradeHMAC, "x"),
+		ann(workspace.AnnStartedAt, t0.Format(time.RFC3339)))
 	run.Spec.NodeName = "node-1"
 	run.Spec.Volumes = []corev1.Volume{
 		{Name: "home", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "claim-home"}}},
@@ -311,6 +325,9 @@ func TestStoppedPodKeepsIdentity(t *testing.T) {
 	}
 	if _, ok := p.Annotations[workspace.AnnUpgradeHMAC]; ok {
 		t.Error("upgrade bookkeeping was copied onto the stopped pod")
+	}
+	if _, ok := p.Annotations[workspace.AnnStartedAt]; ok {
+		t.Error("the running pod's start time was copied onto the stopped pod")
 	}
 	if len(p.Spec.Volumes) != 1 || p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "claim-home" || len(p.Spec.Containers[0].VolumeMounts) != 1 {
 		t.Fatalf("volumes = %+v mounts = %+v, want only the claim", p.Spec.Volumes, p.Spec.Containers[0].VolumeMounts)

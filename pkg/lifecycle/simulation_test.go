@@ -111,6 +111,7 @@ func (w *world) apply(a Action) (happened bool) {
 		cur.Spec.SchedulingGates = nil
 		delete(cur.Annotations, workspace.AnnStoppedAt)
 		delete(cur.Annotations, workspace.AnnStoppedFromUID)
+		cur.Annotations[workspace.AnnStartedAt] = w.now.UTC().Format(time.RFC3339) // as controllers' ungate
 		w.bump(cur)
 	case PatchPod:
 		if !sameVersion {

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -94,16 +95,21 @@ func Resolve(ctx context.Context, s Spec, home string, reader client.Reader) ([]
 var ErrChanged = errors.New("the namespaces --namespaces selects changed")
 
 // Watcher notices namespaces labelled (or unlabelled, or deleted) after start in selector mode.
-// It lists the selected namespaces every Interval and stops with ErrChanged once the resolved set
-// differs from Watched. It runs on every replica (the cache, proxy and API of each need the set).
+// It lists the selected namespaces about every Interval and stops with ErrChanged once two
+// consecutive looks find the same set, different from Watched: a label that flips and flips back
+// between two looks restarts nothing. It runs on every replica (the cache, proxy and API of each
+// need the set); each replica's looks are jittered (Interval to 1.5 Interval apart), so replicas
+// started together do not all exit at the same moment.
 type Watcher struct {
 	Spec    Spec
 	Home    string
 	Watched []string
 	// Reader lists namespaces (an uncached client: `list namespaces`, as Resolve).
 	Reader client.Reader
-	// Interval between two looks (default 30s).
+	// Interval is the least time between two looks (default 30s).
 	Interval time.Duration
+	// After, if set, replaces time.After for the wait before each look (tests).
+	After func(time.Duration) <-chan time.Time
 	// Log receives the change (and failed looks, which are retried).
 	Log logr.Logger
 }
@@ -111,7 +117,9 @@ type Watcher struct {
 // NeedLeaderElection is false: every replica watches its own set.
 func (w *Watcher) NeedLeaderElection() bool { return false }
 
-// Start looks until ctx ends (nil) or the set changes (ErrChanged, wrapped with both sets).
+// Start looks until ctx ends (nil) or the set changes for good (ErrChanged, wrapped with both
+// sets): the same changed set on two consecutive looks. A failed look is no look: it neither
+// confirms nor forgets a change seen before it.
 func (w *Watcher) Start(ctx context.Context) error {
 	if !w.Spec.IsSelector() {
 		return nil // a list of names does not change by itself
@@ -120,13 +128,16 @@ func (w *Watcher) Start(ctx context.Context) error {
 	if interval <= 0 {
 		interval = 30 * time.Second
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
+	after := w.After
+	if after == nil {
+		after = time.After
+	}
+	var seen []string // a changed set seen on the last look, to be confirmed by the next
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-after(wait.Jitter(interval, 0.5)):
 		}
 		now, err := Resolve(ctx, w.Spec, w.Home, w.Reader)
 		if err != nil {
@@ -136,7 +147,16 @@ func (w *Watcher) Start(ctx context.Context) error {
 			w.Log.Error(err, "Cannot list the namespaces --namespaces selects; looking again later")
 			continue
 		}
-		if !slices.Equal(now, w.Watched) {
+		switch {
+		case slices.Equal(now, w.Watched):
+			if seen != nil {
+				w.Log.Info("The namespaces --namespaces selects are the watched ones again: no restart", "watched", w.Watched, "selectedBefore", seen)
+			}
+			seen = nil
+		case !slices.Equal(now, seen):
+			w.Log.Info("The namespaces --namespaces selects changed: restarting if the next look finds the same", "watched", w.Watched, "selected", now)
+			seen = now
+		default:
 			w.Log.Info("The namespaces --namespaces selects changed: exiting so that the restart watches the new set", "watched", w.Watched, "selected", now)
 			return fmt.Errorf("%w: watching [%s], the selector now picks [%s]", ErrChanged, strings.Join(w.Watched, ", "), strings.Join(now, ", "))
 		}

@@ -56,6 +56,116 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// scriptedReader answers each List of namespaces with the next set of its script (nil: an
+// error); past the end it ends the watcher's context. looks counts the Lists.
+type scriptedReader struct {
+	client.Reader
+	script [][]string
+	looks  int
+	end    context.CancelFunc
+}
+
+func (r *scriptedReader) List(ctx context.Context, list client.ObjectList, _ ...client.ListOption) error {
+	if r.looks == len(r.script) {
+		r.end()
+		return ctx.Err()
+	}
+	names := r.script[r.looks]
+	r.looks++
+	if names == nil {
+		return errors.New("the API server is unavailable")
+	}
+	nl := list.(*corev1.NamespaceList)
+	for _, n := range names {
+		nl.Items = append(nl.Items, corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
+	return nil
+}
+
+// A namespace set has to be seen changed, the same, on two consecutive looks before a replica
+// exits: a label that flips and flips back between two looks restarts nothing. Each look waits a
+// jittered interval (the test's After fires at once and records the waits: no real time passes).
+func TestWatcherRestartsOnlyOnAChangeSeenTwice(t *testing.T) {
+	const home = "nogoo9-system"
+	watched := []string{"team-a"}
+	labelled := []string{"team-a", "team-c"}
+	for _, tc := range []struct {
+		name      string
+		script    [][]string
+		wantLooks int
+		wantErr   string // "" for no ErrChanged
+	}{
+		{"nothing changes: no restart", [][]string{watched, watched, watched}, 3, ""},
+		{"a namespace labelled for one look only (the label flipped back before the next): no restart",
+			[][]string{watched, labelled, watched, watched}, 4, ""},
+		{"a namespace unlabelled for one look only: no restart", [][]string{watched, {}, watched}, 3, ""},
+		{"a lasting change: ErrChanged on the second look that finds it", [][]string{watched, labelled, labelled, labelled}, 3, "team-c"},
+		{"two different changes in a row do not confirm each other", [][]string{labelled, {"team-a", "team-c", "team-d"}, {"team-a", "team-c", "team-d"}}, 3, "team-d"},
+		{"a change, then back, then the change again: two looks of it in a row are needed again",
+			[][]string{labelled, watched, labelled, watched}, 4, ""},
+		{"a failed look between two looks of the same change neither confirms nor forgets it",
+			[][]string{labelled, nil, labelled}, 3, "team-c"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			sel, _ := Parse("nogoo9/enabled=true")
+			r := &scriptedReader{script: tc.script, end: cancel}
+			var waits []time.Duration
+			fired := make(chan time.Time, 1)
+			w := &Watcher{Spec: sel, Home: home, Watched: append([]string{home}, watched...), Reader: r, Interval: 10 * time.Second,
+				After: func(d time.Duration) <-chan time.Time {
+					waits = append(waits, d)
+					fired <- time.Time{}
+					return fired
+				}}
+			err := w.Start(ctx)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("Start = %v after %d looks, want no restart", err, r.looks)
+			case tc.wantErr != "" && (!errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("Start = %v after %d looks, want ErrChanged naming %s", err, r.looks, tc.wantErr)
+			}
+			if r.looks != tc.wantLooks {
+				t.Errorf("looks = %d, want %d", r.looks, tc.wantLooks)
+			}
+			for _, d := range waits {
+				if d < w.Interval || d > w.Interval*3/2 {
+					t.Errorf("waited %s before a look, want between Interval (%s) and 1.5 Interval", d, w.Interval)
+				}
+			}
+		})
+	}
+}
+
+// Replicas started together look at different moments: each wait is drawn anew.
+func TestWatcherJittersItsLooks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sel, _ := Parse("nogoo9/enabled=true")
+	script := make([][]string, 20)
+	for i := range script {
+		script[i] = []string{}
+	}
+	seen := map[time.Duration]bool{}
+	fired := make(chan time.Time, 1)
+	w := &Watcher{Spec: sel, Home: "nogoo9-system", Watched: []string{"nogoo9-system"}, Reader: &scriptedReader{script: script, end: cancel},
+		After: func(d time.Duration) <-chan time.Time {
+			if d < 30*time.Second || d > 45*time.Second {
+				t.Errorf("waited %s before a look, want the default 30s to 45s", d)
+			}
+			seen[d] = true
+			fired <- time.Time{}
+			return fired
+		}}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 2 {
+		t.Fatalf("21 waits of %v: every look at the same interval, so replicas started together restart together", seen)
+	}
+}
+
 // Resolve against a real API server: the selector is evaluated by kube-apiserver's label matching.
 // Names are unique per run, so -count=3 passes.
 func TestResolveAlwaysIncludesHomeAndPicksLabelledNamespaces(t *testing.T) {

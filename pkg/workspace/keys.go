@@ -190,6 +190,11 @@ const (
 	AnnNodeLost = Prefix + "node-lost"
 	// AnnStoppedAt (RFC 3339) is when the workspace was stopped.
 	AnnStoppedAt = Prefix + "stopped-at"
+	// AnnStartedAt (RFC 3339, UTC) is when the controller last released the pod from the stop
+	// gate (a start on the same pod). The idle culler counts a start as activity: a pod's
+	// creation covers the pods a spawn, an upgrade or a start on the latest version make, this key
+	// the one pod whose creation is the stop's. Bookkeeping: only nogoo9 writes it.
+	AnnStartedAt = Prefix + "started-at"
 	// AnnStartedFromUID, on a pod created by a start on the template's latest version, is the
 	// UID of the stopped pod it replaces, which the controller deletes next.
 	AnnStartedFromUID = Prefix + "started-from-uid"

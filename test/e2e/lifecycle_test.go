@@ -133,8 +133,8 @@ var _ = Describe("Lifecycle: stop, start and idle culling", Label("lifecycle"), 
 		b := StartNogoo9("--namespace="+ns, "--components=api,proxy", "--activity-write-interval=1s")
 		alice := pxUserToken(ctx, ns, "alice")
 
-		// The controller culls on the template's timeout as soon as a pod is Ready for
-		// lcIdleTimeout, so traffic starts right after each workspace serves.
+		// The controller culls on the template's timeout once a pod was created (or started)
+		// lcIdleTimeout ago without activity, so traffic starts right after each workspace serves.
 		By("a workspace kept busy with HTTP requests through replica B only")
 		httpWS := pxSpawn(a, alice, "idle", "busy-http")
 		WaitPodReady(ns, httpWS.ActivePod)
