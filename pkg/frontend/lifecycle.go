@@ -15,7 +15,10 @@ import (
 // LifecycleQuota bounds stops and starts (*spawner.Spawner satisfies it): a start within the
 // running limit, a stop within the stopped limit.
 type LifecycleQuota interface {
-	CheckStart(ctx context.Context, owner, id string, isAdmin bool) error
+	// ReserveStart holds a running slot for starting workspace id of owner in namespace ns, as a
+	// spawn holds one, or refuses; release is called once the start's writes are done, with
+	// their error.
+	ReserveStart(ctx context.Context, owner, ns, id string, isAdmin bool) (release func(startErr error), err error)
 	CheckStop(ctx context.Context, owner, id string, isAdmin bool) error
 }
 
@@ -65,12 +68,29 @@ func (s *Service) Start(ctx context.Context, id string) (*Workspace, error) {
 	if _, ok := workspace.StopIntent(pods); !ok {
 		return s.describeNow(pods), nil
 	}
-	owner := workspace.Owner(workspace.Active(pods))
+	active := workspace.Active(pods)
+	owner := workspace.Owner(active)
+	release := func(error) {}
 	if s.cfg.Quota != nil {
-		if err := s.cfg.Quota.CheckStart(ctx, owner, id, c.IsAdmin); err != nil {
+		r, err := s.cfg.Quota.ReserveStart(ctx, owner, active.Namespace, id, c.IsAdmin)
+		if err != nil {
 			return nil, quotaError(err)
 		}
+		release = r
 	}
+	after, err := s.liftStop(ctx, pods, id, owner)
+	// The slot is released only now that no pod carries the intent: the workspace counts itself.
+	release(err)
+	if err != nil {
+		return nil, err
+	}
+	ctrl.LoggerFrom(ctx).Info("start requested", "workspace", id, "owner", owner, "by", c.Subject)
+	return s.describeNow(after), nil
+}
+
+// liftStop removes the stop intent from pods and from every live pod of the workspace the API
+// server lists, and returns pods as they are after the write.
+func (s *Service) liftStop(ctx context.Context, pods []*corev1.Pod, id, owner string) ([]*corev1.Pod, error) {
 	lift := map[string]any{workspace.AnnStopRequested: nil}
 	after, err := s.patchLive(ctx, pods, lift)
 	if err != nil {
@@ -92,8 +112,7 @@ func (s *Service) Start(ctx context.Context, id string) (*Workspace, error) {
 	if _, err := s.patchLive(ctx, rest, lift); err != nil {
 		return nil, err
 	}
-	ctrl.LoggerFrom(ctx).Info("start requested", "workspace", id, "owner", owner, "by", c.Subject)
-	return s.describeNow(after), nil
+	return after, nil
 }
 
 func quotaError(err error) error {

@@ -2,10 +2,12 @@ package spawner
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -52,21 +54,48 @@ func (s *Spawner) tally(ctx context.Context, owner, id string) (running, stopped
 	return running, stopped, nil
 }
 
-// CheckStart refuses to start workspace id of owner when owner already has MaxPerUser running
-// workspaces (stopped ones do not count). Admins are not limited.
-func (s *Spawner) CheckStart(ctx context.Context, owner, id string, isAdmin bool) error {
+// ReserveStart holds a running slot in owner's quota ledger for starting workspace id (in
+// namespace ns), as a spawn does, or refuses with QuotaExceeded when owner already has MaxPerUser
+// running or pending workspaces, spawns and starts in flight included (stopped ones do not
+// count, nor does id twice). The caller lifts the stop intent, then calls release with the
+// outcome: the slot is released, as the workspace, no longer stopped, now counts itself; when
+// the lift's answer was lost it is left to expire after ReservationTTL, since the lift may still
+// land. Checking the pods alone let concurrent starts and spawns each see the last free slot.
+// Admins are not limited.
+func (s *Spawner) ReserveStart(ctx context.Context, owner, ns, id string, isAdmin bool) (release func(startErr error), err error) {
+	none := func(error) {}
 	if s.opts.MaxPerUser <= 0 || isAdmin {
-		return nil
+		return none, nil
 	}
-	running, _, err := s.tally(ctx, owner, id)
-	if err != nil {
-		return err
+	rid := s.claimKey(ns, id)
+	log := ctrl.LoggerFrom(ctx).WithValues("namespace", ns, "workspace", id, "owner", owner)
+	unlock := s.locks.lock(owner)
+	token, err := s.reserveSlot(ctx, owner, rid, forStart)
+	unlock()
+	switch {
+	case errors.Is(err, errStarted):
+		return none, nil // started by someone else meanwhile: its pods count themselves
+	case err != nil:
+		if mayHaveHappened(err) {
+			go s.releaseLater(ctx, owner, rid, token, log) // the ledger write may have happened
+		}
+		return nil, err
 	}
-	if len(running) >= s.opts.MaxPerUser {
-		return errorf(QuotaExceeded, nil, "%s already has %d running %s (%s) and the limit is %d per user: stop or delete one before starting %s",
-			owner, len(running), plural(len(running), "workspace", "workspaces"), strings.Join(running, ", "), s.opts.MaxPerUser, id)
-	}
-	return nil
+	return func(startErr error) {
+		if startErr != nil && mayHaveHappened(startErr) {
+			log.Info("keeping the quota reservation of a start whose write got no answer; it expires by itself", "ttl", s.opts.ReservationTTL)
+			return
+		}
+		if ctx.Err() != nil {
+			go s.releaseLater(ctx, owner, rid, token, log)
+			return
+		}
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		if err := s.release(cctx, owner, rid, token); err != nil {
+			log.Error(err, "cannot release quota reservation; it expires by itself", "ttl", s.opts.ReservationTTL)
+		}
+	}, nil
 }
 
 // CheckStop refuses to stop workspace id of owner when owner already has MaxStoppedPerUser

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -30,6 +31,10 @@ import (
 // already a pod in its list. This holds across replicas, since the API server is the only shared
 // state. A reservation is removed when its spawn ends; one whose spawn died (a crashed replica)
 // expires after Options.ReservationTTL.
+//
+// A start of a stopped workspace reserves its id the same way (ReserveStart) and releases it once
+// the stop intent is lifted: a stopped workspace takes no slot, so until then its reservation is
+// what counts it, and a reservation is not pruned for a workspace whose pods are stopped.
 //
 // Each spawn try holds its reservation by a token of its own (the ledger's "tries" key: id ->
 // token -> time). A retry of the same owner and id joins the reservation a failed try left behind
@@ -102,6 +107,25 @@ func (s *Spawner) quotaNamespaces() []string {
 // deterministic, so of two tries only one can create it. The reservation lasts until its last
 // try releases it (or until ReservationTTL after the last try joined, for a crashed replica).
 func (s *Spawner) reserve(ctx context.Context, owner, id string) (string, error) {
+	return s.reserveSlot(ctx, owner, id, forSpawn)
+}
+
+// slotFor is what a running slot is reserved for; it words the refusals.
+type slotFor int
+
+const (
+	forSpawn slotFor = iota
+	// forStart: a stopped workspace is being started (ReserveStart).
+	forStart
+)
+
+// errStarted: the workspace a start reserves for is not stopped (any more); its pods count
+// themselves.
+var errStarted = errors.New("the workspace is not stopped")
+
+// reserveSlot is reserve for a spawn or a start. A start's workspace has pods, but they are
+// stopped and take no slot, so its reservation is what counts it until the start is done.
+func (s *Spawner) reserveSlot(ctx context.Context, owner, id string, why slotFor) (string, error) {
 	token := string(uuid.NewUUID())
 	key := client.ObjectKey{Namespace: s.opts.Namespace, Name: LedgerName(owner)}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
@@ -128,12 +152,20 @@ func (s *Spawner) reserve(ctx context.Context, owner, id string) (string, error)
 		stopped := s.stoppedKeys(pods)
 		for i := range pods {
 			k := s.claimKey(pods[i].Namespace, workspace.ID(&pods[i])) // the id, or namespace/id elsewhere
+			if stopped[k] {
+				// A stopped workspace takes no slot and does not count itself: a reservation
+				// of it (a start's) stays until its start is done and releases it.
+				continue
+			}
 			present[k] = true
-			if counts(&pods[i]) && !stopped[k] {
+			if counts(&pods[i]) {
 				live[k] = true
 			}
 		}
 		if live[id] {
+			if why == forStart {
+				return token, errStarted
+			}
 			return token, errorf(Conflict, nil, "workspace %q already exists: choose another id or delete it first", id)
 		}
 		pruneReservations(res, tries, present, now, s.opts.ReservationTTL)
@@ -148,6 +180,10 @@ func (s *Spawner) reserve(ctx context.Context, owner, id string) (string, error)
 				ids = append(ids, k)
 			}
 			sort.Strings(ids)
+			if why == forStart {
+				return token, errorf(QuotaExceeded, nil, "%s already has %d running or pending %s (%s) and the limit is %d per user: stop or delete one before starting %s",
+					owner, len(live), plural(len(live), "workspace", "workspaces"), strings.Join(ids, ", "), s.opts.MaxPerUser, id)
+			}
 			return token, errorf(QuotaExceeded, nil, "%s already has %d running or pending %s (%s) and the limit is %d per user: delete or stop one before creating another",
 				owner, len(live), plural(len(live), "workspace", "workspaces"), strings.Join(ids, ", "), s.opts.MaxPerUser)
 		}
@@ -185,9 +221,10 @@ func (s *Spawner) reserve(ctx context.Context, owner, id string) (string, error)
 	return token, fmt.Errorf("quota ledger %s of %s stayed busy after %d attempts: retry the spawn", key.Name, owner, maxAttempts)
 }
 
-// pruneReservations drops the reservations whose workspace has a pod now (the pod counts itself)
-// or whose last try joined more than ttl ago, and the tries that expired or belong to no
-// reservation. A reservation without tries (written by a version without them) stays as it is.
+// pruneReservations drops the reservations whose workspace has a pod now that is not stopped
+// (present: the pod counts itself) or whose last try joined more than ttl ago, and the tries that
+// expired or belong to no reservation. A reservation without tries (written by a version without
+// them) stays as it is.
 func pruneReservations(res map[string]time.Time, tries map[string]map[string]time.Time, present map[string]bool, now time.Time, ttl time.Duration) {
 	for rid, at := range res {
 		if present[rid] || now.Sub(at) > ttl {
@@ -257,6 +294,50 @@ func (s *Spawner) release(ctx context.Context, owner, id, token string) error {
 		}
 	}
 	return fmt.Errorf("quota ledger %s stayed busy", key.Name)
+}
+
+// refresh stamps the try token's hold on owner's reservation of id with the current time, so it
+// lasts another ReservationTTL. A settling spawn (settle.go) calls it while its pod may still
+// appear, so its slot is held for as long as that is possible, however the TTL compares with the
+// lost-write window. A hold that is gone (released, or pruned by another spawn) is not made
+// again: that spawn may have taken the slot.
+func (s *Spawner) refresh(ctx context.Context, owner, id, token string) error {
+	key := client.ObjectKey{Namespace: s.opts.Namespace, Name: LedgerName(owner)}
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		if attempt > 0 {
+			if err := sleepJitter(ctx, attempt); err != nil {
+				return err
+			}
+		}
+		var cm corev1.ConfigMap
+		if err := s.apiReader.Get(ctx, key, &cm); apierrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("read quota ledger %s: %w", key.Name, err)
+		}
+		res, tries := readReservations(&cm), readTries(&cm)
+		if _, ok := tries[id][token]; !ok {
+			return nil
+		}
+		if _, ok := res[id]; !ok {
+			return nil
+		}
+		now := s.opts.Now()
+		tries[id][token] = now
+		if res[id].Before(now) {
+			res[id] = now
+		}
+		writeReservations(&cm, res)
+		writeTries(&cm, tries)
+		err := s.client.Update(ctx, &cm)
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return fmt.Errorf("write quota ledger %s: %w", key.Name, err)
+		}
+	}
+	return fmt.Errorf("quota ledger %s of %s stayed busy after %d attempts", key.Name, owner, maxAttempts)
 }
 
 func ledgerMeta(key client.ObjectKey, owner string) metav1.ObjectMeta {

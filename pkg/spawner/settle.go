@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"syscall"
 	"time"
@@ -23,10 +24,15 @@ import (
 //
 //   - no pod of the workspace's name appears within LostWriteWindow: nothing was created (claims
 //     this spawn created are kept, like every claim; a spawn of the same id reuses them);
-//   - the pod exists and another pod has the id (two owners raced): it yields, as a spawn does;
-//   - the pod exists: its claims are created (or reused), so the workspace is whole.
+//   - the pod exists and another owner's pod has the id (two owners raced): it yields, as a spawn
+//     does (a pod of the same owner is the workspace's own replacement: a stop or an upgrade);
+//   - the pod exists: its claims are created (or reused), so the workspace is whole, unless they
+//     would now exceed the owner's claim limit (checked again: the spawn's check is stale by
+//     then); refused claims are left uncreated and the pod waits for them.
 //
-// Either way the quota reservation is released afterwards; a pod, once there, counts itself.
+// While it waits for the pod it keeps its hold on the quota reservation fresh (the TTL is shorter
+// than the window). Either way the reservation is released afterwards; a pod, once there, counts
+// itself.
 // Settling never deletes a claim it did not create and never a pod it did not find by its
 // deterministic name with the same owner, id and template.
 
@@ -63,20 +69,33 @@ func mayHaveHappened(err error) bool {
 	return true
 }
 
+// lostSpawn is a spawn whose write's answer was lost, as settle needs it.
+type lostSpawn struct {
+	// pod is the pod as built (its name is the workspace's).
+	pod *corev1.Pod
+	// pvcs are its claims; created those this spawn is known to have created.
+	pvcs, created []*corev1.PersistentVolumeClaim
+	owner, id     string
+	// quota: the spawn holds a quota reservation, by token.
+	quota bool
+	token string
+	// limitClaims: MaxClaimsPerUser applies to the spawn (its caller is no admin).
+	limitClaims bool
+	// since is when the lost write was sent.
+	since time.Time
+}
+
 // settle finishes or undoes, in the background, a spawn whose write's answer was lost (see
-// above). pod is the pod as built (its name is the workspace's); pvcs its claims; created the
-// claims this spawn is known to have created; since when the lost write was sent.
-func (s *Spawner) settle(parent context.Context, pod *corev1.Pod, pvcs, created []*corev1.PersistentVolumeClaim,
-	owner, id string, quota bool, token string, since time.Time, log logr.Logger) {
+// above).
+func (s *Spawner) settle(parent context.Context, l lostSpawn, log logr.Logger) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.opts.SettleTimeout)
 	defer cancel()
-	if quota {
-		defer s.releaseLater(parent, owner, s.claimKey(pod.Namespace, id), token, log)
+	if l.quota {
+		defer s.releaseLater(parent, l.owner, s.claimKey(l.pod.Namespace, l.id), l.token, log)
 	}
-	key := client.ObjectKeyFromObject(pod)
-	template := pod.Labels[workspace.LabelTemplate]
+	key := client.ObjectKeyFromObject(l.pod)
 	for {
-		done, err := s.settleOnce(ctx, key, template, pvcs, created, owner, id, since, log)
+		done, err := s.settleOnce(ctx, l, log)
 		if done {
 			return
 		}
@@ -91,16 +110,26 @@ func (s *Spawner) settle(parent context.Context, pod *corev1.Pod, pvcs, created 
 	}
 }
 
-func (s *Spawner) settleOnce(ctx context.Context, key client.ObjectKey, template string, pvcs, created []*corev1.PersistentVolumeClaim,
-	owner, id string, since time.Time, log logr.Logger) (bool, error) {
+func (s *Spawner) settleOnce(ctx context.Context, l lostSpawn, log logr.Logger) (bool, error) {
+	key := client.ObjectKeyFromObject(l.pod)
+	template := l.pod.Labels[workspace.LabelTemplate]
+	owner, id := l.owner, l.id
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var cur corev1.Pod
 	err := s.apiReader.Get(cctx, key, &cur)
 	switch {
 	case apierrors.IsNotFound(err):
-		if s.opts.Now().Sub(since) < s.opts.LostWriteWindow {
-			return false, nil // the create may still land
+		if s.opts.Now().Sub(l.since) < s.opts.LostWriteWindow {
+			// The create may still land: keep the quota slot until it no longer can. The
+			// reservation was stamped before the create was sent, and the TTL alone would end
+			// it while the create may still land (the TTL is 1 min, the window 70 s).
+			if l.quota {
+				if err := s.refresh(cctx, owner, s.claimKey(key.Namespace, id), l.token); err != nil {
+					return false, fmt.Errorf("hold the quota reservation of a spawn whose answer was lost: %w", err)
+				}
+			}
+			return false, nil
 		}
 		log.Info("a spawn whose answer was lost did not create its pod", "pod", key.Name)
 		return true, nil
@@ -110,7 +139,11 @@ func (s *Spawner) settleOnce(ctx context.Context, key client.ObjectKey, template
 	if cur.DeletionTimestamp != nil || workspace.ID(&cur) != id || workspace.Owner(&cur) != owner || cur.Labels[workspace.LabelTemplate] != template {
 		return true, nil // being deleted, or another spawn's workspace: not ours to finish
 	}
-	other, err := s.otherPodWithID(cctx, &cur)
+	// Only another owner's pod is a rival. A pod of this owner with the id and another name is
+	// the workspace's own replacement (a stop's stopped pod, an upgrade's new pod) or another
+	// pod of the same workspace; either mounts this spawn's claims (their names derive from
+	// owner and id), so yielding would delete the data the workspace lives on.
+	other, err := s.podWithID(cctx, &cur, func(p *corev1.Pod) bool { return workspace.Owner(p) != owner })
 	if err != nil {
 		return false, err
 	}
@@ -119,15 +152,29 @@ func (s *Spawner) settleOnce(ctx context.Context, key client.ObjectKey, template
 		if err := s.client.Delete(cctx, &cur, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 			return false, err
 		}
-		for _, p := range created {
+		for _, p := range l.created {
 			if err := s.client.Delete(cctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) {
 				return false, err
 			}
 		}
-		log.Info("a spawn whose answer was lost yielded: another pod has the id", "pod", key.Name, "other", other)
+		log.Info("a spawn whose answer was lost yielded: another owner's pod has the id", "pod", key.Name, "other", other)
 		return true, nil
 	}
-	for _, p := range pvcs {
+	if l.limitClaims && len(l.pvcs) > 0 {
+		// The spawn checked the claim limit under the owner's lock, but let go of it when its
+		// answer was lost; the owner's other spawns may have created claims since. Check again
+		// and hold the lock until the claims exist, as a spawn does.
+		unlock := s.locks.lock(owner)
+		defer unlock()
+		if err := s.checkClaims(cctx, owner, l.pvcs); err != nil {
+			if CodeOf(err) != "" {
+				log.Error(err, "cannot finish a spawn whose answer was lost: its claims would exceed the owner's claim limit; the pod waits for them", "pod", key.Name)
+				return true, nil
+			}
+			return false, err
+		}
+	}
+	for _, p := range l.pvcs {
 		q := p.DeepCopy() // p may hold a reused claim read back from the API server
 		q.ResourceVersion, q.UID, q.ManagedFields, q.CreationTimestamp = "", "", nil, metav1.Time{}
 		if _, err := s.createClaim(cctx, q, owner, id); err != nil {

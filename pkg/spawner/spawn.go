@@ -37,7 +37,10 @@ type Options struct {
 	// a stop beyond it is refused with QuotaExceeded. Stopped workspaces do not count against
 	// MaxPerUser.
 	MaxStoppedPerUser int
-	// ReservationTTL is how long a quota reservation whose pod never appeared counts (default 1m).
+	// ReservationTTL is how long a quota reservation whose pod never appeared counts (default 1m)
+	// after its try last held it: a spawn settling after a lost answer holds it afresh on every
+	// look until its pod can no longer appear (LostWriteWindow), so the TTL ends only holds
+	// nobody releases (a crashed replica, a release that failed).
 	ReservationTTL time.Duration
 	// SyncTimeout bounds how long a spawn waits for the template registry's first sync (default 10s).
 	SyncTimeout time.Duration
@@ -245,11 +248,12 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	// reservation.
 	settling := false
 	quota := s.opts.MaxPerUser > 0 && !req.Caller.IsAdmin
+	limitClaims := s.opts.MaxClaimsPerUser > 0 && !req.Caller.IsAdmin
 
 	if err := s.checkFree(ctx, ns, id); err != nil {
 		return nil, err
 	}
-	if s.opts.MaxClaimsPerUser > 0 && !req.Caller.IsAdmin && len(pvcs) > 0 {
+	if limitClaims && len(pvcs) > 0 {
 		// Held until the claims are created, so one process's spawns of one owner cannot both
 		// see room for the last claim.
 		unlock := s.locks.lock(owner)
@@ -308,7 +312,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 		}
 		if mayHaveHappened(err) {
 			settling = true
-			go s.settle(ctx, pod, pvcs, nil, owner, id, quota, token, s.opts.Now(), log)
+			go s.settle(ctx, lostSpawn{pod: pod, pvcs: pvcs, owner: owner, id: id, quota: quota, token: token, limitClaims: limitClaims, since: s.opts.Now()}, log)
 		}
 		return nil, fmt.Errorf("create pod %s: %w", podName, err)
 	}
@@ -334,7 +338,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 				// The API server did not answer (in time): the pod exists, so finish the
 				// workspace in the background rather than leave half of it.
 				settling = true
-				go s.settle(ctx, pod, pvcs, created, owner, id, quota, token, s.opts.Now(), log)
+				go s.settle(ctx, lostSpawn{pod: pod, pvcs: pvcs, created: created, owner: owner, id: id, quota: quota, token: token, limitClaims: limitClaims, since: s.opts.Now()}, log)
 				return nil, err
 			}
 			undo()
@@ -349,7 +353,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	if other, err := s.otherPodWithID(ctx, pod); err != nil || other != "" {
 		if err != nil && mayHaveHappened(err) {
 			settling = true
-			go s.settle(ctx, pod, pvcs, created, owner, id, quota, token, s.opts.Now(), log)
+			go s.settle(ctx, lostSpawn{pod: pod, pvcs: pvcs, created: created, owner: owner, id: id, quota: quota, token: token, limitClaims: limitClaims, since: s.opts.Now()}, log)
 			return nil, err
 		}
 		if err == nil {
@@ -408,6 +412,12 @@ func (s *Spawner) checkFree(ctx context.Context, ns, id string) error {
 // cache does not show pod within Options.CacheWait (a watch being re-established), or without Seen,
 // the list comes from the API server.
 func (s *Spawner) otherPodWithID(ctx context.Context, pod *corev1.Pod) (string, error) {
+	return s.podWithID(ctx, pod, func(p *corev1.Pod) bool { return p.Name != pod.Name })
+}
+
+// podWithID names a pod with pod's workspace id in its namespace for which rival is true, or "",
+// read as otherPodWithID reads.
+func (s *Spawner) podWithID(ctx context.Context, pod *corev1.Pod, rival func(*corev1.Pod) bool) (string, error) {
 	id := pod.Labels[workspace.LabelWorkspaceID]
 	var r client.Reader = s.apiReader
 	if s.opts.Seen.Wait(ctx, s.client, pod, s.opts.CacheWait) {
@@ -417,9 +427,9 @@ func (s *Spawner) otherPodWithID(ctx context.Context, pod *corev1.Pod) (string, 
 	if err := r.List(ctx, &list, client.InNamespace(pod.Namespace), client.MatchingLabels{workspace.LabelWorkspaceID: id}); err != nil {
 		return "", fmt.Errorf("check workspace id %q: %w", id, err)
 	}
-	for _, p := range list.Items {
-		if p.Name != pod.Name {
-			return p.Name, nil
+	for i := range list.Items {
+		if rival(&list.Items[i]) {
+			return list.Items[i].Name, nil
 		}
 	}
 	return "", nil
@@ -433,8 +443,13 @@ func (s *Spawner) createClaim(ctx context.Context, p *corev1.PersistentVolumeCla
 		return false, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		switch {
+		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 			return false, errorf(Invalid, err, "the API server refused PVC %s: %v", p.Name, err)
+		case apierrors.IsForbidden(err):
+			// A namespace ResourceQuota ("exceeded quota") or an admission policy: a refusal with
+			// the API server's reason, not an internal failure to retry.
+			return false, errorf(Forbidden, err, "the API server refused PVC %s of workspace %q (%v): free room under the namespace's quota, or ask the platform team", p.Name, id, err)
 		}
 		return false, fmt.Errorf("create PVC %s: %w", p.Name, err)
 	}
