@@ -113,7 +113,7 @@ func (h *HistoryRecorder) record(ctx context.Context, key string) error {
 	if err := h.APIReader.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{workspace.LabelTemplateHistory: t.Name}); err != nil {
 		return err
 	}
-	for _, old := range templates.Prune(list.Items, h.Keep, t.Version) {
+	for _, old := range templates.Prune(list.Items, t.Name, h.Keep, t.Version) {
 		if err := h.Client.Delete(ctx, old, client.Preconditions{UID: &old.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 			return err
 		}

@@ -155,6 +155,16 @@ data:
   spec: '{"containers":[]}'
 `)
 	write("typo.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadat:\n  name: typo\n")
+	// A template without metadata.name is named after its file: it used to be listed so and
+	// refused all the same, as a template named "".
+	write("unnamed.yaml", `apiVersion: v1
+kind: ConfigMap
+metadata:
+  labels: {nogoo9/pod-template: "true"}
+  annotations: {nogoo9/template-version: "1"}
+data:
+  spec: '{"containers":[{"name":"a","image":"b","ports":[{"containerPort":80}]}]}'
+`)
 	write("notes.txt", "ignored")
 	got, err := LoadDir(dir)
 	if err != nil {
@@ -164,8 +174,11 @@ data:
 	for _, l := range got {
 		byName[l.Name] = l
 	}
-	if len(got) != 3 {
-		t.Fatalf("loaded %d documents, want 3: %+v", len(got), got)
+	if len(got) != 4 {
+		t.Fatalf("loaded %d documents, want 4: %+v", len(got), got)
+	}
+	if l := byName["unnamed"]; l.Err != nil || l.Template == nil || l.Template.Name != "unnamed" {
+		t.Errorf("unnamed: %+v", l)
 	}
 	if l := byName["good"]; l.Err != nil || l.Template.Version != "2" {
 		t.Errorf("good: %+v", l)

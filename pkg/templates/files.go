@@ -95,6 +95,7 @@ func loadFile(path string) []Loaded {
 		if cm.Labels[workspace.LabelPodTemplate] != "true" && cm.Data[workspace.DataSpec] == "" {
 			continue // a plain ConfigMap next to the templates (e.g. seed files): not a template
 		}
+		cm.Name = name // a file's template without metadata.name is named after the file
 		t, err := FromConfigMap(&cm, source)
 		out = append(out, Loaded{Name: name, Source: source, Template: t, Err: err})
 	}

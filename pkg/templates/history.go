@@ -100,17 +100,22 @@ func newestFirst(cms []corev1.ConfigMap) {
 	})
 }
 
-// Prune returns the history ConfigMaps to delete so that at most keep versions stay: the newest,
-// and always the one of version current (the version served now), whatever its age.
-func Prune(cms []corev1.ConfigMap, keep int, current string) []*corev1.ConfigMap {
+// Prune returns the history ConfigMaps of template name to delete so that at most keep versions
+// stay: the newest, and always the one of version current (the version served now), whatever its
+// age. Only ConfigMaps nogoo9 made count and go (named HistoryName of their version, as
+// FromHistory requires to serve one): anyone who may create ConfigMaps could label junk as
+// history, which used to take the kept places and push the genuine versions, the rollback
+// targets, out.
+func Prune(cms []corev1.ConfigMap, name string, keep int, current string) []*corev1.ConfigMap {
 	sorted := append([]corev1.ConfigMap(nil), cms...)
 	newestFirst(sorted)
 	var out []*corev1.ConfigMap
 	kept := 0
 	for i := range sorted {
 		cm := &sorted[i]
-		if cm.Annotations[workspace.AnnTemplateVersion] == current {
-			continue
+		v := cm.Annotations[workspace.AnnTemplateVersion]
+		if cm.Name != HistoryName(name, v) || v == current {
+			continue // not nogoo9's, or the version served now
 		}
 		// The current version takes one of the keep places.
 		if kept < keep-1 {

@@ -74,6 +74,11 @@ func TestPrune(t *testing.T) {
 		}
 		return out
 	}
+	// forged is a ConfigMap someone labelled as a kept version, newer than every genuine one.
+	forged := func(name, v string) corev1.ConfigMap {
+		return corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(t0.Add(time.Hour)),
+			Labels: map[string]string{workspace.LabelTemplateHistory: "node"}, Annotations: map[string]string{workspace.AnnTemplateVersion: v}}}
+	}
 	versions := func(list []*corev1.ConfigMap) string {
 		var s []string
 		for _, cm := range list {
@@ -92,9 +97,13 @@ func TestPrune(t *testing.T) {
 		{name: "over the limit the oldest go", have: cms("1", "2", "3", "4", "5"), keep: 3, current: "5", wantGone: "2,1"},
 		{name: "the current version stays even when it is the oldest (a template set back)", have: cms("1", "2", "3", "4"), keep: 2, current: "1", wantGone: "3,2"},
 		{name: "keep 1 keeps only the current version", have: cms("1", "2"), keep: 1, current: "2", wantGone: "1"},
+		// Before, ConfigMaps labelled as history by anyone counted: three newer ones pushed the
+		// genuine versions 2 and 1, the rollback targets, out.
+		{name: "ConfigMaps nogoo9 did not make neither take a kept place nor go", have: append(cms("1", "2", "3"), forged("junk-a", "x"), forged("junk-b", "y"), forged("junk-c", "3")),
+			keep: 3, current: "3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := versions(Prune(tc.have, tc.keep, tc.current)); got != tc.wantGone {
+			if got := versions(Prune(tc.have, "node", tc.keep, tc.current)); got != tc.wantGone {
 				t.Errorf("Prune deletes %q, want %q", got, tc.wantGone)
 			}
 		})
