@@ -86,15 +86,7 @@ func (s *Spawner) ReserveStart(ctx context.Context, owner, ns, id string, isAdmi
 			log.Info("keeping the quota reservation of a start whose write got no answer; it expires by itself", "ttl", s.opts.ReservationTTL)
 			return
 		}
-		if ctx.Err() != nil {
-			go s.releaseLater(ctx, owner, rid, token, log)
-			return
-		}
-		cctx, cancel := cleanupContext(ctx)
-		defer cancel()
-		if err := s.release(cctx, owner, rid, token); err != nil {
-			log.Error(err, "cannot release quota reservation; it expires by itself", "ttl", s.opts.ReservationTTL)
-		}
+		s.releaseWhenDone(ctx, owner, rid, token, log)
 	}, nil
 }
 

@@ -253,23 +253,7 @@ func pruneReservations(res map[string]time.Time, tries map[string]map[string]tim
 // the reservation of a retry. It runs when the spawn ends, created or not; if it fails, the
 // reservation expires after the TTL.
 func (s *Spawner) release(ctx context.Context, owner, id, token string) error {
-	key := client.ObjectKey{Namespace: s.opts.Namespace, Name: LedgerName(owner)}
-	for attempt := 0; attempt < maxAttempts; attempt++ {
-		if attempt > 0 {
-			if err := sleepJitter(ctx, attempt); err != nil {
-				return err
-			}
-		}
-		var cm corev1.ConfigMap
-		if err := s.apiReader.Get(ctx, key, &cm); apierrors.IsNotFound(err) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		res, tries := readReservations(&cm), readTries(&cm)
-		if _, ok := tries[id][token]; !ok {
-			return nil
-		}
+	return s.editHold(ctx, owner, id, token, func(res map[string]time.Time, tries map[string]map[string]time.Time) bool {
 		delete(tries[id], token)
 		if len(tries[id]) == 0 {
 			delete(tries, id)
@@ -283,17 +267,8 @@ func (s *Spawner) release(ctx context.Context, owner, id, token string) error {
 			}
 			res[id] = last
 		}
-		writeReservations(&cm, res)
-		writeTries(&cm, tries)
-		err := s.client.Update(ctx, &cm)
-		if err == nil || apierrors.IsNotFound(err) {
-			return nil
-		}
-		if !apierrors.IsConflict(err) {
-			return err
-		}
-	}
-	return fmt.Errorf("quota ledger %s stayed busy", key.Name)
+		return true
+	})
 }
 
 // refresh stamps the try token's hold on owner's reservation of id with the current time, so it
@@ -302,6 +277,23 @@ func (s *Spawner) release(ctx context.Context, owner, id, token string) error {
 // lost-write window. A hold that is gone (released, or pruned by another spawn) is not made
 // again: that spawn may have taken the slot.
 func (s *Spawner) refresh(ctx context.Context, owner, id, token string) error {
+	return s.editHold(ctx, owner, id, token, func(res map[string]time.Time, tries map[string]map[string]time.Time) bool {
+		if _, ok := res[id]; !ok {
+			return false
+		}
+		now := s.opts.Now()
+		tries[id][token] = now
+		if res[id].Before(now) {
+			res[id] = now
+		}
+		return true
+	})
+}
+
+// editHold reads owner's ledger and, when the try token still holds a reservation of id, applies
+// edit to its reservations and tries and writes them back (nothing when edit returns false),
+// reading again on a conflict. A ledger or a hold that is gone is left alone.
+func (s *Spawner) editHold(ctx context.Context, owner, id, token string, edit func(res map[string]time.Time, tries map[string]map[string]time.Time) bool) error {
 	key := client.ObjectKey{Namespace: s.opts.Namespace, Name: LedgerName(owner)}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		if attempt > 0 {
@@ -319,13 +311,8 @@ func (s *Spawner) refresh(ctx context.Context, owner, id, token string) error {
 		if _, ok := tries[id][token]; !ok {
 			return nil
 		}
-		if _, ok := res[id]; !ok {
+		if !edit(res, tries) {
 			return nil
-		}
-		now := s.opts.Now()
-		tries[id][token] = now
-		if res[id].Before(now) {
-			res[id] = now
 		}
 		writeReservations(&cm, res)
 		writeTries(&cm, tries)

@@ -189,6 +189,21 @@ func (s *Spawner) settleOnce(ctx context.Context, l lostSpawn, log logr.Logger) 
 	return true, nil
 }
 
+// releaseWhenDone releases the try token's hold on owner's reservation of id once a spawn or a
+// start is done: at once, or in the background when the caller's deadline has passed (the API
+// server is slow or its etcd down), so the answer does not wait for it.
+func (s *Spawner) releaseWhenDone(ctx context.Context, owner, id, token string, log logr.Logger) {
+	if ctx.Err() != nil {
+		go s.releaseLater(ctx, owner, id, token, log)
+		return
+	}
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if err := s.release(cctx, owner, id, token); err != nil {
+		log.Error(err, "cannot release quota reservation; it expires by itself", "ttl", s.opts.ReservationTTL)
+	}
+}
+
 // releaseLater releases the try token's hold on owner's reservation of id in the background,
 // retrying while the API server cannot be reached (bounded by SettleTimeout; the reservation
 // expires by itself after ReservationTTL anyway).

@@ -283,17 +283,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 			if settling {
 				return // settle releases it once it knows whether the pod exists
 			}
-			if ctx.Err() != nil {
-				// The caller's deadline passed (the API server is slow or its etcd down): answer
-				// now and release in the background.
-				go s.releaseLater(ctx, owner, rid, token, log)
-				return
-			}
-			cctx, cancel := cleanupContext(ctx)
-			defer cancel()
-			if err := s.release(cctx, owner, rid, token); err != nil {
-				log.Error(err, "cannot release quota reservation; it expires by itself", "ttl", s.opts.ReservationTTL)
-			}
+			s.releaseWhenDone(ctx, owner, rid, token, log)
 		}()
 	}
 
