@@ -88,14 +88,7 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 		tmpl.Annotations = map[string]string{workspace.AnnIdleTimeout: "1h"}
 		e := newNamespaceEnv(t, cfg, c, tmpl, UpgradeOptions{})
 		e.start()
-		run := e.spawn("jane", "night")
-		why := "for the night"
-		e.annotate(run.Name, workspace.AnnStopRequested, &why)
-		var stopped *corev1.Pod
-		e.g.Eventually(func(g gomega.Gomega) {
-			stopped = e.only(g, "night")
-			g.Expect(workspace.IsStoppedPod(stopped)).To(gomega.BeTrue())
-		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "stopped")
+		stopped, _ := e.stopped("night", "for the night")
 
 		// Ten hours later its owner starts it. Its pod was created at the stop and no kubelet has
 		// written its status yet (envtest has none; a real one writes only once it is scheduled).
@@ -125,14 +118,7 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 	t.Run("a start with the update policy on-start comes back on the template's latest version with the same identity", func(t *testing.T) {
 		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
 		e.start()
-		run := e.spawn("jane", "fresh")
-		yes := "true"
-		e.annotate(run.Name, workspace.AnnStopRequested, &yes)
-		var stopped *corev1.Pod
-		e.g.Eventually(func(g gomega.Gomega) {
-			stopped = e.only(g, "fresh")
-			g.Expect(workspace.IsStoppedPod(stopped)).To(gomega.BeTrue())
-		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		stopped, run := e.stopped("fresh", "true")
 
 		v2 := ideTemplate("v2", "ide:2", "")
 		v2.Annotations = map[string]string{"nogoo9/update-policy": "on-start"}
@@ -208,6 +194,19 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 			e.g.Expect(pvc.DeletionTimestamp).To(gomega.BeNil())
 		}
 	})
+}
+
+// stopped spawns jane's workspace id, asks for its stop with why, and returns its stopped pod once
+// the controller (started) has stopped it, and the running pod it was.
+func (e *upgradeEnv) stopped(id, why string) (stopped, run *corev1.Pod) {
+	e.t.Helper()
+	run = e.spawn("jane", id)
+	e.annotate(run.Name, workspace.AnnStopRequested, &why)
+	e.g.Eventually(func(g gomega.Gomega) {
+		stopped = e.only(g, id)
+		g.Expect(workspace.IsStoppedPod(stopped)).To(gomega.BeTrue())
+	}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "stopped")
+	return stopped, run
 }
 
 // createStoppedCopy creates the stopped copy of the running pod name as a stop's first step makes
