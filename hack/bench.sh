@@ -13,7 +13,10 @@ for a in "$@"; do
 	case "$a" in -out=* | --out=*) out=${a#*=} ;; esac
 	prev=$a
 done
-go run ./hack/bench/cmd/bench -bin bin -nogoo9 bin/nogoo9 -out bench/results.md "$@"
+# A failed figure makes the command exit 1 after writing the results: the web UI section below is
+# still appended, then the status is passed on.
+rc=0
+go run ./hack/bench/cmd/bench -bin bin -nogoo9 bin/nogoo9 -out bench/results.md "$@" || rc=$?
 
 # The web UI: time to render the workspace list and its weight (page and embedded assets), at 100
 # and 1,000 workspaces (docs/ui.md). Appended to the same results.
@@ -25,3 +28,4 @@ go run ./hack/bench/cmd/bench -bin bin -nogoo9 bin/nogoo9 -out bench/results.md 
 	go test -run '^$' -bench BenchmarkListPage -benchtime 20x ./pkg/ui/ | grep -E '^(Benchmark|goos|goarch|cpu)'
 	echo '```'
 } >>"$out"
+exit "$rc"

@@ -8,7 +8,10 @@
 # Environment (the Makefile passes its variables): STRESS_COUNT (3), STRESS_E2E_RUNS (2),
 # STRESS_LOAD (busy loops, default one per core; 0 for none), STRESS_TIMEOUT (outer bound of one
 # run, default 90m), STRESS_GOFLAGS (extra go test flags for both layers, e.g. -race),
-# STRESS_E2E_ARGS (extra e2e flags, e.g. -ginkgo.focus='Proxy'), STRESS_PKGS (packages of the unit+integration layer), BIN (control plane and bin/nogoo9),
+# STRESS_E2E_ARGS (extra e2e flags, split at spaces with any quotes kept: -ginkgo.focus=Proxy or
+# -ginkgo.label-filter=proxy, not -ginkgo.focus='Proxy', whose quotes would become part of the
+# pattern; for words with spaces put dots: -ginkgo.focus=lets.only.the.owner),
+# STRESS_PKGS (packages of the unit+integration layer), BIN (control plane and bin/nogoo9),
 # STRESS_DIR (where the logs go; default a new directory under ${TMPDIR:-/tmp}).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +50,19 @@ stop_load() {
 	fi
 }
 trap stop_load EXIT
-trap 'exit 130' INT TERM
+# The run in progress: timeout (without --foreground) makes itself the leader of a new process
+# group, which the terminal's Ctrl-C does not reach. run() starts it in the background and waits
+# for it, so an INT or TERM runs this trap at once: it sends TERM to that whole group (the tests
+# and their go command) and waits for it, which timeout bounds (--kill-after=1m).
+run_pid=""
+stop_run() {
+	[[ -n $run_pid ]] || return 0
+	echo "stress: stopping the run in progress (pid $run_pid; SIGKILL after 1m)" >&2
+	kill -TERM -- -"$run_pid" 2>/dev/null || kill -TERM "$run_pid" 2>/dev/null || true
+	wait "$run_pid" 2>/dev/null || true
+	run_pid=""
+}
+trap 'stop_run; exit 130' INT TERM
 for ((i = 0; i < load; i++)); do
 	bash -c 'while kill -0 '"$$"' 2>/dev/null; do for ((j = 0; j < 100000; j++)); do :; done; done' &
 	load_pids+=($!)
@@ -61,7 +76,10 @@ run() {
 	shift
 	step "$name (log $dir/$name.log)"
 	local rc=0
-	timeout --kill-after=1m "$run_timeout" "$@" >"$dir/$name.log" 2>&1 || rc=$?
+	timeout --kill-after=1m "$run_timeout" "$@" >"$dir/$name.log" 2>&1 &
+	run_pid=$!
+	wait "$run_pid" || rc=$?
+	run_pid=""
 	if ((rc == 124 || rc == 137)); then
 		echo "stress: run $name did not end within STRESS_TIMEOUT=$run_timeout" >>"$dir/$name.log"
 	fi

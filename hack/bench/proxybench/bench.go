@@ -48,7 +48,7 @@ func runBench(args []string) error {
 
 	for _, tool := range []string{"wrk", "nginx", "taskset"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s is not installed: apt-get install wrk nginx util-linux", tool)
+			return fmt.Errorf("%s is not on PATH: run hack/install-bench-tools.sh (make bench does; or apt-get install wrk nginx util-linux), and add /usr/sbin to PATH for nginx if you are not root", tool)
 		}
 	}
 	self, err := os.Executable()

@@ -1,7 +1,7 @@
 # lib.sh: what the proxybench scripts (cpusplit.sh, perfstat.sh, epollwaits.sh) share; they source
 # it after `set -eu`. It makes their work directory (dir) and their list of processes (pids), stops
 # those processes (each once) and removes dir when the script ends; an interrupt ends the script
-# instead of resuming it after the trap.
+# instead of resuming it after the trap, and stops the load bounded() runs (below).
 dir=$(mktemp -d)
 pids=""
 cleanup() {
@@ -10,8 +10,23 @@ cleanup() {
 	wait 2>/dev/null || true
 	rm -rf "$dir"
 }
+# bounded_pid is the timeout that bounded() waits for in this shell (a subshell, such as
+# out=$(bounded ...), has its own). timeout, without --foreground, makes itself the leader of a new
+# process group, which the terminal's Ctrl-C does not reach: stop_bounded sends TERM to that whole
+# group (timeout and the load) and waits for it: 5 s at most (timeout's -k).
+bounded_pid=""
+stop_bounded() {
+	[ -n "$bounded_pid" ] || return 0
+	kill -TERM -- -"$bounded_pid" 2>/dev/null || kill -TERM "$bounded_pid" 2>/dev/null || true
+	wait "$bounded_pid" 2>/dev/null || true
+	bounded_pid=""
+}
+on_signal() {
+	stop_bounded
+	exit 130
+}
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap on_signal INT TERM
 
 # waitport PORT [PID] waits (at most 30 s) until something listens on PORT. With PID, a process
 # this script started to listen there, a port some other process holds fails the run (here, or
@@ -33,9 +48,19 @@ waitport() {
 # bounded SECONDS CMD...: runs CMD, a load meant to run SECONDS, and stops it 30 s after that.
 # wsload checks its deadline between round trips only: a proxy that stops echoing would hold it
 # (and the machine-wide lock) for good. timeout passes a TERM on to CMD, then kills it 5 s later;
-# its status, 124, fails the script.
+# its status, 124, fails the script. timeout runs in the background and is waited for, so an INT
+# or TERM runs on_signal at once: in the script, and in a subshell that runs bounded (traps are
+# reset in a subshell, so bounded sets its own; in the script it is the same trap). Ctrl-C reaches
+# both; a TERM sent to the script alone while it waits for out=$(bounded ...) acts once that
+# subshell has ended (SECONDS + 30 s at most).
 bounded() {
 	b=$(($1 + 30))
 	shift
-	timeout -k 5 "$b" "$@"
+	trap on_signal INT TERM
+	timeout -k 5 "$b" "$@" &
+	bounded_pid=$!
+	brc=0
+	wait "$bounded_pid" || brc=$?
+	bounded_pid=""
+	return "$brc"
 }

@@ -152,17 +152,21 @@ func run(c config) error {
 	started := time.Now()
 	res := &bench.Results{}
 	var extra []string // markdown sections appended after the tables (proxybench's own table)
+	// failed lists what failed: the results are written all the same, and the exit status is 1.
+	var failed []string
 
 	if c.figures[1] || c.figures[2] || c.figures[3] {
 		if err := figuresUpgrade(ctx, c, res); err != nil {
 			logf("figures 1-3 stopped early: %v", err)
 			res.Note(titleUpgrade(c.n), "stopped early: %v", err)
+			failed = append(failed, "figures 1-3 stopped early")
 		}
 	}
 	if c.figures[4] || c.figures[5] {
 		if err := figuresScale(ctx, c, res); err != nil {
 			logf("figures 4-5 stopped early: %v", err)
 			res.Note(titleRead(c.scale), "stopped early: %v", err)
+			failed = append(failed, "figures 4-5 stopped early")
 		}
 	}
 	if c.figures[6] || c.figures[7] {
@@ -170,8 +174,17 @@ func run(c config) error {
 		if err != nil {
 			logf("figures 6-7: %v", err)
 			section += fmt.Sprintf("\n- figures 6 and 7 failed: %v\n", err)
+			failed = append(failed, "figures 6-7 failed")
 		}
 		extra = append(extra, section)
+	}
+	// A row none of whose rounds produced a sample is a figure that failed too.
+	for _, f := range res.Figures {
+		for _, row := range f.Rows {
+			if len(row.Samples) == 0 && row.Failures > 0 {
+				failed = append(failed, fmt.Sprintf("%q: every round of %q failed", f.Title, row.Subject))
+			}
+		}
 	}
 
 	var buf bytes.Buffer
@@ -195,6 +208,9 @@ func run(c config) error {
 	logf("results written to %s", c.out)
 	if sigCtx.Err() != nil {
 		return errInterrupted
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%s; the results in %s say why (-keep keeps the logs of every process)", strings.Join(failed, "; "), c.out)
 	}
 	return nil
 }

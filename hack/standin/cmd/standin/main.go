@@ -3,8 +3,8 @@
 // is `standin term`.
 //
 //	standin serve --kubeconfig .cluster/kubeconfig --namespace default
-//	standin term --token "$USER_TOKEN" ws://127.0.0.1:8091/ws/<user>/<id>/term
-//	standin term --token "$USER_TOKEN" --send hello ws://127.0.0.1:8091/ws/<user>/<id>/term
+//	standin term --token "$USER_TOKEN" ws://127.0.0.1:8091/ws/<namespace>/<id>/term
+//	standin term --token "$USER_TOKEN" --send hello ws://127.0.0.1:8091/ws/<namespace>/<id>/term
 package main
 
 import (
@@ -29,9 +29,10 @@ const usage = `usage:
   standin serve --kubeconfig FILE [--namespace NS] [-v]
       follow the workspace pods and serve each Running pod with a loopback IP on its ports
   standin term [--token T] [--send MSG ...] URL
-      open the terminal at URL (ws:// or http://, through nogoo9's proxy); type lines, see them
-      echoed; reconnects when the proxy closes it (e.g. after an upgrade). With --send: send each
-      MSG, print the banner and the replies, and exit.`
+      open the terminal at URL (ws:// or http://, through nogoo9's proxy: the workspace's path,
+      /ws/<namespace>/<id>/, then term, e.g. ws://127.0.0.1:8091/ws/default/demo/term); type lines,
+      see them echoed; reconnects when the proxy closes it (e.g. after an upgrade). With --send:
+      send each MSG, print the banner and the replies, and exit.`
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -104,7 +105,7 @@ func term(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("term needs exactly one URL, e.g. ws://127.0.0.1:8091/ws/<user>/<id>/term\n" + usage)
+		return errors.New("term needs exactly one URL, e.g. ws://127.0.0.1:8091/ws/<namespace>/<id>/term\n" + usage)
 	}
 	url := fs.Arg(0)
 	if len(send) > 0 {
