@@ -278,14 +278,17 @@ func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 }
 
 // request writes the upgrade intent on c.pod, only on the version the decision saw
-// (resourceVersion): a pin or policy written since wins.
+// (resourceVersion): a pin or policy written since wins. It names every companion of the intent:
+// a person who withdrew an earlier request could remove only its intent, and that request's
+// target version would be read as this one's.
 func (p *PolicyRunner) request(ctx context.Context, c candidate, now time.Time) (bool, error) {
 	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid": c.pod.UID, "resourceVersion": c.pod.ResourceVersion,
-		"annotations": map[string]string{
+		"annotations": map[string]any{
 			workspace.AnnUpgradeRequested: now.UTC().Format(time.RFC3339),
 			workspace.AnnUpgradePod:       workspace.NextPodName(c.pod, c.to),
 			workspace.AnnAutoUpgrade:      string(c.policy),
+			workspace.AnnTargetVersion:    nil,
 		}}})
 	target := &corev1.Pod{}
 	target.Name, target.Namespace = c.pod.Name, c.pod.Namespace

@@ -78,7 +78,7 @@ func (s *Service) Start(ctx context.Context, id string) (*Workspace, error) {
 		}
 		release = r
 	}
-	after, err := s.liftStop(ctx, pods, id, owner)
+	after, err := s.liftStop(ctx, pods)
 	// The slot is released only now that no pod carries the intent: the workspace counts itself.
 	release(err)
 	if err != nil {
@@ -89,30 +89,11 @@ func (s *Service) Start(ctx context.Context, id string) (*Workspace, error) {
 }
 
 // liftStop removes the stop intent from pods and from every live pod of the workspace the API
-// server lists, and returns pods as they are after the write.
-func (s *Service) liftStop(ctx context.Context, pods []*corev1.Pod, id, owner string) ([]*corev1.Pod, error) {
-	lift := map[string]any{workspace.AnnStopRequested: nil}
-	after, err := s.patchLive(ctx, pods, lift)
-	if err != nil {
-		return nil, err
-	}
-	// While any live pod carries the intent the workspace stays stopped, and the cache may not
-	// show every pod yet (a stopped copy made a moment ago): the API server's list says which
-	// pods still carry it.
-	live, err := s.livePods(ctx, id, owner)
-	if err != nil {
-		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("starting workspace %q: reading its pods failed; try again", id), Err: err}
-	}
-	var rest []*corev1.Pod
-	for _, p := range live {
-		if p.DeletionTimestamp == nil && p.Annotations[workspace.AnnStopRequested] != "" {
-			rest = append(rest, p)
-		}
-	}
-	if _, err := s.patchLive(ctx, rest, lift); err != nil {
-		return nil, err
-	}
-	return after, nil
+// server lists (patchLive: while any live pod carries the intent the workspace stays stopped, and
+// the cache may not show every pod yet, e.g. a stopped copy made a moment ago), and returns pods
+// as they are after the write.
+func (s *Service) liftStop(ctx context.Context, pods []*corev1.Pod) ([]*corev1.Pod, error) {
+	return s.patchLive(ctx, pods, map[string]any{workspace.AnnStopRequested: nil})
 }
 
 func quotaError(err error) error {

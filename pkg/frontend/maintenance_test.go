@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -117,6 +118,98 @@ func TestUpgradeAnswersUpgradingWhileARecreateIsInFlight(t *testing.T) {
 			}
 			if r.Status != "upgrading" || r.PodName != "ws-a1-up" || r.From != "1.0" || r.To != "2.0" {
 				t.Errorf("Upgrade() = %+v, want upgrading to pod ws-a1-up from 1.0 to 2.0", r)
+			}
+		})
+	}
+}
+
+// A Recreate upgrade deletes the old pod in the pass that creates the new one. While the front
+// end's cache still shows the old pod live and not yet the new one, a setting written to the old
+// pod alone is lost (the controller carries nothing from a terminating pod) although the API
+// answered success: the write reaches the new pod too, found by the API server's list.
+func TestSettingsReachThePodTheCacheHasNotSeenYet(t *testing.T) {
+	old := pod("ws-a1", "alice", "a1", "1.0", t0, ready)
+	going := old.DeepCopy()
+	deletedAt(t0.Add(time.Hour))(going)
+	going.Finalizers = []string{"test/hold"}
+	next := pod(workspace.NextPodName(old, "2.0"), "alice", "a1", "2.0", t0.Add(time.Hour), annotated(
+		workspace.AnnUpgradeFrom, old.Name, workspace.AnnUpgradeFromUID, string(old.UID), workspace.AnnUpgradeFromVersion, "1.0",
+		workspace.AnnUpgradeStrategy, workspace.StrategyRecreate))
+	alice := auth.WithCaller(context.Background(), &auth.Caller{Subject: "alice"})
+	admin := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})
+	tests := []struct {
+		name string
+		do   func(*Service) error
+		key  string
+		want string // prefix of the value the new pod must carry
+	}{
+		{"an admin's maintenance", func(s *Service) error { _, err := s.SetMaintenance(admin, "a1", "disk migration"); return err }, workspace.AnnMaintenance, "disk migration"},
+		{"the owner's stop", func(s *Service) error { _, err := s.Stop(alice, "a1"); return err }, workspace.AnnStopRequested, "stopped by its owner"},
+		{"the owner's pin", func(s *Service) error { _, err := s.SetPinned(alice, "a1", true); return err }, workspace.AnnPinned, "true"},
+		{"the owner's update policy", func(s *Service) error {
+			_, err := s.SetUpdatePolicy(alice, "a1", UpdatePolicyInput{Policy: "on-start"})
+			return err
+		}, workspace.AnnUpdatePolicy, "on-start"},
+	}
+	worlds := map[string][]*corev1.Pod{"old pod terminating": {going, next}, "old pod gone": {next}}
+	for world, inAPI := range worlds {
+		for _, tc := range tests {
+			t.Run(world+": "+tc.name, func(t *testing.T) {
+				api := fakeCache(inAPI...)
+				svc := servicesWith(t, func(c *Config) { c.Client, c.APIReader = api, api }, old)["per-call"]
+				if err := tc.do(svc); err != nil {
+					t.Fatal(err)
+				}
+				var p corev1.Pod
+				if err := api.Get(context.Background(), client.ObjectKeyFromObject(next), &p); err != nil {
+					t.Fatal(err)
+				}
+				if v := p.Annotations[tc.key]; !strings.HasPrefix(v, tc.want) {
+					t.Errorf("the new pod has %s=%q, want %q: the write went only to the old pod the cache showed", tc.key, v, tc.want)
+				}
+			})
+		}
+	}
+}
+
+// An upgrade request that a person withdrew by removing only nogoo9/upgrade-requested leaves its
+// companions behind (admission keeps a person from removing them). Every intent the API writes
+// names every companion, so none of a withdrawn request's is read as this request's: an owner's
+// upgrade to the latest does not go to a stale rollback's version, and a person's request is not
+// taken for an update policy's (which the policy runner withdraws when the policy no longer
+// wants it).
+func TestAnIntentWriteClearsTheCompanionsOfAWithdrawnRequest(t *testing.T) {
+	stale := annotated(workspace.AnnTargetVersion, "0.9", workspace.AnnAutoUpgrade, "on-start", workspace.AnnUpgradePod, "ws-a1-up-stale")
+	alice := auth.WithCaller(context.Background(), &auth.Caller{Subject: "alice"})
+	admin := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})
+	tests := []struct {
+		name string
+		do   func(*Service) (*UpgradeResult, error)
+		want map[string]string // companion -> value after the write ("": absent)
+	}{
+		{"the owner's upgrade to the latest", func(s *Service) (*UpgradeResult, error) { return s.Upgrade(alice, "a1") }, map[string]string{
+			workspace.AnnTargetVersion: "", workspace.AnnAutoUpgrade: ""}},
+		{"an admin's rollback", func(s *Service) (*UpgradeResult, error) { return s.Rollback(admin, "a1", "0.5") }, map[string]string{
+			workspace.AnnTargetVersion: "0.5", workspace.AnnAutoUpgrade: ""}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := servicesWith(t, func(c *Config) { c.History = stubHistory{} }, pod("ws-a1", "alice", "a1", "1.0", t0, ready, stale))["per-call"]
+			r, err := tc.do(svc)
+			if err != nil || r.Status != "upgrading" {
+				t.Fatalf("= %+v, %v; want upgrading", r, err)
+			}
+			var p corev1.Pod
+			if err := svc.cfg.Client.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "ws-a1"}, &p); err != nil {
+				t.Fatal(err)
+			}
+			if p.Annotations[workspace.AnnUpgradeRequested] == "" || p.Annotations[workspace.AnnUpgradePod] != r.PodName {
+				t.Errorf("intent %q, upgrade pod %q; want an intent naming %q", p.Annotations[workspace.AnnUpgradeRequested], p.Annotations[workspace.AnnUpgradePod], r.PodName)
+			}
+			for k, want := range tc.want {
+				if got, ok := p.Annotations[k]; got != want || want == "" && ok {
+					t.Errorf("%s = %q (present %v) after the write, want %q", k, got, ok, want)
+				}
 			}
 		})
 	}

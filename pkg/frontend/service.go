@@ -633,9 +633,13 @@ func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResu
 		return nil, errorf(CodeConflict, "workspace %q is pinned to version %s: unpin it first, then upgrade it", id, res.From)
 	}
 	podName := workspace.NextPodName(active, t.Version)
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+	// Every companion of the intent is named: a person who withdrew an earlier request could
+	// remove only its intent, and its target version or policy mark would be read as this one's.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
 		workspace.AnnUpgradeRequested: s.cfg.Now().UTC().Format(time.RFC3339),
 		workspace.AnnUpgradePod:       podName,
+		workspace.AnnTargetVersion:    nil,
+		workspace.AnnAutoUpgrade:      nil,
 	}}})
 	target := &corev1.Pod{}
 	target.Name, target.Namespace = active.Name, active.Namespace
@@ -793,33 +797,13 @@ func (s *Service) SetMaintenance(ctx context.Context, id, reason string) (*Works
 	if reason != "" {
 		val = reason
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{workspace.AnnMaintenance: val}}})
-	for _, p := range pods {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		target := &corev1.Pod{}
-		target.Name, target.Namespace = p.Name, p.Namespace
-		if err := s.cfg.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("setting maintenance on pod %s failed; try again", p.Name), Err: err}
-		}
+	// Every live pod, the ones the cache does not show yet included (patchLive): a maintenance
+	// written only to a pod that an upgrade is deleting would be lost.
+	after, err := s.patchLive(ctx, pods, map[string]any{workspace.AnnMaintenance: val})
+	if err != nil {
+		return nil, err
 	}
 	// The answer describes the workspace after this write (phase Unavailable, or back in
 	// service), not the cache's copy from before it.
-	after := make([]*corev1.Pod, len(pods))
-	for i, p := range pods {
-		q := p.DeepCopy()
-		if q.DeletionTimestamp == nil {
-			if q.Annotations == nil {
-				q.Annotations = map[string]string{}
-			}
-			if reason != "" {
-				q.Annotations[workspace.AnnMaintenance] = reason
-			} else {
-				delete(q.Annotations, workspace.AnnMaintenance)
-			}
-		}
-		after[i] = q
-	}
 	return s.describeNow(after), nil
 }

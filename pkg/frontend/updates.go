@@ -31,8 +31,21 @@ type HistoryReader interface {
 // patchLive merge-patches annotations ann (nil values remove) on every live pod of a workspace
 // (every one, so that an upgrade in flight, which keeps one of two pods, cannot drop the write)
 // and returns the pods as they are after the write, for the answer.
+//
+// pods are the cache's, which may show a pod that is going and not yet the one replacing it: a
+// Recreate upgrade, a stop or a start deletes the old pod in the pass that creates the new one,
+// and nothing is carried over from a terminating pod. So the write then goes to every live pod
+// the API server lists that does not carry it yet.
 func (s *Service) patchLive(ctx context.Context, pods []*corev1.Pod, ann map[string]any) ([]*corev1.Pod, error) {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	write := func(p *corev1.Pod) error {
+		target := &corev1.Pod{}
+		target.Name, target.Namespace = p.Name, p.Namespace
+		if err := s.cfg.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+			return &Error{Code: CodeInternal, Message: fmt.Sprintf("writing pod %s failed; try again", p.Name), Err: err}
+		}
+		return nil
+	}
 	after := make([]*corev1.Pod, len(pods))
 	for i, p := range pods {
 		q := p.DeepCopy()
@@ -40,10 +53,8 @@ func (s *Service) patchLive(ctx context.Context, pods []*corev1.Pod, ann map[str
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		target := &corev1.Pod{}
-		target.Name, target.Namespace = p.Name, p.Namespace
-		if err := s.cfg.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("writing pod %s failed; try again", p.Name), Err: err}
+		if err := write(p); err != nil {
+			return nil, err
 		}
 		if q.Annotations == nil {
 			q.Annotations = map[string]string{}
@@ -56,7 +67,31 @@ func (s *Service) patchLive(ctx context.Context, pods []*corev1.Pod, ann map[str
 			}
 		}
 	}
+	active := workspace.Active(pods)
+	id := workspace.ID(active)
+	live, err := s.livePods(ctx, id, workspace.Owner(active))
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("writing workspace %q: reading its pods failed; try again", id), Err: err}
+	}
+	for _, p := range live {
+		if p.DeletionTimestamp == nil && !carries(p, ann) {
+			if err := write(p); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return after, nil
+}
+
+// carries reports whether p's annotations already are what patching ann makes them.
+func carries(p *corev1.Pod, ann map[string]any) bool {
+	for k, v := range ann {
+		got, ok := p.Annotations[k]
+		if v == nil && ok || v != nil && got != fmt.Sprint(v) {
+			return false
+		}
+	}
+	return true
 }
 
 // describeNow describes a workspace from pods as they are after a write (not as the cache had
@@ -314,10 +349,12 @@ func (s *Service) rollback(ctx context.Context, pods []*corev1.Pod, version stri
 		return res, nil
 	}
 	podName := workspace.NextPodName(active, version)
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+	// Every companion of the intent is named, as Upgrade does.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
 		workspace.AnnUpgradeRequested: s.cfg.Now().UTC().Format(time.RFC3339),
 		workspace.AnnUpgradePod:       podName,
 		workspace.AnnTargetVersion:    version,
+		workspace.AnnAutoUpgrade:      nil,
 		workspace.AnnPinned:           "true",
 	}}})
 	target := &corev1.Pod{}

@@ -1,0 +1,49 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// A request a person withdrew by removing only nogoo9/upgrade-requested leaves its target version
+// behind (admission keeps a person from removing it). The runner's request names every companion
+// of the intent, so the controller does not take the withdrawn rollback's version for this
+// request's: the policy's upgrade goes to the template's latest.
+func TestPolicyRunnersRequestClearsAWithdrawnRequestsTargetVersion(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "ws-stale", Namespace: "default", UID: "uid-ws-stale",
+			Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: "stale",
+				workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "1"},
+			Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1", workspace.AnnTargetVersion: "0.9"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}},
+	}
+	c := fake.NewClientBuilder().WithObjects(pod).Build()
+	r := &PolicyRunner{Client: c, Reader: c, Templates: whenIdleTemplates(), Recorder: record.NewFakeRecorder(10),
+		Opts: PolicyOptions{IdleAfter: time.Minute, Now: func() time.Time { return now }}}
+	if n, err := r.Tick(ctx); err != nil || n != 1 {
+		t.Fatalf("tick requested %d (%v), want 1", n, err)
+	}
+	var got corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[workspace.AnnUpgradeRequested] == "" || got.Annotations[workspace.AnnAutoUpgrade] != "when-idle" {
+		t.Fatalf("no automatic request written: %v", got.Annotations)
+	}
+	if v, ok := got.Annotations[workspace.AnnTargetVersion]; ok {
+		t.Errorf("the request kept the withdrawn request's %s=%q: the upgrade would go to it, not to version 2", workspace.AnnTargetVersion, v)
+	}
+}
