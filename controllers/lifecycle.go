@@ -123,6 +123,9 @@ func (r *WorkspaceReconciler) applyLifecycle(ctx context.Context, key types.Name
 		if a.NodeLost {
 			return r.deleteLostPod(ctx, a)
 		}
+		// Counted only by the pass whose delete went through: a pass planned from a cache that
+		// does not show this process's delete yet skips it (deletePod) and must not count it again.
+		already := r.deleted.recent(a.Pod.UID, r.Opts.Now())
 		// As the planner saw it (MatchVersion): a write on the pod since (a stop intent, a
 		// maintenance, a pin) fails the delete, and the next pass carries it instead of losing it.
 		wait, err := r.deletePod(ctx, key, &moveState{}, upgrade.Action{Kind: upgrade.DeletePod, Pod: a.Pod, Keep: a.Keep, MatchVersion: true,
@@ -130,7 +133,7 @@ func (r *WorkspaceReconciler) applyLifecycle(ctx context.Context, key types.Name
 		if err != nil {
 			return false, err
 		}
-		if wait == 0 {
+		if wait == 0 && !already && r.deleted.recent(a.Pod.UID, r.Opts.Now()) {
 			switch a.Reason {
 			case lifecycle.ReasonStopped:
 				lifecycleTotal.WithLabelValues("stop").Inc()
@@ -186,11 +189,9 @@ func (r *WorkspaceReconciler) createStoppedPod(ctx context.Context, a lifecycle.
 	}
 	switch err := r.Client.Create(ctx, pod); {
 	case err == nil:
-		if gone, err := r.deletedMeanwhile(ctx, &full); err != nil || gone {
-			// The owner deleted the workspace while this pass still saw it: the stopped pod
-			// must not outlive it (the delete lists again after its own writes).
+		if why, err := r.stopUndone(ctx, &full, a.NodeLost); err != nil || why != "" {
 			if err == nil {
-				log.Info("Workspace deleted during its stop; removing the stopped pod", "pod", klog.KObj(pod))
+				log.Info(why, "pod", klog.KObj(pod))
 				err = r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
 				if err == nil || apierrors.IsNotFound(err) {
 					return false, nil
@@ -208,11 +209,57 @@ func (r *WorkspaceReconciler) createStoppedPod(ctx context.Context, a lifecycle.
 	}
 }
 
+// stopUndone reads running, the pod a stopped copy was just made from, from the API server and
+// says why the copy must go ("" when it stays):
+//   - the owner deleted the workspace while this pass still saw it: the copy must not outlive it
+//     (the delete lists again after its own writes);
+//   - a start withdrew the stop intent after the read before the create: the front end lifts it
+//     from the pod, then lists the pods for copies that carry it, and a copy made after that list
+//     keeps an intent nobody withdraws (the next pass would copy it back and stop the workspace).
+//
+// A copy that replaces the pod of a lost node (nodeLost) stays when that pod is gone: the pod GC
+// removes such a pod with grace period 0 at any time, and the copy is then all the workspace has.
+// A person's delete is graceful, and a pod bound to a gone node waits, being deleted, for the GC.
+func (r *WorkspaceReconciler) stopUndone(ctx context.Context, running *corev1.Pod, nodeLost bool) (string, error) {
+	const deleted = "Workspace deleted during its stop; removing the stopped pod"
+	live := podMeta()
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(running), live); {
+	case apierrors.IsNotFound(err) && nodeLost:
+		return "", nil
+	case apierrors.IsNotFound(err):
+		return deleted, nil
+	case err != nil:
+		return "", err
+	}
+	switch {
+	case live.DeletionTimestamp != nil || live.UID != running.UID:
+		return deleted, nil
+	case !nodeLost && live.Annotations[workspace.AnnStopRequested] == "":
+		return "Workspace started during its stop; removing the stopped pod", nil
+	}
+	return "", nil
+}
+
 // createStartedPod starts a stopped workspace on the template's latest version: a pod built from
 // the template with the stopped pod's identity, named deterministically.
 func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.Action, tmpl *templates.Template, now time.Time) (bool, error) {
 	log := ctrl.LoggerFrom(ctx)
 	stopped := a.Pod
+	// The name holds the version, so a create repeated from a stale cache after the template
+	// moved on would not fail with AlreadyExists: a start that already happened (the gate
+	// removed, or the stopped pod deleted after its start on an earlier version) would get a
+	// second running pod. The API server says whether the pod is still stopped.
+	var live corev1.Pod
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stopped), &live); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read pod %s to start it: %w", stopped.Name, err)
+	}
+	if live.DeletionTimestamp != nil || live.UID != stopped.UID || !workspace.IsStoppedPod(&live) {
+		log.V(1).Info("Stopped pod changed before its start; re-planning", "pod", klog.KObj(stopped))
+		return false, nil
+	}
 	pod, claims, err := r.Opts.BuildPod(tmpl, stopped, a.Name)
 	if err != nil {
 		// Never leave the workspace without a way back: start it on its own version instead.
@@ -235,7 +282,9 @@ func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.
 	}
 	switch err := r.Client.Create(ctx, pod); {
 	case err == nil:
-		if gone, err := r.deletedMeanwhile(ctx, stopped); err != nil || gone {
+		// deletedBeforeCreate waits for the cache to show the new pod: the next pass, which
+		// may come with a newer template version, plans from a view that has it.
+		if gone, err := r.deletedBeforeCreate(ctx, pod, stopped); err != nil || gone {
 			if err == nil {
 				log.Info("Workspace deleted during its start; removing the started pod", "pod", klog.KObj(pod))
 				err = r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
