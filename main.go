@@ -391,7 +391,7 @@ func run(o options) error {
 			return err
 		}
 		if keys == nil {
-			log.Info("No --integrity-key-file: upgrade records are signed with a random key, so a Recreate upgrade in flight across a restart cannot be rolled back automatically")
+			log.Info("No --integrity-key-file: upgrade records are signed with a random key, so a Recreate upgrade in flight across a restart fails while its old pod holds the volume, or cannot be rolled back automatically once the old pod is gone")
 		}
 		// The controllers read templates and write into none: they get the registry's own values,
 		// not a copy per read (templates.Shared), as do the front end, the UI, the proxy and the

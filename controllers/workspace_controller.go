@@ -117,7 +117,8 @@ type UpgradeOptions struct {
 	Name string
 	// Keys sign and verify the records of Recreate upgrades (--integrity-key-file). Without
 	// them a random key is used: records written before a restart cannot be verified, so such
-	// an upgrade proceeds as side-by-side and a failure is not rolled back automatically.
+	// an upgrade fails (UpgradeRecordNotVerified) while the old pod still holds its volume, and
+	// otherwise is not rolled back automatically.
 	Keys *upgrade.Keyring
 	// Lifecycle tunes stop, start and idle culling.
 	Lifecycle LifecycleOptions

@@ -23,6 +23,17 @@ var TerminalReasons = map[string]bool{
 // ReasonDeadlineExceeded is the failure reason when nothing more specific is known.
 const ReasonDeadlineExceeded = "ProgressDeadlineExceeded"
 
+// Failure reasons of a Recreate upgrade whose new pod never ran.
+const (
+	// ReasonRecordNotVerified: the old pod is still live and holds a single-writer claim, and the
+	// upgrade record cannot be verified, so nogoo9 neither deletes the old pod nor starts the new
+	// one next to it.
+	ReasonRecordNotVerified = "UpgradeRecordNotVerified"
+	// ReasonVolumeNotReleased: a terminating pod still held the volume after the deadline and its
+	// grace period.
+	ReasonVolumeNotReleased = "VolumeNotReleased"
+)
+
 // Failure is why an upgraded pod failed.
 type Failure struct {
 	At      time.Time

@@ -73,6 +73,11 @@ func terminating(p *corev1.Pod) {
 	p.DeletionTimestamp = &ts
 }
 
+// graceSeconds is a pod's grace period as the API server records it on its deletion.
+func graceSeconds(secs int64) podOpt {
+	return func(p *corev1.Pod) { p.DeletionGracePeriodSeconds = &secs }
+}
+
 func claim(name string) podOpt {
 	return func(p *corev1.Pod) {
 		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{

@@ -37,6 +37,11 @@ func ParseIntent(v string) Intent {
 	return Intent{Problem: "it is neither \"true\" nor an RFC 3339 time; set nogoo9/upgrade-requested=true to request an upgrade"}
 }
 
+// intentCompanions are the keys written only next to an intent, in the same patch: the recorded
+// pod name (the API, the update policy), the target version of a rollback (the API) and the mark of
+// an automatic request (the update policy).
+var intentCompanions = []string{workspace.AnnUpgradePod, workspace.AnnTargetVersion, workspace.AnnAutoUpgrade}
+
 // IntentKeys are the annotations of an upgrade request, removed together when it ends or is
 // refused: the intent, the recorded pod name and start, the target version of a rollback to an
 // earlier version, and the mark of an automatic (policy) request.

@@ -51,7 +51,8 @@ type Config struct {
 	// Timeout is how long an upgraded pod may take to become Ready (--upgrade-timeout).
 	Timeout time.Duration
 	// Keys verify the records of Recreate upgrades (workspace.AnnUpgradeHMAC). Without a
-	// verified record, the old pod is never deleted before the new one is Ready.
+	// verified record, the old pod is never deleted before the new one is Ready, and the new pod
+	// never starts next to it on a single-writer claim (the upgrade fails instead).
 	Keys *Keyring
 }
 
@@ -188,7 +189,7 @@ func Plan(obs Observed, target Target, now time.Time, cfg Config) Move {
 		case Rollback:
 			return planRollback(head, live)
 		case Recreate:
-			return planRecreate(head, live, obs.Pods, now, cfg)
+			return planRecreate(head, live, obs.Pods, obs.Claims, now, cfg)
 		default:
 			return planSideBySide(head, live, now, cfg)
 		}
@@ -288,7 +289,7 @@ func planIdle(cur *corev1.Pod, obs Observed, target Target, now time.Time) Move 
 	}
 	raw, ok := cur.Annotations[workspace.AnnUpgradeRequested]
 	if !ok {
-		return Move{State: StateIdle}
+		return Move{State: StateIdle, Actions: clearCompanions(cur)}
 	}
 	clearIntent := IntentKeys()
 	intent := ParseIntent(raw)
@@ -350,6 +351,25 @@ func planIdle(cur *corev1.Pod, obs Observed, target Target, now time.Time) Move 
 		m.Actions = append(m.Actions, Action{Kind: DeletePod, Pod: cur, Keep: createdStub(cur, name), MatchVersion: true})
 	}
 	return m
+}
+
+// clearCompanions is the patch that removes what was written next to an intent that is gone, or
+// nil. A person withdraws a request with kubectl by removing the intent alone (admission keeps
+// people from removing the rest); left over, a nogoo9/target-version would send the next request,
+// which may name no version, to the old one. The patch names the intent too, though the pod has
+// none: the controller then makes the pod's resourceVersion a precondition, so an intent written
+// since, with its own companions in the same patch, is never stripped of them.
+func clearCompanions(cur *corev1.Pod) []Action {
+	var stale []string
+	for _, k := range intentCompanions {
+		if _, has := cur.Annotations[k]; has {
+			stale = append(stale, k)
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	return []Action{{Kind: PatchPod, Pod: cur, Remove: append([]string{workspace.AnnUpgradeRequested}, stale...)}}
 }
 
 // createdStub stands for the pod named name that the same move creates to replace cur: the

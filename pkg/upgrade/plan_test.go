@@ -94,6 +94,16 @@ func TestPlanStates(t *testing.T) {
 		{name: "only terminating pods are left alone", pods: []*corev1.Pod{old(terminating)}, state: StateNoPods},
 		{name: "a single Ready pod without intent is idle", pods: []*corev1.Pod{old(ready)}, state: StateIdle},
 		{name: "an outdated pod without intent is not upgraded", pods: []*corev1.Pod{old(ready)}, state: StateIdle},
+		{name: "a target version left after a person removed only the intent (a cancelled rollback) is removed, so a later request cannot go to it",
+			pods: []*corev1.Pod{old(ready, ann(workspace.AnnTargetVersion, "v0"))}, state: StateIdle,
+			want: []string{"PatchPod ws-old set=[] remove=[nogoo9/upgrade-requested nogoo9/target-version]"}},
+		{name: "every companion left without its intent (pod name, target version, policy mark) goes in one patch that names the absent intent for the resourceVersion precondition",
+			pods:  []*corev1.Pod{old(ready, ann(workspace.AnnUpgradePod, sbsName), ann(workspace.AnnTargetVersion, "v0"), ann(workspace.AnnAutoUpgrade, "when-idle"))},
+			state: StateIdle,
+			want:  []string{"PatchPod ws-old set=[] remove=[nogoo9/upgrade-requested nogoo9/upgrade-pod nogoo9/target-version nogoo9/auto-upgrade]"}},
+		{name: "a target version next to an intent is the request's own and stays",
+			pods: []*corev1.Pod{old(ready, intent, ann(workspace.AnnUpgradePod, sbsName), ann(workspace.AnnTargetVersion, "v2"))}, state: StateRequested,
+			want: []string{"CreateUpgradePod " + sbsName + " from ws-old SideBySide [Normal UpgradeStarted on ws-old]"}},
 		{name: "garbage intent is removed with a Warning Event",
 			pods: []*corev1.Pod{old(ready, ann(workspace.AnnUpgradeRequested, "please!"))}, state: StateIdle,
 			want: []string{"PatchPod ws-old set=[] " + removeIntent, "Event ws-old [Warning InvalidUpgradeRequest on ws-old]"}},
@@ -165,6 +175,14 @@ func TestPlanStates(t *testing.T) {
 			pods: []*corev1.Pod{old(ready, ann(workspace.AnnLastUpgradeError, "x")), newSBS(pending, terminating)}, now: afterDeadline, state: StateIdle},
 		{name: "side-by-side: an intent on the old pod never starts a second new pod",
 			pods: []*corev1.Pod{old(ready, intent), newSBS(pending)}, target: &Target{Found: true, Name: "python", Version: "v3"}, state: StateUpgrading, requeue: 9 * time.Minute},
+		{name: "side-by-side: new pod Ready deletes the pod it replaces with the success, and an older pod of the same workspace, never a pod relabelled into it",
+			pods: []*corev1.Pod{old(ready, intent), newSBS(ready),
+				// Newer than the old pod, so ordered right after the new one.
+				with(wsPod(workspace.PodName("mallory", "mine"), "uid-mallory", "v1", t0.Add(-30*time.Minute)), ready, ann(workspace.AnnOwner, "mallory")),
+				with(wsPod(workspace.PodName(testOwner, "other"), "uid-jane-other", "v1", t0.Add(-20*time.Minute)), ready),
+				with(wsPod(firstName, "uid-dup", "v1", t0.Add(-2*time.Hour)), ready)},
+			state: StateUpgrading,
+			want:  []string{"DeletePod ws-old [Normal UpgradeSucceeded on " + sbsName + "] result=succeeded", "DeletePod " + firstName}},
 		{name: "side-by-side: a new pod on the same second as the old one is still recognised as the newer",
 			pods: []*corev1.Pod{with(wsPod("zz-old", "uid-old", "v1", t0), ready, intent),
 				with(upgraded(with(wsPod("zz-old", "uid-old", "v1", t0)), sbsName, "uid-new", "v2", SideBySide, t0), ready)},
@@ -176,16 +194,44 @@ func TestPlanStates(t *testing.T) {
 			want: []string{"DeletePod ws-old"}},
 		{name: "recreate: old pod terminating, new pod pending waits until the deadline",
 			pods: []*corev1.Pod{old(ready, intent, claim("data"), terminating), newRe(pending)}, claims: rwo, state: StateUpgrading, requeue: 9 * time.Minute},
-		{name: "recreate: old pod terminating, new pod still behind the scheduling gate waits: the volume is not free yet",
-			pods: []*corev1.Pod{old(ready, intent, claim("data"), terminating), newRe(pending, gatedPod)}, claims: rwo, state: StateUpgrading, requeue: 9 * time.Minute},
+		{name: "recreate: old pod terminating, new pod still behind the scheduling gate waits: the volume is not free yet (until the deadline and the old pod's default grace period)",
+			pods: []*corev1.Pod{old(ready, intent, claim("data"), terminating), newRe(pending, gatedPod)}, claims: rwo, state: StateUpgrading, requeue: 9*time.Minute + 30*time.Second},
+		{name: "recreate: old pod still terminating past the deadline (a 12-minute preStop hook) does not fail the new pod behind the gate: it waits for the old pod's grace period more",
+			pods: []*corev1.Pod{old(ready, intent, claim("data"), terminating, graceSeconds(720)), newRe(pending, gatedPod)}, claims: rwo,
+			now: afterDeadline, state: StateUpgrading, requeue: 11 * time.Minute},
+		{name: "recreate: old pod still terminating past the deadline and its grace period (stuck) rolls back: the wait is bounded",
+			pods: []*corev1.Pod{old(ready, intent, claim("data"), terminating, graceSeconds(720)), newRe(pending, gatedPod)}, claims: rwo,
+			now: t0.Add(22 * time.Minute), state: StateRollingBack,
+			want: []string{"CreateRollbackPod " + rollbackName + " from " + sbsName + " Rollback [Warning UpgradeFailed on " + sbsName + "] result=failed"}},
+		{name: "recreate: old pod gone only after the deadline: the deadline starts again (recorded first), then the gate goes",
+			pods: []*corev1.Pod{newRe(pending, gatedPod)}, claims: rwo, now: afterDeadline, state: StateUpgrading, requeue: 10 * time.Minute,
+			want: []string{"PatchPod " + sbsName + " set=[nogoo9/upgrade-started-at] remove=[]", "RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
 		{name: "recreate: old pod gone, new pod behind the scheduling gate: remove the gate so the scheduler places it at once",
 			pods: []*corev1.Pod{newRe(pending, gatedPod)}, claims: rwo, state: StateUpgrading, requeue: 9 * time.Minute,
 			want: []string{"RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
 		{name: "recreate: the gate survives the cache's stripping, so a restarted controller removes it too",
 			pods: []*corev1.Pod{stripped(newRe(pending, gatedPod))}, claims: rwo, state: StateUpgrading, requeue: 9 * time.Minute,
 			want: []string{"RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
-		{name: "recreate: a record nogoo9 did not sign proceeds side by side, so the new pod is let through the gate",
+		{name: "recreate: a record nogoo9 cannot verify (signed before a restart without --integrity-key-file) while the old pod holds the ReadWriteOnce claim fails at once: the new pod never passes the gate, the old pod keeps serving",
 			pods: []*corev1.Pod{old(ready, intent, claim("data")), newRe(pending, gatedPod, ann(workspace.AnnUpgradeHMAC, "v1:forged"))}, claims: rwo,
+			state: StateUpgrading,
+			want: []string{"PatchPod ws-old set=[nogoo9/last-upgrade-error] " + removeIntent,
+				"DeletePod " + sbsName + " [Warning UpgradeFailed on ws-old] result=failed"}},
+		{name: "recreate: a record nogoo9 cannot verify and a claim that is not observed (taken as single-writer) fails at once too",
+			pods:  []*corev1.Pod{old(ready, intent, claim("data")), newRe(pending, gatedPod, ann(workspace.AnnUpgradeHMAC, "v1:forged"))},
+			state: StateUpgrading,
+			want: []string{"PatchPod ws-old set=[nogoo9/last-upgrade-error] " + removeIntent,
+				"DeletePod " + sbsName + " [Warning UpgradeFailed on ws-old] result=failed"}},
+		{name: "recreate: a record nogoo9 did not sign, the shared claim ReadWriteMany, proceeds side by side: the new pod is let through the gate",
+			pods:   []*corev1.Pod{old(ready, intent, claim("data")), newRe(pending, gatedPod, ann(workspace.AnnUpgradeHMAC, "v1:forged"))},
+			claims: map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteMany)},
+			state:  StateUpgrading, requeue: 9 * time.Minute,
+			want: []string{"Event " + sbsName + " [Warning UntrustedAnnotations on " + sbsName + "]", "RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
+		{name: "recreate: a record nogoo9 did not sign, no claim shared with the old pod, proceeds side by side: the new pod is let through the gate",
+			pods: []*corev1.Pod{old(ready, intent), with(newRe(pending, gatedPod, ann(workspace.AnnUpgradeHMAC, "v1:forged")), func(p *corev1.Pod) {
+				p.Spec.Volumes = nil
+				claim("scratch")(p)
+			})}, claims: rwo,
 			state: StateUpgrading, requeue: 9 * time.Minute,
 			want: []string{"Event " + sbsName + " [Warning UntrustedAnnotations on " + sbsName + "]", "RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
 		{name: "recreate: old pod gone, new pod Ready drops the rollback spec",
@@ -527,4 +573,49 @@ func TestSlotOfTellsAnUpgradeWaitingForANodeFromOnePlaced(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRecreateFailuresOfANewPodThatNeverRanSayWhy: the two ways a Recreate's new pod fails without
+// having run write on the pod that stays what happened and what to do.
+func TestRecreateFailuresOfANewPodThatNeverRanSayWhy(t *testing.T) {
+	old := with(wsPod("ws-old", "uid-old", "v1", t0.Add(-time.Hour)), ready, claim("data"), ann(workspace.AnnUpgradeRequested, "true"))
+	up := with(upgraded(old, workspace.NextPodName(old, "v2"), "uid-new", "v2", Recreate, t0), pending, gatedPod)
+	claims := map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteOnce)}
+	errorOf := func(t *testing.T, m Move) string {
+		t.Helper()
+		for _, a := range m.Actions {
+			if v := a.Annotations[workspace.AnnLastUpgradeError]; v != "" {
+				return v
+			}
+		}
+		t.Fatalf("no %s written: %q", workspace.AnnLastUpgradeError, summary(m))
+		return ""
+	}
+
+	t.Run("a record signed with the key of a process before a restart", func(t *testing.T) {
+		// The default install: every process signs with a random key of its own.
+		m := Plan(Observed{Pods: []*corev1.Pod{old, up}, Claims: claims}, Target{Found: true, Version: "v2"}, t0.Add(time.Minute),
+			Config{Timeout: 10 * time.Minute, Keys: RandomKeyring()})
+		got := errorOf(t, m)
+		for _, want := range []string{"UpgradeRecordNotVerified", "--integrity-key-file", "claim data", "request the upgrade again"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("%s = %q, does not say %q", workspace.AnnLastUpgradeError, got, want)
+			}
+		}
+		for _, a := range m.Actions {
+			if a.Kind == RemoveGate {
+				t.Errorf("the new pod is let through the gate while the old pod holds its ReadWriteOnce claim: %q", summary(m))
+			}
+		}
+	})
+	t.Run("an old pod that does not terminate within its grace period", func(t *testing.T) {
+		gone := with(old.DeepCopy(), terminating, graceSeconds(720))
+		m := Plan(Observed{Pods: []*corev1.Pod{gone, up}, Claims: claims}, Target{Found: true, Version: "v2"}, t0.Add(30*time.Minute),
+			Config{Timeout: 10 * time.Minute, Keys: testKeys})
+		got := errorOf(t, m)
+		want := "Upgrade failed at 2026-11-29T10:22:00Z: VolumeNotReleased: pod ws-old still held claim data after the deadline and its grace period of 12m0s, so pod " + up.Name + " never started"
+		if got != want {
+			t.Errorf("%s = %q, want %q", workspace.AnnLastUpgradeError, got, want)
+		}
+	})
 }

@@ -25,25 +25,33 @@ func ChooseStrategy(cur *corev1.Pod, claims map[string]*corev1.PersistentVolumeC
 		if v.PersistentVolumeClaim == nil {
 			continue
 		}
-		name := v.PersistentVolumeClaim.ClaimName
-		c := claims[name]
-		if c == nil {
-			return Recreate, fmt.Sprintf("claim %s was not found, assumed single-writer", name)
-		}
-		modes := append(append([]corev1.PersistentVolumeAccessMode{}, c.Spec.AccessModes...), c.Status.AccessModes...)
-		for _, m := range modes {
-			if m == corev1.ReadWriteOnce || m == corev1.ReadWriteOncePod {
-				return Recreate, fmt.Sprintf("claim %s is %s", name, m)
-			}
+		if single, why := singleWriter(v.PersistentVolumeClaim.ClaimName, claims); single {
+			return Recreate, why
 		}
 	}
 	return SideBySide, "no single-writer claim"
 }
 
+// singleWriter reports whether claim name is ReadWriteOnce or ReadWriteOncePod, or not known (the
+// safe reading), and says which.
+func singleWriter(name string, claims map[string]*corev1.PersistentVolumeClaim) (bool, string) {
+	c := claims[name]
+	if c == nil {
+		return true, fmt.Sprintf("claim %s was not found, assumed single-writer", name)
+	}
+	modes := append(append([]corev1.PersistentVolumeAccessMode{}, c.Spec.AccessModes...), c.Status.AccessModes...)
+	for _, m := range modes {
+		if m == corev1.ReadWriteOnce || m == corev1.ReadWriteOncePod {
+			return true, fmt.Sprintf("claim %s is %s", name, m)
+		}
+	}
+	return false, ""
+}
+
 // planRecreate drives an upgrade whose new pod (head) needs the old pod's volume: the old pod is
 // deleted as soon as head exists (head carries the old spec to roll back to); head Ready concludes
 // it (the rollback spec is dropped); head failed brings the old spec back as a new pod.
-func planRecreate(head *corev1.Pod, live, all []*corev1.Pod, now time.Time, cfg Config) Move {
+func planRecreate(head *corev1.Pod, live, all []*corev1.Pod, claims map[string]*corev1.PersistentVolumeClaim, now time.Time, cfg Config) Move {
 	old := OldPod(head, live)
 	started := StartedAt(head)
 	ready := workspace.IsReady(head)
@@ -55,8 +63,19 @@ func planRecreate(head *corev1.Pod, live, all []*corev1.Pod, now time.Time, cfg 
 		if _, err := cfg.Keys.VerifyRecord(head); err != nil && !ready {
 			// Deleting the old pod before the new one is Ready is what a Recreate upgrade does,
 			// and what a forged nogoo9/upgrade-strategy would make nogoo9 do: only on a record
-			// nogoo9 signed. Otherwise it proceeds as side-by-side (the old pod goes once the new
-			// one is Ready, or stays if it fails).
+			// nogoo9 signed.
+			if claim := heldSingleWriter(head, all, claims); claim != "" {
+				// Nor may the new pod start next to the old one: a ReadWriteOnce claim admits two
+				// pods on one node, and both would write it. Without --integrity-key-file every
+				// restart leaves the records of the upgrades in flight unverifiable, so this is no
+				// rare case: the upgrade fails at once, as side-by-side does (the old pod keeps
+				// serving; the new pod, which the gate has kept from running, goes).
+				return failSideBySide(head, old, Failure{At: now, Reason: ReasonRecordNotVerified,
+					Message: fmt.Sprintf("%v; pod %s still mounts claim %s, which pod %s cannot share: request the upgrade again (with --integrity-key-file, upgrades in flight survive a restart)",
+						err, old.Name, claim, head.Name)}, now, started)
+			}
+			// No single-writer claim is shared: it proceeds as side-by-side (the old pod goes
+			// once the new one is Ready, or stays if it fails).
 			m := Move{State: StateUpgrading, RequeueAfter: Deadline(head, cfg).Sub(now), Actions: []Action{{
 				Kind: Event, Pod: head, EventType: corev1.EventTypeWarning, Reason: ReasonUntrustedAnnotations,
 				Message: fmt.Sprintf("Pod %s is marked as a Recreate upgrade of pod %s, but %v; pod %s stays until pod %s is Ready.",
@@ -81,14 +100,44 @@ func planRecreate(head *corev1.Pod, live, all []*corev1.Pod, now time.Time, cfg 
 				head.Name, workspace.TemplateVersion(head), d.Round(time.Second)),
 		}}}
 	}
+	deadline := Deadline(head, cfg)
+	if gated(head) {
+		// The new pod has not run yet: it waits for the old pod to release the volume, and the
+		// old pod's graceful termination (a preStop hook, a terminationGracePeriodSeconds of up
+		// to an hour) is no fault of the new version.
+		if !volumesHeld(head, all) {
+			m := Move{State: StateUpgrading, RequeueAfter: deadline.Sub(now)}
+			if !now.Before(deadline) {
+				// The old pod went only after the deadline: the deadline starts again now (the
+				// record first), or the new pod would fail before the scheduler could place it.
+				m.Actions = append(m.Actions, Action{Kind: PatchPod, Pod: head,
+					Annotations: map[string]string{workspace.AnnUpgradeStartedAt: now.UTC().Format(time.RFC3339)}})
+				m.RequeueAfter = cfg.timeout()
+			}
+			m.Actions = append(m.Actions, Action{Kind: RemoveGate, Pod: head, Gate: workspace.GateVolumeRelease})
+			return m
+		}
+		until, holder := releaseDeadline(head, all, deadline)
+		if now.Before(until) {
+			return Move{State: StateUpgrading, RequeueAfter: until.Sub(now)}
+		}
+		if holder != nil {
+			// Stuck terminating (a lost node, say): the wait is bounded, never endless.
+			return rollBack(head, Failure{At: until, Reason: ReasonVolumeNotReleased,
+				Message: fmt.Sprintf("pod %s still held claim %s after the deadline and its grace period of %s, so pod %s never started",
+					holder.Name, sharedClaims(head, holder)[0], gracePeriod(holder), head.Name)}, now, started)
+		}
+	}
 	f, failed := Failed(head, now, cfg)
 	if !failed {
-		m := Move{State: StateUpgrading, RequeueAfter: Deadline(head, cfg).Sub(now)}
-		if gated(head) && !volumesHeld(head, all) {
-			m.Actions = []Action{{Kind: RemoveGate, Pod: head, Gate: workspace.GateVolumeRelease}}
-		}
-		return m
+		return Move{State: StateUpgrading, RequeueAfter: deadline.Sub(now)}
 	}
+	return rollBack(head, f, now, started)
+}
+
+// rollBack is the move that ends the Recreate upgrade whose new pod (head) failed with f, its old
+// pod gone: a pod from the stored previous spec.
+func rollBack(head *corev1.Pod, f Failure, now, started time.Time) Move {
 	name := RollbackPodName(head)
 	return Move{State: StateRollingBack, Actions: []Action{{
 		Kind: CreateRollbackPod, Pod: head, Name: name, Strategy: Rollback,
@@ -120,23 +169,78 @@ func gated(up *corev1.Pod) bool {
 // claim that up mounts: the volume is not free yet. A pod is gone for the scheduler only once the
 // API server has removed it.
 func volumesHeld(up *corev1.Pod, all []*corev1.Pod) bool {
-	claims := map[string]bool{}
-	for _, v := range up.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil {
-			claims[v.PersistentVolumeClaim.ClaimName] = true
-		}
-	}
 	for _, p := range all {
-		if p == up || p.UID == up.UID && p.UID != "" {
-			continue
-		}
-		for _, v := range p.Spec.Volumes {
-			if v.PersistentVolumeClaim != nil && claims[v.PersistentVolumeClaim.ClaimName] {
-				return true
-			}
+		if !samePod(p, up) && len(sharedClaims(up, p)) > 0 {
+			return true
 		}
 	}
 	return false
+}
+
+// heldSingleWriter is a claim up mounts that another pod of the workspace, live or terminating,
+// mounts too and that is ReadWriteOnce or ReadWriteOncePod (or not known), or "": up must not run
+// next to that pod.
+func heldSingleWriter(up *corev1.Pod, all []*corev1.Pod, claims map[string]*corev1.PersistentVolumeClaim) string {
+	for _, p := range all {
+		if samePod(p, up) {
+			continue
+		}
+		for _, c := range sharedClaims(up, p) {
+			if single, _ := singleWriter(c, claims); single {
+				return c
+			}
+		}
+	}
+	return ""
+}
+
+func samePod(p, up *corev1.Pod) bool { return p == up || p.UID == up.UID && p.UID != "" }
+
+// sharedClaims are the claims that both up and p mount.
+func sharedClaims(up, p *corev1.Pod) []string {
+	mine := map[string]bool{}
+	for _, v := range up.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			mine[v.PersistentVolumeClaim.ClaimName] = true
+		}
+	}
+	var out []string
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil && mine[v.PersistentVolumeClaim.ClaimName] {
+			out = append(out, v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	return out
+}
+
+// releaseDeadline is how long a Recreate's gated new pod up waits for the volume: the deadline,
+// plus the longest grace period of the terminating pods that still hold a claim up mounts (holder:
+// that pod; nil when none is terminating, and the deadline stands). A pod stuck terminating must
+// not hold the workspace for ever.
+func releaseDeadline(up *corev1.Pod, all []*corev1.Pod, deadline time.Time) (until time.Time, holder *corev1.Pod) {
+	until = deadline
+	for _, p := range all {
+		if p.DeletionTimestamp == nil || samePod(p, up) || len(sharedClaims(up, p)) == 0 {
+			continue
+		}
+		if t := deadline.Add(gracePeriod(p)); holder == nil || t.After(until) {
+			until, holder = t, p
+		}
+	}
+	return until, holder
+}
+
+// gracePeriod is how long p may take to terminate: the grace period of its deletion (which the API
+// server records, from the pod's spec unless the delete named one), else its spec's (a cached pod
+// has no spec), else Kubernetes' default.
+func gracePeriod(p *corev1.Pod) time.Duration {
+	switch {
+	case p.DeletionGracePeriodSeconds != nil:
+		return time.Duration(*p.DeletionGracePeriodSeconds) * time.Second
+	case p.Spec.TerminationGracePeriodSeconds != nil:
+		return time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds * time.Second
 }
 
 // planRollback drives the pod that restores a failed Recreate upgrade (head): the failed pod goes
@@ -155,7 +259,7 @@ var rollbackDropped = []string{
 	workspace.AnnUpgradeRequested, workspace.AnnUpgradePod, workspace.AnnUpgradeStartedAt,
 	workspace.AnnTargetVersion, workspace.AnnAutoUpgrade, workspace.AnnUpgradeFrom, workspace.AnnUpgradeFromUID, workspace.AnnUpgradeFromVersion,
 	workspace.AnnUpgradeStrategy, workspace.AnnRollbackSpec, workspace.AnnLastUpgradeError,
-	workspace.AnnUpgradeHMAC, "kubectl.kubernetes.io/last-applied-configuration",
+	workspace.AnnUpgradeHMAC, lastApplied,
 }
 
 // RollbackSpec is the nogoo9/rollback-spec value for old, which must be the full pod read from the
@@ -276,8 +380,10 @@ func RollbackPod(failed *corev1.Pod, name string, annotations map[string]string)
 	}
 	p.Spec.NodeName = ""
 	p.Spec.EphemeralContainers = nil
-	// The restored pod must be the same workspace of the same owner as the failed one.
-	PreserveIdentity(&p, failed)
+	// The restored pod must be the same workspace of the same owner as the failed one. Its other
+	// labels and annotations are the ones of the pod it restores (the spec has them), not the
+	// failed version's.
+	preserveIdentityKeys(&p, failed)
 	return &p, nil
 }
 
@@ -293,10 +399,34 @@ var (
 		workspace.AnnPreviewPath, workspace.AnnPinned, workspace.AnnUpdatePolicy, workspace.AnnUpdateWindow}
 )
 
+// lastApplied is kubectl's copy of an applied object: it describes the old pod, not p.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
 // PreserveIdentity copies owner, workspace id, name and routing paths from old onto p, so that no
 // template or caller can change who owns a workspace or where it is served by upgrading it. The
 // owner of a pod of the original format (no nogoo9/owner) is stamped from workspace.Owner.
+//
+// It also copies old's labels that are not nogoo9's (no nogoo9/ prefix) and that p does not set
+// itself: labels people added to the workspace's pod (a team, a cost centre) stay on the pod that
+// replaces it, and the template wins on the keys it sets. p must already carry what it is built
+// with (the template's keys). Annotations other than nogoo9's are not copied: admission webhooks
+// write them too (a sidecar injector's status, a per-container profile), and on a pod built anew
+// from another version they would suppress the webhook's work or name containers that are gone.
 func PreserveIdentity(p, old *corev1.Pod) {
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
+	}
+	for k, v := range old.Labels {
+		if _, set := p.Labels[k]; set || strings.HasPrefix(k, workspace.Prefix) {
+			continue
+		}
+		p.Labels[k] = v
+	}
+	preserveIdentityKeys(p, old)
+}
+
+// preserveIdentityKeys is PreserveIdentity's copy of nogoo9's identity keys alone.
+func preserveIdentityKeys(p, old *corev1.Pod) {
 	if p.Labels == nil {
 		p.Labels = map[string]string{}
 	}

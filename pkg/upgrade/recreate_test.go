@@ -125,3 +125,64 @@ func TestEncodingARollbackSpecReusesItsCompressor(t *testing.T) {
 		t.Errorf("EncodeRollbackSpec made %.1f allocations per call, want at most 10 (a pooled compressor)", allocs)
 	}
 }
+
+// TestPreserveIdentityKeepsWhatPeopleAddedToThePod: labels people added to the workspace's pod
+// (not nogoo9's keys) stay on the pod an upgrade, a start on the latest version or a preview builds
+// from the template; the template wins on the keys it sets. Annotations other than nogoo9's
+// identity keys are not copied (admission webhooks write them: an injector's status would keep it
+// from injecting into the new pod), nor is nogoo9's bookkeeping. A rollback pod takes its keys from the
+// spec it restores, not from the failed version.
+func TestPreserveIdentityKeepsWhatPeopleAddedToThePod(t *testing.T) {
+	old := with(wsPod("ws-old", "uid-old", "v1", t0), ready,
+		ann("example.com/cost-center", "4711"), ann("team.example.com/note", "do not cull"), ann("shared", "from the pod"),
+		ann("kubectl.kubernetes.io/last-applied-configuration", `{"kind":"Pod"}`), ann(workspace.AnnUpgradeRequested, "true"), ann(workspace.AnnLastUpgradeError, "x"),
+		func(p *corev1.Pod) {
+			p.Labels["team"] = "ml"
+			p.Labels["tier"] = "from the pod"
+		})
+	// As the template renders the new version: its own keys, none of the pod's.
+	p := wsPod("ws-new", "", "v2", t0)
+	p.Labels["tier"] = "from the template"
+	p.Annotations["shared"] = "from the template"
+	p.Annotations["example.com/sidecar"] = "v2"
+	PreserveIdentity(p, old)
+
+	for k, want := range map[string]string{"team": "ml", "tier": "from the template"} {
+		if got := p.Labels[k]; got != want {
+			t.Errorf("label %s = %q, want %q", k, got, want)
+		}
+	}
+	for k, want := range map[string]string{"shared": "from the template", "example.com/sidecar": "v2", workspace.AnnOwner: testOwner} {
+		if got := p.Annotations[k]; got != want {
+			t.Errorf("annotation %s = %q, want %q", k, got, want)
+		}
+	}
+	for _, k := range []string{"example.com/cost-center", "team.example.com/note", "kubectl.kubernetes.io/last-applied-configuration", workspace.AnnUpgradeRequested, workspace.AnnLastUpgradeError} {
+		if v, ok := p.Annotations[k]; ok {
+			t.Errorf("annotation %s = %q copied from the old pod", k, v)
+		}
+	}
+	if workspace.TemplateVersion(p) != "v2" {
+		t.Errorf("template version = %q: nogoo9's keys of the old pod must not be copied", workspace.TemplateVersion(p))
+	}
+
+	t.Run("a rollback pod does not take the failed version's keys", func(t *testing.T) {
+		spec, err := RollbackSpec(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed := upgraded(old, "ws-new", "uid-new", "v2", Recreate, t0)
+		failed.Annotations["example.com/sidecar"] = "v2"
+		failed.Annotations[workspace.AnnRollbackSpec] = spec
+		rb, err := RollbackPod(failed, "ws-rb", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := rb.Annotations["example.com/sidecar"]; ok {
+			t.Errorf("rollback pod took annotation example.com/sidecar=%q of the failed version", v)
+		}
+		if rb.Annotations["example.com/cost-center"] != "4711" || rb.Labels["team"] != "ml" {
+			t.Errorf("rollback pod lost the restored pod's keys: %v %v", rb.Labels, rb.Annotations)
+		}
+	})
+}

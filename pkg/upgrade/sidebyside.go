@@ -24,26 +24,32 @@ func planSideBySide(head *corev1.Pod, live []*corev1.Pod, now time.Time, cfg Con
 	return Move{State: StateUpgrading, RequeueAfter: Deadline(head, cfg).Sub(now)}
 }
 
-// succeed deletes every pod older than the Ready head: the upgrade is done.
+// succeed deletes the pod the Ready head replaces (the upgrade is done; its Event and result go
+// with that delete) and any other older pod of the same workspace. A pod that only carries the
+// workspace's id or owner (relabelled into it with kubectl) is not the workspace's and stays, as
+// in planDuplicates.
 func succeed(head *corev1.Pod, live []*corev1.Pod, now, started time.Time) Move {
 	m := Move{State: StateUpgrading}
-	if old := OldPod(head, live); old != nil {
+	old := OldPod(head, live)
+	if old != nil {
 		// What a person wrote on the pod that served goes over to the one that takes over.
 		if c := carryPersonKeys(head, old); c != nil {
 			m.Actions = append(m.Actions, *c)
 		}
-	}
-	for i, old := range live[1:] {
 		a := Action{Kind: DeletePod, Pod: old, Keep: head, MatchVersion: true}
-		if i == 0 {
-			a.Result, a.Duration = ResultSucceeded, nonNegative(now.Sub(started))
-			a.Strategy = strategyOf(head)
-			a.EventType, a.Reason = corev1.EventTypeNormal, ReasonUpgradeSucceeded
-			a.Message = fmt.Sprintf("Upgraded workspace %s from pod %s (version %s) to pod %s (version %s) in %s.",
-				workspace.ID(head), old.Name, workspace.TemplateVersion(old), head.Name, workspace.TemplateVersion(head), a.Duration.Round(time.Second))
-			a.EventOn = head // the pod that stays
-		}
+		a.Result, a.Duration = ResultSucceeded, nonNegative(now.Sub(started))
+		a.Strategy = strategyOf(head)
+		a.EventType, a.Reason = corev1.EventTypeNormal, ReasonUpgradeSucceeded
+		a.Message = fmt.Sprintf("Upgraded workspace %s from pod %s (version %s) to pod %s (version %s) in %s.",
+			workspace.ID(head), old.Name, workspace.TemplateVersion(old), head.Name, workspace.TemplateVersion(head), a.Duration.Round(time.Second))
+		a.EventOn = head // the pod that stays
 		m.Actions = append(m.Actions, a)
+	}
+	for _, p := range live[1:] {
+		if p == old || workspace.Owner(p) != workspace.Owner(head) || !workspace.NameMatchesIdentity(p) {
+			continue
+		}
+		m.Actions = append(m.Actions, Action{Kind: DeletePod, Pod: p, Keep: head, MatchVersion: true})
 	}
 	return m
 }
