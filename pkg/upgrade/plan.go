@@ -217,7 +217,9 @@ func planDuplicates(head *corev1.Pod, live []*corev1.Pod) Move {
 	p := Move{State: StateDuplicates}
 	var olds []*corev1.Pod
 	for _, old := range live[1:] {
-		if workspace.Owner(old) == workspace.Owner(head) {
+		// Of the same owner and named for this workspace: a pod of the owner's other workspace
+		// relabelled into this one is not a duplicate of it.
+		if workspace.Owner(old) == workspace.Owner(head) && workspace.NameMatchesIdentity(old) {
 			olds = append(olds, old)
 		}
 	}

@@ -77,6 +77,8 @@ func TestPlanStates(t *testing.T) {
 	removeIntent := "remove=[nogoo9/upgrade-requested nogoo9/upgrade-pod nogoo9/upgrade-started-at nogoo9/target-version nogoo9/auto-upgrade]"
 	recordName := "PatchPod ws-old set=[nogoo9/upgrade-pod] remove=[]"
 	firstName := workspace.PodName(testOwner, testID)
+	dupName := workspace.UpgradePodName(testOwner, testID, "stale-dup")
+	named := func(name string) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Name = name } }
 	afterDeadline := t0.Add(11 * time.Minute)
 	rwo := map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteOnce)}
 
@@ -254,11 +256,13 @@ func TestPlanStates(t *testing.T) {
 
 		// Duplicates.
 		{name: "duplicates: newest Ready deletes the older pods",
-			pods: []*corev1.Pod{old(ready), with(wsPod(firstName, "uid-dup", "v1", t0), ready)}, state: StateDuplicates,
-			want: []string{"DeletePod ws-old [Normal DuplicatePodRemoved on ws-old]"}},
+			pods: []*corev1.Pod{old(ready, named(dupName)), with(wsPod(firstName, "uid-dup", "v1", t0), ready)}, state: StateDuplicates,
+			want: []string{"DeletePod " + dupName + " [Normal DuplicatePodRemoved on " + dupName + "]"}},
 		{name: "duplicates: what a person wrote on the one older pod goes to the newest before the older goes",
-			pods: []*corev1.Pod{old(ready, ann(workspace.AnnPinned, "true")), with(wsPod(firstName, "uid-dup", "v1", t0), ready)}, state: StateDuplicates,
-			want: []string{"PatchPod " + firstName + " set=[nogoo9/pinned] remove=[]", "DeletePod ws-old [Normal DuplicatePodRemoved on ws-old]"}},
+			pods: []*corev1.Pod{old(ready, named(dupName), ann(workspace.AnnPinned, "true")), with(wsPod(firstName, "uid-dup", "v1", t0), ready)}, state: StateDuplicates,
+			want: []string{"PatchPod " + firstName + " set=[nogoo9/pinned] remove=[]", "DeletePod " + dupName + " [Normal DuplicatePodRemoved on " + dupName + "]"}},
+		{name: "duplicates: a pod of the owner's other workspace relabelled into this one is not a duplicate of it",
+			pods: []*corev1.Pod{old(ready, named(workspace.PodName(testOwner, "other"))), with(wsPod(firstName, "uid-dup", "v1", t0), ready)}, state: StateDuplicates},
 		{name: "duplicates: a pod of another owner sharing the id is never deleted",
 			pods: []*corev1.Pod{old(ready, ann(workspace.AnnOwner, "mallory")), with(wsPod(firstName, "uid-dup", "v1", t0), ready)}, state: StateDuplicates},
 		{name: "duplicates: newest not Ready yet is waited for",
