@@ -16,10 +16,10 @@ func onNode(n string) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Spec.No
 func TestPlanNodeLost(t *testing.T) {
 	gone := map[string]bool{"node-a": true}
 	lostTarget := Target{Found: true, Version: "v1", GoneNodes: gone}
-	run := wsPod("ws-jane-demo", "uid-run", "v1", t0, ready(t0), onNode("node-a"))
+	run := wsPod(base, "uid-run", "v1", t0, ready(t0), onNode("node-a"))
 
 	t.Run("a pod on a node that still exists is left alone", func(t *testing.T) {
-		m := Plan([]*corev1.Pod{wsPod("ws-jane-demo", "uid-run", "v1", t0, ready(t0), onNode("node-b"))}, lostTarget, t0, Config{})
+		m := Plan([]*corev1.Pod{wsPod(base, "uid-run", "v1", t0, ready(t0), onNode("node-b"))}, lostTarget, t0, Config{})
 		if len(m.Actions) != 0 || m.State == "NodeLost" {
 			t.Fatalf("got %+v, want no move", m)
 		}
@@ -35,14 +35,14 @@ func TestPlanNodeLost(t *testing.T) {
 		if !strings.Contains(msg, "node-a") || a.Reason != ReasonNodeLost || a.EventType != corev1.EventTypeWarning {
 			t.Fatalf("got %+v", a)
 		}
-		marked := wsPod("ws-jane-demo", "uid-run", "v1", t0, ready(t0), onNode("node-a"), ann(workspace.AnnNodeLost, msg))
+		marked := wsPod(base, "uid-run", "v1", t0, ready(t0), onNode("node-a"), ann(workspace.AnnNodeLost, msg))
 		st := workspace.Phase([]*corev1.Pod{marked}, t0)
 		if st.Phase != workspace.PhaseUnavailable || st.Reason != workspace.ReasonNodeLost || st.Message != msg {
 			t.Fatalf("phase %+v, want Unavailable/NodeLost", st)
 		}
 	})
 
-	marked := wsPod("ws-jane-demo", "uid-run", "v1", t0, ready(t0), onNode("node-a"), ann(workspace.AnnNodeLost, "node node-a ... gone"))
+	marked := wsPod(base, "uid-run", "v1", t0, ready(t0), onNode("node-a"), ann(workspace.AnnNodeLost, "node node-a ... gone"))
 	t.Run("second pass copies it as a gated pod under the stop copy's deterministic name, without a stop intent", func(t *testing.T) {
 		m := Plan([]*corev1.Pod{marked}, lostTarget, t0, Config{})
 		if len(m.Actions) != 1 || m.Actions[0].Kind != CreateStoppedPod || !m.Actions[0].NodeLost {
@@ -81,7 +81,7 @@ func TestPlanNodeLost(t *testing.T) {
 	})
 
 	t.Run("a stopping workspace whose pod is lost keeps its stop intent on the copy and stays stopped", func(t *testing.T) {
-		stopping := wsPod("ws-jane-demo", "uid-run", "v1", t0, ready(t0), onNode("node-a"), stopIntent, ann(workspace.AnnNodeLost, "gone"))
+		stopping := wsPod(base, "uid-run", "v1", t0, ready(t0), onNode("node-a"), stopIntent, ann(workspace.AnnNodeLost, "gone"))
 		m := Plan([]*corev1.Pod{stopping}, lostTarget, t0, Config{})
 		if len(m.Actions) != 1 || m.Actions[0].Kind != CreateStoppedPod {
 			t.Fatalf("got %+v", m)
@@ -97,7 +97,7 @@ func TestPlanNodeLost(t *testing.T) {
 	})
 
 	t.Run("an upgrade in flight is only marked: the upgrade planner owns its two pods", func(t *testing.T) {
-		up := wsPod("ws-jane-demo-up", "uid-up", "v2", t0.Add(1), onNode("node-b"), upgradedFrom(marked))
+		up := wsPod(named("up002"), "uid-up", "v2", t0.Add(1), onNode("node-b"), upgradedFrom(marked))
 		m := Plan([]*corev1.Pod{marked, up}, lostTarget, t0, Config{})
 		for _, a := range m.Actions {
 			if a.Kind == DeletePod || a.Kind == CreateStoppedPod {
@@ -110,7 +110,7 @@ func TestPlanNodeLost(t *testing.T) {
 	})
 
 	t.Run("a gated pod is never lost: it has no node", func(t *testing.T) {
-		m := Plan([]*corev1.Pod{wsPod("s", "uid-s", "v1", t0, gated, stopIntent, onNode("node-a"))}, lostTarget, t0, Config{})
+		m := Plan([]*corev1.Pod{wsPod(named("stop1"), "uid-s", "v1", t0, gated, stopIntent, onNode("node-a"))}, lostTarget, t0, Config{})
 		if m.State != "Stopped" {
 			t.Fatalf("got %+v", m)
 		}

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nogoo9/no-crd/pkg/updatepolicy"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -22,6 +23,10 @@ const (
 	ReasonNodeLost = "NodeLost"
 	// ReasonNodeLostReplaced: the lost pod was removed; its copy starts on another node.
 	ReasonNodeLostReplaced = "NodeLostReplaced"
+	// ReasonUntrustedAnnotations (Warning), the upgrade planner's reason for the same finding: a
+	// live pod of the workspace is not one nogoo9 named for the owner and id it carries, or its
+	// pods have two owners (a pod relabelled into it); nothing is created, deleted or patched.
+	ReasonUntrustedAnnotations = upgrade.ReasonUntrustedAnnotations
 )
 
 // Target is what the planner needs of the workspace's template.
@@ -116,6 +121,9 @@ func StartedPodName(stopped *corev1.Pod, version string) string {
 //
 // Rules, first match wins (docs/lifecycle.md has the reasons):
 //   - no live pod: nothing (delete in progress).
+//   - a live pod nogoo9 did not name for the owner and id it carries, or live pods of two owners
+//     (a pod relabelled into the workspace): instead of any write, a Warning; no culling
+//     (trustProblem).
 //   - a running pod bound to a node that is gone: mark it (phase Unavailable, NodeLost), copy it
 //     as a gated pod, delete it with grace period 0; the copy then starts like a stopped pod
 //     (planNodeLost; docs/reliability.md).
@@ -136,13 +144,32 @@ func StartedPodName(stopped *corev1.Pod, version string) string {
 // planner saw it.
 func Plan(pods []*corev1.Pod, t Target, now time.Time, cfg Config) Move {
 	pods = workspace.NewestFirst(append([]*corev1.Pod(nil), pods...))
+	m := plan(pods, t, now, cfg)
+	if !m.Hold && !writes(m) {
+		return m // nothing to do: the upgrade planner has its own checks
+	}
+	on, problem := trustProblem(pods)
+	switch {
+	case problem == "":
+		return m
+	case len(m.Actions) == 1 && m.Actions[0].Culled:
+		// Not idleness but a stranger: no cull and no Warning, so the upgrade planner still runs
+		// (it has its own checks for duplicates, and adopts and upgrades a pod of the original
+		// product, which nogoo9 did not name either).
+		return Move{State: "Running"}
+	}
+	return Move{State: "Untrusted", Hold: true, Actions: []Action{{Kind: EventOnly, Pod: on,
+		EventType: corev1.EventTypeWarning, Reason: ReasonUntrustedAnnotations, Message: problem}}}
+}
+
+func plan(pods []*corev1.Pod, t Target, now time.Time, cfg Config) Move {
 	var live, gated, running []*corev1.Pod
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
 		live = append(live, p)
-		if workspace.IsStoppedPod(p) {
+		if stoppedPod(p) {
 			gated = append(gated, p)
 		} else {
 			running = append(running, p)
@@ -165,11 +192,57 @@ func Plan(pods []*corev1.Pod, t Target, now time.Time, cfg Config) Move {
 
 func anyGated(pods []*corev1.Pod) bool {
 	for _, p := range pods {
-		if workspace.IsStoppedPod(p) {
+		if stoppedPod(p) {
 			return true
 		}
 	}
 	return false
+}
+
+// stoppedPod reports whether p is a stopped pod nogoo9 made (StoppedPod): held by the stop gate
+// and naming the pod it was copied from. The gate alone is not enough: a template's spec could
+// carry it (the template policy refuses that now; older versions may), and an upgrade's new pod
+// born with it taken for a stopped pod had the old pod take its stale settings, then was deleted
+// and re-created by the upgrade, forever.
+func stoppedPod(p *corev1.Pod) bool {
+	return workspace.IsStoppedPod(p) && p.Annotations[workspace.AnnStoppedFromUID] != ""
+}
+
+// writes reports whether m changes anything (more than an Event).
+func writes(m Move) bool {
+	for _, a := range m.Actions {
+		if a.Kind != EventOnly {
+			return true
+		}
+	}
+	return false
+}
+
+// trustProblem says why nogoo9 must not act on the workspace of pods (sorted with NewestFirst),
+// and on which pod to say so, or "" when it may. Labels and annotations are input (a kubectl user
+// with patch pods can relabel any pod into a workspace); a name is set at creation. So every live
+// pod must carry the name nogoo9 gives to a pod of the owner and id it claims
+// (workspace.NameMatchesIdentity), and all must have one owner: nogoo9 names the stopped copy of a
+// relabelled pod after that pod's own owner, and a spawn race can leave two owners' pods.
+func trustProblem(pods []*corev1.Pod) (*corev1.Pod, string) {
+	var first *corev1.Pod // the oldest live pod: another owner's pod is the newcomer
+	for i := len(pods) - 1; i >= 0; i-- {
+		p := pods[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if !workspace.NameMatchesIdentity(p) {
+			return p, fmt.Sprintf("Pod %s carries workspace %s of %s, but nogoo9 did not create it for that workspace (its name is not %s or an upgrade of it); nogoo9 stops, starts and deletes nothing for the workspace on its strength: remove its %s label or delete it.",
+				p.Name, workspace.ID(p), workspace.Owner(p), workspace.PodName(workspace.Owner(p), workspace.ID(p)), workspace.LabelWorkspaceID)
+		}
+		if first == nil {
+			first = p
+		} else if workspace.Owner(p) != workspace.Owner(first) {
+			return p, fmt.Sprintf("Pods %s of %s and %s of %s both carry workspace %s; nogoo9 stops, starts and deletes neither on its strength: remove the %s label from the pod that is not the workspace's, or delete it.",
+				first.Name, workspace.Owner(first), p.Name, workspace.Owner(p), workspace.ID(p), workspace.LabelWorkspaceID)
+		}
+	}
+	return nil, ""
 }
 
 // upgradeStarted is a live pod whose upgrade has not ended (the upgrade controller owns it).
@@ -383,7 +456,13 @@ var stoppedCarried = append(append([]string(nil), workspace.PersonSettingKeys...
 // saw it: a write on gone that lands after this plan fails the delete, and the next pass carries
 // it. The upgrade intent goes over only where keys say (a stopped pod keeps it; a start on the
 // latest version answered it).
+//
+// gone and keep must have one owner (Plan holds a workspace with two first): what one owner
+// wrote never lands on another's pod, and no pod is deleted in favour of another owner's.
 func retire(gone, keep *corev1.Pod, keys []string, del Action) []Action {
+	if workspace.Owner(gone) != workspace.Owner(keep) {
+		return nil
+	}
 	var out []Action
 	if set, remove := workspace.CarriedOver(gone, keep, keys); len(set) > 0 || len(remove) > 0 {
 		out = append(out, Action{Kind: PatchPod, Pod: keep, Set: set, Remove: remove})

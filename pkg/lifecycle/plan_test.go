@@ -14,6 +14,13 @@ import (
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
+// base is the name nogoo9 gives to the first pod of jane's workspace demo; named(suffix) is the
+// name of a pod it made from it (an upgrade, a stopped copy, a start: "-up-" and five characters).
+// The planner acts only on pods named so (workspace.NameMatchesIdentity).
+var base = workspace.PodName("jane", "demo")
+
+func named(suffix string) string { return base + "-up-" + suffix }
+
 func wsPod(name, uid, version string, created time.Time, opts ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -55,7 +62,16 @@ func restarted(at time.Time) func(*corev1.Pod) {
 	}
 }
 
+// gated makes p a stopped pod as nogoo9 makes one: held by the stop gate, with the UID of the
+// pod it was copied from (one long gone, unless an option after it says which).
 func gated(p *corev1.Pod) {
+	gateOnly(p)
+	p.Annotations[workspace.AnnStoppedFromUID] = "uid-long-gone"
+}
+
+// gateOnly gives p the stop gate and nothing else: a pod born with it from a template's spec,
+// not a stopped pod nogoo9 made.
+func gateOnly(p *corev1.Pod) {
 	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: workspace.GateStopped}}
 }
 
@@ -90,11 +106,11 @@ var v2 = Target{Found: true, Version: "v2"}
 
 func TestPlan(t *testing.T) {
 	created := t0.Add(-time.Hour)
-	run := wsPod("ws-jane-demo", "uid-run", "v1", created, ready(created))
-	runStop := wsPod("ws-jane-demo", "uid-run", "v1", created, ready(created), stopIntent)
-	stopped := wsPod("ws-jane-demo-up-stop1", "uid-stop", "v1", t0.Add(-time.Minute), stoppedFrom(run))
-	stoppedNoIntent := wsPod("ws-jane-demo-up-stop1", "uid-stop", "v1", t0.Add(-time.Minute), gated)
-	upNew := wsPod("ws-jane-demo-up-new", "uid-up", "v2", t0.Add(-time.Minute), upgradedFrom(run))
+	run := wsPod(base, "uid-run", "v1", created, ready(created))
+	runStop := wsPod(base, "uid-run", "v1", created, ready(created), stopIntent)
+	stopped := wsPod(named("stop1"), "uid-stop", "v1", t0.Add(-time.Minute), stoppedFrom(run))
+	stoppedNoIntent := wsPod(named("stop1"), "uid-stop", "v1", t0.Add(-time.Minute), gated)
+	upNew := wsPod(named("new02"), "uid-up", "v2", t0.Add(-time.Minute), upgradedFrom(run))
 
 	type want struct {
 		kind   ActionKind // "" for no action
@@ -146,7 +162,7 @@ func TestPlan(t *testing.T) {
 		{"stop x upgrade in flight, both pods carry the intent: the upgrade ends first",
 			[]*corev1.Pod{runStop, wsPod(upNew.Name, "uid-up", "v2", t0.Add(-time.Minute), upgradedFrom(run), stopIntent)}, v2, Config{}, want{}},
 		{"start x upgrade in flight cannot happen: a started pod with its stopped pod still there deletes the stopped pod",
-			[]*corev1.Pod{wsPod("ws-jane-demo-up-start", "uid-new", "v2", t0, ann(workspace.AnnStartedFromUID, "uid-stop")), stoppedNoIntent}, v2, Config{},
+			[]*corev1.Pod{wsPod(named("start"), "uid-new", "v2", t0, ann(workspace.AnnStartedFromUID, "uid-stop")), stoppedNoIntent}, v2, Config{},
 			want{kind: DeletePod, pod: stoppedNoIntent.Name, hold: true}},
 		{"stop x maintenance: the stop goes on (it frees the node and keeps the maintenance)",
 			[]*corev1.Pod{wsPod(run.Name, "uid-run", "v1", created, ready(created), stopIntent, maint)}, v2, Config{}, want{kind: CreateStoppedPod, pod: run.Name, hold: true}},
@@ -158,8 +174,10 @@ func TestPlan(t *testing.T) {
 			[]*corev1.Pod{wsPod(stopped.Name, "uid-stop", "v1", created, gated, terminating)}, v2, Config{}, want{hold: true}},
 		{"a stop undone before the running pod went deletes the stopped copy and keeps the running pod",
 			[]*corev1.Pod{run, stoppedNoIntent}, v2, Config{}, want{kind: DeletePod, pod: stoppedNoIntent.Name, hold: true}},
+		{"a pod born with the stop gate from its template's spec (an upgrade's new pod, no stop lineage) is not a stopped pod: it is neither deleted nor carried from, the upgrade planner runs",
+			[]*corev1.Pod{wsPod(run.Name, "uid-run", "v1", created, ready(created), maint), wsPod(named("gate2"), "uid-up", "v2", t0.Add(-time.Minute), gateOnly, upgradedFrom(run))}, v2, Config{}, want{}},
 		{"two stopped pods: the older goes",
-			[]*corev1.Pod{stopped, wsPod("ws-jane-demo-up-old", "uid-old", "v1", created, stoppedFrom(run))}, v2, Config{}, want{kind: DeletePod, pod: "ws-jane-demo-up-old", hold: true}},
+			[]*corev1.Pod{stopped, wsPod(named("old01"), "uid-old", "v1", created, stoppedFrom(run))}, v2, Config{}, want{kind: DeletePod, pod: named("old01"), hold: true}},
 		{"idle past the default timeout: the stop intent is written with the reason",
 			[]*corev1.Pod{run}, v2, Config{IdleTimeout: 30 * time.Minute}, want{kind: PatchPod, pod: run.Name, hold: true}},
 		{"idle culling x maintenance: never culled",
@@ -202,8 +220,91 @@ func TestPlan(t *testing.T) {
 	}
 }
 
+// TestPlanActsOnlyOnPodsNogoo9MadeForOneOwner: labels and annotations are input (a kubectl user
+// with patch pods can relabel any pod into a workspace); the name nogoo9 gave a pod cannot change.
+// A workspace with a live pod nogoo9 did not name for the owner and id it carries, or with pods of
+// two owners, gets at most a Warning: nothing is created, deleted or patched on its strength.
+func TestPlanActsOnlyOnPodsNogoo9MadeForOneOwner(t *testing.T) {
+	created := t0.Add(-time.Hour)
+	run := wsPod(base, "uid-run", "v1", created, ready(created))
+	stopped := func(opts ...func(*corev1.Pod)) *corev1.Pod {
+		return wsPod(named("stop1"), "uid-stop", "v1", created.Add(time.Minute), append([]func(*corev1.Pod){stoppedFrom(run)}, opts...)...)
+	}
+	noIntent := func(p *corev1.Pod) { delete(p.Annotations, workspace.AnnStopRequested) }
+	ownedBy := func(owner string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Annotations[workspace.AnnOwner], p.Labels[workspace.LabelUserSub] = owner, owner
+		}
+	}
+	// Mallory's own running pod (nogoo9 made it for her workspace "mine"), relabelled into demo.
+	mallorys := func(opts ...func(*corev1.Pod)) *corev1.Pod {
+		return wsPod(workspace.PodName("mallory", "mine"), "uid-x", "v1", t0.Add(-10*time.Minute), append([]func(*corev1.Pod){ready(t0), ownedBy("mallory")}, opts...)...)
+	}
+	// The stopped copy nogoo9 made of it (its name is one nogoo9 gives to mallory's demo).
+	mallorysCopy := wsPod(workspace.UpgradePodName("mallory", "demo", "stop@uid-x"), "uid-c", "v1", t0.Add(-5*time.Minute),
+		ownedBy("mallory"), gated, stopIntent, ann(workspace.AnnStoppedFromUID, "uid-x"))
+	cases := []struct {
+		name string
+		pods []*corev1.Pod
+		cfg  Config
+		// warnOn is the pod the Warning is recorded on; "" for no action at all.
+		warnOn string
+	}{
+		{"jane's stopped workspace and mallory's running pod relabelled into it: no stop intent is written on mallory's pod (nor a copy made next)",
+			[]*corev1.Pod{stopped(), mallorys()}, Config{}, workspace.PodName("mallory", "mine")},
+		{"jane's stopped pod and the stopped copy of mallory's relabelled pod: jane's is not deleted as the older of two stopped pods",
+			[]*corev1.Pod{stopped(), mallorysCopy}, Config{}, mallorysCopy.Name},
+		{"a start: jane's stopped pod without its intent beside mallory's relabelled running pod is not deleted",
+			[]*corev1.Pod{stopped(noIntent), mallorys()}, Config{}, workspace.PodName("mallory", "mine")},
+		{"the same with mallory's pod re-annotated with jane as its owner: its name still says it is not jane's",
+			[]*corev1.Pod{stopped(noIntent), mallorys(ownedBy("jane"))}, Config{}, workspace.PodName("mallory", "mine")},
+		{"a stop undone: jane's running pod beside a gated pod of mallory's claiming to be its copy keeps running, neither is deleted",
+			[]*corev1.Pod{run, wsPod(workspace.UpgradePodName("mallory", "demo", "x"), "uid-m", "v1", t0, ownedBy("mallory"), gated, ann(workspace.AnnStoppedFromUID, "uid-run"))}, Config{}, workspace.UpgradePodName("mallory", "demo", "x")},
+		{"a lone pod relabelled into a workspace with a stop intent is neither copied nor deleted",
+			[]*corev1.Pod{mallorys(ownedBy("jane"), stopIntent)}, Config{}, workspace.PodName("mallory", "mine")},
+		{"a lone stopped pod nogoo9 did not name is not released from its gate",
+			[]*corev1.Pod{wsPod("db-0", "uid-db", "v1", created, gated)}, Config{}, "db-0"},
+		{"a relabelled pod beside jane's idle running pod: nothing is culled (the upgrade planner reports the pod)",
+			[]*corev1.Pod{run, mallorys()}, Config{IdleTimeout: time.Minute}, ""},
+		{"a pod of the original product (a name nogoo9 did not give) with nothing to do is left to the upgrade planner, which adopts and upgrades it",
+			[]*corev1.Pod{wsPod("legacy-pod-1", "uid-legacy", "v1", created, ready(created))}, Config{}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := Plan(tc.pods, v2, t0, tc.cfg)
+			if tc.warnOn == "" {
+				if len(m.Actions) != 0 || m.Hold {
+					t.Fatalf("got %s hold=%v %q, want no action and no hold", m.State, m.Hold, actionLines(m))
+				}
+				return
+			}
+			if len(m.Actions) != 1 || !m.Hold {
+				t.Fatalf("got %s hold=%v %q, want one Warning and a hold", m.State, m.Hold, actionLines(m))
+			}
+			a := m.Actions[0]
+			if a.Kind != EventOnly || a.EventType != corev1.EventTypeWarning || a.Reason != ReasonUntrustedAnnotations || a.Pod.Name != tc.warnOn {
+				t.Fatalf("got %s %s %s on %s, want a Warning %s on %s", a.Kind, a.EventType, a.Reason, a.Pod.Name, ReasonUntrustedAnnotations, tc.warnOn)
+			}
+			if !strings.Contains(a.Message, a.Pod.Name) || !strings.Contains(a.Message, workspace.LabelWorkspaceID) {
+				t.Errorf("message %q does not name the pod and the label to remove", a.Message)
+			}
+		})
+	}
+}
+
+// TestRetireKeepsToOneOwner: what one owner wrote never goes onto another owner's pod, and no pod
+// is deleted in favour of another owner's.
+func TestRetireKeepsToOneOwner(t *testing.T) {
+	jane := wsPod(named("stop1"), "uid-stop", "v1", t0, gated, maint)
+	mallory := wsPod(workspace.UpgradePodName("mallory", "demo", "x"), "uid-m", "v1", t0, gated)
+	mallory.Annotations[workspace.AnnOwner], mallory.Labels[workspace.LabelUserSub] = "mallory", "mallory"
+	if got := retire(jane, mallory, workspace.PersonSettingKeys, Action{}); len(got) != 0 {
+		t.Fatalf("retire of jane's pod for mallory's = %q, want nothing", actionLines(Move{Actions: got}))
+	}
+}
+
 func TestPlanNamesAreDeterministic(t *testing.T) {
-	run := wsPod("ws-jane-demo", "uid-run", "v1", t0, ready(t0), stopIntent)
+	run := wsPod(base, "uid-run", "v1", t0, ready(t0), stopIntent)
 	a := Plan([]*corev1.Pod{run}, v2, t0, Config{}).Actions[0]
 	b := Plan([]*corev1.Pod{run}, v2, t0.Add(time.Hour), Config{}).Actions[0]
 	if a.Name != b.Name || a.Name != StoppedPodName(run) {
@@ -223,16 +324,16 @@ func TestCullDecision(t *testing.T) {
 		wantCull    bool
 		wantRequeue time.Duration
 	}{
-		{"never used since it became ready 2h ago, timeout 1h: culled", wsPod("p", "u", "v1", created, ready(t0.Add(-2*time.Hour))), time.Hour, true, 0},
-		{"started 10m ago (released from the stop gate) with an old last activity: not idle yet", wsPod("p", "u", "v1", created, ready(t0.Add(-8*time.Minute)), ann(workspace.AnnStartedAt, t0.Add(-10*time.Minute).Format(time.RFC3339)), ann(workspace.AnnLastActivity, created.Format(time.RFC3339))), time.Hour, false, 50 * time.Minute},
-		{"started a minute ago after 5h stopped, not scheduled yet (no status): not idle yet", wsPod("p", "u", "v1", t0.Add(-5*time.Hour), ann(workspace.AnnStartedAt, t0.Add(-time.Minute).Format(time.RFC3339)), ann(workspace.AnnLastActivity, t0.Add(-6*time.Hour).Format(time.RFC3339))), 30 * time.Minute, false, 29 * time.Minute},
-		{"created a minute ago (a spawn, an upgrade, a start on the latest version), not ready yet: not idle yet", wsPod("p", "u", "v1", t0.Add(-time.Minute), ann(workspace.AnnLastActivity, t0.Add(-5*time.Hour).Format(time.RFC3339))), 30 * time.Minute, false, 29 * time.Minute},
-		{"unused for 5h, its readiness probe failed once a minute ago (Ready flipped False then True): culled, its own process cannot fake activity", wsPod("p", "u", "v1", t0.Add(-10*time.Hour), ready(t0.Add(-time.Minute)), ann(workspace.AnnLastActivity, t0.Add(-5*time.Hour).Format(time.RFC3339))), 30 * time.Minute, true, 0},
-		{"unused for 5h, its container restarted a minute ago: culled", wsPod("p", "u", "v1", t0.Add(-10*time.Hour), ready(t0.Add(-time.Minute)), restarted(t0.Add(-time.Minute)), ann(workspace.AnnLastActivity, t0.Add(-5*time.Hour).Format(time.RFC3339))), 30 * time.Minute, true, 0},
-		{"activity 59m ago, timeout 1h: pass again in 1m", wsPod("p", "u", "v1", created, ready(created), ann(workspace.AnnLastActivity, t0.Add(-59*time.Minute).Format(time.RFC3339))), time.Hour, false, time.Minute},
-		{"activity exactly the timeout ago: culled", wsPod("p", "u", "v1", created, ready(created), ann(workspace.AnnLastActivity, t0.Add(-time.Hour).Format(time.RFC3339))), time.Hour, true, 0},
-		{"a malformed last-activity is ignored (the start counts)", wsPod("p", "u", "v1", created, ready(t0.Add(-30*time.Minute)), ann(workspace.AnnStartedAt, t0.Add(-30*time.Minute).Format(time.RFC3339)), ann(workspace.AnnLastActivity, "yesterday")), time.Hour, false, 30 * time.Minute},
-		{"a pod that never became ready is idle from its creation", wsPod("p", "u", "v1", created), time.Hour, true, 0},
+		{"never used since it became ready 2h ago, timeout 1h: culled", wsPod(base, "u", "v1", created, ready(t0.Add(-2*time.Hour))), time.Hour, true, 0},
+		{"started 10m ago (released from the stop gate) with an old last activity: not idle yet", wsPod(base, "u", "v1", created, ready(t0.Add(-8*time.Minute)), ann(workspace.AnnStartedAt, t0.Add(-10*time.Minute).Format(time.RFC3339)), ann(workspace.AnnLastActivity, created.Format(time.RFC3339))), time.Hour, false, 50 * time.Minute},
+		{"started a minute ago after 5h stopped, not scheduled yet (no status): not idle yet", wsPod(base, "u", "v1", t0.Add(-5*time.Hour), ann(workspace.AnnStartedAt, t0.Add(-time.Minute).Format(time.RFC3339)), ann(workspace.AnnLastActivity, t0.Add(-6*time.Hour).Format(time.RFC3339))), 30 * time.Minute, false, 29 * time.Minute},
+		{"created a minute ago (a spawn, an upgrade, a start on the latest version), not ready yet: not idle yet", wsPod(base, "u", "v1", t0.Add(-time.Minute), ann(workspace.AnnLastActivity, t0.Add(-5*time.Hour).Format(time.RFC3339))), 30 * time.Minute, false, 29 * time.Minute},
+		{"unused for 5h, its readiness probe failed once a minute ago (Ready flipped False then True): culled, its own process cannot fake activity", wsPod(base, "u", "v1", t0.Add(-10*time.Hour), ready(t0.Add(-time.Minute)), ann(workspace.AnnLastActivity, t0.Add(-5*time.Hour).Format(time.RFC3339))), 30 * time.Minute, true, 0},
+		{"unused for 5h, its container restarted a minute ago: culled", wsPod(base, "u", "v1", t0.Add(-10*time.Hour), ready(t0.Add(-time.Minute)), restarted(t0.Add(-time.Minute)), ann(workspace.AnnLastActivity, t0.Add(-5*time.Hour).Format(time.RFC3339))), 30 * time.Minute, true, 0},
+		{"activity 59m ago, timeout 1h: pass again in 1m", wsPod(base, "u", "v1", created, ready(created), ann(workspace.AnnLastActivity, t0.Add(-59*time.Minute).Format(time.RFC3339))), time.Hour, false, time.Minute},
+		{"activity exactly the timeout ago: culled", wsPod(base, "u", "v1", created, ready(created), ann(workspace.AnnLastActivity, t0.Add(-time.Hour).Format(time.RFC3339))), time.Hour, true, 0},
+		{"a malformed last-activity is ignored (the start counts)", wsPod(base, "u", "v1", created, ready(t0.Add(-30*time.Minute)), ann(workspace.AnnStartedAt, t0.Add(-30*time.Minute).Format(time.RFC3339)), ann(workspace.AnnLastActivity, "yesterday")), time.Hour, false, 30 * time.Minute},
+		{"a pod that never became ready is idle from its creation", wsPod(base, "u", "v1", created), time.Hour, true, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -303,7 +404,7 @@ func TestActivityDecisions(t *testing.T) {
 }
 
 func TestStoppedPodKeepsIdentity(t *testing.T) {
-	run := wsPod("ws-jane-demo", "uid-run", "v1", t0, ready(t0), stopIntent, ann(workspace.AnnUpgradeRequested, "true"), ann(workspace.AnnUpgradeHMAC, "x"),
+	run := wsPod(base, "uid-run", "v1", t0, ready(t0), stopIntent, ann(workspace.AnnUpgradeRequested, "true"), ann(workspace.AnnUpgradeHMAC, "x"),
 		ann(workspace.AnnStartedAt, t0.Format(time.RFC3339)))
 	run.Spec.NodeName = "node-1"
 	run.Spec.Volumes = []corev1.Volume{

@@ -151,14 +151,17 @@ func (w *world) frontEndWrite(view []*corev1.Pod, write func(p *corev1.Pod)) {
 // planning from a stale view or crashing between its writes, and the kubelet removing deleted pods
 // and making pods Ready in any order. A stop, a pin and a maintenance are written through a front
 // end whose cache lags (only the pods it shows get the write); a start removes the intent from
-// every live pod (kubectl with a label selector, as documented). After every step the workspace
-// has a live pod with its identity; once the person stops writing, it settles where the intent
-// says, with one pod that carries the person's last pin and maintenance.
+// every live pod (kubectl with a label selector, as documented). Now and then mallory, who may
+// patch pods, relabels her own running pod into the workspace (sometimes with jane as its owner),
+// until an admin removes the label (at the latest when the writes stop). After every step the
+// workspace has a live pod of jane's with its identity, and mallory's pod is neither deleted nor
+// copied; once the person stops writing, it settles where the intent says, with one pod that
+// carries the person's last pin and maintenance.
 func TestStopStartSimulation(t *testing.T) {
 	for seed := range uint64(300) {
 		rng := rand.New(rand.NewPCG(seed, 14))
 		w := &world{pods: map[string]*corev1.Pod{}, now: t0}
-		first := wsPod("ws-jane-demo", "", "v1", t0, ready(t0))
+		first := wsPod(base, "", "v1", t0, ready(t0))
 		first.Spec.Volumes = []corev1.Volume{{Name: "home", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "claim-home"}}}}
 		w.create(first)
 		target := Target{Found: true, Version: "v1"}
@@ -168,15 +171,25 @@ func TestStopStartSimulation(t *testing.T) {
 		var stale []*corev1.Pod
 		front := w.snapshot()       // the front end's cache
 		last := map[string]string{} // the person's last write of each setting ("": removed)
+		intruder := ""              // mallory's pod, while it carries the workspace's label
 		check := func(step int, what string) {
-			live := w.live()
-			if len(live) == 0 {
-				t.Fatalf("seed %d step %d (%s): the workspace has no live pod left", seed, step, what)
-			}
+			janes := 0
 			for _, p := range w.pods {
-				if workspace.Owner(p) != "jane" || p.Annotations[workspace.AnnWorkspacePath] != "/ws/jane/demo/" || len(p.Spec.Volumes) != 1 {
-					t.Fatalf("seed %d step %d (%s): pod %s lost the workspace's identity or claim", seed, step, what, p.Name)
+				if p.Name == intruder {
+					if p.DeletionTimestamp != nil {
+						t.Fatalf("seed %d step %d (%s): mallory's pod %s relabelled into the workspace is being deleted", seed, step, what, p.Name)
+					}
+					continue
 				}
+				if workspace.Owner(p) != "jane" || p.Annotations[workspace.AnnWorkspacePath] != "/ws/jane/demo/" || len(p.Spec.Volumes) != 1 || p.Spec.Containers[0].Image == "mallory:1" {
+					t.Fatalf("seed %d step %d (%s): pod %s lost the workspace's identity or claim, or is a copy of mallory's pod", seed, step, what, p.Name)
+				}
+				if p.DeletionTimestamp == nil {
+					janes++
+				}
+			}
+			if janes == 0 {
+				t.Fatalf("seed %d step %d (%s): the workspace has no live pod of jane's left", seed, step, what)
 			}
 		}
 		wantStopped := false
@@ -184,6 +197,23 @@ func TestStopStartSimulation(t *testing.T) {
 			settle := step >= 40
 			if rng.IntN(3) == 0 {
 				front = w.snapshot()
+			}
+			if !settle && intruder == "" && rng.IntN(15) == 0 {
+				// Mallory relabels her own Ready pod (nogoo9 named it for her workspace "mine")
+				// into the workspace, with her own owner, or with jane's written over it.
+				x := wsPod(workspace.PodName("mallory", "mine"), "", "v1", w.now, ready(w.now))
+				x.Spec.Containers[0].Image = "mallory:1"
+				if rng.IntN(2) == 0 {
+					x.Annotations[workspace.AnnOwner], x.Labels[workspace.LabelUserSub] = "mallory", "mallory"
+				}
+				w.create(x)
+				intruder = x.Name
+				check(step, "relabel")
+			}
+			if intruder != "" && (settle || rng.IntN(8) == 0) {
+				// An admin, told by the Warning, removes the label: the pod leaves the workspace.
+				delete(w.pods, intruder)
+				intruder = ""
 			}
 			switch r := rng.IntN(12); {
 			case r < 2 && !settle: // a person flips the intent

@@ -219,6 +219,18 @@ func (p Policy) checkSpec(at string, spec *corev1.PodSpec) []Violation {
 			Fix:     "remove nodeName and choose nodes with nodeSelector or affinity",
 		})
 	}
+	for i, g := range spec.SchedulingGates {
+		// nogoo9's gates mean something to nogoo9: a pod born with nogoo9/stopped looks like a
+		// stopped workspace, one with nogoo9/volume-release like a Recreate upgrade's new pod. A
+		// placeholder could become one (the caller chooses a context value).
+		if strings.HasPrefix(g.Name, workspace.Prefix) || strings.Contains(g.Name, "${") {
+			vs = append(vs, Violation{
+				Field:   fmt.Sprintf("%s.schedulingGates[%d].name", at, i),
+				Problem: fmt.Sprintf("%q is, or could expand to, a gate of nogoo9's own (prefix %q), which nogoo9 adds and removes itself: a pod born with it looks stopped or mid-upgrade to nogoo9", g.Name, workspace.Prefix),
+				Fix:     "remove it; a gate of another controller is allowed, written in full, outside the " + workspace.Prefix + " prefix",
+			})
+		}
+	}
 	vs = append(vs, p.checkSecrets(at, spec)...)
 	return append(vs, podSecurity(p.Level, at, spec)...)
 }

@@ -159,6 +159,17 @@ func TestPolicyCheck(t *testing.T) {
 		{name: "nodeName is refused: it skips the scheduler and cannot stand beside a Recreate upgrade's scheduling gate", policy: privileged,
 			mutate: func(t *Template) { t.Spec.NodeName = "control-plane-0" },
 			want:   [][]string{{"data.spec.nodeName", `"control-plane-0"`, "nodeSelector or affinity"}}},
+		{name: "nogoo9's own scheduling gates are refused at the privileged level too: an upgrade's new pod born with nogoo9/stopped looked like a stopped pod", policy: privileged,
+			mutate: func(t *Template) {
+				t.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}, {Name: workspace.GateStopped}, {Name: workspace.GateVolumeRelease}}
+			},
+			want: [][]string{{"data.spec.schedulingGates[1].name", `"nogoo9/stopped"`, `"nogoo9/"`, "remove it"},
+				{"data.spec.schedulingGates[2].name", `"nogoo9/volume-release"`}}},
+		{name: "a placeholder in a scheduling gate's name is refused: the caller's context could make it nogoo9/stopped", policy: def,
+			mutate: func(t *Template) { t.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "${context.gate}"}} },
+			want:   [][]string{{"data.spec.schedulingGates[0].name", `"${context.gate}"`}}},
+		{name: "another controller's scheduling gate is allowed", policy: def,
+			mutate: func(t *Template) { t.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}} }},
 		{name: "a Secret on the allow-list is allowed", policy: Policy{Level: LevelRestricted, Secrets: []string{"db"}},
 			mutate: func(t *Template) {
 				t.Spec.Volumes = append(t.Spec.Volumes, corev1.Volume{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db"}}})
