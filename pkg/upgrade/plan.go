@@ -194,6 +194,16 @@ func Plan(obs Observed, target Target, now time.Time, cfg Config) Move {
 			return planSideBySide(head, live, now, cfg)
 		}
 	}
+	if gated(head) {
+		// A restored pod (RollbackPod) whose failed pod is gone from the live ones: it starts
+		// once no pod, terminating ones included, holds a claim it mounts. Nothing else is done
+		// with the workspace before then (it is not Ready, and serves nothing).
+		m := Move{State: StateRollingBack}
+		if !volumesHeld(head, obs.Pods) {
+			m.Actions = []Action{{Kind: RemoveGate, Pod: head, Gate: workspace.GateVolumeRelease}}
+		}
+		return m
+	}
 	if len(live) > 1 {
 		return planDuplicates(head, live)
 	}

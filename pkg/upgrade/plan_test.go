@@ -251,6 +251,12 @@ func TestPlanStates(t *testing.T) {
 		{name: "rollback: rollback pod created, failed pod still live: delete the failed pod",
 			pods: []*corev1.Pod{newRe(waiting("ImagePullBackOff", "")), with(upgraded(newRe(), rollbackName, "uid-rb", "v1", Rollback, afterDeadline), pending)},
 			now:  afterDeadline, state: StateRollingBack, want: []string{"DeletePod " + sbsName}},
+		{name: "rollback: a restored pod behind the gate waits while the failed pod, terminating, still holds the volume",
+			pods: []*corev1.Pod{newRe(waiting("ImagePullBackOff", ""), terminating), with(upgraded(newRe(), rollbackName, "uid-rb", "v1", Rollback, afterDeadline), pending, gatedPod)},
+			now:  afterDeadline, state: StateRollingBack},
+		{name: "rollback: a restored pod behind the gate is let through once the failed pod is gone",
+			pods: []*corev1.Pod{with(upgraded(newRe(), rollbackName, "uid-rb", "v1", Rollback, afterDeadline), pending, gatedPod)},
+			now:  afterDeadline, state: StateRollingBack, want: []string{"RemoveGate " + rollbackName + " gate=nogoo9/volume-release"}},
 		{name: "rollback: rollback pod alone is idle even while it starts",
 			pods: []*corev1.Pod{with(upgraded(newRe(), rollbackName, "uid-rb", "v1", Rollback, afterDeadline), pending)}, now: afterDeadline, state: StateIdle},
 
@@ -461,6 +467,10 @@ func TestRollbackSpecRoundTrip(t *testing.T) {
 	}
 	if _, ok := p.Annotations[workspace.AnnUpgradeRequested]; ok {
 		t.Errorf("rollback pod inherited the intent")
+	}
+	// The failed pod may still run on the volume: the restored one waits for it behind the gate.
+	if !gated(p) {
+		t.Errorf("rollback pod mounting claim data has no %s gate: %v", workspace.GateVolumeRelease, p.Spec.SchedulingGates)
 	}
 	if len(p.Spec.Volumes) != 1 || len(p.Spec.Containers[0].VolumeMounts) != 1 {
 		t.Errorf("token volume not dropped: %v %v", p.Spec.Volumes, p.Spec.Containers[0].VolumeMounts)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -153,6 +154,11 @@ func rollBack(head *corev1.Pod, f Failure, now, started time.Time) Move {
 		Message: fmt.Sprintf("Upgrade of workspace %s to version %s failed: %s: %s; bringing it back on version %s as pod %s.",
 			workspace.ID(head), workspace.TemplateVersion(head), f.Reason, f.Message, head.Annotations[workspace.AnnUpgradeFromVersion], name),
 	}}}
+}
+
+// mountsClaims reports whether p mounts a PersistentVolumeClaim.
+func mountsClaims(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.PersistentVolumeClaim != nil })
 }
 
 // gated reports whether up still waits behind nogoo9's scheduling gate.
@@ -380,6 +386,12 @@ func RollbackPod(failed *corev1.Pod, name string, annotations map[string]string)
 	}
 	p.Spec.NodeName = ""
 	p.Spec.EphemeralContainers = nil
+	// The failed pod may still run on the same single-writer volume (a process that never turned
+	// Ready, a grace period): the restored pod waits behind the gate until no other pod of the
+	// workspace holds a claim it mounts (Plan removes it), as a Recreate-upgraded pod does.
+	if mountsClaims(&p) && !gated(&p) {
+		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: workspace.GateVolumeRelease})
+	}
 	// The restored pod must be the same workspace of the same owner as the failed one. Its other
 	// labels and annotations are the ones of the pod it restores (the spec has them), not the
 	// failed version's.

@@ -418,24 +418,16 @@ func (w *simWorld) check(step int) {
 	if readyOnRWOP > 1 {
 		fail("two Ready pods on a ReadWriteOncePod claim")
 	}
-	// Never two live pods that may both be started on one single-writer claim. Known exception,
-	// not checked: a failed Recreate pod and the Rollback pod created, ungated, to replace it, from
-	// the create until the next pass deletes the failed pod (planRollback).
-	rolledBack := map[*corev1.Pod]bool{}
-	for _, p := range live {
-		if Strategy(p.Annotations[workspace.AnnUpgradeStrategy]) == Rollback {
-			if old := OldPod(p, live); old != nil {
-				rolledBack[old] = true
-			}
-		}
-	}
+	// Never two pods that may both be started on one single-writer claim, a terminating one
+	// included (its process runs until its grace period ends): a restored pod waits behind the
+	// gate too.
 	for c, pvc := range w.claims {
 		if m := pvc.Spec.AccessModes[0]; m != corev1.ReadWriteOnce && m != corev1.ReadWriteOncePod {
 			continue
 		}
 		var free []string
-		for _, p := range live {
-			if len(p.Spec.SchedulingGates) == 0 && usesClaim(p, c) && !rolledBack[p] {
+		for _, p := range w.pods {
+			if len(p.Spec.SchedulingGates) == 0 && usesClaim(p, c) {
 				free = append(free, p.Name)
 			}
 		}
