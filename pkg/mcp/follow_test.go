@@ -13,10 +13,18 @@ import (
 // ended "timeout" instead of hanging.
 const followBound = 10 * time.Second
 
-// queue is an event source that hands out what is sent into it.
+// queue is an event source that hands out what is sent into it. An event already queued is
+// handed out even when ctx is done too: a select with both ready picks either, and a follow's
+// short heartbeat wait can run out while its goroutine is descheduled, which would send one
+// heartbeat more than a test expects before the event it queued is seen.
 type queue chan frontend.Event
 
 func (q queue) Next(ctx context.Context) (frontend.Event, error) {
+	select {
+	case e := <-q:
+		return e, nil
+	default:
+	}
 	select {
 	case <-ctx.Done():
 		return frontend.Event{}, ctx.Err()

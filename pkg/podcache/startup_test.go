@@ -3,6 +3,7 @@ package podcache_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,11 +87,20 @@ func TestStartupGateHoldsControllersUntilReadersHaveTheList(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
+	// release lets the handler go; the cleanup calls it too (a failed check returns before the
+	// release, and a handler blocked in OnAdd would keep the informer, and the manager, from
+	// stopping), then stops the manager and waits for it before the API server goes
+	// (cleanups run last registered first).
+	release := sync.OnceFunc(func() { close(h.release) })
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		release()
+		cancel()
+		if err := <-done; err != nil {
 			t.Errorf("manager: %v", err)
 		}
-	}()
+	})
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		t.Fatal("the cache never synced")
 	}
@@ -105,7 +115,7 @@ func TestStartupGateHoldsControllersUntilReadersHaveTheList(t *testing.T) {
 	if err := gate.Check(nil); err == nil {
 		t.Fatal("ready while a reader's handler did not have the initial list")
 	}
-	close(h.release)
+	release()
 	select {
 	case <-started:
 	case <-ctx.Done():

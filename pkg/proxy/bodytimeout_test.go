@@ -62,10 +62,12 @@ func TestAStalledRequestBodyEndsTheRequest(t *testing.T) {
 			c := dialProxy(t, addr)
 			br := bufio.NewReader(c)
 			head := fmt.Sprintf("POST /ws/jane/demo/upload HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer bench\r\nContent-Length: %d\r\n\r\n", tc.length)
+			// Taken before the write: the proxy's wait for more of the body starts after it
+			// reads this byte, so no answer can come sooner than timeout after this instant.
+			started := time.Now()
 			if _, err := io.WriteString(c, head+"x"); err != nil {
 				t.Fatal(err)
 			}
-			started := time.Now()
 			got, err := readWholeAnswer(br)
 			want := fmt.Sprintf("408 408 Request Timeout: no byte of the request body arrived for %s\n", timeout)
 			if err != nil || got != want {
@@ -101,21 +103,33 @@ func TestAStalledRequestBodyEndsTheRequest(t *testing.T) {
 		}
 	})
 	t.Run("a slow body that keeps coming", func(t *testing.T) {
+		// Its own, longer timeout: a byte every gap must never be taken for a stall, even when
+		// a loaded machine holds the writer (or the proxy) back for a second or more; the whole
+		// body still takes longer than one timeout, so a timeout that bounded the whole body
+		// (rather than each wait for a byte) would end it.
+		const (
+			slowTimeout = 2 * time.Second
+			gap         = 100 * time.Millisecond
+			n           = 25 // n*gap > slowTimeout
+		)
 		host, port, _ := bodyPod(t)
-		_, addr := startProxy(t, Options{RequestBodyTimeout: timeout}, host, port)
+		_, addr := startProxy(t, Options{RequestBodyTimeout: slowTimeout}, host, port)
 		c := dialProxy(t, addr)
-		const n = 20 // a byte every timeout/15: the whole body takes longer than one timeout
+		started := time.Now()
 		if _, err := fmt.Fprintf(c, "POST /ws/jane/demo/upload HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer bench\r\nContent-Length: %d\r\n\r\n", n); err != nil {
 			t.Fatal(err)
 		}
 		for range n {
-			time.Sleep(timeout / 15)
+			time.Sleep(gap)
 			if _, err := io.WriteString(c, "x"); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if got, err := readWholeAnswer(bufio.NewReader(c)); err != nil || got != fmt.Sprintf("200 %d", n) {
 			t.Fatalf("answer %q, %v; want 200 %d", got, err, n)
+		}
+		if took := time.Since(started); took <= slowTimeout {
+			t.Fatalf("the body took %v, not longer than the timeout of %v: the test proves nothing", took, slowTimeout)
 		}
 	})
 }

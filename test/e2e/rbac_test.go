@@ -2,12 +2,16 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -28,11 +32,54 @@ const (
 
 // kubectl runs kubectl against the suite's cluster with kubeconfig and returns its combined output.
 func kubectl(kubeconfig string, args ...string) (string, error) {
-	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	err := runKubectl(kubeconfig, &out, &out, args...)
 	return out.String(), err
+}
+
+// kubectlRequestTimeout bounds each of kubectl's requests (--request-timeout), kubectlRunTimeout
+// a whole run (an apply -k makes many): a call that hangs fails its spec instead of the suite.
+const (
+	kubectlRequestTimeout = 30 * time.Second
+	kubectlRunTimeout     = 2 * time.Minute
+)
+
+// runKubectl runs kubectl with kubeconfig and args, its stdout and stderr written to stdout and
+// stderr; the error names the bound when the run took too long.
+func runKubectl(kubeconfig string, stdout, stderr io.Writer, args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), kubectlRunTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", kubeconfig, "--request-timeout=" + kubectlRequestTimeout.String()}, args...)...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		return fmt.Errorf("kubectl %s: not done within %s: %w", strings.Join(args, " "), kubectlRunTimeout, err)
+	}
+	return err
+}
+
+// canI runs kubectl auth can-i with kubeconfig and args and returns its answer, "yes" or "no"; it
+// fails the spec when kubectl gives neither (an error talking to the API server is no "no").
+// can-i exits 0 with "yes", 1 with "no" (and, when the authorizer gives one, " - " and a reason).
+func canI(kubeconfig string, args ...string) string {
+	GinkgoHelper()
+	var stdout, stderr bytes.Buffer
+	err := runKubectl(kubeconfig, &stdout, &stderr, append([]string{"auth", "can-i"}, args...)...)
+	answer, _, _ := strings.Cut(strings.TrimSpace(stdout.String()), "\n")
+	answer, _, _ = strings.Cut(answer, " - ")
+	exit := 0
+	if err != nil {
+		var ee *exec.ExitError
+		Expect(errors.As(err, &ee)).To(BeTrue(), "kubectl auth can-i %v: %v\nstdout: %s\nstderr: %s", args, err, &stdout, &stderr)
+		exit = ee.ExitCode()
+	}
+	switch {
+	case answer == "yes" && exit == 0, answer == "no" && exit == 1:
+		return answer
+	}
+	Fail(fmt.Sprintf("kubectl auth can-i %v: answered %q with exit code %d, want yes (0) or no (1)\nstdout: %s\nstderr: %s", args, answer, exit, &stdout, &stderr))
+	return ""
 }
 
 // The proof that config/rbac is enough: the install is applied as an operator would apply it, and
@@ -100,15 +147,13 @@ var _ = Describe("RBAC of config/default", Ordered, func() {
 			// prunes the oldest (docs/templates.md#history); the Role had update already.
 			{"create", "deployments.apps", false}, {"delete", "configmaps", true},
 		} {
-			out, err := kubectl(saKubeconfig, "auth", "can-i", tc.verb, tc.resource, "-n", installNS)
+			want := "no"
 			if tc.allowed {
-				Expect(err).NotTo(HaveOccurred(), "%s %s should be allowed: %s", tc.verb, tc.resource, out)
-			} else {
-				Expect(err).To(HaveOccurred(), "%s %s should be refused: %s", tc.verb, tc.resource, out)
+				want = "yes"
 			}
+			Expect(canI(saKubeconfig, tc.verb, tc.resource, "-n", installNS)).To(Equal(want), "may the ServiceAccount %s %s", tc.verb, tc.resource)
 		}
-		out, err := kubectl(saKubeconfig, "auth", "can-i", "create", "pods", "-n", "default")
-		Expect(err).To(HaveOccurred(), "the Role must not reach other namespaces: %s", out)
+		Expect(canI(saKubeconfig, "create", "pods", "-n", "default")).To(Equal("no"), "the Role must not reach other namespaces")
 	})
 
 	It("runs the controller with leader election and records phase Events as the ServiceAccount", func(ctx SpecContext) {

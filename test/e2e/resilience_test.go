@@ -239,11 +239,12 @@ var _ = Describe("Resilience: faults of the control plane", Label("resilience"),
 	})
 
 	It("hand edits during an upgrade (intent removed, version label changed, garbage intent) converge to one safe pod per workspace, with Events", func(ctx SpecContext) {
-		const timeout = 20 * time.Second
 		ns := NewNamespace()
 		hist := watchWorkspacePods(ns)
 		Expect(K8s.Create(ctx, upgradeTemplate(ns, "plain", "1.0", "example.com/ide:1.0", ""))).To(Succeed())
-		p := StartNogoo9("--namespace="+ns, "--upgrade-timeout="+timeout.String())
+		// No deadline can pass before the edits are made; then nogoo9 is restarted with one a
+		// short while ahead, which ends the upgrades.
+		p := StartNogoo9("--namespace="+ns, "--upgrade-timeout="+inFlightTimeout.String())
 		carol := userClient(ctx, p, ns, "carol")
 		ids := []string{"edit-intent", "edit-label", "edit-garbage"}
 		old := map[string]*corev1.Pod{}
@@ -284,8 +285,18 @@ var _ = Describe("Resilience: faults of the control plane", Label("resilience"),
 		annotate("annotate", "pod", old["edit-intent"].Name, workspace.AnnUpgradeRequested+"-")
 		annotate("label", "--overwrite", "pod", newPod["edit-label"].Name, workspace.LabelTemplateVersion+"=garbage")
 
-		By("each workspace converges to its old pod, identity unchanged, no intent left, and Events say what happened")
+		// Before the restart: the Event is written by the recorder's own goroutine, and the
+		// restarted nogoo9 finds no garbage left to write one about.
 		waitPodEvent(ns, old["edit-garbage"].Name, "InvalidUpgradeRequest")
+
+		By("restarting nogoo9 with a deadline 20 s ahead for both upgrades")
+		first := upgradeStartedAt(newPod["edit-intent"])
+		if at := upgradeStartedAt(newPod["edit-label"]); at.Before(first) {
+			first = at
+		}
+		restartWithDeadline(p, first, 20*time.Second)
+
+		By("each workspace converges to its old pod, identity unchanged, no intent left, and Events say what happened")
 		for _, id := range ids {
 			cur := waitSinglePod(ns, id, func(g Gomega, pod *corev1.Pod) {
 				g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested))

@@ -199,7 +199,9 @@ var _ = Describe("Updates", Label("updates"), func() {
 			return cm
 		}
 		Expect(K8s.Create(ctx, auto("1.0", "example.com/ide:1.0"))).To(Succeed())
-		p := StartNogoo9("--namespace="+ns, "--update-policy-interval=1s", "--idle-after=1s", "--upgrade-timeout=15s")
+		// A deadline far away until the upgrade has been seen in flight (a loaded machine must not
+		// fail it before this spec sees it), a short one from the restart on (the last flag wins).
+		p := StartNogoo9("--namespace="+ns, "--update-policy-interval=1s", "--idle-after=1s", "--upgrade-timeout="+inFlightTimeout.String())
 		alice := userClient(ctx, p, ns, "alice")
 		old := WaitPodReady(ns, alice.spawn(ctx, "auto", "box").ActivePod)
 
@@ -219,8 +221,13 @@ var _ = Describe("Updates", Label("updates"), func() {
 			g.Expect(up.Annotations).To(HaveKeyWithValue(workspace.AnnUpgradeFrom, old.Name))
 		}).Should(Succeed())
 
-		By("kill -9 in the middle, then start again")
+		// The policy's Event is written by the recorder's own goroutine, some time after the
+		// request: wait for it, or the kill may take it along and the count below would be 0.
+		waitPodEvent(ns, old.Name, "AutoUpgradeRequested")
+
+		By("kill -9 in the middle, then start again, with a deadline of 15 s")
 		p.Kill()
+		p.Args = append(p.Args, "--upgrade-timeout=15s")
 		p.Restart()
 
 		By("the deadline fails the upgrade once: the old pod keeps serving with the error, nothing else is created")

@@ -161,11 +161,12 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 	})
 
 	It("Upgrade failing image: the deadline fails it, the old pod keeps serving with the error recorded", func(ctx SpecContext) {
-		const timeout = 20 * time.Second
 		ns := NewNamespace()
 		hist := watchWorkspacePods(ns)
 		Expect(K8s.Create(ctx, upgradeTemplate(ns, "plain", "1.0", "example.com/ide:1.0", ""))).To(Succeed())
-		p := StartNogoo9("--namespace="+ns, "--upgrade-timeout="+timeout.String())
+		// No deadline can pass before the spec has seen the upgrade in flight; then nogoo9 is
+		// restarted with one a short while ahead (restartWithDeadline).
+		p := StartNogoo9("--namespace="+ns, "--upgrade-timeout="+inFlightTimeout.String())
 		carol := userClient(ctx, p, ns, "carol")
 
 		hist.NoOutage("fragile")
@@ -193,15 +194,14 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 			g.Expect(failing.Status.ContainerStatuses[0].State.Waiting).NotTo(BeNil())
 			g.Expect(failing.Status.ContainerStatuses[0].State.Waiting.Reason).To(Equal("ErrImagePull"))
 		}).Should(Succeed())
-		started, err := time.Parse(time.RFC3339, failing.Annotations[workspace.AnnUpgradeStartedAt])
-		Expect(err).NotTo(HaveOccurred(), "%s on the new pod", workspace.AnnUpgradeStartedAt)
-		if time.Now().Before(started.Add(timeout - 5*time.Second)) {
-			// Only while the deadline is comfortably ahead, so that this cannot race the failure.
-			w := carol.get(ctx, "fragile")
-			Expect(w.Phase).To(Equal(workspace.PhaseUpgrading))
-			Expect(w.UpgradePod).To(Equal(failing.Name))
-			Expect(w.ActivePod).To(Equal(old.Name), "the old pod serves while the new one is not Ready")
-		}
+		started := upgradeStartedAt(failing)
+		w := carol.get(ctx, "fragile")
+		Expect(w.Phase).To(Equal(workspace.PhaseUpgrading))
+		Expect(w.UpgradePod).To(Equal(failing.Name))
+		Expect(w.ActivePod).To(Equal(old.Name), "the old pod serves while the new one is not Ready")
+
+		By("restarting nogoo9 with a deadline 20 s ahead: it fails the upgrade when the deadline comes")
+		timeout := restartWithDeadline(p, started, 20*time.Second)
 
 		By("after the deadline: only the old pod, still Ready on 1.0, with the error and without the intent")
 		cur := waitSinglePod(ns, "fragile", func(g Gomega, pod *corev1.Pod) {
@@ -224,7 +224,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		waitPodEvent(ns, cur.Name, "UpgradeFailed")
 
 		By("showing the error and the outdated version through REST")
-		w := carol.get(ctx, "fragile")
+		w = carol.get(ctx, "fragile")
 		Expect(w.LastUpgradeError).To(Equal(msg))
 		Expect(w.IsOutdated).To(BeTrue())
 		Expect(w.ActivePod).To(Equal(old.Name))
@@ -248,13 +248,14 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 	})
 
 	It("Upgrade deadline passed while nogoo9 was down: the first pass after the restart fails it and rolls back", func(ctx SpecContext) {
-		const timeout = 15 * time.Second
 		ns := NewNamespace()
 		class := rwopVolumes(ctx, ns, 1)
 		hist := watchWorkspacePods(ns)
 		Expect(K8s.Create(ctx, upgradeTemplate(ns, "plain", "1.0", "example.com/ide:1.0", ""))).To(Succeed())
 		Expect(K8s.Create(ctx, upgradeTemplate(ns, "disk", "1.0", "example.com/ide:1.0", class))).To(Succeed())
-		p := StartNogoo9("--namespace="+ns, "--upgrade-timeout="+timeout.String())
+		// No deadline can pass before the spec has seen both upgrades in flight; the restart
+		// gets one that passed while nogoo9 was down.
+		p := StartNogoo9("--namespace="+ns, "--upgrade-timeout="+inFlightTimeout.String())
 		dave := userClient(ctx, p, ns, "dave")
 		hist.NoOutage("sbs")
 		hist.Exclusive("rwop")
@@ -270,7 +271,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 		sbsNew, rwopNew := dave.upgrade(ctx, "sbs").PodName, dave.upgrade(ctx, "rwop").PodName
 
 		By("killing nogoo9 once both new pods are in ErrImagePull (the Recreate one after its old pod is gone)")
-		deadlines := map[string]time.Time{}
+		started := map[string]time.Time{}
 		Eventually(func(g Gomega) {
 			for _, name := range []string{sbsNew, rwopNew} {
 				var pod corev1.Pod
@@ -278,25 +279,37 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 				g.Expect(pod.Status.ContainerStatuses).NotTo(BeEmpty(), "pod %s", name)
 				g.Expect(pod.Status.ContainerStatuses[0].State.Waiting).NotTo(BeNil(), "pod %s", name)
 				g.Expect(pod.Status.ContainerStatuses[0].State.Waiting.Reason).To(Equal("ErrImagePull"), "pod %s", name)
-				started, err := time.Parse(time.RFC3339, pod.Annotations[workspace.AnnUpgradeStartedAt])
-				g.Expect(err).NotTo(HaveOccurred(), "pod %s", name)
-				deadlines[name] = started.Add(timeout)
+				g.Expect(pod.Annotations).To(HaveKey(workspace.AnnUpgradeStartedAt), "pod %s", name)
+				started[name] = upgradeStartedAt(&pod)
 			}
 		}).Should(Succeed())
 		p.Kill()
+		killed := time.Now()
 		Expect(workspacePodsNow(ns, "sbs")).To(HaveLen(2), "side-by-side: old and new pod")
 		rwopPods := workspacePodsNow(ns, "rwop")
 		Expect(rwopPods).To(HaveLen(1), "Recreate: the old pod is gone")
 		Expect(rwopPods[0].Name).To(Equal(rwopNew))
 
-		By("waiting, with nogoo9 down, until both deadlines have passed")
+		By("choosing a deadline that passes while nogoo9 is down, and waiting until it has passed for both")
+		// At least 15 s, and long enough that neither deadline had passed at the kill: whole
+		// seconds (the start times have no more), with one to spare.
+		timeout := 15 * time.Second
+		for _, at := range started {
+			timeout = max(timeout, killed.Sub(at).Truncate(time.Second)+2*time.Second)
+		}
+		deadlines := map[string]time.Time{}
+		for name, at := range started {
+			deadlines[name] = at.Add(timeout)
+			Expect(deadlines[name]).To(BeTemporally(">", killed), "the deadline of %s is after the kill", name)
+		}
 		Eventually(func() bool {
 			now := time.Now()
 			return now.After(deadlines[sbsNew].Add(time.Second)) && now.After(deadlines[rwopNew].Add(time.Second))
 		}, 2*timeout).Should(BeTrue())
 		Expect(workspacePodsNow(ns, "sbs")).To(HaveLen(2), "nothing moves while nogoo9 is down")
 
-		By("restarting: the side-by-side upgrade fails onto the old pod, the Recreate one rolls back on 1.0")
+		By("restarting with that deadline: the side-by-side upgrade fails onto the old pod, the Recreate one rolls back on 1.0")
+		p.Args = append(p.Args, "--upgrade-timeout="+timeout.String())
 		p.Restart()
 		cur := waitSinglePod(ns, "sbs", func(g Gomega, pod *corev1.Pod) {
 			g.Expect(pod.UID).To(Equal(sbs.UID))
@@ -489,7 +502,9 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 
 	It("Upgrade bulk: 100 workspaces of both strategies, some failing, with nogoo9 killed in the middle", func(ctx SpecContext) {
 		const (
-			timeout     = 30 * time.Second
+			// Long enough that no healthy upgrade misses it across two kills and restarts of a
+			// nogoo9 with 100 workspaces on a loaded machine; the failing ones wait it out.
+			timeout     = 90 * time.Second
 			users       = 10
 			plainN      = 85 // side-by-side, healthy
 			diskN       = 8  // ReadWriteOncePod, Recreate, healthy
@@ -701,7 +716,7 @@ var _ = Describe("Upgrade controller", Label("upgrade"), func() {
 					g.Expect(workspace.TemplateVersion(pod)).To(Equal("2.0"), "workspace %s: pod %s", w.id, pod.Name)
 				}
 			}
-		}, 150*time.Second, time.Second).Should(Succeed())
+		}, timeout+2*time.Minute, time.Second).Should(Succeed()) // the last failing upgrades may have started just now
 		lap("converged")
 
 		By("keeping every claim: same objects, still bound, mounted by the same workspaces")
@@ -934,6 +949,35 @@ func waitAllUpgraded(ns string, ids []string, version string) {
 			g.Expect(pod.Annotations).NotTo(HaveKey(workspace.AnnUpgradeRequested))
 		})
 	}
+}
+
+// inFlightTimeout is the --upgrade-timeout of a spec that must see an upgrade in flight (a new
+// pod that cannot be pulled) before its deadline may pass: nothing a loaded machine delays can
+// reach it. The spec then restarts nogoo9 with the short deadline it tests (the last flag wins).
+const inFlightTimeout = 10 * time.Minute
+
+// upgradeStartedAt is when the upgrade that created up started, as nogoo9 reckons its deadline
+// from: its nogoo9/upgrade-started-at or its creation, whichever is later (whole seconds).
+func upgradeStartedAt(up *corev1.Pod) time.Time {
+	GinkgoHelper()
+	started, err := time.Parse(time.RFC3339, up.Annotations[workspace.AnnUpgradeStartedAt])
+	Expect(err).NotTo(HaveOccurred(), "%s on pod %s", workspace.AnnUpgradeStartedAt, up.Name)
+	if created := up.CreationTimestamp.Time; created.After(started) {
+		return created
+	}
+	return started
+}
+
+// restartWithDeadline restarts p (gracefully) with the --upgrade-timeout that puts the deadline of
+// an upgrade started at started about left from now, and returns it (whole seconds). Should the
+// restart itself take longer than left, the restarted nogoo9 finds the deadline passed, which
+// must end the upgrade just the same.
+func restartWithDeadline(p *Nogoo9Process, started time.Time, left time.Duration) time.Duration {
+	GinkgoHelper()
+	timeout := (time.Since(started) + left).Truncate(time.Second) + time.Second
+	p.Args = append(p.Args, "--upgrade-timeout="+timeout.String())
+	p.Restart()
+	return timeout
 }
 
 // waitSinglePod waits until workspace id has exactly one pod (none terminating) that also passes
