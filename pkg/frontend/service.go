@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -88,10 +89,17 @@ type Config struct {
 	// (DefaultWriteTimeout when 0), so a caller gets an answer (503 Unavailable) even when the
 	// API server holds the write, e.g. while its etcd is down.
 	WriteTimeout time.Duration
+	// DeleteSweep is how long after a delete the front end keeps looking for a pod made from one
+	// it deleted (DefaultDeleteSweep when 0; negative: not at all).
+	DeleteSweep time.Duration
 }
 
 // DefaultWriteTimeout is Config.WriteTimeout's default.
 const DefaultWriteTimeout = 10 * time.Second
+
+// DefaultDeleteSweep is Config.DeleteSweep's default: longer than kube-apiserver's default
+// request timeout (60 s), within which a create sent before a delete's last list still lands.
+const DefaultDeleteSweep = 75 * time.Second
 
 // Service is the front end's operations. Every method takes the caller from ctx (auth.CallerFrom)
 // and refuses a call without one.
@@ -112,6 +120,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.DeleteSweep == 0 {
+		cfg.DeleteSweep = DefaultDeleteSweep
 	}
 	s := &Service{cfg: cfg, follows: newFollowSlots(cfg.MaxFollowsPerUser)}
 	if cfg.Pods != nil {
@@ -525,7 +536,15 @@ func (s *Service) Delete(ctx context.Context, id string) (*DeleteResult, error) 
 	// cache. Each side writes, then reads what the other wrote: the controller creates its pod and
 	// then re-reads the old one (deleting its own pod if the old one is going), and this deletes
 	// what the API server lists and then lists again. Whatever the interleaving, one of the two
-	// sees the other's write, so no pod outlives the workspace.
+	// sees the other's write, so no pod outlives the workspace. Unless the controller is killed
+	// between its create and its re-read: the sweep, in the background, deletes a pod made from
+	// one deleted here that lands after the second list.
+	gone := map[types.UID]bool{}
+	defer func() {
+		if len(gone) > 0 && s.cfg.DeleteSweep > 0 {
+			go s.sweep(context.WithoutCancel(ctx), id, owner, gone)
+		}
+	}()
 	for pass := 0; pass < 2; pass++ {
 		live, err := s.livePods(ctx, id, owner)
 		if err != nil {
@@ -545,9 +564,46 @@ func (s *Service) Delete(ctx context.Context, id string) (*DeleteResult, error) 
 				return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("deleting pod %s failed; try again", p.Name), Err: err}
 			}
 			res.Pods = append(res.Pods, p.Name)
+			gone[p.UID] = true
 		}
 	}
 	return res, nil
+}
+
+// madeFrom are the keys naming the pod a pod was made from: an upgrade's or a rollback's, a stop's
+// copy, a start's.
+var madeFrom = []string{workspace.AnnUpgradeFromUID, workspace.AnnStoppedFromUID, workspace.AnnStartedFromUID}
+
+// sweep looks for pods of the deleted workspace id made from a pod in gone (and from those, in
+// turn) for DeleteSweep after a delete, and deletes them: a controller killed between its create
+// and the re-read that would have undone it leaves one behind. A pod of a workspace spawned anew
+// under the same id is made from none of them and stays.
+func (s *Service) sweep(ctx context.Context, id, owner string, gone map[types.UID]bool) {
+	log := ctrl.LoggerFrom(ctx).WithValues("workspace", id)
+	window := s.cfg.DeleteSweep
+	start := time.Now()
+	for _, at := range []time.Duration{window / 16, window / 4, window / 2, window} {
+		t := time.NewTimer(at - time.Since(start))
+		<-t.C
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		live, err := s.livePods(lctx, id, owner)
+		if err != nil {
+			log.Error(err, "cannot list the pods of a deleted workspace")
+		}
+		for _, p := range live {
+			if p.DeletionTimestamp != nil || !slices.ContainsFunc(madeFrom, func(k string) bool { return gone[types.UID(p.Annotations[k])] }) {
+				continue
+			}
+			gone[p.UID] = true
+			err := s.cfg.Client.Delete(lctx, p, client.Preconditions{UID: &p.UID})
+			if err != nil && !apierrors.IsNotFound(err) {
+				log.Error(err, "cannot delete a pod made from a deleted workspace's pod", "pod", p.Name)
+				continue
+			}
+			log.Info("Deleted a pod made from a deleted workspace's pod after the delete", "pod", p.Name)
+		}
+		cancel()
+	}
 }
 
 // livePods lists workspace id's pods owned by owner from the API server.
