@@ -200,12 +200,13 @@ func anyGated(pods []*corev1.Pod) bool {
 }
 
 // stoppedPod reports whether p is a stopped pod nogoo9 made (StoppedPod): held by the stop gate
-// and naming the pod it was copied from. The gate alone is not enough: a template's spec could
-// carry it (the template policy refuses that now; older versions may), and an upgrade's new pod
-// born with it taken for a stopped pod had the old pod take its stale settings, then was deleted
-// and re-created by the upgrade, forever.
+// and naming the pod it was copied from (workspace.IsStoppedCopy, which the phase and the upgrade
+// gate use too). The gate alone is not enough: a template's spec could carry it (the template
+// policy refuses that now; older versions may), and an upgrade's new pod born with it taken for a
+// stopped pod had the old pod take its stale settings, then was deleted and re-created by the
+// upgrade, forever.
 func stoppedPod(p *corev1.Pod) bool {
-	return workspace.IsStoppedPod(p) && p.Annotations[workspace.AnnStoppedFromUID] != ""
+	return workspace.IsStoppedCopy(p)
 }
 
 // writes reports whether m changes anything (more than an Event).

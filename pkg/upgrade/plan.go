@@ -437,11 +437,14 @@ type Slot struct {
 	InFlight bool
 	// WaitingForNode: that pod is not on a node yet (--max-pending-upgrades): it is not being
 	// deleted, has no node (spec.nodeName, which only a binding, i.e. the scheduler, sets after the
-	// create) and is not held by nogoo9's stop gate (GateStopped: a stopped pod asks for no node
-	// at all). A Recreate pod behind nogoo9's own gate (GateVolumeRelease) counts: it waits for
-	// the old pod to go and then for a node, and its workspace is down from the old pod's deletion
-	// until it is placed, so the limit also bounds how many workspaces a bulk Recreate takes down
-	// at once (the room it frees may not fit the new version, or be taken by other pods first).
+	// create) and is not a stopped pod nogoo9 made (workspace.IsStoppedCopy: a stopped pod asks for
+	// no node at all). The stop gate alone does not exempt it: a new pod born with the gate from an
+	// older release's template is not a stopped workspace, and its workspace waits (down, in a
+	// Recreate) like any other. A Recreate pod behind nogoo9's own gate (GateVolumeRelease)
+	// counts: it waits for the old pod to go and then for a node, and its workspace is down from
+	// the old pod's deletion until it is placed, so the limit also bounds how many workspaces a
+	// bulk Recreate takes down at once (the room it frees may not fit the new version, or be taken
+	// by other pods first).
 	WaitingForNode bool
 }
 
@@ -470,7 +473,7 @@ func SlotOf(group []*corev1.Pod) Slot {
 // waitsForNode reports whether up is not on a node yet and will ask the scheduler for one (see
 // Slot.WaitingForNode).
 func waitsForNode(up *corev1.Pod) bool {
-	if up.Spec.NodeName != "" || workspace.IsStoppedPod(up) {
+	if up.Spec.NodeName != "" || workspace.IsStoppedCopy(up) {
 		return false
 	}
 	return up.Status.Phase != corev1.PodSucceeded && up.Status.Phase != corev1.PodFailed

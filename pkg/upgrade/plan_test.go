@@ -546,6 +546,10 @@ func TestSlotOfTellsAnUpgradeWaitingForANodeFromOnePlaced(t *testing.T) {
 		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: "example.com/quota"})
 	}
 	notWorkspace := func(p *corev1.Pod) { delete(p.Labels, workspace.LabelType) }
+	stopGate := func(p *corev1.Pod) {
+		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: workspace.GateStopped})
+	}
+	stopLineage := func(p *corev1.Pod) { p.Annotations[workspace.AnnStoppedFromUID] = "uid-old" }
 	failedUnbound := func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }
 	for _, tc := range []struct {
 		name string
@@ -559,9 +563,11 @@ func TestSlotOfTellsAnUpgradeWaitingForANodeFromOnePlaced(t *testing.T) {
 		{"a Recreate pod behind nogoo9's gate counts as waiting: the old pod first, then a node", []*corev1.Pod{old(), next(Recreate, gatedPod)}, Slot{InFlight: true, WaitingForNode: true}},
 		{"a Recreate pod whose gate is gone and has no node waits for a node", []*corev1.Pod{recreateAlone(pending)}, Slot{InFlight: true, WaitingForNode: true}},
 		{"a Recreate pod bound to a node is placed", []*corev1.Pod{recreateAlone(pending, onNode)}, Slot{InFlight: true}},
-		{"a pod behind nogoo9's stop gate asks for no node", []*corev1.Pod{old(), next(SideBySide, func(p *corev1.Pod) {
-			p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: workspace.GateStopped})
-		})}, Slot{InFlight: true}},
+		{"a stopped pod nogoo9 made (stop gate and lineage) asks for no node", []*corev1.Pod{old(), next(SideBySide, stopGate, stopLineage)}, Slot{InFlight: true}},
+		// The stop gate alone is no stopped pod: born with it from an older release's template, the
+		// pod is the workspace's only way back and waits, its workspace down.
+		{"a Recreate pod born with the stop gate behind nogoo9's gate waits for a node", []*corev1.Pod{old(), next(Recreate, gatedPod, stopGate)}, Slot{InFlight: true, WaitingForNode: true}},
+		{"a Recreate pod born with the stop gate, its old pod gone, waits for a node", []*corev1.Pod{recreateAlone(pending, stopGate)}, Slot{InFlight: true, WaitingForNode: true}},
 		{"someone else's scheduling gate still means no node: it waits", []*corev1.Pod{old(), next(SideBySide, otherGate)}, Slot{InFlight: true, WaitingForNode: true}},
 		{"a new pod being deleted holds nothing", []*corev1.Pod{old(), next(SideBySide, terminating)}, Slot{}},
 		{"a new pod that failed without a node waits for nothing", []*corev1.Pod{old(), next(SideBySide, failedUnbound)}, Slot{InFlight: true}},

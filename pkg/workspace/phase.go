@@ -24,6 +24,14 @@ const (
 	ReasonReadinessGates    = "ReadinessGatesPending"
 	// ReasonNodeLost: the active pod is bound to a Node that no longer exists (AnnNodeLost).
 	ReasonNodeLost = "NodeLost"
+	// ReasonVolumeRelease: the pod on its way in (a Recreate's new pod, a rollback pod) waits
+	// behind GateVolumeRelease for another pod of the workspace to release the volume they share.
+	// It is the new pod's own phase, inside an Upgrading message.
+	ReasonVolumeRelease = "WaitingForVolumeRelease"
+	// reasonSchedulingGated is the scheduler's PodScheduled=False reason for a pod with
+	// scheduling gates; it stays until the scheduler looks at the pod again after the last gate
+	// is removed.
+	reasonSchedulingGated = "SchedulingGated"
 )
 
 // terminalWaitingReasons are container waiting reasons that do not heal by themselves: the pod
@@ -49,11 +57,16 @@ var terminalWaitingReasons = map[string]bool{
 //
 //  1. Terminating: every pod is being deleted (or there is no pod at all: NoPods).
 //  2. Unavailable: a live pod carries nogoo9/maintenance (reason Maintenance, message = its value),
-//     the active pod carries nogoo9/node-lost (reason NodeLost: its node is gone), or the active pod has a condition "Workspace*" that is False (reason and message from it).
+//     the active pod carries nogoo9/node-lost (reason NodeLost: its node is gone), or the active
+//     pod has a condition "Workspace*" that is False (reason and message from it), unless the
+//     active pod is on its way in (see 4): it serves nothing yet.
 //  3. Stopped: a live pod carries the stop intent nogoo9/stop-requested (reason Stopping while a
-//     running pod is still there); a stopped pod without it is Scheduling/Starting.
+//     running pod is still there); a stopped pod nogoo9 made (IsStoppedCopy) without it is
+//     Scheduling/Starting.
 //  4. Upgrading: the active pod carries the intent nogoo9/upgrade-requested, or a live pod with
-//     nogoo9/upgrade-from that is not Ready yet is on its way in.
+//     nogoo9/upgrade-from that is not Ready yet is on its way in: its upgrade is in flight
+//     (UpgradeInFlight), or it still waits behind nogoo9/volume-release (a rollback pod whose
+//     failed pod is terminating).
 //  5. Failed: the active pod's phase is Failed or Succeeded, or one of its containers waits for a
 //     terminal reason (CrashLoopBackOff, InvalidImageName, CreateContainerConfigError, ...).
 //  6. Ready: the active pod is Running, has an IP and is Ready.
@@ -76,11 +89,18 @@ func sortedCopy(pods []*corev1.Pod) []*corev1.Pod {
 	return pods
 }
 
-// newerThan mirrors NewestFirst's order: a sorts before b.
+// newerThan is exactly NewestFirst's order: a sorts before b. Creation times have one-second
+// resolution, so the upgrade-from link decides a tie before the name does.
 func newerThan(a, b *corev1.Pod) bool {
 	ta, tb := a.CreationTimestamp, b.CreationTimestamp
 	if !ta.Equal(&tb) {
 		return tb.Before(&ta)
+	}
+	if a.Annotations[AnnUpgradeFrom] == b.Name {
+		return true
+	}
+	if b.Annotations[AnnUpgradeFrom] == a.Name {
+		return false
 	}
 	return a.Name > b.Name
 }
@@ -114,7 +134,8 @@ func phaseSorted(pods []*corev1.Pod, now time.Time) Status {
 
 // unavailable reports an operator's maintenance annotation on any live pod, or a False Workspace*
 // condition on the active pod. Conditions of a pod that is still on its way in (an upgrade's new
-// pod) do not count: that pod does not serve yet.
+// pod, which is the active one in a Recreate: the old pod is gone) do not count: that pod does not
+// serve yet (a storage checker writes False while it mounts); upgrading names the condition.
 func unavailable(pods []*corev1.Pod, active *corev1.Pod) (Status, bool) {
 	if v, ok := maintenance(pods, active); ok {
 		if v == "" || v == "true" {
@@ -122,24 +143,36 @@ func unavailable(pods []*corev1.Pod, active *corev1.Pod) (Status, bool) {
 		}
 		return Status{Phase: PhaseUnavailable, Reason: ReasonMaintenance, Message: v}, true
 	}
+	// The gate alone (IsStoppedPod, not IsStoppedCopy): a gated pod is on no node, lost or not.
 	if v := active.Annotations[AnnNodeLost]; v != "" && !IsStoppedPod(active) {
 		return Status{Phase: PhaseUnavailable, Reason: ReasonNodeLost, Message: v}, true
 	}
-	for i := range active.Status.Conditions {
-		c := &active.Status.Conditions[i]
-		if strings.HasPrefix(string(c.Type), ConditionPrefix) && c.Status == corev1.ConditionFalse {
-			reason := c.Reason
-			if reason == "" {
-				reason = string(c.Type)
-			}
-			msg := c.Message
-			if msg == "" {
-				msg = fmt.Sprintf("condition %s is False", c.Type)
-			}
-			return Status{Phase: PhaseUnavailable, Reason: reason, Message: msg}, true
+	if onTheWayIn(active, pods) {
+		return Status{}, false
+	}
+	if c := falseWorkspaceCondition(active); c != nil {
+		reason := c.Reason
+		if reason == "" {
+			reason = string(c.Type)
 		}
+		msg := c.Message
+		if msg == "" {
+			msg = fmt.Sprintf("condition %s is False", c.Type)
+		}
+		return Status{Phase: PhaseUnavailable, Reason: reason, Message: msg}, true
 	}
 	return Status{}, false
+}
+
+// falseWorkspaceCondition is p's first condition "Workspace*" that is False, or nil.
+func falseWorkspaceCondition(p *corev1.Pod) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		c := &p.Status.Conditions[i]
+		if strings.HasPrefix(string(c.Type), ConditionPrefix) && c.Status == corev1.ConditionFalse {
+			return c
+		}
+	}
+	return nil
 }
 
 // maintenance returns the value of nogoo9/maintenance on the active pod, else on any other live
@@ -159,17 +192,34 @@ func maintenance(pods []*corev1.Pod, active *corev1.Pod) (string, bool) {
 }
 
 // upgrading reports an upgrade in flight: the intent on the active pod, or an upgraded pod
-// (nogoo9/upgrade-from) that is live and not Ready yet. Its message carries the new pod's own
-// progress, so "Upgrading: ErrImagePull ..." is visible while the old pod still serves.
+// (nogoo9/upgrade-from) on its way in (onTheWayIn). Its message carries the new pod's own
+// progress, so "Upgrading: ErrImagePull ..." is visible while the old pod still serves, and a
+// False Workspace* condition of the new pod, which does not make the workspace Unavailable.
 func upgrading(pods []*corev1.Pod, active *corev1.Pod, now time.Time) (Status, bool) {
 	if p := incomingPod(pods, active); p != nil {
 		sub := podPhase(p, now)
-		msg := fmt.Sprintf("pod %s (version %s) is replacing %s: %s", p.Name, TemplateVersion(p), p.Annotations[AnnUpgradeFrom], sub.Phase)
+		if hasGate(p, GateVolumeRelease) {
+			sub = volumeRelease(p, pods, now)
+		}
+		replacing := p.Annotations[AnnUpgradeFrom]
+		if p.Annotations[AnnUpgradeStrategy] == StrategyRollback {
+			replacing = "failed pod " + replacing
+		}
+		msg := fmt.Sprintf("pod %s (version %s) is replacing %s: %s", p.Name, TemplateVersion(p), replacing, sub.Phase)
 		if sub.Reason != "" {
 			msg += ": " + sub.Reason
 		}
 		if sub.Message != "" {
 			msg += ": " + sub.Message
+		}
+		if c := falseWorkspaceCondition(p); c != nil {
+			msg += fmt.Sprintf("; condition %s is False", c.Type)
+			if c.Reason != "" {
+				msg += ": " + c.Reason
+			}
+			if c.Message != "" {
+				msg += ": " + c.Message
+			}
 		}
 		return Status{Phase: PhaseUpgrading, Reason: ReasonUpgradeInProgress, Message: msg}, true
 	}
@@ -183,13 +233,11 @@ func upgrading(pods []*corev1.Pod, active *corev1.Pod, now time.Time) (Status, b
 	return Status{}, false
 }
 
-// incomingPod is the upgraded pod on its way in: live, with its upgrade in flight, not Ready,
-// and the active pod or newer than it (an older leftover is not an upgrade in flight).
+// incomingPod is the upgraded pod on its way in (onTheWayIn), the active pod or newer than it
+// (an older leftover is not an upgrade in flight).
 func incomingPod(pods []*corev1.Pod, active *corev1.Pod) *corev1.Pod {
 	for _, p := range pods {
-		// AnnUpgradeFrom alone is history (it stays after a successful upgrade): only a pod whose
-		// upgrade has not ended is incoming.
-		if IsReady(p) || !UpgradeInFlight(p, pods) {
+		if !onTheWayIn(p, pods) {
 			continue
 		}
 		if p == active || newerThan(p, active) {
@@ -197,6 +245,73 @@ func incomingPod(pods []*corev1.Pod, active *corev1.Pod) *corev1.Pod {
 		}
 	}
 	return nil
+}
+
+// onTheWayIn reports whether p is an upgraded pod (nogoo9/upgrade-from) that does not serve yet:
+// live, not Ready, and either its upgrade is in flight (UpgradeInFlight) or it still waits behind
+// nogoo9/volume-release. AnnUpgradeFrom alone is history (it stays after a successful upgrade).
+// The gate covers a rollback pod whose failed pod is being deleted: that upgrade is not "in
+// flight" any more (the planner's view, which this does not change), but the pod cannot start
+// before the failed pod has released the volume, for the whole grace period. A gate is only ever
+// removed, so a pod that still has it never ran.
+func onTheWayIn(p *corev1.Pod, pods []*corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || IsReady(p) || p.Annotations[AnnUpgradeFrom] == "" {
+		return false
+	}
+	return hasGate(p, GateVolumeRelease) || UpgradeInFlight(p, pods)
+}
+
+// volumeRelease is the phase of p, a pod on its way in that waits behind GateVolumeRelease: it
+// names the pod that holds a claim p mounts (live or terminating: a pod is gone for the scheduler
+// only once the API server removed it), else the pod p replaces if it is still there.
+func volumeRelease(p *corev1.Pod, pods []*corev1.Pod, now time.Time) Status {
+	st := Status{Phase: PhaseScheduling, Reason: ReasonVolumeRelease,
+		Message: fmt.Sprintf("waiting for nogoo9 to remove the scheduling gate %s", GateVolumeRelease)}
+	if h := volumeHolder(p, pods); h != nil {
+		st.Message = fmt.Sprintf("waiting for pod %s to release its volume", h.Name)
+		if h.DeletionTimestamp != nil {
+			st.Message += "; it is being deleted"
+		}
+	}
+	if age := now.Sub(p.CreationTimestamp.Time); !p.CreationTimestamp.IsZero() && age >= time.Second {
+		st.Message += fmt.Sprintf(" (pending for %s)", age.Round(time.Second))
+	}
+	return st
+}
+
+// volumeHolder is the newest other pod among pods that mounts a claim p mounts, else the pod p
+// replaces (nogoo9/upgrade-from) if it is among pods, else nil.
+func volumeHolder(p *corev1.Pod, pods []*corev1.Pod) *corev1.Pod {
+	claims := map[string]bool{}
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims[v.PersistentVolumeClaim.ClaimName] = true
+		}
+	}
+	var from *corev1.Pod
+	for _, q := range pods {
+		if q == p {
+			continue
+		}
+		for _, v := range q.Spec.Volumes {
+			if v.PersistentVolumeClaim != nil && claims[v.PersistentVolumeClaim.ClaimName] {
+				return q
+			}
+		}
+		if from == nil && q.Name == p.Annotations[AnnUpgradeFrom] {
+			from = q
+		}
+	}
+	return from
+}
+
+func hasGate(p *corev1.Pod, name string) bool {
+	for _, g := range p.Spec.SchedulingGates {
+		if g.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // podPhase is the phase of a single live pod: Failed, Ready, Scheduling or Initializing.
@@ -223,7 +338,10 @@ func podPhase(p *corev1.Pod, now time.Time) Status {
 	}
 	if p.Spec.NodeName == "" && !conditionTrue(p, corev1.PodScheduled) {
 		st := Status{Phase: PhaseScheduling, Reason: ReasonPending, Message: "waiting for the scheduler"}
-		if c := condition(p, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse {
+		// SchedulingGated with no gate left is stale: the last gate was removed and the scheduler
+		// has not looked at the pod since (it rewrites the condition when it does).
+		if c := condition(p, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse &&
+			(c.Reason != reasonSchedulingGated || len(p.Spec.SchedulingGates) > 0) {
 			if c.Reason != "" {
 				st.Reason = c.Reason
 			}

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -324,5 +325,183 @@ func TestPhaseUpgradeFromIsHistoryAfterSuccess(t *testing.T) {
 	got := Phase([]*corev1.Pod{p}, now)
 	if got.Phase == PhaseUpgrading {
 		t.Fatalf("Phase = %+v; a finished upgrade's history must not read as Upgrading", got)
+	}
+}
+
+// gatedBy gives p the scheduling gates names and the PodScheduled condition the scheduler writes
+// for a gated pod.
+func gatedBy(p *corev1.Pod, names ...string) *corev1.Pod {
+	for _, n := range names {
+		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: n})
+	}
+	p.Status.Conditions = []corev1.PodCondition{cond(corev1.PodScheduled, corev1.ConditionFalse, "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates")}
+	return p
+}
+
+// recreateHead makes p the new pod of a Recreate upgrade of from that is not confirmed yet.
+func recreateHead(p *corev1.Pod, from string, started time.Time) *corev1.Pod {
+	return annotate(upgraded(p, from), AnnUpgradeStrategy, StrategyRecreate, AnnUpgradeStartedAt, started.Format(time.RFC3339))
+}
+
+// rollbackPod makes p the pod that restores the spec stored on the failed pod from.
+func rollbackPod(p *corev1.Pod, from string) *corev1.Pod {
+	return annotate(p, AnnUpgradeFrom, from, AnnUpgradeFromVersion, "2.0.0", AnnUpgradeStrategy, StrategyRollback)
+}
+
+func withClaim(p *corev1.Pod, claim string) *corev1.Pod {
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "home", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+	return p
+}
+
+// storageMounting gives p (not Ready) the readiness gate WorkspaceStorageMounted, which a storage
+// checker has set to False while it mounts.
+func storageMounting(p *corev1.Pod) *corev1.Pod {
+	p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: "WorkspaceStorageMounted"}}
+	p.Status.Conditions = append(p.Status.Conditions, cond("WorkspaceStorageMounted", corev1.ConditionFalse, "Mounting", "mounting nfs.example:/home"))
+	return p
+}
+
+// TestPhaseOfPodsOnTheirWayIn: the new pod of an upgrade or a rollback that is not serving yet
+// shows as Upgrading with its own progress, whatever gates or conditions it carries meanwhile.
+func TestPhaseOfPodsOnTheirWayIn(t *testing.T) {
+	now := t0.Add(3 * time.Minute)
+	old, young := t0, t0.Add(time.Minute)
+	for _, tc := range []struct {
+		name          string
+		pods          []*corev1.Pod
+		phase         PhaseName
+		reason        string
+		msgContains   []string
+		msgNotContain string
+	}{
+		// Finding 2: the rollback pod waits behind nogoo9/volume-release for the failed pod's
+		// grace period; the failed pod being deleted, its upgrade is not "in flight" any more.
+		{name: "a rollback pod behind the volume-release gate while the failed pod terminates is Upgrading, waiting for that pod",
+			pods: []*corev1.Pod{
+				deleting(withClaim(scheduled("b", old, crashLoop), "home-demo"), now.Add(20*time.Second)),
+				withClaim(gatedBy(rollbackPod(pendingPod("c", young), "b"), GateVolumeRelease), "home-demo"),
+			},
+			phase: PhaseUpgrading, reason: ReasonUpgradeInProgress,
+			msgContains: []string{"pod c", "waiting for pod b to release its volume"}, msgNotContain: "non-empty scheduling gates"},
+		{name: "a rollback pod behind the gate, the failed pod still live, is Upgrading, waiting for that pod",
+			pods: []*corev1.Pod{
+				withClaim(scheduled("b", old, crashLoop), "home-demo"),
+				withClaim(gatedBy(rollbackPod(pendingPod("c", young), "b"), GateVolumeRelease), "home-demo"),
+			},
+			phase: PhaseUpgrading, reason: ReasonUpgradeInProgress, msgContains: []string{"waiting for pod b to release its volume"}},
+		{name: "a Recreate pod behind the gate while the old pod terminates says which pod holds the volume",
+			pods: []*corev1.Pod{
+				deleting(withClaim(running("a", old), "home-demo"), now.Add(20*time.Second)),
+				withClaim(gatedBy(recreateHead(pendingPod("b", young), "a", young), GateVolumeRelease), "home-demo"),
+			},
+			phase: PhaseUpgrading, reason: ReasonUpgradeInProgress,
+			msgContains: []string{"pod b (version 2.0.0) is replacing a", ReasonVolumeRelease, "waiting for pod a to release its volume"}, msgNotContain: "non-empty scheduling gates"},
+		{name: "a rollback pod behind the gate, the failed pod gone, is Upgrading until nogoo9 removes the gate",
+			pods:  []*corev1.Pod{withClaim(gatedBy(rollbackPod(pendingPod("c", young), "b"), GateVolumeRelease), "home-demo")},
+			phase: PhaseUpgrading, reason: ReasonUpgradeInProgress, msgContains: []string{"replacing failed pod b", "waiting for nogoo9 to remove the scheduling gate " + GateVolumeRelease}},
+		{name: "a rollback pod whose gate is gone and whose failed pod is gone is a pod coming up, not an upgrade",
+			pods:  []*corev1.Pod{rollbackPod(pendingPod("c", young), "b")},
+			phase: PhaseScheduling, reason: ReasonPending},
+		// Finding 2: the scheduler's SchedulingGated outlives the gate until it looks again.
+		{name: "a stale SchedulingGated condition on a pod without gates is plain Scheduling/Pending",
+			pods: []*corev1.Pod{with(pendingPod("a", old), func(p *corev1.Pod) {
+				p.Status.Conditions = []corev1.PodCondition{cond(corev1.PodScheduled, corev1.ConditionFalse, "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates")}
+			})},
+			phase: PhaseScheduling, reason: ReasonPending, msgContains: []string{"waiting for the scheduler"}, msgNotContain: "non-empty scheduling gates"},
+		{name: "a pod still behind someone else's gate keeps the scheduler's SchedulingGated",
+			pods:  []*corev1.Pod{gatedBy(pendingPod("a", old), "example.com/quota")},
+			phase: PhaseScheduling, reason: "SchedulingGated", msgContains: []string{"non-empty scheduling gates"}},
+		// Finding 3: the incoming head of a Recreate is the active pod.
+		{name: "a Recreate's new pod mounting its storage (Workspace* condition False) is Upgrading, not Unavailable",
+			pods: []*corev1.Pod{
+				deleting(running("a", old), now.Add(-time.Second)),
+				storageMounting(recreateHead(scheduled("b", young), "a", young)),
+			},
+			phase: PhaseUpgrading, reason: ReasonUpgradeInProgress, msgContains: []string{"pod b (version 2.0.0) is replacing a", "WorkspaceStorageMounted", "mounting nfs.example:/home"}},
+		{name: "the same with the old pod gone: Upgrading",
+			pods:  []*corev1.Pod{storageMounting(recreateHead(scheduled("b", young), "a", young))},
+			phase: PhaseUpgrading, reason: ReasonUpgradeInProgress, msgContains: []string{"WorkspaceStorageMounted"}},
+		{name: "a side-by-side new pod with a False Workspace* condition, neither pod Ready, is Upgrading",
+			pods:  []*corev1.Pod{scheduled("a", old), storageMounting(upgraded(scheduled("b", young), "a"))},
+			phase: PhaseUpgrading, reason: ReasonUpgradeInProgress},
+		{name: "a Recreate's new pod that is Ready but not confirmed yet counts: its False Workspace* condition is Unavailable",
+			pods: []*corev1.Pod{with(recreateHead(running("b", young), "a", young), func(p *corev1.Pod) {
+				p.Status.Conditions = append(p.Status.Conditions, cond("WorkspaceQuarantine", corev1.ConditionFalse, "Quarantined", "security scan"))
+			})},
+			phase: PhaseUnavailable, reason: "Quarantined"},
+		{name: "a pod with no upgrade in flight that is mounting its storage is Unavailable",
+			pods:  []*corev1.Pod{storageMounting(upgraded(scheduled("b", young), "a"))},
+			phase: PhaseUnavailable, reason: "Mounting"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Phase(tc.pods, now)
+			if got.Phase != tc.phase || (tc.reason != "" && got.Reason != tc.reason) {
+				t.Fatalf("Phase() = %+v\nwant phase %s, reason %q", got, tc.phase, tc.reason)
+			}
+			for _, s := range tc.msgContains {
+				if !strings.Contains(got.Message, s) {
+					t.Errorf("message %q does not contain %q", got.Message, s)
+				}
+			}
+			if tc.msgNotContain != "" && strings.Contains(got.Message, tc.msgNotContain) {
+				t.Errorf("message %q contains %q", got.Message, tc.msgNotContain)
+			}
+			// Input order never matters.
+			rev := append([]*corev1.Pod(nil), tc.pods...)
+			slices.Reverse(rev)
+			if again := Phase(rev, now); again != got {
+				t.Errorf("Phase(reversed) = %+v, want %+v", again, got)
+			}
+		})
+	}
+}
+
+// TestPhaseOfAnUpgradePairCreatedInOneSecond: creation times have one-second resolution, so an
+// upgraded pod and the pod it replaces often tie; the upgrade-from link orders them, as in
+// NewestFirst, whatever their names and the input order.
+func TestPhaseOfAnUpgradePairCreatedInOneSecond(t *testing.T) {
+	now := t0.Add(time.Minute)
+	mk := func() (oldPod, newPod *corev1.Pod) {
+		// The new pod's name sorts before the old one's: the name alone says the opposite.
+		return scheduled("ws-x", t0), upgraded(pendingPod("ws-a", t0), "ws-x")
+	}
+	o1, n1 := mk()
+	o2, n2 := mk()
+	a := Phase([]*corev1.Pod{o1, n1}, now)
+	b := Phase([]*corev1.Pod{n2, o2}, now)
+	if a != b {
+		t.Fatalf("Phase depends on input order:\n[old, new] = %+v\n[new, old] = %+v", a, b)
+	}
+	if a.Phase != PhaseUpgrading {
+		t.Errorf("Phase = %+v, want Upgrading: pod ws-a replaces ws-x and is on its way in", a)
+	}
+	da := Describe([]*corev1.Pod{o1, n1}, "2.0.0", now)
+	db := Describe([]*corev1.Pod{n2, o2}, "2.0.0", now)
+	if da.ActivePod != db.ActivePod || da.Status != db.Status || da.UpgradePod != db.UpgradePod {
+		t.Errorf("Describe depends on input order:\n[old, new] = %+v\n[new, old] = %+v", da, db)
+	}
+}
+
+// TestNewerThanMirrorsNewestFirst: sortedCopy trusts an input newerThan calls sorted, and
+// incomingPod compares with it, so it must be exactly NewestFirst's order.
+func TestNewerThanMirrorsNewestFirst(t *testing.T) {
+	pods := []*corev1.Pod{
+		pendingPod("ws-x", t0),
+		upgraded(pendingPod("ws-a", t0), "ws-x"),
+		upgraded(pendingPod("ws-m", t0), "ws-a"),
+		pendingPod("ws-b", t0.Add(time.Second)),
+		upgraded(pendingPod("ws-0", t0.Add(-time.Second)), "ws-z"),
+	}
+	for _, a := range pods {
+		for _, b := range pods {
+			if a == b {
+				continue
+			}
+			sorted := NewestFirst([]*corev1.Pod{b, a})
+			if want := sorted[0] == a; newerThan(a, b) != want {
+				t.Errorf("newerThan(%s, %s) = %v, NewestFirst puts %s first", a.Name, b.Name, !want, sorted[0].Name)
+			}
+		}
 	}
 }

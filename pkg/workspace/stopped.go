@@ -15,9 +15,22 @@ const (
 	ReasonStarting = "Starting"
 )
 
-// IsStoppedPod reports whether pod is held by the stop gate (GateStopped).
+// IsStoppedPod reports whether pod is held by the stop gate (GateStopped): a fact about its spec
+// (it asks for no node, a gate cannot be added twice), not that nogoo9 stopped it. Whether pod
+// is a stopped pod nogoo9 made is IsStoppedCopy.
 func IsStoppedPod(pod *corev1.Pod) bool {
 	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == GateStopped })
+}
+
+// IsStoppedCopy reports whether pod is a stopped pod nogoo9 made (lifecycle.StoppedPod): held by
+// the stop gate and naming the pod it was copied from (AnnStoppedFromUID; a start removes both in
+// one patch). The gate alone is not enough: a template's spec could carry it (the template policy
+// refuses that now; an older release's template may), and such a pod (a new workspace's, or an
+// upgrade's new pod) is no stopped workspace: nothing starts it, so it is not "Starting", and an
+// upgrade's new pod born with it is still an upgrade on its way in. The phase (stoppedPhase),
+// the lifecycle planner and the upgrade gate's count of pods waiting for a node all use this.
+func IsStoppedCopy(pod *corev1.Pod) bool {
+	return IsStoppedPod(pod) && pod.Annotations[AnnStoppedFromUID] != ""
 }
 
 // StopIntent returns the stop intent of the workspace of pods: AnnStopRequested on any live pod
@@ -51,14 +64,15 @@ func StopMessage(v string) string {
 
 // stoppedPhase reports Stopped (with reason Stopping while a running pod is still there) when
 // the workspace has a stop intent, and Scheduling/Starting while a stopped pod waits for its
-// gate to be removed. pods are sorted newest first.
+// gate to be removed. A stopped pod is one nogoo9 made (IsStoppedCopy): a pod born with the stop
+// gate counts as running, as for the lifecycle planner. pods are sorted newest first.
 func stoppedPhase(pods []*corev1.Pod) (Status, bool) {
 	var gated, running *corev1.Pod
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		if IsStoppedPod(p) {
+		if IsStoppedCopy(p) {
 			if gated == nil {
 				gated = p
 			}
