@@ -99,7 +99,7 @@ func (p *Proxy) forwardFast(w http.ResponseWriter, r *http.Request, t *target) {
 		}
 		w.(*leanResponse).raw = f.ans.raw
 	} else {
-		if err := p.filterResponseCookies(res.Header, r); err != nil {
+		if err := p.filterResponseHeaders(res.Header, r); err != nil {
 			_ = res.Body.Close()
 			if f.ans.direct {
 				clear(h) // the 502 carries none of the pod's headers
@@ -461,7 +461,7 @@ func skipRequestHeaderFold(k string, strip bool) bool {
 
 // got1xx passes an informational answer on to the client, as ReverseProxy does.
 func (f *fastRequest) got1xx(code int, hdr http.Header) error {
-	delete(hdr, "Set-Cookie") // an informational answer never sets cookies through the proxy
+	// hdr has no Set-Cookie nor originWide field (the transport removed them).
 	h := f.w.Header()
 	copyHeader(h, hdr)
 	f.w.WriteHeader(code)

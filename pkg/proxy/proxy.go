@@ -316,7 +316,7 @@ func (p *Proxy) newReverseProxy(t *target) *httputil.ReverseProxy {
 			if err := badStatus(res.StatusCode); err != nil {
 				return err // net/http's Transport hands such an answer on
 			}
-			if err := p.filterResponseCookies(res.Header, res.Request); err != nil {
+			if err := p.filterResponseHeaders(res.Header, res.Request); err != nil {
 				return err
 			}
 			if res.StatusCode != http.StatusSwitchingProtocols {
@@ -518,8 +518,28 @@ func filterSetCookies(vv []string, max int) ([]string, error) {
 	return vv, nil
 }
 
-// filterResponseCookies applies filterSetCookies to h in place.
-func (p *Proxy) filterResponseCookies(h http.Header, r *http.Request) error {
+// originWide are the answer fields whose effect reaches past the workspace's own paths, over the
+// whole proxy origin (or its site): a workspace's answer never carries them to the browser.
+//   - Service-Worker-Allowed widens the scope a service worker script may claim: with "/", a
+//     workspace page registers a worker that controls every page of the proxy's origin,
+//     /_nogoo9/login (where a person pastes an API token) included, and persists.
+//   - Clear-Site-Data "cookies" deletes every cookie of the registrable domain, HttpOnly and
+//     __Host- ones included: the proxy's and the UI's sessions end, the way open to planting
+//     another session.
+var originWide = [...]string{"Service-Worker-Allowed", "Clear-Site-Data"}
+
+// dropOriginWide removes originWide's fields from h (canonical keys: http.Header's own, and the
+// quick parsers').
+func dropOriginWide(h http.Header) {
+	for _, k := range originWide {
+		delete(h, k)
+	}
+}
+
+// filterResponseHeaders removes the fields of a workspace's answer that reach past the workspace
+// (originWide) and applies filterSetCookies to h in place.
+func (p *Proxy) filterResponseHeaders(h http.Header, r *http.Request) error {
+	dropOriginWide(h)
 	sc, ok := h["Set-Cookie"]
 	if !ok {
 		return nil

@@ -147,6 +147,8 @@ func TestRawAnswerMatchesTheMapPath(t *testing.T) {
 		{"Connection names Transfer-Encoding", "GET", "HTTP/1.1 200 OK\r\nConnection: Transfer-Encoding\r\nContent-Length: 2\r\n\r\nok", true, []string{"Transfer-Encoding"}, nil},
 		{"Connection: close", "GET", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", true, []string{"Connection"}, nil},
 		{"a field named Close stays, as on the map path", "GET", "HTTP/1.1 200 OK\r\nConnection: close\r\nClose: 1\r\nContent-Length: 2\r\n\r\nok", true, nil, []string{"Close"}},
+		{"fields that reach past the workspace (a service worker's scope, clearing the site's cookies): dropped", "GET", "HTTP/1.1 200 OK\r\nService-Worker-Allowed: /\r\nclear-site-data: \"cookies\"\r\nX-Kept: 1\r\nContent-Length: 2\r\n\r\nok", true,
+			[]string{"Service-Worker-Allowed", "Clear-Site-Data"}, []string{"X-Kept"}},
 		{"the nogoo9 cookie: left to the map path, which removes it", "GET", "HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nset-cookie: " + CookieName + "=evil; Path=/\r\nContent-Length: 2\r\n\r\nok", false, nil, []string{"Set-Cookie"}},
 		{"a Set-Cookie flood: a 502 without the pod's headers", "GET", "HTTP/1.1 200 OK\r\nX-Pod-Header: 1\r\n" + flood + "Content-Length: 2\r\n\r\nok", true, []string{"Set-Cookie", "X-Pod-Header"}, nil},
 		{"32 Set-Cookie lines pass", "GET", "HTTP/1.1 200 OK\r\n" + flood[len("Set-Cookie: a=1\r\n"):] + "Content-Length: 2\r\n\r\nok", true, nil, []string{"Set-Cookie"}},

@@ -208,7 +208,7 @@ func parseRawResponse(head []byte, res *http.Response, ra *rawAnswer) bool {
 			}
 			hop.cut([]string{v}, connectionOption)
 			continue
-		case fieldHop:
+		case fieldHop, fieldDropped:
 			continue
 		case fieldSetCookie:
 			if setsReservedCookie(trimBlanks(value)) {
@@ -305,6 +305,7 @@ const (
 	fieldDate
 	fieldType
 	fieldEncoding
+	fieldDropped // originWide: never passed on
 )
 
 // rawNames are, in canonical form, the fields parseRawResponse treats apart, each with its
@@ -320,6 +321,7 @@ var rawNames = [...]struct {
 	{"Pragma", fieldRefused}, {"Trailer", fieldRefused}, {"Transfer-Encoding", fieldRefused},
 	{"Content-Length", fieldLength}, {"Set-Cookie", fieldSetCookie}, {"Date", fieldDate},
 	{"Content-Type", fieldType}, {"Content-Encoding", fieldEncoding},
+	{"Service-Worker-Allowed", fieldDropped}, {"Clear-Site-Data", fieldDropped},
 }
 
 // rawTable is rawNames by rawSlot, at most one a slot (as lazyTable on the request side): a name
@@ -344,7 +346,7 @@ var rawTable = func() (t [64]struct {
 // only Content-Disposition in one of theirs.
 func rawSlot(name string) uint {
 	n := len(name)
-	return (uint(n) + uint(name[n-1]|0x20)*14 + uint(name[n-2]|0x20)*19) % 64
+	return (uint(n) + uint(name[n-1]|0x20)*10 + uint(name[n-2]|0x20)*45) % 64
 }
 
 // rawField classifies a header name (a token: ASCII), in any case: its class in rawNames, or

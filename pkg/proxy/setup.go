@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/nogoo9/no-crd/pkg/connlimit"
+	"github.com/nogoo9/no-crd/pkg/podcache"
 )
 
 // Setup adds the proxy to mgr: an event handler on the manager's (workspace-only) Pod informer
@@ -53,13 +54,26 @@ func (p *Proxy) listeningCheck(*http.Request) error {
 	}
 }
 
-// EventHandler feeds pod events into the route table.
+// EventHandler feeds pod events into the route table. An update hands the router the pod's old
+// version too: a pod relabelled out of its workspace (its nogoo9/workspace-id label changed or
+// removed, its nogoo9/type label removed) is taken out of the workspace it was filed under, not
+// left routed there until the proxy restarts.
 func (p *Proxy) EventHandler() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    p.PodChanged,
-		UpdateFunc: func(_, obj any) { p.PodChanged(obj) },
+		UpdateFunc: p.podUpdated,
 		DeleteFunc: p.PodDeleted,
 	}
+}
+
+// podUpdated is PodChanged of an informer's update, from the pod's old version (old) to obj.
+func (p *Proxy) podUpdated(old, obj any) {
+	c := podcache.Of(obj)
+	if c == nil {
+		return
+	}
+	p.router.update(old, c)
+	p.activity.observe(c)
 }
 
 // NeedLeaderElection is false: every replica serves the proxy.

@@ -378,7 +378,10 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 			return nil, too1xxError(lim.max1xx), false
 		}
 		// An informational answer (103 Early Hints, 100 Continue): pass it on (ReverseProxy
-		// forwards it through the client trace) and read on.
+		// forwards it through the client trace) and read on. It never sets cookies through the
+		// proxy, nor carries a field that reaches past the workspace (originWide).
+		delete(res.Header, "Set-Cookie")
+		dropOriginWide(res.Header)
 		if ex != nil {
 			if err := ex.got1xx(res.StatusCode, res.Header); err != nil {
 				return nil, err, false
