@@ -12,13 +12,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
+	"golang.org/x/time/rate"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
@@ -48,6 +53,11 @@ type OIDCConfig struct {
 // where to go next and its deadline travel sealed (AES-GCM, a key this process drew at start) in
 // the login cookie. A map of logins in progress on the server was bounded and so could be filled
 // by anyone requesting /login/oidc, each start evicting another person's login in progress.
+//
+// Starting a login is free for anyone and costs the provider nothing; finishing one costs a call
+// to the provider's token endpoint, so code exchanges that fail are rate-limited per client
+// address and overall (exchangeGate), and each exchange is a single call (the way the client's
+// credentials travel is set, never guessed).
 type OIDCLogin struct {
 	DisplayName string
 
@@ -55,6 +65,7 @@ type OIDCLogin struct {
 	verifier *oidc.IDTokenVerifier
 	client   *http.Client
 	seal     cipher.AEAD
+	gate     *exchangeGate
 }
 
 // pendingLogin is a login in progress, as sealed in the login cookie.
@@ -109,16 +120,173 @@ func NewOIDCLogin(ctx context.Context, c OIDCConfig) (*OIDCLogin, error) {
 	if name == "" {
 		name = "single sign-on"
 	}
+	var discovered struct {
+		AuthMethods []string `json:"token_endpoint_auth_methods_supported"`
+	}
+	_ = provider.Claims(&discovered) // absent or malformed: the default, client_secret_basic
+	endpoint := provider.Endpoint()
+	endpoint.AuthStyle = authStyle(c.ClientSecret, discovered.AuthMethods)
 	return &OIDCLogin{
 		DisplayName: name,
 		oauth: oauth2.Config{
-			ClientID: c.ClientID, ClientSecret: c.ClientSecret, Endpoint: provider.Endpoint(),
+			ClientID: c.ClientID, ClientSecret: c.ClientSecret, Endpoint: endpoint,
 			RedirectURL: c.RedirectURL, Scopes: append([]string{oidc.ScopeOpenID}, c.Scopes...),
 		},
 		verifier: provider.VerifierContext(oidc.ClientContext(context.WithoutCancel(ctx), hc), &oidc.Config{ClientID: c.ClientID}),
 		client:   hc,
 		seal:     newSeal(),
+		gate:     newExchangeGate(),
 	}, nil
+}
+
+// authStyle is how the token request carries the client's credentials. Left unset, oauth2 guesses:
+// it tries the Authorization header and, when that call fails, the form body, so every code that
+// fails (any anonymous caller's made-up one) cost two calls to the provider. A public client (no
+// secret: token_endpoint_auth_method "none") sends its client_id in the body; a confidential one
+// uses client_secret_basic, which RFC 6749 (2.3.1) requires every server to support and OpenID
+// Connect Discovery makes the default when token_endpoint_auth_methods_supported is absent, and
+// client_secret_post only when the provider's discovery offers that and not basic.
+func authStyle(secret string, methods []string) oauth2.AuthStyle {
+	switch {
+	case secret == "":
+		return oauth2.AuthStyleInParams
+	case len(methods) == 0 || slices.Contains(methods, "client_secret_basic"):
+		return oauth2.AuthStyleInHeader
+	case slices.Contains(methods, "client_secret_post"):
+		return oauth2.AuthStyleInParams
+	}
+	// Neither (e.g. only private_key_jwt): a secret can travel no way the provider names; try the
+	// one every server must support, and let the provider's answer say why it refused.
+	return oauth2.AuthStyleInHeader
+}
+
+// The bounds on code exchanges that fail (a bad, reused or expired code, an ID token that does not
+// verify), like the API authenticator's Guard on failed token checks: one client address may fail
+// exchangeClientBurst at once, then one per 1/exchangeClientRate seconds; all clients together
+// exchangeBurst, then exchangeRate per second. A global rate many times the per-client one takes
+// many addresses to exhaust. Successful exchanges consume nothing.
+const (
+	exchangeClientRate  = 1.0 / 6
+	exchangeClientBurst = 5
+	exchangeRate        = 2.0
+	exchangeBurst       = 30
+	exchangeMaxClients  = 10000
+)
+
+// exchangeGate admits a code exchange only while both the client's and the global bucket hold a
+// token for it beyond the exchanges in flight (each may fail), so concurrent callbacks cannot
+// overrun them either; a failed exchange then consumes one token of each.
+type exchangeGate struct {
+	mu       sync.Mutex
+	clients  map[string]*rate.Limiter
+	global   *rate.Limiter
+	inflight map[string]int
+	all      int
+	// settled is closed (and replaced) whenever an exchange ends: a callback refused only because
+	// of exchanges in flight waits for one and looks again.
+	settled chan struct{}
+	now     func() time.Time
+}
+
+func newExchangeGate() *exchangeGate {
+	return &exchangeGate{
+		clients: map[string]*rate.Limiter{}, global: rate.NewLimiter(exchangeRate, exchangeBurst),
+		inflight: map[string]int{}, settled: make(chan struct{}), now: time.Now,
+	}
+}
+
+// admit returns done, to be called with the exchange's outcome once it is known, or, when too many
+// exchanges failed recently, nil and how long until one may be tried.
+func (g *exchangeGate) admit(ctx context.Context, client string) (done func(failed bool), retryAfter time.Duration) {
+	for {
+		now := g.now()
+		g.mu.Lock()
+		cl := g.client(client, now)
+		ct, gt := cl.TokensAt(now), g.global.TokensAt(now)
+		if ct >= float64(g.inflight[client]+1) && gt >= float64(g.all+1) {
+			g.inflight[client]++
+			g.all++
+			g.mu.Unlock()
+			return func(failed bool) { g.end(client, cl, failed) }, 0
+		}
+		if ct < 1 || gt < 1 {
+			// Spent by failures: no exchange ending can help.
+			d := max(untilToken(cl, now), untilToken(g.global, now))
+			g.mu.Unlock()
+			return nil, d
+		}
+		// Exchanges in flight hold the tokens left; most of them succeed and give them back
+		// (people behind one NAT or ingress logging in at once). Wait for one to end, then look
+		// again.
+		settled := g.settled
+		g.mu.Unlock()
+		select {
+		case <-settled:
+		case <-ctx.Done():
+			return nil, time.Second
+		}
+	}
+}
+
+// end records the outcome of an exchange admit let through.
+func (g *exchangeGate) end(client string, cl *rate.Limiter, failed bool) {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inflight[client]--; g.inflight[client] <= 0 {
+		delete(g.inflight, client)
+	}
+	g.all--
+	if failed {
+		cl.ReserveN(now, 1)
+		g.global.ReserveN(now, 1)
+	}
+	close(g.settled)
+	g.settled = make(chan struct{})
+}
+
+// client returns the limiter of one client address. g.mu is held.
+func (g *exchangeGate) client(client string, now time.Time) *rate.Limiter {
+	if l, ok := g.clients[client]; ok {
+		return l
+	}
+	if len(g.clients) >= exchangeMaxClients {
+		// Forget the clients whose buckets are full again; if too few are, any: a forgotten
+		// client starts with a full bucket, still bounded by the global one.
+		for k, l := range g.clients {
+			if l.TokensAt(now) >= exchangeClientBurst {
+				delete(g.clients, k)
+			}
+		}
+		// A tenth goes at once, so that a stream of new addresses scans the map once per
+		// exchangeMaxClients/10 arrivals, not at each.
+		for k := range g.clients {
+			if len(g.clients) < exchangeMaxClients*9/10 {
+				break
+			}
+			delete(g.clients, k)
+		}
+	}
+	l := rate.NewLimiter(exchangeClientRate, exchangeClientBurst)
+	g.clients[client] = l
+	return l
+}
+
+// untilToken is how long until lim holds a whole token again.
+func untilToken(lim *rate.Limiter, now time.Time) time.Duration {
+	if missing := 1 - lim.TokensAt(now); missing > 0 {
+		return time.Duration(missing / float64(lim.Limit()) * float64(time.Second))
+	}
+	return time.Second
+}
+
+// clientAddr is the client a request's RemoteAddr names, as the Guard keys it (the port dropped):
+// behind a reverse proxy, every client is the proxy.
+func clientAddr(remoteAddr string) string {
+	if host, _, err := net.SplitHostPort(remoteAddr); err == nil {
+		return host
+	}
+	return remoteAddr
 }
 
 // newSeal returns AES-256-GCM under a fresh random key: sealed logins are good for this process
@@ -185,6 +353,11 @@ func (u *UI) oidcStart(w http.ResponseWriter, r *http.Request) {
 // oidcCallback finishes the login: state (query and cookie), code exchange with the PKCE
 // verifier, ID token signature, audience, expiry and nonce (go-oidc's verifier), then the API's
 // own authenticator for the caller (subject and admin claims).
+//
+// Every answer replaces the login cookie (a failure's login page sets a fresh login-form token in
+// it, a success clears it), so a browser finishes a pending login at most once: reloading the
+// callback is refused before any exchange. A client that ignores Set-Cookie can replay the sealed
+// login until its deadline; what bounds its exchanges is the gate, not the cookie.
 func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	o := u.o.OIDC
 	if o == nil {
@@ -217,27 +390,25 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusForbidden, "state does not match the login cookie, or the login expired", "This login was not started in this browser, or it took too long; start again.")
 		return
 	}
+	// The exchange is the one step that costs the provider a call: it waits for the failure
+	// limits, so a loop of callbacks with made-up codes cannot spend the provider's own rate limit
+	// for this client and break single sign-on for everyone.
+	done, retry := o.gate.admit(r.Context(), clientAddr(r.RemoteAddr))
+	if done == nil {
+		secs := strconv.Itoa(int(retry.Round(time.Second)/time.Second) + 1)
+		w.Header().Set("Retry-After", secs)
+		fail(http.StatusTooManyRequests, "too many failed code exchanges recently", "Too many single sign-on attempts failed recently; wait "+secs+" seconds and start again.")
+		return
+	}
 	ctx, cancel := context.WithTimeout(oidc.ClientContext(r.Context(), o.client), 30*time.Second)
 	defer cancel()
-	tok, err := o.oauth.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(p.Verifier))
-	if err != nil {
-		fail(http.StatusUnauthorized, "code exchange: "+err.Error(), "The identity provider refused the login code; start again.")
+	raw, reason, msg := o.redeem(ctx, q.Get("code"), p)
+	done(reason != "")
+	if reason != "" {
+		fail(http.StatusUnauthorized, reason, msg)
 		return
 	}
-	raw, _ := tok.Extra("id_token").(string)
-	if raw == "" {
-		fail(http.StatusUnauthorized, "no id_token in the token response", "The identity provider sent no ID token; check that the openid scope is allowed for this client.")
-		return
-	}
-	idt, err := o.verifier.Verify(ctx, raw)
-	if err != nil {
-		fail(http.StatusUnauthorized, "id token: "+err.Error(), "The identity provider's ID token was not valid; start again.")
-		return
-	}
-	if (&session.Session{CSRF: p.Nonce}).ValidCSRF(idt.Nonce) == false {
-		fail(http.StatusUnauthorized, "nonce mismatch", "The ID token was not issued for this login; start again.")
-		return
-	}
+	// The API's authenticator (a Guard) limits its own failures.
 	caller, err := u.o.Auth.VerifyToken(auth.WithClientAddr(ctx, r.RemoteAddr), raw)
 	if err != nil {
 		fail(http.StatusUnauthorized, "authenticator: "+err.Error(), "Your identity was not accepted by nogoo9; ask an administrator.")
@@ -248,6 +419,28 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	// the SameSite=Strict session cookie; a same-site hop from this page carries it.
 	w.Header().Set("Refresh", "0;url="+p.Next)
 	u.render(w, r, http.StatusOK, "continue", page{Title: "Logged in", Data: p.Next})
+}
+
+// redeem exchanges code for p's ID token (one call to the token endpoint) and verifies it:
+// signature, issuer, audience, expiry and p's nonce. It returns the raw ID token, or why not (to
+// log) and what to tell the person.
+func (o *OIDCLogin) redeem(ctx context.Context, code string, p pendingLogin) (raw, reason, msg string) {
+	tok, err := o.oauth.Exchange(ctx, code, oauth2.VerifierOption(p.Verifier))
+	if err != nil {
+		return "", "code exchange: " + err.Error(), "The identity provider refused the login code; start again."
+	}
+	raw, _ = tok.Extra("id_token").(string)
+	if raw == "" {
+		return "", "no id_token in the token response", "The identity provider sent no ID token; check that the openid scope is allowed for this client."
+	}
+	idt, err := o.verifier.Verify(ctx, raw)
+	if err != nil {
+		return "", "id token: " + err.Error(), "The identity provider's ID token was not valid; start again."
+	}
+	if !(&session.Session{CSRF: p.Nonce}).ValidCSRF(idt.Nonce) {
+		return "", "nonce mismatch", "The ID token was not issued for this login; start again."
+	}
+	return raw, "", ""
 }
 
 // oauthErrors are the error codes an authorization response may carry (RFC 6749 4.1.2.1, OpenID

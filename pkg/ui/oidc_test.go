@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -10,9 +11,13 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
 
 	"github.com/nogoo9/no-crd/hack/oidcprovider"
 	"github.com/nogoo9/no-crd/pkg/auth"
@@ -134,6 +139,133 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 			t.Errorf("bob's login did not survive a flood of anonymous starts:\n%s", home)
 		}
 	})
+	// The callback used to exchange any code it was handed, for as long as its pending login
+	// lived (10 minutes), two token-endpoint calls a time (oauth2 tries both ways of sending the
+	// client's credentials when it is not told which): one anonymous start, then a loop of
+	// callbacks with a bad code, spent the provider's per-client rate limit and so broke single
+	// sign-on for everyone.
+	tokenCalls := countTokenCalls(t, login)
+	t.Run("a flood of callbacks with a bad code makes a bounded number of token-endpoint calls", func(t *testing.T) {
+		// The limits' clock stands still unless the test moves it: the bounds hold on a slow machine.
+		var clock atomic.Int64
+		clock.Store(time.Now().UnixNano())
+		login.gate.now = func() time.Time { return time.Unix(0, clock.Load()) }
+		// Its buckets are then ahead of the real clock: the subtests after this one get fresh ones.
+		defer func() { login.gate = newExchangeGate() }()
+		h := f.srv.Config.Handler
+		cookie, state := anonymousStart(t, h, "192.0.2.1:1234")
+		before := tokenCalls.Load()
+		const n = 100
+		var refused, limited atomic.Int64
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() {
+				for range n / 10 {
+					w := httptest.NewRecorder()
+					r := httptest.NewRequest("GET", "/login/callback?state="+url.QueryEscape(state)+"&code=x", nil)
+					r.RemoteAddr = "192.0.2.1:1234"
+					r.AddCookie(cookie)
+					h.ServeHTTP(w, r)
+					switch w.Code {
+					case http.StatusUnauthorized:
+						refused.Add(1)
+					case http.StatusTooManyRequests:
+						if w.Header().Get("Retry-After") == "" {
+							t.Errorf("429 without Retry-After")
+						}
+						limited.Add(1)
+					default:
+						t.Errorf("callback with a bad code: %d, want 401 or 429", w.Code)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		calls := tokenCalls.Load() - before
+		t.Logf("%d callbacks from one address: %d exchanges refused by the provider, %d answered 429 without one; %d token-endpoint calls", n, refused.Load(), limited.Load(), calls)
+		if calls > exchangeClientBurst {
+			t.Errorf("%d callbacks with a bad code from one address made %d token-endpoint calls, want at most %d", n, calls, exchangeClientBurst)
+		}
+		if calls != refused.Load() {
+			t.Errorf("%d exchanges made %d token-endpoint calls, want one each", refused.Load(), calls)
+		}
+		if _, home := logIn("bob", "bob-pw", nil); !strings.Contains(home, "u-bob") {
+			t.Errorf("bob's login did not work after the flood:\n%s", home)
+		}
+
+		// From many addresses, the global limit bounds them.
+		before = tokenCalls.Load()
+		for i := range 60 {
+			for range 2 {
+				w := httptest.NewRecorder()
+				r := httptest.NewRequest("GET", "/login/callback?state="+url.QueryEscape(state)+"&code=x", nil)
+				r.RemoteAddr = fmt.Sprintf("198.51.100.%d:4321", i+1)
+				r.AddCookie(cookie)
+				h.ServeHTTP(w, r)
+				if w.Code != http.StatusUnauthorized && w.Code != http.StatusTooManyRequests {
+					t.Errorf("callback with a bad code: %d, want 401 or 429", w.Code)
+				}
+			}
+		}
+		calls = tokenCalls.Load() - before
+		t.Logf("120 callbacks from 60 addresses: %d token-endpoint calls", calls)
+		if calls > exchangeBurst {
+			t.Errorf("120 callbacks with a bad code from 60 addresses made %d token-endpoint calls, want at most %d", calls, exchangeBurst)
+		}
+		// Meanwhile an exchange from any address is answered 429: the global limit is everyone's
+		// (docs/ui.md says so). The bucket refills, and single sign-on works again.
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/login/callback?state="+url.QueryEscape(state)+"&code=x", nil)
+		r.RemoteAddr = "203.0.113.9:1"
+		r.AddCookie(cookie)
+		if h.ServeHTTP(w, r); w.Code != http.StatusTooManyRequests {
+			t.Errorf("a callback from a new address while the global bucket is empty: %d, want 429", w.Code)
+		}
+		clock.Add(int64(time.Duration(float64(time.Second) / exchangeRate)))
+		if _, home := logIn("ada", "ada-pw", nil); !strings.Contains(home, "u-ada") {
+			t.Errorf("ada's login did not work after the flood:\n%s", home)
+		}
+	})
+	t.Run("an exchange is one token-endpoint call, in the way the provider's discovery names", func(t *testing.T) {
+		// A fresh login has not learnt from a success which way the provider takes the client's
+		// credentials: left to guess, oauth2 tried both, two calls for each bad code.
+		fresh, err := NewOIDCLogin(ctx, OIDCConfig{IssuerURL: provider.Issuer, ClientID: "nogoo9", RedirectURL: ui.URL + "/login/callback"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := countTokenCalls(t, fresh)
+		if _, err := fresh.oauth.Exchange(oidc.ClientContext(ctx, fresh.client), "x", oauth2.VerifierOption(oauth2.GenerateVerifier())); err == nil {
+			t.Fatal("a bad code was exchanged")
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("exchanging a bad code made %d token-endpoint calls, want 1", n)
+		}
+	})
+	t.Run("a browser's callback is single-use: a reload makes no second exchange", func(t *testing.T) {
+		jar, _ := cookiejar.New(nil)
+		c := &http.Client{Jar: jar, Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := c.Get(ui.URL + "/login/oidc?next=/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		loc, _ := url.Parse(resp.Header.Get("Location"))
+		callback := ui.URL + "/login/callback?state=" + url.QueryEscape(loc.Query().Get("state")) + "&code=x"
+		before := tokenCalls.Load()
+		for i, want := range []int{http.StatusUnauthorized, http.StatusForbidden} {
+			resp, err := c.Get(callback)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("callback %d: %s, want %d", i+1, resp.Status, want)
+			}
+		}
+		if calls := tokenCalls.Load() - before; calls != 1 {
+			t.Errorf("a callback and its reload made %d token-endpoint calls, want 1", calls)
+		}
+	})
 	t.Run("a login cookie from another login, tampered with or past its deadline is refused", func(t *testing.T) {
 		now := time.Now()
 		p := pendingLogin{State: "s1", Verifier: "v", Nonce: "n", Next: "/", Expires: now.Add(time.Minute).Unix()}
@@ -190,4 +322,69 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestOIDCAuthStyle: the client's credentials travel one way, the one discovery names (oauth2,
+// left to guess, tried both: two token-endpoint calls for every code that failed).
+func TestOIDCAuthStyle(t *testing.T) {
+	for _, tc := range []struct {
+		secret  string
+		methods []string
+		want    oauth2.AuthStyle
+	}{
+		{"", nil, oauth2.AuthStyleInParams},
+		{"", []string{"client_secret_basic"}, oauth2.AuthStyleInParams},
+		{"s", nil, oauth2.AuthStyleInHeader},
+		{"s", []string{"none", "client_secret_basic", "client_secret_post"}, oauth2.AuthStyleInHeader},
+		{"s", []string{"client_secret_post"}, oauth2.AuthStyleInParams},
+		{"s", []string{"private_key_jwt"}, oauth2.AuthStyleInHeader},
+	} {
+		if got := authStyle(tc.secret, tc.methods); got != tc.want {
+			t.Errorf("authStyle(secret %q, %q) = %v, want %v", tc.secret, tc.methods, got, tc.want)
+		}
+	}
+}
+
+// countTokenCalls counts the requests login makes to its provider's token endpoint.
+func countTokenCalls(t *testing.T, login *OIDCLogin) *atomic.Int64 {
+	t.Helper()
+	base := login.client.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	token, err := url.Parse(login.oauth.Endpoint.TokenURL)
+	if err != nil || token.Host == "" {
+		t.Fatalf("token endpoint %q", login.oauth.Endpoint.TokenURL)
+	}
+	var n atomic.Int64
+	login.client.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.URL.Host == token.Host && r.URL.Path == token.Path {
+			n.Add(1)
+		}
+		return base.RoundTrip(r)
+	})
+	t.Cleanup(func() { login.client.Transport = base })
+	return &n
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// anonymousStart starts a login as remote would, and returns its login cookie and state.
+func anonymousStart(t *testing.T, h http.Handler, remote string) (*http.Cookie, string) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("GET", "/login/oidc?next=/", nil)
+	r.RemoteAddr = remote
+	h.ServeHTTP(w, r)
+	loc, err := url.Parse(w.Header().Get("Location"))
+	if w.Code != http.StatusFound || err != nil || loc.Query().Get("state") == "" {
+		t.Fatalf("start: %d to %q", w.Code, w.Header().Get("Location"))
+	}
+	cookies := w.Result().Cookies()
+	if len(cookies) != 1 {
+		t.Fatalf("start set %d cookies, want the login cookie", len(cookies))
+	}
+	return cookies[0], loc.Query().Get("state")
 }
