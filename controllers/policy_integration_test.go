@@ -286,7 +286,8 @@ func TestPolicyRunnerLeavesStoppedWorkspacesAlone(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "ws-" + id, Namespace: "default",
 				Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id,
 					workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "1"},
-				Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1", workspace.AnnStopRequested: "true"}},
+				Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1", workspace.AnnStopRequested: "true",
+					workspace.AnnStoppedFromUID: "uid-running-" + id}},
 			Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: workspace.GateStopped}},
 				Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
 		}

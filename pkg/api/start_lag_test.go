@@ -52,7 +52,8 @@ func TestAStartLiftsTheStopFromAPodTheCacheDoesNotShowYet(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
 				Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: "sam-box",
 					workspace.LabelUserSub: workspace.UserLabel("sam"), workspace.LabelTemplate: "python", workspace.LabelTemplateVersion: "1.0"},
-				Annotations: map[string]string{workspace.AnnOwner: "sam", workspace.AnnTemplateVersion: "1.0", workspace.AnnStopRequested: "true"}},
+				Annotations: map[string]string{workspace.AnnOwner: "sam", workspace.AnnTemplateVersion: "1.0", workspace.AnnStopRequested: "true",
+					workspace.AnnStoppedFromUID: "uid-running-" + name}},
 			Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: workspace.GateStopped}},
 				Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1.0"}}},
 		}

@@ -32,6 +32,7 @@ func TestSettlingYieldsOnlyToAnotherOwnersPod(t *testing.T) {
 				stopped.ResourceVersion, stopped.UID = "", ""
 				stopped.Name = workspace.UpgradePodName("jane", "w", "stop@"+string(pod.UID))
 				stopped.Annotations[workspace.AnnStopRequested] = "true"
+				stopped.Annotations[workspace.AnnStoppedFromUID] = string(pod.UID)
 				stopped.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: workspace.GateStopped}}
 				return stopped
 			},
