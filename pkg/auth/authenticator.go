@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -89,14 +90,30 @@ func authenticate(r *http.Request, verify func(context.Context, string) (*Caller
 
 type clientKey struct{}
 
-// WithClientAddr returns a copy of ctx that names the client (an http.Request's RemoteAddr; the
-// port is dropped) whose token is checked next: a Guard limits failed checks per client.
+// WithClientAddr returns a copy of ctx that names the client (an http.Request's RemoteAddr)
+// whose token is checked next: a Guard limits failed checks per client. The port is dropped, an
+// IPv4-mapped IPv6 address counts as its IPv4 address, and an IPv6 address counts as its /64 (one
+// host commonly holds a whole /64, and could otherwise send from as many addresses as it likes).
 func WithClientAddr(ctx context.Context, remoteAddr string) context.Context {
+	return context.WithValue(ctx, clientKey{}, clientKeyOf(remoteAddr))
+}
+
+// clientKeyOf is the key of a client's failure bucket: see WithClientAddr.
+func clientKeyOf(remoteAddr string) string {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
 		host = remoteAddr
 	}
-	return context.WithValue(ctx, clientKey{}, host)
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.WithZone("").Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
 }
 
 func clientFrom(ctx context.Context) string {

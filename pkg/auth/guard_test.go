@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -231,5 +232,163 @@ func TestGuardNeverChargesSlowValidChecks(t *testing.T) {
 	wg.Wait()
 	if n := refused.Load(); n > 0 {
 		t.Errorf("%d of 320 valid token checks were refused", n)
+	}
+}
+
+// revocableAuth accepts "good-*" tokens unless revoked, with an optional expiry per token.
+type revocableAuth struct {
+	mu      sync.Mutex
+	revoked map[string]bool
+	expiry  map[string]time.Time
+	calls   atomic.Int64
+}
+
+func (a *revocableAuth) Authenticate(r *http.Request) (*Caller, error) {
+	return authenticate(r, a.VerifyToken)
+}
+
+func (a *revocableAuth) VerifyToken(_ context.Context, token string) (*Caller, error) {
+	a.calls.Add(1)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(token) > 5 && token[:5] == "good-" && !a.revoked[token] {
+		return &Caller{Subject: token[5:], Expiry: a.expiry[token]}, nil
+	}
+	return nil, &Error{Reason: "token rejected"}
+}
+
+// Behind an ingress every client has the ingress's address. An anonymous client that sends a
+// couple of garbage tokens a second keeps that address's bucket (and with more addresses, the
+// global one) empty: before known-good tokens bypassed the limiters, every periodic re-check of a
+// valid token (each 10 s on the API and MCP, 30 s through the proxy) was answered 429.
+func TestGuardNeverRefusesAVerifiedTokenBecauseOfOthersFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		attacker func(i int) string // the address of the attacker's i-th garbage token
+		perSec   int
+	}{
+		{"the attacker shares the user's (ingress) address", func(int) string { return "10.0.0.1" }, 2},
+		{"the attacker drains the global bucket from many addresses", func(i int) string { return fmt.Sprintf("10.9.%d.%d", i/200%200, i%200) }, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inner := &revocableAuth{}
+			clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+			g := NewGuard(inner, GuardOptions{Now: clock.now})
+			for _, tok := range []string{"good-alice", "good-bob"} {
+				if _, err := verifyFrom(g, "10.0.0.1", tok); err != nil {
+					t.Fatalf("first check of %s: %v", tok, err)
+				}
+			}
+			garbage := 0
+			const step = 50 * time.Millisecond
+			for tick := range int(10 * time.Minute / step) {
+				clock.add(step)
+				for garbage < (tick+1)*tc.perSec*int(step/time.Millisecond)/1000 {
+					_, _ = verifyFrom(g, tc.attacker(garbage), fmt.Sprintf("garbage-%d", garbage))
+					garbage++
+				}
+				if tick%(int(time.Second/step)) == 0 {
+					if _, err := verifyFrom(g, "10.0.0.1", "good-alice"); err != nil {
+						t.Fatalf("after %v and %d garbage tokens, alice's verified token was refused: %v", time.Duration(tick)*step, garbage, err)
+					}
+				}
+				if tick%(int(30*time.Second/step)) == 0 {
+					if _, err := verifyFrom(g, "10.0.0.1", "good-bob"); err != nil {
+						t.Fatalf("after %v, bob's verified token (re-checked each 30 s, as the proxy does) was refused: %v", time.Duration(tick)*step, err)
+					}
+				}
+			}
+			if garbage < 1000 {
+				t.Fatalf("the attacker sent only %d garbage tokens", garbage)
+			}
+		})
+	}
+}
+
+// A known-good token bypasses the limiters, never the verifier: revoked, it is refused at its next
+// check (at most SuccessTTL later) and forgotten.
+func TestGuardRechecksKnownTokensAndForgetsRevokedOnes(t *testing.T) {
+	inner := &revocableAuth{revoked: map[string]bool{}}
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	g := NewGuard(inner, GuardOptions{Now: clock.now})
+	if _, err := verifyFrom(g, "10.0.0.1", "good-carol"); err != nil {
+		t.Fatal(err)
+	}
+	inner.mu.Lock()
+	inner.revoked["good-carol"] = true
+	inner.mu.Unlock()
+	clock.add(11 * time.Second)
+	if _, err := verifyFrom(g, "10.0.0.1", "good-carol"); err == nil {
+		t.Fatal("a revoked token was accepted after the verified-tokens TTL")
+	}
+	g.mu.Lock()
+	_, known := g.ok[sha256.Sum256([]byte("good-carol"))]
+	g.mu.Unlock()
+	if known {
+		t.Fatal("a revoked token is still remembered as verified")
+	}
+}
+
+// Known-good tokens are remembered until their expiry (KnownTTL at most), in at most MaxEntries
+// entries; expired ones are evicted first.
+func TestGuardBoundsKnownTokens(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	inner := &revocableAuth{expiry: map[string]time.Time{
+		"good-short": clock.now().Add(time.Minute), "good-long": clock.now().Add(time.Hour),
+	}}
+	g := NewGuard(inner, GuardOptions{Now: clock.now, MaxEntries: 2})
+	_, _ = verifyFrom(g, "a", "good-short")
+	_, _ = verifyFrom(g, "a", "good-long")
+	clock.add(2 * time.Minute) // good-short has expired
+	_, _ = verifyFrom(g, "a", "good-new")
+	g.mu.Lock()
+	n := len(g.ok)
+	g.mu.Unlock()
+	if n > 2 {
+		t.Fatalf("the verified-tokens cache holds %d entries, want at most MaxEntries 2", n)
+	}
+	// good-short (expired) was evicted, not good-long: with this address's bucket empty, good-long
+	// is still served; it is past SuccessTTL, so it is re-checked, bypassing the limiter.
+	for i := range 20 {
+		_, _ = verifyFrom(g, "a", fmt.Sprintf("garbage-%d", i))
+	}
+	if _, err := verifyFrom(g, "a", "good-long"); err != nil {
+		t.Fatalf("a known token whose entry should have been kept was refused: %v", err)
+	}
+	clock.add(time.Hour) // good-long has expired: a new check, under the limiter
+	for i := range 20 {
+		_, _ = verifyFrom(g, "a", fmt.Sprintf("junk-%d", i))
+	}
+	if _, err := verifyFrom(g, "a", "good-long"); err == nil {
+		t.Fatal("a token past its expiry still bypassed the limiter")
+	}
+}
+
+// IPv6 clients are keyed by their /64: one host commonly holds a whole /64 and can send from as
+// many of its addresses as it likes.
+func TestClientAddrKeysIPv6ByPrefix(t *testing.T) {
+	for remote, want := range map[string]string{
+		"10.0.0.1:1234":                 "10.0.0.1",
+		"[::ffff:10.0.0.1]:1234":        "10.0.0.1",
+		"[2001:db8:1:2::a]:443":         "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff:1:2:3]:443": "2001:db8:1:2::/64",
+		"[fe80::1%eth0]:80":             "fe80::/64",
+		"[::1]:80":                      "::/64",
+		"2001:db8:1:2::a":               "2001:db8:1:2::/64",
+		"not-an-address":                "not-an-address",
+		"@":                             "@",
+	} {
+		if got := clientFrom(WithClientAddr(context.Background(), remote)); got != want {
+			t.Errorf("WithClientAddr(%q) keys the client as %q, want %q", remote, got, want)
+		}
+	}
+
+	inner := &countingAuth{}
+	g := NewGuard(inner, GuardOptions{Now: (&fakeClock{t: time.Unix(1_000_000, 0)}).now})
+	for i := range 1000 {
+		_, _ = g.VerifyToken(WithClientAddr(context.Background(), fmt.Sprintf("[2001:db8:1:2::%x]:1", i+1)), fmt.Sprintf("garbage-%d", i))
+	}
+	if got := inner.calls.Load(); got > 10 {
+		t.Errorf("garbage tokens from 1000 addresses of one /64 reached the verifier %d times, want at most the client burst of 10", got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // OIDCConfig configures OIDC bearer-token verification.
@@ -43,8 +44,10 @@ type OIDC struct {
 }
 
 // NewOIDC discovers the issuer (one HTTP round trip) and returns its verifier. Signatures are
-// checked against the issuer's JWKS, fetched on demand and refreshed when an unknown key id
-// appears; "alg: none" and any algorithm the issuer does not announce are refused.
+// checked against the issuer's JWKS, fetched on demand and refreshed when no key held verifies a
+// token (a new key id); "alg: none" and any algorithm the issuer does not announce are refused.
+// Every answer of the issuer is read with a 1 MiB cap, and only over https (or plain http on a
+// loopback host).
 func NewOIDC(ctx context.Context, cfg OIDCConfig) (*OIDC, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -56,13 +59,33 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig) (*OIDC, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx = oidc.ClientContext(ctx, client)
-	provider, err := oidc.NewProvider(ctx, cfg.IssuerURL)
+	provider, err := oidc.NewProvider(oidc.ClientContext(ctx, client), cfg.IssuerURL)
 	if err != nil {
-		return nil, fmt.Errorf("discover OIDC issuer %s: %w", cfg.IssuerURL, err)
+		// go-oidc quotes the issuer's whole answer when it is not 200.
+		return nil, fmt.Errorf("discover OIDC issuer %s (--oidc-issuer-url): %w", cfg.IssuerURL, shortErr(err))
 	}
-	// The verifier's JWKS fetches use the provider's client, not ctx's lifetime.
-	v := provider.VerifierContext(oidc.ClientContext(context.WithoutCancel(ctx), client), &oidc.Config{ClientID: cfg.ClientID, Now: cfg.Now})
+	var meta struct {
+		JWKSURI string   `json:"jwks_uri"`
+		Algs    []string `json:"id_token_signing_alg_values_supported"`
+	}
+	if err := provider.Claims(&meta); err != nil {
+		return nil, fmt.Errorf("discover OIDC issuer %s (--oidc-issuer-url): %w", cfg.IssuerURL, shortErr(err))
+	}
+	if u, err := url.Parse(meta.JWKSURI); err != nil || meta.JWKSURI == "" || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, fmt.Errorf("OIDC issuer %s (--oidc-issuer-url) names jwks_uri %.300q in its discovery document, which is not an http(s) URL: fix the issuer's configuration", cfg.IssuerURL, meta.JWKSURI)
+	} else if u.Scheme == "http" && !plainHTTPAllowed(u) {
+		return nil, fmt.Errorf("OIDC issuer %s (--oidc-issuer-url) names jwks_uri %.300q in its discovery document, which uses plain http on a host that is not loopback: anyone on the network path could serve signing keys; the issuer must publish its keys over https", cfg.IssuerURL, meta.JWKSURI)
+	}
+	// As go-oidc's provider does: the algorithms the issuer announces that go-oidc supports (none
+	// announced: RS256 only).
+	var algs []string
+	for _, a := range meta.Algs {
+		if supportedAlg(a) {
+			algs = append(algs, a)
+		}
+	}
+	keys := &keySet{url: meta.JWKSURI, client: client}
+	v := oidc.NewVerifier(cfg.IssuerURL, keys, &oidc.Config{ClientID: cfg.ClientID, Now: cfg.Now, SupportedSigningAlgs: algs})
 	return &OIDC{cfg: cfg, verifier: v}, nil
 }
 
@@ -71,9 +94,8 @@ func (cfg *OIDCConfig) validate() error {
 	if cfg.IssuerURL == "" {
 		return errors.New("--oidc-issuer-url is empty: set it to your identity provider's issuer URL (with --auth=oidc), or use --auth=kubernetes")
 	}
-	u, err := url.Parse(cfg.IssuerURL)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return fmt.Errorf("--oidc-issuer-url=%q is not an http(s) URL: give the issuer exactly as its tokens name it, e.g. https://login.example.com/realms/dev", cfg.IssuerURL)
+	if err := checkIssuerURL("--oidc-issuer-url", cfg.IssuerURL); err != nil {
+		return err
 	}
 	if cfg.ClientID == "" {
 		return errors.New("--oidc-client-id is empty: set it to the audience your tokens are issued for")
@@ -87,24 +109,31 @@ func (cfg *OIDCConfig) validate() error {
 	return nil
 }
 
+// IssuerHTTPClient returns the HTTP client nogoo9 uses for the OIDC issuer (give it to go-oidc
+// with oidc.ClientContext): it trusts caFile (--oidc-ca-file) besides the system roots when set,
+// reads at most 1 MiB of any answer (a longer one is an error), follows no redirect to plain http
+// off loopback, and gives up after 30 s.
+func IssuerHTTPClient(caFile string) (*http.Client, error) { return httpClient(caFile) }
+
+// httpClient is the client for the issuer: its answers are capped at maxIssuerBody, and it
+// follows no redirect to plain http off loopback.
 func httpClient(caFile string) (*http.Client, error) {
-	if caFile == "" {
-		return &http.Client{Timeout: 30 * time.Second}, nil
-	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("read --oidc-ca-file: %w", err)
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--oidc-ca-file %s holds no PEM certificate", caFile)
-	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	return &http.Client{Transport: tr, Timeout: 30 * time.Second}, nil
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("read --oidc-ca-file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--oidc-ca-file %s holds no PEM certificate", caFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: boundedTransport{base: tr, max: maxIssuerBody}, CheckRedirect: refuseDowngrade, Timeout: 30 * time.Second}, nil
 }
 
 // Authenticate implements Authenticator.
@@ -112,16 +141,35 @@ func (o *OIDC) Authenticate(r *http.Request) (*Caller, error) {
 	return authenticate(r, o.VerifyToken)
 }
 
-// VerifyToken implements Authenticator.
+// VerifyToken implements Authenticator. It downloads the issuer's keys when none it holds
+// verifies the token.
 func (o *OIDC) VerifyToken(ctx context.Context, token string) (*Caller, error) {
-	idt, err := o.verifier.Verify(ctx, token)
+	return o.verify(ctx, token, &keyProbe{})
+}
+
+// verifyLocal implements localVerifier: the keys are not downloaded; outbound is true when the
+// keys held do not verify the signature (a new key, or a forgery), which only a download decides.
+func (o *OIDC) verifyLocal(ctx context.Context, token string) (*Caller, bool, error) {
+	probe := &keyProbe{localOnly: true}
+	c, err := o.verify(ctx, token, probe)
+	if probe.needFetch {
+		return nil, true, nil
+	}
+	return c, false, err
+}
+
+func (o *OIDC) verify(ctx context.Context, token string, probe *keyProbe) (*Caller, error) {
+	idt, err := o.verifier.Verify(context.WithValue(ctx, probeKey{}, probe), token)
 	if err != nil {
+		if probe.fetchErr != nil {
+			return nil, &Error{Reason: "the OIDC issuer's signing keys could not be fetched to check this token; try again in a few seconds", Err: shortErr(probe.fetchErr), Transient: true}
+		}
 		reason := rejectReason(err)
 		if iss, _ := unverifiedClaims(token); iss != "" && iss != o.cfg.IssuerURL {
 			// go-oidc checks the signature first; the issuer's name explains the failure better.
 			reason = fmt.Sprintf("token was issued by %q, not by the issuer this service trusts (%s): get a token from it", iss, o.cfg.IssuerURL)
 		}
-		return nil, &Error{Reason: reason, Err: err}
+		return nil, &Error{Reason: reason, Err: shortErr(err)}
 	}
 	var claims map[string]any
 	if err := idt.Claims(&claims); err != nil {
@@ -155,6 +203,13 @@ func (o *OIDC) VerifyToken(ctx context.Context, token string) (*Caller, error) {
 	}
 	if o.cfg.AdminClaim != "" {
 		c.IsAdmin = claimHas(claims[o.cfg.AdminClaim], o.cfg.AdminValue)
+		if c.IsAdmin && o.cfg.AdminClaim == "email" && !emailVerified(claims["email_verified"]) {
+			// As for --oidc-subject-claim=email: an unverified address may have been typed by
+			// anyone. The token stays valid for its subject, without admin rights.
+			c.IsAdmin = false
+			ctrl.LoggerFrom(ctx).WithName("auth").Info("admin rights withheld: the token's email matches --oidc-admin-value but email_verified is not true; verify the address with the identity provider, or name admins by a claim its holder cannot choose (e.g. --oidc-admin-claim=groups)",
+				"subject", sub, "email", o.cfg.AdminValue, "email_verified", fmt.Sprintf("%.40v", claims["email_verified"]))
+		}
 	}
 	return c, nil
 }

@@ -6,8 +6,6 @@ import (
 	"crypto/cipher"
 	"crypto/rand"
 	"crypto/subtle"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -15,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -94,20 +91,11 @@ func NewOIDCLogin(ctx context.Context, c OIDCConfig) (*OIDCLogin, error) {
 	if u, err := url.Parse(c.RedirectURL); err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return nil, fmt.Errorf("--ui-oidc-redirect-url=%q is not an http(s) URL: give e.g. https://nogoo9.example.com/login/callback", c.RedirectURL)
 	}
-	hc := &http.Client{Timeout: 30 * time.Second}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("read --oidc-ca-file: %w", err)
-		}
-		pool, err := x509.SystemCertPool()
-		if err != nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--oidc-ca-file=%s holds no PEM certificate", c.CAFile)
-		}
-		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	// The API authenticator's client for the issuer: its answers bounded, no redirect to plain
+	// http off loopback, the same trust (--oidc-ca-file).
+	hc, err := auth.IssuerHTTPClient(c.CAFile)
+	if err != nil {
+		return nil, err
 	}
 	provider, err := oidc.NewProvider(oidc.ClientContext(ctx, hc), c.IssuerURL)
 	if err != nil {
