@@ -95,11 +95,12 @@ type clientKey struct{}
 // IPv4-mapped IPv6 address counts as its IPv4 address, and an IPv6 address counts as its /64 (one
 // host commonly holds a whole /64, and could otherwise send from as many addresses as it likes).
 func WithClientAddr(ctx context.Context, remoteAddr string) context.Context {
-	return context.WithValue(ctx, clientKey{}, clientKeyOf(remoteAddr))
+	return context.WithValue(ctx, clientKey{}, ClientKey(remoteAddr))
 }
 
-// clientKeyOf is the key of a client's failure bucket: see WithClientAddr.
-func clientKeyOf(remoteAddr string) string {
+// ClientKey is the key of a client's failure bucket (an http.Request's RemoteAddr): see
+// WithClientAddr. Other limits on a client's failures (the UI's code exchanges) key the same way.
+func ClientKey(remoteAddr string) string {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
 		host = remoteAddr

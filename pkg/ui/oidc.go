@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -268,14 +267,9 @@ func untilToken(lim *rate.Limiter, now time.Time) time.Duration {
 	return time.Second
 }
 
-// clientAddr is the client a request's RemoteAddr names, as the Guard keys it (the port dropped):
-// behind a reverse proxy, every client is the proxy.
-func clientAddr(remoteAddr string) string {
-	if host, _, err := net.SplitHostPort(remoteAddr); err == nil {
-		return host
-	}
-	return remoteAddr
-}
+// clientAddr is the client a request's RemoteAddr names, as the Guard keys it (the port dropped, an
+// IPv6 address by its /64): behind a reverse proxy, every client is the proxy.
+func clientAddr(remoteAddr string) string { return auth.ClientKey(remoteAddr) }
 
 // newSeal returns AES-256-GCM under a fresh random key: sealed logins are good for this process
 // only, like the sessions they turn into.
