@@ -20,7 +20,7 @@ import (
 func TestADeleteSweepsAPodMadeFromOneItDeleted(t *testing.T) {
 	old := pod("ws-a1", "alice", "a1", "1.0", t0, ready)
 	api := fakeCache(old)
-	svc := servicesWith(t, func(c *Config) { c.Client, c.APIReader, c.DeleteSweep = api, api, 800 * time.Millisecond }, old)["per-call"]
+	svc := servicesWith(t, func(c *Config) { c.Client, c.APIReader, c.DeleteSweep = api, api, 800*time.Millisecond }, old)["per-call"]
 	ctx := auth.WithCaller(context.Background(), &auth.Caller{Subject: "alice"})
 	if _, err := svc.Delete(ctx, "a1"); err != nil {
 		t.Fatal(err)
