@@ -43,9 +43,17 @@ type change struct {
 func NewHub() *Hub { return &Hub{subs: map[*Sub]struct{}{}} }
 
 // OnAdd, OnUpdate and OnDelete implement toolscache.ResourceEventHandler for the pod informer.
-func (h *Hub) OnAdd(obj any, _ bool)  { h.onPod(obj) }
-func (h *Hub) OnUpdate(_, newObj any) { h.onPod(newObj) }
-func (h *Hub) OnDelete(obj any)       { h.onPod(obj) }
+func (h *Hub) OnAdd(obj any, _ bool) { h.onPod(obj) }
+func (h *Hub) OnUpdate(oldObj, newObj any) {
+	h.onPod(newObj)
+	// A pod relabelled out of a workspace (or into another) changes the one it left too.
+	if o, ok := oldObj.(metav1.Object); ok {
+		if n, ok := newObj.(metav1.Object); !ok || workspace.IDOf(o) != workspace.IDOf(n) || workspace.IsWorkspaceObject(o) != workspace.IsWorkspaceObject(n) {
+			h.onPod(oldObj)
+		}
+	}
+}
+func (h *Hub) OnDelete(obj any) { h.onPod(obj) }
 
 func (h *Hub) onPod(obj any) {
 	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
