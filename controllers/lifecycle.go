@@ -176,10 +176,12 @@ func (r *WorkspaceReconciler) createStoppedPod(ctx context.Context, a lifecycle.
 	case err != nil:
 		return false, fmt.Errorf("read pod %s to stop it: %w", a.Pod.Name, err)
 	}
-	if full.DeletionTimestamp != nil || full.UID != a.Pod.UID {
+	if full.UID != a.Pod.UID || (full.DeletionTimestamp != nil) != a.Evicted || (a.Evicted && !lifecycle.Disrupted(&full)) {
+		// Gone, replaced, or (an eviction's copy) not being deleted by Kubernetes for a
+		// disruption as the API server has it: re-plan.
 		return false, nil
 	}
-	if full.Annotations[workspace.AnnStopRequested] == "" && !a.NodeLost {
+	if full.Annotations[workspace.AnnStopRequested] == "" && !a.NodeLost && !a.Evicted {
 		// The intent was withdrawn since the cache showed it (a start): nothing to stop.
 		return false, nil
 	}
@@ -189,7 +191,7 @@ func (r *WorkspaceReconciler) createStoppedPod(ctx context.Context, a lifecycle.
 	}
 	switch err := r.Client.Create(ctx, pod); {
 	case err == nil:
-		if why, err := r.stopUndone(ctx, &full, a.NodeLost); err != nil || why != "" {
+		if why, err := r.stopUndone(ctx, &full, a.NodeLost, a.Evicted); err != nil || why != "" {
 			if err == nil {
 				log.Info(why, "pod", klog.KObj(pod))
 				err = r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
@@ -220,11 +222,15 @@ func (r *WorkspaceReconciler) createStoppedPod(ctx context.Context, a lifecycle.
 // A copy that replaces the pod of a lost node (nodeLost) stays when that pod is gone: the pod GC
 // removes such a pod with grace period 0 at any time, and the copy is then all the workspace has.
 // A person's delete is graceful, and a pod bound to a gone node waits, being deleted, for the GC.
-func (r *WorkspaceReconciler) stopUndone(ctx context.Context, running *corev1.Pod, nodeLost bool) (string, error) {
+//
+// A copy of a pod Kubernetes is deleting for a disruption (evicted: createStoppedPod checked
+// DisruptionTarget=True on the pod it copied) stays while that pod is being deleted, and when it
+// is gone: that delete is the eviction, not the owner's.
+func (r *WorkspaceReconciler) stopUndone(ctx context.Context, running *corev1.Pod, nodeLost, evicted bool) (string, error) {
 	const deleted = "Workspace deleted during its stop; removing the stopped pod"
 	live := podMeta()
 	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(running), live); {
-	case apierrors.IsNotFound(err) && nodeLost:
+	case apierrors.IsNotFound(err) && (nodeLost || evicted):
 		return "", nil
 	case apierrors.IsNotFound(err):
 		return deleted, nil
@@ -232,9 +238,11 @@ func (r *WorkspaceReconciler) stopUndone(ctx context.Context, running *corev1.Po
 		return "", err
 	}
 	switch {
+	case live.UID == running.UID && live.DeletionTimestamp != nil && evicted:
+		return "", nil
 	case live.DeletionTimestamp != nil || live.UID != running.UID:
 		return deleted, nil
-	case !nodeLost && live.Annotations[workspace.AnnStopRequested] == "":
+	case !nodeLost && !evicted && live.Annotations[workspace.AnnStopRequested] == "":
 		return "Workspace started during its stop; removing the stopped pod", nil
 	}
 	return "", nil

@@ -19,7 +19,10 @@ import (
 // the workspace spawned anew under the same id.
 func TestADeleteSweepsAPodMadeFromOneItDeleted(t *testing.T) {
 	old := pod("ws-a1", "alice", "a1", "1.0", t0, ready)
-	api := fakeCache(old)
+	// Another pod of the workspace, being evicted (its node drained) as the owner deletes it.
+	evicted := pod("ws-a1-ev", "alice", "a1", "1.0", t0, ready, deletedAt(t0.Add(time.Hour)))
+	evicted.Finalizers = []string{"test/hold"}
+	api := fakeCache(old, evicted)
 	svc := servicesWith(t, func(c *Config) { c.Client, c.APIReader, c.DeleteSweep = api, api, 800*time.Millisecond }, old)["per-call"]
 	ctx := auth.WithCaller(context.Background(), &auth.Caller{Subject: "alice"})
 	if _, err := svc.Delete(ctx, "a1"); err != nil {
@@ -33,7 +36,8 @@ func TestADeleteSweepsAPodMadeFromOneItDeleted(t *testing.T) {
 		workspace.AnnUpgradeFrom, old.Name, workspace.AnnUpgradeFromUID, string(old.UID), workspace.AnnUpgradeFromVersion, "1.0",
 		workspace.AnnUpgradeStrategy, workspace.StrategyRecreate))
 	copyOfLate := pod("ws-a1-stopped", "alice", "a1", "2.0", t0.Add(time.Hour), annotated(workspace.AnnStoppedFromUID, string(late.UID)))
-	for _, p := range []*corev1.Pod{fresh, late, copyOfLate} {
+	copyOfEvicted := pod("ws-a1-ev-copy", "alice", "a1", "1.0", t0.Add(time.Hour), annotated(workspace.AnnStoppedFromUID, string(evicted.UID)))
+	for _, p := range []*corev1.Pod{fresh, late, copyOfLate, copyOfEvicted} {
 		if err := api.Create(context.Background(), p.DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
@@ -47,9 +51,10 @@ func TestADeleteSweepsAPodMadeFromOneItDeleted(t *testing.T) {
 		return err == nil
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for exists(late) || exists(copyOfLate) {
+	for exists(late) || exists(copyOfLate) || exists(copyOfEvicted) {
 		if time.Now().After(deadline) {
-			t.Fatalf("pods made from the deleted workspace's pod still exist 10 s after the delete (late %v, its copy %v)", exists(late), exists(copyOfLate))
+			t.Fatalf("pods made from the deleted workspace's pods still exist 10 s after the delete (late %v, its copy %v, the evicted pod's copy %v)",
+				exists(late), exists(copyOfLate), exists(copyOfEvicted))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

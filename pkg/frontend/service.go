@@ -554,6 +554,9 @@ func (s *Service) Delete(ctx context.Context, id string) (*DeleteResult, error) 
 			live = pods
 		}
 		for _, p := range live {
+			// A pod already going (evicted, its node lost) is the workspace's too: a copy the
+			// controller makes of it is swept as well.
+			gone[p.UID] = true
 			if p.DeletionTimestamp != nil {
 				continue
 			}
@@ -564,7 +567,6 @@ func (s *Service) Delete(ctx context.Context, id string) (*DeleteResult, error) 
 				return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("deleting pod %s failed; try again", p.Name), Err: err}
 			}
 			res.Pods = append(res.Pods, p.Name)
-			gone[p.UID] = true
 		}
 	}
 	return res, nil

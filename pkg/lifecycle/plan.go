@@ -23,6 +23,10 @@ const (
 	ReasonNodeLost = "NodeLost"
 	// ReasonNodeLostReplaced: the lost pod was removed; its copy starts on another node.
 	ReasonNodeLostReplaced = "NodeLostReplaced"
+	// ReasonEvictionReplaced (Normal): the workspace's pod is being deleted by Kubernetes for a
+	// disruption (a drain's eviction, the taint manager, preemption, the pod GC); its gated copy
+	// keeps the workspace and starts on another node once the pod has released its claims.
+	ReasonEvictionReplaced = "EvictionReplaced"
 	// ReasonUntrustedAnnotations (Warning), the upgrade planner's reason for the same finding: a
 	// live pod of the workspace is not one nogoo9 named for the owner and id it carries, or its
 	// pods have two owners (a pod relabelled into it); nothing is created, deleted or patched.
@@ -89,7 +93,11 @@ type Action struct {
 	// NodeLost marks the actions that replace a pod whose node is gone: CreateStoppedPod copies
 	// it without a stop intent, DeletePod deletes it at once (grace period 0: no kubelet is left
 	// to run its preStop or confirm the delete).
-	NodeLost                   bool
+	NodeLost bool
+	// Evicted marks the CreateStoppedPod that copies a pod Kubernetes is deleting for a
+	// disruption (DisruptionTarget=True): the source is being deleted, and the copy, without a
+	// stop intent unless the pod had one, is all the workspace keeps.
+	Evicted                    bool
 	EventType, Reason, Message string
 }
 
@@ -120,6 +128,10 @@ func StartedPodName(stopped *corev1.Pod, version string) string {
 // Plan decides the next lifecycle move of one workspace from all its pods (any order).
 //
 // Rules, first match wins (docs/lifecycle.md has the reasons):
+//   - no live pod, and every pod being deleted carries DisruptionTarget=True (Kubernetes evicts
+//     it: a drain, the taint manager, preemption): copy one as a gated pod, which then starts
+//     like a stopped pod once no pod being deleted mounts its claims (planEvicted;
+//     docs/reliability.md).
 //   - no live pod: nothing (delete in progress).
 //   - a live pod nogoo9 did not name for the owner and id it carries, or live pods of two owners
 //     (a pod relabelled into the workspace): instead of any write, a Warning; no culling
@@ -136,7 +148,8 @@ func StartedPodName(stopped *corev1.Pod, version string) string {
 //   - no intent, a stopped pod: under maintenance, wait; with a running pod (a stop cancelled
 //     half-way, or a start on the latest version) delete the stopped pod; else start: on the
 //     latest version when the update policy is on-start or an upgrade was requested, else
-//     remove the gate.
+//     remove the gate; a start waits while a pod being deleted still mounts one of the stopped
+//     pod's claims.
 //   - running and idle past its timeout: write the stop intent with the reason (culling).
 //
 // Every delete of a pod that another replaces is preceded by the patch that gives the pod that
@@ -148,7 +161,7 @@ func Plan(pods []*corev1.Pod, t Target, now time.Time, cfg Config) Move {
 	if !m.Hold && !writes(m) {
 		return m // nothing to do: the upgrade planner has its own checks
 	}
-	on, problem := trustProblem(pods)
+	on, problem := trustProblem(pods, evictedToCopy(pods) != nil)
 	switch {
 	case problem == "":
 		return m
@@ -176,6 +189,9 @@ func plan(pods []*corev1.Pod, t Target, now time.Time, cfg Config) Move {
 		}
 	}
 	if len(live) == 0 {
+		if m, ok := planEvicted(pods, now); ok {
+			return m
+		}
 		return Move{State: "Deleting", Hold: len(pods) > 0 && anyGated(pods)}
 	}
 	if m, ok := planNodeLost(pods, gated, running, t.GoneNodes, now); ok {
@@ -225,11 +241,15 @@ func writes(m Move) bool {
 // pod must carry the name nogoo9 gives to a pod of the owner and id it claims
 // (workspace.NameMatchesIdentity), and all must have one owner: nogoo9 names the stopped copy of a
 // relabelled pod after that pod's own owner, and a spawn race can leave two owners' pods.
-func trustProblem(pods []*corev1.Pod) (*corev1.Pod, string) {
+//
+// With evicted (no live pod; planEvicted copies one of the pods being deleted), the pods being
+// deleted count as live: a stranger relabelled into a workspace and then evicted would otherwise
+// get a copy under a name nogoo9 gives the workspace, and the check would trust that copy.
+func trustProblem(pods []*corev1.Pod, evicted bool) (*corev1.Pod, string) {
 	var first *corev1.Pod // the oldest live pod: another owner's pod is the newcomer
 	for i := len(pods) - 1; i >= 0; i-- {
 		p := pods[i]
-		if p.DeletionTimestamp != nil {
+		if p.DeletionTimestamp != nil && !evicted {
 			continue
 		}
 		if !workspace.NameMatchesIdentity(p) {
@@ -343,6 +363,16 @@ func planStart(pods, gated, running []*corev1.Pod, t Target, now time.Time) Move
 			EventType: corev1.EventTypeNormal, Reason: ReasonStartHeld,
 			Message: fmt.Sprintf("Start of workspace %s waits: it is in maintenance (%s); it starts when the maintenance is lifted.", workspace.ID(stopped), reason)}}}
 	}
+	if holder, claim := claimHeld(pods, stopped); holder != nil {
+		// The pod being deleted (an evicted pod, a stopped workspace's running pod) may still
+		// have the volume attached on its node: a start now would wait on another node for the
+		// attach (ReadWriteOnce) or not be scheduled at all (ReadWriteOncePod), and a pod that
+		// never terminates (an unreachable node) would keep it forever. Its delete wakes the
+		// workspace.
+		return Move{State: "StartWaitsForClaims", Hold: true, Actions: []Action{{Kind: EventOnly, Pod: stopped,
+			EventType: corev1.EventTypeNormal, Reason: ReasonStartHeld,
+			Message: fmt.Sprintf("Start of workspace %s waits: pod %s, being deleted, still mounts claim %s; it starts when that pod is gone.", workspace.ID(stopped), holder.Name, claim)}}}
+	}
 	if t.Found && t.Version != "" && t.Version != workspace.TemplateVersion(stopped) && startOnLatest(stopped, t) {
 		name := StartedPodName(stopped, t.Version)
 		return Move{State: "Starting", Hold: true, Actions: []Action{{
@@ -445,6 +475,98 @@ func planNodeLost(pods, gated, running []*corev1.Pod, gone map[string]bool, now 
 		Kind: CreateStoppedPod, Pod: p, Name: StoppedPodName(p), NodeLost: true,
 		Set: map[string]string{workspace.AnnStoppedFromUID: string(p.UID)},
 	}}}, true
+}
+
+// DisruptionTarget is the pod condition Kubernetes sets (True) on a pod it deletes for a
+// disruption: EvictionByEvictionAPI (a drain), DeletionByTaintManager (an unreachable or tainted
+// node), PreemptionByScheduler, DeletionByPodGC, TerminationByKubelet. A delete by the owner
+// (nogoo9's front end) or by a person with kubectl carries none.
+const DisruptionTarget corev1.PodConditionType = "DisruptionTarget"
+
+// Disrupted reports whether p is being deleted by Kubernetes for a disruption: a deletion
+// timestamp and DisruptionTarget=True. Any reason counts: each of them deletes the pod.
+func Disrupted(p *corev1.Pod) bool {
+	if p.DeletionTimestamp == nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == DisruptionTarget {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// evictedToCopy is the pod planEvicted copies among pods (sorted with NewestFirst), or nil: none
+// of them is live, all are being deleted and each carries DisruptionTarget=True. A pod being
+// deleted without it means an owner or a person deletes the workspace (their delete reaches
+// every pod), so nothing is copied. A stopped pod has no node to be evicted from and is never
+// copied. Of several (a drain that evicts both pods of an upgrade in flight), the oldest running
+// pod: the one the upgrade came from, whose requested upgrade the copy keeps for its start.
+func evictedToCopy(pods []*corev1.Pod) *corev1.Pod {
+	var pick *corev1.Pod
+	for _, p := range pods {
+		if !Disrupted(p) {
+			return nil
+		}
+		if !workspace.IsStoppedPod(p) {
+			pick = p // pods are newest first: the last is the oldest
+		}
+	}
+	return pick
+}
+
+// planEvicted keeps a workspace whose pods Kubernetes is deleting for a disruption (Disrupted,
+// evictedToCopy): it creates the gated copy of the evicted pod, as planNodeLost does (same
+// labels, annotations, spec: same id, owner, version, paths, claims; the stop intent only if it
+// had one), under the deterministic name StoppedPodName gives it, so a repeat fails with
+// AlreadyExists. The next pass sees the copy live and starts it (planStart), once the evicted pod
+// no longer mounts its claims. The evicted pod is left to its delete: its grace period and
+// preStop apply, and the drain waits for it.
+func planEvicted(pods []*corev1.Pod, now time.Time) (Move, bool) {
+	p := evictedToCopy(pods)
+	if p == nil {
+		return Move{}, false
+	}
+	name := StoppedPodName(p)
+	var why string
+	for _, c := range p.Status.Conditions {
+		if c.Type == DisruptionTarget {
+			why = c.Reason
+		}
+	}
+	return Move{State: "Evicted", Hold: true, Actions: []Action{{
+		Kind: CreateStoppedPod, Pod: p, Name: name, Evicted: true,
+		Set:       map[string]string{workspace.AnnStoppedFromUID: string(p.UID)},
+		EventType: corev1.EventTypeNormal, Reason: ReasonEvictionReplaced,
+		Message: fmt.Sprintf("Workspace %s: Kubernetes is deleting pod %s (%s, seen %s); pod %s keeps its identity and claims and starts on another node once pod %s is gone.",
+			workspace.ID(p), p.Name, why, now.UTC().Format(time.RFC3339), name, p.Name),
+	}}}, true
+}
+
+// claimHeld is a pod of the workspace being deleted that mounts a claim stopped mounts, and the
+// claim, or nil.
+func claimHeld(pods []*corev1.Pod, stopped *corev1.Pod) (*corev1.Pod, string) {
+	mine := map[string]bool{}
+	for _, v := range stopped.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			mine[v.PersistentVolumeClaim.ClaimName] = true
+		}
+	}
+	if len(mine) == 0 {
+		return nil, ""
+	}
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil || p.UID == stopped.UID {
+			continue
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim != nil && mine[v.PersistentVolumeClaim.ClaimName] {
+				return p, v.PersistentVolumeClaim.ClaimName
+			}
+		}
+	}
+	return nil, ""
 }
 
 // stoppedCarried are the keys a stopped pod takes over, set, changed or removed, from the pod it

@@ -22,7 +22,8 @@ import (
 // Recreate's volume-release gate, a stopped workspace's gate); status: phase, reason, message,
 // pod IP, conditions other than the kubelet's Initialized, ContainersReady and
 // PodReadyToStartContainers and a bound pod's PodScheduled=True (type, status, reason, message,
-// transition time) and container and
+// transition time; DisruptionTarget among them: the lifecycle planner copies a pod Kubernetes
+// deletes for a disruption, TestTransformKeepsTheDisruptionTarget) and container and
 // init-container statuses (name, ready, started, restart count, state, last termination state).
 //
 // Kept only while a workspace pod that mounts a claim carries the upgrade intent: its whole spec
@@ -196,7 +197,8 @@ var sharedTrue, sharedFalse = true, false
 
 // unreadConditions are the kubelet's conditions no component reads: workspace.Phase and the
 // upgrade deadline read PodScheduled and PodReady, the phase and routes nogoo9's own Workspace*
-// conditions, IsReady the readiness gates' conditions.
+// conditions, IsReady the readiness gates' conditions, the lifecycle planner DisruptionTarget
+// (lifecycle.Disrupted): never add that one here.
 var unreadConditions = map[corev1.PodConditionType]bool{
 	corev1.PodInitialized: true, corev1.ContainersReady: true, corev1.PodReadyToStartContainers: true,
 }

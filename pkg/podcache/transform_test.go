@@ -3,6 +3,7 @@ package podcache_test
 import (
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nogoo9/no-crd/pkg/lifecycle"
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/podcache/podcachetest"
 	"github.com/nogoo9/no-crd/pkg/upgrade"
@@ -264,5 +266,48 @@ func TestTransformKeepsTheSpecOfAPodAboutToBeUpgraded(t *testing.T) {
 				t.Errorf("a materialised pod has containers: %+v", m.Spec.Containers)
 			}
 		})
+	}
+}
+
+// TestTransformKeepsTheDisruptionTarget: a workspace pod Kubernetes deletes for a disruption (a
+// drain's eviction, the taint manager, preemption) keeps its DisruptionTarget condition (type,
+// status, reason) in the cache, and the lifecycle planner, which copies such a pod so the
+// workspace survives the delete, decides the same on the cached pod as on the full one.
+func TestTransformKeepsTheDisruptionTarget(t *testing.T) {
+	for _, bound := range []bool{true, false} {
+		full := podcachetest.Ready()
+		if !bound {
+			full.Spec.NodeName = ""
+		}
+		now := metav1.NewTime(podcachetest.T0)
+		full.DeletionTimestamp = &now
+		full.Status.Conditions = append(full.Status.Conditions, corev1.PodCondition{
+			Type: lifecycle.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI",
+			Message: "Eviction API: evicting", LastTransitionTime: now,
+		})
+		cached := transformed(t, []*corev1.Pod{full})[0]
+		var kept *corev1.PodCondition
+		for i := range cached.Status.Conditions {
+			if c := &cached.Status.Conditions[i]; c.Type == lifecycle.DisruptionTarget {
+				kept = c
+			}
+		}
+		if kept == nil || kept.Status != corev1.ConditionTrue || kept.Reason != "EvictionByEvictionAPI" {
+			t.Fatalf("bound=%v: DisruptionTarget not kept: %+v", bound, cached.Status.Conditions)
+		}
+		if !lifecycle.Disrupted(cached) {
+			t.Fatalf("bound=%v: the cached pod does not read as disrupted", bound)
+		}
+		plan := func(p *corev1.Pod) string {
+			m := lifecycle.Plan([]*corev1.Pod{p}, lifecycle.Target{Found: true, Version: workspace.TemplateVersion(p)}, podcachetest.T0, lifecycle.Config{})
+			out := m.State
+			for _, a := range m.Actions {
+				out += fmt.Sprintf(" %s %s %s %v %v", a.Kind, a.Pod.Name, a.Name, a.Evicted, a.Set)
+			}
+			return out
+		}
+		if got, want := plan(cached), plan(full); got != want || !strings.Contains(want, string(lifecycle.CreateStoppedPod)) {
+			t.Errorf("bound=%v: lifecycle.Plan on the cached pod %q, on the full pod %q (want a copy)", bound, got, want)
+		}
 	}
 }

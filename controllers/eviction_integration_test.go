@@ -1,0 +1,116 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nogoo9/no-crd/pkg/lifecycle"
+	"github.com/nogoo9/no-crd/pkg/workspace"
+)
+
+// TestEvictionOnAPIServer: a drain evicts a workspace's pod through the Eviction API (the API
+// server marks it DisruptionTarget=True and deletes it); the workspace survives as a gated copy
+// that starts once the evicted pod is gone. A person's delete still deletes the workspace.
+// envtest: no scheduler, no kubelet; the test binds the pods and plays the kubelet's end of a
+// delete with a grace-0 delete.
+func TestEvictionOnAPIServer(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	ctx := context.Background()
+
+	// bound spawns jane's workspace id and binds its pod to a node, as kube-scheduler does: a
+	// bound pod's graceful delete waits for a kubelet, as on a real node.
+	bound := func(e *upgradeEnv, id string) *corev1.Pod {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.ns + "-" + id}}
+		e.g.Expect(e.c.Create(ctx, node)).To(gomega.Succeed())
+		run := e.spawn("jane", id)
+		e.g.Expect(e.c.SubResource("binding").Create(ctx, run, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: e.ns},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: node.Name},
+		})).To(gomega.Succeed())
+		return e.get(run.Name)
+	}
+	claims := func(p *corev1.Pod) []string {
+		var out []string
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim != nil {
+				out = append(out, v.PersistentVolumeClaim.ClaimName)
+			}
+		}
+		return out
+	}
+
+	t.Run("a drained workspace comes back as a gated copy with its identity and claims, which starts once the evicted pod is gone", func(t *testing.T) {
+		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod), UpgradeOptions{})
+		run := bound(e, "drained")
+		e.g.Expect(claims(run)).NotTo(gomega.BeEmpty())
+		e.start()
+
+		// kubectl drain: the Eviction API.
+		e.g.Expect(e.c.SubResource("eviction").Create(ctx, run, &policyv1.Eviction{
+			ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: e.ns},
+		})).To(gomega.Succeed())
+		evicted := e.get(run.Name)
+		e.g.Expect(evicted.DeletionTimestamp).NotTo(gomega.BeNil(), "the evicted pod waits for its kubelet")
+		e.g.Expect(lifecycle.Disrupted(evicted)).To(gomega.BeTrue(), "the API server marks an evicted pod: %+v", evicted.Status.Conditions)
+
+		var cp *corev1.Pod
+		e.g.Eventually(func(g gomega.Gomega) {
+			cp = e.only(g, "drained")
+			g.Expect(cp.Name).To(gomega.Equal(lifecycle.StoppedPodName(run)))
+			g.Expect(workspace.IsStoppedPod(cp)).To(gomega.BeTrue())
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "a gated copy keeps the workspace")
+		e.expectIdentity(e.g, cp, run)
+		e.g.Expect(cp.Annotations).NotTo(gomega.HaveKey(workspace.AnnStopRequested), "the copy starts: nobody stopped the workspace")
+		e.g.Expect(cp.Annotations[workspace.AnnStoppedFromUID]).To(gomega.Equal(string(run.UID)))
+		e.g.Expect(claims(cp)).To(gomega.Equal(claims(run)))
+		e.g.Expect(workspace.TemplateVersion(cp)).To(gomega.Equal(workspace.TemplateVersion(run)))
+
+		e.g.Consistently(func(g gomega.Gomega) {
+			p := e.only(g, "drained")
+			g.Expect(p.UID).To(gomega.Equal(cp.UID), "the copy is not undone as a deleted workspace")
+			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeTrue(), "the copy waits while the evicted pod mounts its claim")
+		}).WithTimeout(3 * time.Second).Should(gomega.Succeed())
+
+		// The kubelet's end of the delete.
+		e.g.Expect(e.c.Delete(ctx, evicted, client.GracePeriodSeconds(0), client.Preconditions{UID: &evicted.UID})).To(gomega.Succeed())
+		e.g.Eventually(func(g gomega.Gomega) {
+			p := e.only(g, "drained")
+			g.Expect(p.UID).To(gomega.Equal(cp.UID))
+			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeFalse(), "released to the scheduler")
+			g.Expect(p.Spec.NodeName).To(gomega.BeEmpty())
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the copy starts once the evicted pod is gone")
+		e.g.Eventually(func(g gomega.Gomega) {
+			g.Expect(strings.Join(e.events(g, run.Name), ",")).To(gomega.ContainSubstring(lifecycle.ReasonEvictionReplaced))
+		}).WithTimeout(10*time.Second).Should(gomega.Succeed(), "an Event says what happened")
+		for _, name := range claims(run) {
+			var pvc corev1.PersistentVolumeClaim
+			e.g.Expect(e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: name}, &pvc)).To(gomega.Succeed(), "claim %s kept", name)
+			e.g.Expect(pvc.DeletionTimestamp).To(gomega.BeNil())
+		}
+	})
+
+	t.Run("a person's kubectl delete of the workspace's pod still deletes the workspace", func(t *testing.T) {
+		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod), UpgradeOptions{})
+		run := bound(e, "deleted")
+		e.start()
+		e.g.Expect(e.c.Delete(ctx, run)).To(gomega.Succeed())
+		e.g.Consistently(func(g gomega.Gomega) {
+			g.Expect(e.pods(g, "deleted")).To(gomega.BeEmpty(), "no copy")
+		}).WithTimeout(3 * time.Second).Should(gomega.Succeed())
+		e.g.Expect(e.c.Delete(ctx, run, client.GracePeriodSeconds(0))).To(gomega.Succeed())
+		var gone corev1.Pod
+		e.g.Expect(apierrors.IsNotFound(e.c.Get(ctx, client.ObjectKeyFromObject(run), &gone))).To(gomega.BeTrue())
+		e.g.Consistently(func(g gomega.Gomega) {
+			g.Expect(e.pods(g, "deleted")).To(gomega.BeEmpty(), "no copy")
+		}).WithTimeout(2 * time.Second).Should(gomega.Succeed())
+	})
+}
