@@ -407,15 +407,10 @@ func TestTheProxyCapsConnectionsPerClient(t *testing.T) {
 	}
 }
 
-func TestAWorkspaceCannotSetNogoo9Cookies(t *testing.T) {
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Add("Set-Cookie", "sid=1; Path=/")
-		h.Add("Set-Cookie", "__Host-nogoo9_token=attacker; Path=/; Secure; HttpOnly")
-		h.Add("Set-Cookie", "NOGOO9_TOKEN=attacker; Path=/ws/jane/demo/")
-		h.Add("Set-Cookie", "=__Host-nogoo9_token=attacker")
-		_, _ = io.WriteString(w, "ok")
-	}))
+// onBothPaths runs check against a proxy routing jane's workspace demo to pod, once on each of its
+// paths (NoFastPath=true: ReverseProxy).
+func onBothPaths(t *testing.T, pod http.HandlerFunc, check func(t *testing.T, p *Proxy)) {
+	backend := httptest.NewServer(pod)
 	defer backend.Close()
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
 	for _, noFast := range []bool{false, true} {
@@ -426,15 +421,28 @@ func TestAWorkspaceCannotSetNogoo9Cookies(t *testing.T) {
 			}
 			defer p.transport.CloseIdleConnections()
 			p.PodChanged(podAt("jane", "demo", host, port, false))
-			w := httptest.NewRecorder()
-			r := httptest.NewRequest(http.MethodGet, "http://proxy.example/ws/jane/demo/", nil)
-			r.Header.Set("Authorization", "Bearer good")
-			p.ServeHTTP(w, r)
-			if got := w.Header()["Set-Cookie"]; w.Code != http.StatusOK || len(got) != 1 || got[0] != "sid=1; Path=/" {
-				t.Fatalf("answer %d with Set-Cookie %q, want 200 with only the workspace's own cookie", w.Code, got)
-			}
+			check(t, p)
 		})
 	}
+}
+
+func TestAWorkspaceCannotSetNogoo9Cookies(t *testing.T) {
+	onBothPaths(t, func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Add("Set-Cookie", "sid=1; Path=/")
+		h.Add("Set-Cookie", "__Host-nogoo9_token=attacker; Path=/; Secure; HttpOnly")
+		h.Add("Set-Cookie", "NOGOO9_TOKEN=attacker; Path=/ws/jane/demo/")
+		h.Add("Set-Cookie", "=__Host-nogoo9_token=attacker")
+		_, _ = io.WriteString(w, "ok")
+	}, func(t *testing.T, p *Proxy) {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "http://proxy.example/ws/jane/demo/", nil)
+		r.Header.Set("Authorization", "Bearer good")
+		p.ServeHTTP(w, r)
+		if got := w.Header()["Set-Cookie"]; w.Code != http.StatusOK || len(got) != 1 || got[0] != "sid=1; Path=/" {
+			t.Fatalf("answer %d with Set-Cookie %q, want 200 with only the workspace's own cookie", w.Code, got)
+		}
+	})
 }
 
 // TestAWorkspaceCannotReachPastItsPaths: a workspace's answer never carries a field whose effect
@@ -444,52 +452,41 @@ func TestAWorkspaceCannotSetNogoo9Cookies(t *testing.T) {
 // the proxy's and the UI's sessions with them. Both paths (NoFastPath: ReverseProxy) and the
 // informational answers before a final one.
 func TestAWorkspaceCannotReachPastItsPaths(t *testing.T) {
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	onBothPaths(t, func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Service-Worker-Allowed", "/")
 		h.Set("Clear-Site-Data", `"cookies", "storage"`)
 		h.Set("X-Kept", "1")
 		w.WriteHeader(http.StatusEarlyHints)
 		_, _ = io.WriteString(w, "ok")
-	}))
-	defer backend.Close()
-	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
-	for _, noFast := range []bool{false, true} {
-		t.Run(fmt.Sprintf("NoFastPath=%v", noFast), func(t *testing.T) {
-			p, err := New(verifierOnly{}, Options{BindAddress: ":0", NoFastPath: noFast})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.transport.CloseIdleConnections()
-			p.PodChanged(podAt("jane", "demo", host, port, false))
-			var early []http.Header
-			trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-				early = append(early, http.Header(h).Clone())
-				return nil
-			}}
-			srv := httptest.NewServer(p)
-			defer srv.Close()
-			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, srv.URL+"/ws/jane/demo/sw.js", nil)
-			req.Header.Set("Authorization", "Bearer good")
-			res, err := srv.Client().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, res.Body)
-			_ = res.Body.Close()
-			if res.StatusCode != http.StatusOK || res.Header.Get("X-Kept") != "1" {
-				t.Fatalf("answer %d with X-Kept %q, want 200 with the workspace's own field", res.StatusCode, res.Header.Get("X-Kept"))
-			}
-			for i, h := range append(early, res.Header) {
-				for _, k := range []string{"Service-Worker-Allowed", "Clear-Site-Data"} {
-					if v, ok := h[k]; ok {
-						t.Errorf("answer %d of %d carries %s: %q", i+1, len(early)+1, k, v)
-					}
+	}, func(t *testing.T, p *Proxy) {
+		var early []http.Header
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			early = append(early, http.Header(h).Clone())
+			return nil
+		}}
+		srv := httptest.NewServer(p)
+		defer srv.Close()
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, srv.URL+"/ws/jane/demo/sw.js", nil)
+		req.Header.Set("Authorization", "Bearer good")
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusOK || res.Header.Get("X-Kept") != "1" {
+			t.Fatalf("answer %d with X-Kept %q, want 200 with the workspace's own field", res.StatusCode, res.Header.Get("X-Kept"))
+		}
+		for i, h := range append(early, res.Header) {
+			for _, k := range []string{"Service-Worker-Allowed", "Clear-Site-Data"} {
+				if v, ok := h[k]; ok {
+					t.Errorf("answer %d of %d carries %s: %q", i+1, len(early)+1, k, v)
 				}
 			}
-			if len(early) != 1 {
-				t.Errorf("%d informational answers passed on, want the pod's one 103", len(early))
-			}
-		})
-	}
+		}
+		if len(early) != 1 {
+			t.Errorf("%d informational answers passed on, want the pod's one 103", len(early))
+		}
+	})
 }
