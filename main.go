@@ -42,6 +42,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/spawner"
 	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/ui"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // version is stamped by `make build` through -ldflags.
@@ -76,6 +77,7 @@ type options struct {
 	apiAddr           string
 	proxyAddr         string
 	proxyOrigins      string
+	workspaceDomain   string
 	proxyGrace        time.Duration
 	insecureCookie    bool
 	proxyLimits       proxyLimits
@@ -152,6 +154,7 @@ func main() {
 	flag.StringVar(&o.apiAddr, "api-bind-address", ":8090", "Address of the REST API (/api/v1) and MCP endpoint (/mcp).")
 	flag.StringVar(&o.proxyAddr, "proxy-bind-address", ":8091", "Address of the workspace proxy.")
 	flag.StringVar(&o.proxyOrigins, "proxy-allowed-origins", "", "Comma-separated extra origins (scheme://host[:port]) allowed to open WebSockets through the proxy; its own origin is always allowed.")
+	flag.StringVar(&o.workspaceDomain, "proxy-workspace-domain", "", "Serve each workspace on its own host name, <id>-<hash>.<domain> (scheme://host[:port], e.g. https://ws.example.com; needs a wildcard DNS name and certificate for *.<host>): workspace pages become origins of their own and the proxy's login moves to the domain itself. Empty: every workspace under one origin, by path.")
 	flag.DurationVar(&o.proxyGrace, "proxy-not-ready-grace", proxy.DefaultNotReadyGrace, "How long a pod may stay not-ready before the proxy closes the WebSockets opened on it.")
 	flag.BoolVar(&o.insecureCookie, "insecure-cookie", false, "Drop the Secure attribute and the __Host- prefix of the proxy's login cookie (plain-HTTP development on loopback only).")
 	flag.DurationVar(&o.proxyLimits.headerTimeout, "proxy-response-header-timeout", proxy.DefaultResponseHeaderTimeout, "How long the proxy waits for a workspace pod's response headers before answering 502 (negative: as long as the client waits).")
@@ -212,6 +215,13 @@ func run(o options) error {
 	components, err := parseComponents(o.components)
 	if err != nil {
 		return err
+	}
+	// --proxy-workspace-domain: parsed once, for the proxy's routing and the UI's links.
+	var origins *workspace.Origins
+	if o.workspaceDomain != "" {
+		if origins, err = workspace.ParseOrigins(o.workspaceDomain); err != nil {
+			return err // proxy.Options checks that plain http comes with --insecure-cookie
+		}
 	}
 	if o.controllersDelay < 0 {
 		return fmt.Errorf("--controllers-start-delay=%s is negative: give how long after ready the controllers start, e.g. 500ms, or 0 to start them at once", o.controllersDelay)
@@ -334,7 +344,7 @@ func run(o options) error {
 			WriteTimeout: o.apiWriteTimeout,
 			Quota:        spawn,
 			History:      history,
-			UI:           uiSetup(ctx, readers, o, authn, registry, components["proxy"]),
+			UI:           uiSetup(ctx, readers, o, authn, registry, components["proxy"], origins),
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
 		}
@@ -347,6 +357,7 @@ func run(o options) error {
 			AllowedOrigins: proxy.ParseOrigins(o.proxyOrigins),
 			NotReadyGrace:  o.proxyGrace,
 			InsecureCookie: o.insecureCookie,
+			Origins:        origins,
 
 			ResponseHeaderTimeout:  o.proxyLimits.headerTimeout,
 			RequestBodyTimeout:     o.proxyLimits.bodyTimeout,
@@ -489,14 +500,14 @@ func (f *firstVerification) log(s time.Time, err error) {
 }
 
 // uiSetup wires the web UI's flags into pkg/ui; nil when --ui=false.
-func uiSetup(ctx context.Context, mgr ctrl.Manager, o options, authn auth.Authenticator, registry *templates.Registry, proxyHere bool) func(*frontend.Service) (http.Handler, error) {
+func uiSetup(ctx context.Context, mgr ctrl.Manager, o options, authn auth.Authenticator, registry *templates.Registry, proxyHere bool, origins *workspace.Origins) func(*frontend.Service) (http.Handler, error) {
 	if !o.ui.enabled {
 		return nil
 	}
 	c := ui.Config{
 		Auth: authn, Templates: frontend.FromRegistry(registry.Shared()), SubscribeTemplates: registry.Subscribe,
 		DevLogin: o.ui.devLogin, InsecureCookie: o.ui.insecureCookie, ProxyURL: o.ui.proxyURL,
-		MaxListStreams: o.ui.maxListStreams,
+		Origins: origins, MaxListStreams: o.ui.maxListStreams,
 	}
 	if proxyHere {
 		c.ProxyBindAddress = o.proxyAddr

@@ -76,9 +76,23 @@ func (p *Proxy) serveLogin(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "400 Bad Request: a token is never accepted in the URL; open "+ReservedPrefix+"login and paste it into the form", http.StatusBadRequest)
 		return
 	}
+	if p.opts.Origins != nil && p.opts.Origins.Under(r.Host) {
+		p.serveHostLogin(w, r)
+		return
+	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		p.showLogin(w, http.StatusOK, safeNext(r.URL.Query().Get("next")), "")
+		next := r.URL.Query().Get("next")
+		if origin, path, ok := p.workspaceNext(next); ok {
+			// Logged in here already: straight on to the workspace's host.
+			if token, c := p.cookieLogin(r); c != nil {
+				p.handOff(w, origin, path, token)
+				return
+			}
+			p.showLogin(w, http.StatusOK, origin+path, "")
+			return
+		}
+		p.showLogin(w, http.StatusOK, safeNext(next), "")
 		return
 	case http.MethodPost:
 	default:
@@ -95,6 +109,10 @@ func (p *Proxy) serveLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))
+	wsOrigin, wsPath, toHost := p.workspaceNext(r.PostForm.Get("next"))
+	if toHost {
+		next = wsOrigin + wsPath
+	}
 	token := strings.TrimSpace(r.PostForm.Get("token"))
 	if token == "" {
 		p.showLogin(w, http.StatusBadRequest, next, "The token field is empty; paste your token and try again.")
@@ -108,6 +126,10 @@ func (p *Proxy) serveLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, p.cookie(p.cookieName, token, 0, caller.Expiry))
+	if toHost {
+		p.handOff(w, wsOrigin, wsPath, token)
+		return
+	}
 	w.Header().Set("Location", next)
 	w.WriteHeader(http.StatusSeeOther)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nogoo9/no-crd/pkg/connlimit"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // Options configure the proxy. The zero value plus a BindAddress is usable: Defaults fills in the
@@ -28,6 +29,11 @@ type Options struct {
 	// prefix (InsecureCookieName instead of CookieName), for plain-HTTP development on loopback
 	// only.
 	InsecureCookie bool
+	// Origins, when set (--proxy-workspace-domain), serves each workspace route on its own host,
+	// "<label>.<apex>" (workspace.Origins), so that its pages are an origin of their own; the apex
+	// host serves only the login, which hands the token to a workspace's host (origins.go). Nil:
+	// every route on every host, one origin for all (path-based routing).
+	Origins *workspace.Origins
 	// AuthCacheTTL is how long a verified token is remembered (never past the token's own expiry),
 	// so a request costs a map lookup instead of a signature check or a TokenReview. 0 selects
 	// the default; a negative value disables the cache.
@@ -108,6 +114,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.NotReadyGrace < 0 {
 		return o, fmt.Errorf("proxy: not-ready grace %s is negative: use 0 to close at once or a positive duration", o.NotReadyGrace)
+	}
+	if o.Origins != nil && o.Origins.Scheme == "http" && !o.InsecureCookie {
+		return o, fmt.Errorf("proxy: --proxy-workspace-domain %s is plain http, where the Secure login cookie cannot be set: use https, or add --insecure-cookie for development on loopback", o.Origins.Apex())
 	}
 	if o.NotReadyGrace == 0 {
 		o.NotReadyGrace = DefaultNotReadyGrace

@@ -181,6 +181,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.serveNoRoute(w, r, clean)
 		return
 	}
+	if p.opts.Origins != nil && !p.originChecks(w, r, t, clean) {
+		return
+	}
 	if !t.public {
 		caller, err := p.authenticate(w, r)
 		if err != nil {
@@ -263,6 +266,11 @@ func (p *Proxy) serveNoRoute(w http.ResponseWriter, r *http.Request, clean strin
 		}
 	}
 	loc := rt.prefix
+	if o := p.opts.Origins; o != nil {
+		if host := o.HostFor(rt.ws.namespace, rt.ws.id, rt.kind == kindPreview); o.NormalizeHost(r.Host) != host {
+			loc = o.Scheme + "://" + host + loc
+		}
+	}
 	if r.URL.RawQuery != "" {
 		loc += "?" + r.URL.RawQuery
 	}
@@ -676,6 +684,9 @@ func (p *Proxy) unauthorized(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	p.log.V(1).Info("request refused: authentication failed", "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err.Error())
 	status, retry := auth.Status(err)
+	if status == http.StatusUnauthorized && p.loginRedirect(w, r) {
+		return
+	}
 	if retry != "" {
 		w.Header().Set("Retry-After", retry)
 	}

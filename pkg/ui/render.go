@@ -319,7 +319,16 @@ func (u *UI) row(r *http.Request, csrf string, w frontend.Workspace, showOwner b
 	v.CanUpgrade = upgradable(&w) && w.UpgradePod == ""
 	v.CanStart = w.Phase == workspace.PhaseStopped
 	v.CanStop = w.Phase != workspace.PhaseStopped && w.Phase != workspace.PhaseTerminating
-	if base := u.proxyBase(r); base != "" {
+	if o := u.o.Origins; o != nil {
+		// Each route on its own host (--proxy-workspace-domain), as the proxy serves it: the
+		// workspace and its preview are two origins, neither the UI's.
+		if w.WorkspacePath != "" {
+			v.WorkspaceURL = o.URLFor(w.Namespace, w.ID, false) + w.WorkspacePath
+		}
+		if w.PreviewPath != "" {
+			v.PreviewURL = o.URLFor(w.Namespace, w.ID, true) + w.PreviewPath
+		}
+	} else if base := u.proxyBase(r); base != "" {
 		if w.WorkspacePath != "" {
 			v.WorkspaceURL = base + w.WorkspacePath
 		}

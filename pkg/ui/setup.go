@@ -11,6 +11,7 @@ import (
 
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // Config is the UI's part of nogoo9's configuration (its flags).
@@ -24,6 +25,8 @@ type Config struct {
 	// ProxyURL is --ui-proxy-url; ProxyBindAddress is --proxy-bind-address, whose port links use
 	// when ProxyURL is empty (and the proxy runs in this process).
 	ProxyURL, ProxyBindAddress string
+	// Origins is --proxy-workspace-domain, parsed (Options.Origins); nil: links by path.
+	Origins *workspace.Origins
 	// OIDC, when RedirectURL is set, turns on the single sign-on login.
 	OIDC OIDCConfig
 	// MaxListStreams is Options.MaxListStreams (0: DefaultMaxListStreams).
@@ -50,7 +53,7 @@ func Setup(ctx context.Context, mgr manager.Manager, c Config) func(*frontend.Se
 		o := Options{
 			Service: svc, Templates: c.Templates, Auth: c.Auth, Hub: hub,
 			DevLogin: c.DevLogin, InsecureCookie: c.InsecureCookie, ProxyURL: c.ProxyURL,
-			MaxListStreams: c.MaxListStreams,
+			Origins: c.Origins, MaxListStreams: c.MaxListStreams,
 		}
 		if c.ProxyURL == "" && c.ProxyBindAddress != "" {
 			if _, port, err := net.SplitHostPort(c.ProxyBindAddress); err == nil {

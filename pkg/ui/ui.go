@@ -16,6 +16,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/frontend"
 	"github.com/nogoo9/no-crd/pkg/session"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 //go:embed static
@@ -45,6 +46,10 @@ type Options struct {
 	ProxyURL string
 	// ProxyPort is the proxy's port on this host, used when ProxyURL is empty ("" for no links).
 	ProxyPort string
+	// Origins, when set (--proxy-workspace-domain), points each workspace's links at its own host,
+	// "<scheme>://<label>.<apex>" + the route's path (workspace.Origins), as the proxy serves it;
+	// it wins over ProxyURL and ProxyPort.
+	Origins *workspace.Origins
 	// MaxStream bounds how long one live stream stays open (the browser reconnects); 30 min when 0.
 	MaxStream time.Duration
 	// MaxListStreams bounds the live workspace lists one user (one subject, over all their

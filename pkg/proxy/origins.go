@@ -1,0 +1,237 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/nogoo9/no-crd/pkg/auth"
+)
+
+// Per-workspace origins (Options.Origins, --proxy-workspace-domain).
+//
+// With one origin for every workspace, a page served by workspace A is, to the browser, a page of
+// the same site as workspace B and the login form: it can read B's answers with the viewer's
+// cookie, drive B's terminal over a WebSocket, and read a token typed into the login form of a
+// window it opened. Host names separate them: each route is served only on its own host,
+// "<label>.<apex>", whose cookie is its own (host-only, HttpOnly). Who can write what:
+//
+//   - a workspace's pages (the tenant's code, or anything the tenant ran) run on that workspace's
+//     host only; the proxy never forwards the login cookie or the reserved path to a pod;
+//   - the apex host serves only nogoo9's own pages: the login form, the hand-off page and
+//     redirects. No workspace page is ever served there;
+//   - the hosts of one apex are one "site" to the browser (SameSite does not separate them), so a
+//     request a page of workspace A sends to workspace B's host carries B's cookie: the proxy
+//     refuses it unless it is a top-level GET navigation (crossSiteUse). A bearer token in the
+//     Authorization header is not ambient, so programs may use any host.
+//
+// The login: a browser without a cookie for B's host is sent to the apex's login form (a workspace
+// page cannot read it: another origin). Logged in there, the apex hands the token to B's host in a
+// form the page posts at once (handoffPage); B's host takes a login only from the apex's origin and
+// sets its own cookie.
+
+// originChecks runs before authentication for a request route t matched, with Origins set. It
+// answers and returns false when the request is on another host than t's (a redirect to t's host
+// for GET and HEAD, else 421), or when a page of another origin sent it with the cookie.
+func (p *Proxy) originChecks(w http.ResponseWriter, r *http.Request, t *target, clean string) bool {
+	if _, bearer := r.Header["Authorization"]; bearer {
+		return true // a token the client sends itself, not one the browser adds
+	}
+	o := p.opts.Origins
+	host := o.HostFor(t.ws.namespace, t.ws.id, t.kind == kindPreview)
+	if o.NormalizeHost(r.Host) != host {
+		p.misdirected(w, r, t, clean, host)
+		return false
+	}
+	if t.public {
+		return true // no credential is used: the login cookie is stripped like every other
+	}
+	wholeHeader(w, r) // the fetch metadata fields are lazy (quickheader.go)
+	if why := crossSiteUse(r.Header, r.Method, o.Scheme+"://"+host, p.opts.AllowedOrigins); why != "" {
+		p.log.Info("request refused: sent by a page of another origin", "why", why, "host", r.Host, "path", clean, "remote", r.RemoteAddr)
+		http.Error(w, "403 Forbidden: a page of another origin sent this request ("+why+") with your login cookie; open "+o.Scheme+"://"+host+t.prefix+" itself", http.StatusForbidden)
+		return false
+	}
+	return true
+}
+
+// misdirected answers a request for route t on another host than t's own: after the same checks
+// as a request on t's host (so it tells a caller no more than that would), GET and HEAD are
+// redirected to t's host, and anything else gets 421: a form or a script must not be moved to
+// another origin behind the browser's back.
+func (p *Proxy) misdirected(w http.ResponseWriter, r *http.Request, t *target, clean, host string) {
+	wholeHeader(w, r)
+	if !t.public {
+		caller, err := p.authenticate(w, r)
+		if err != nil {
+			p.unauthorized(w, r, err)
+			return
+		}
+		if !p.authorize(w, caller, t, clean) {
+			return
+		}
+	}
+	loc := p.opts.Origins.Scheme + "://" + host + r.URL.RequestURI()
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
+		return
+	}
+	http.Error(w, "421 Misdirected Request: workspace "+t.ws.id+" is served at "+p.opts.Origins.Scheme+"://"+host+": send the request there", http.StatusMisdirectedRequest)
+}
+
+// crossSiteUse says why a request that carries a workspace host's login cookie was sent by a page
+// of another origin, or "" when it was not: fetch metadata first (Sec-Fetch-Site), then Origin for
+// browsers without it. A top-level or frame navigation by GET is let through, as a link from the
+// UI or a bookmark is one: the page it opens is this host's own, and the page that opened it
+// cannot read it. Origins listed in allowed (--proxy-allowed-origins) are let through.
+func crossSiteUse(h http.Header, method, own string, allowed []string) string {
+	origin := headerFirst(h, "Origin")
+	if origin != "" && listedOrigin(origin, allowed) {
+		return ""
+	}
+	switch site := headerFirst(h, "Sec-Fetch-Site"); site {
+	case "", "same-origin", "none":
+	default: // same-site, cross-site, or a value this code does not know
+		if headerFirst(h, "Sec-Fetch-Mode") == "navigate" && (method == http.MethodGet || method == http.MethodHead) {
+			return ""
+		}
+		return "Sec-Fetch-Site: " + site
+	}
+	if origin != "" && !strings.EqualFold(origin, own) {
+		return "Origin: " + origin // "null" too: a sandboxed frame or a page that hid its origin
+	}
+	return ""
+}
+
+// listedOrigin reports whether origin is one of allowed, or allowed holds "*".
+func listedOrigin(origin string, allowed []string) bool {
+	for _, a := range allowed {
+		if a == "*" || strings.EqualFold(a, origin) {
+			return true
+		}
+	}
+	return false
+}
+
+// loginRedirect sends a browser's navigation without a valid login on a workspace host to the
+// apex's login form, which comes back here. It reports false (nothing written) for anything else.
+func (p *Proxy) loginRedirect(w http.ResponseWriter, r *http.Request) bool {
+	o := p.opts.Origins
+	if o == nil || !o.Under(r.Host) || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+		return false
+	}
+	wholeHeader(w, r)
+	if mode := headerFirst(r.Header, "Sec-Fetch-Mode"); mode != "navigate" && (mode != "" || !strings.Contains(headerFirst(r.Header, "Accept"), "text/html")) {
+		return false // a script's request or a program's: the 401 says why
+	}
+	back := o.Scheme + "://" + o.NormalizeHost(r.Host) + safeNext(r.URL.RequestURI())
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, o.Apex()+ReservedPrefix+"login?next="+url.QueryEscape(back), http.StatusSeeOther)
+	return true
+}
+
+// workspaceNext reads a login's next as the address of a workspace host: this scheme, a host one
+// label below the apex, and a path safeNext keeps. It returns that host's origin and the path.
+func (p *Proxy) workspaceNext(next string) (origin, path string, ok bool) {
+	o := p.opts.Origins
+	if o == nil || len(next) > maxNextLen || !strings.HasPrefix(next, o.Scheme+"://") {
+		return "", "", false
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.User != nil || u.Opaque != "" || u.Scheme != o.Scheme || !o.Under(u.Host) {
+		return "", "", false
+	}
+	return o.Scheme + "://" + o.NormalizeHost(u.Host), safeNext(u.RequestURI()), true
+}
+
+// handoffScript posts the hand-off form as soon as the page loads; the page's CSP allows only
+// this script (by its hash), and the form only to the workspace host.
+const handoffScript = `document.forms[0].submit()`
+
+var handoffScriptHash = func() string {
+	sum := sha256.Sum256([]byte(handoffScript))
+	return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+}()
+
+var handoffPage = template.Must(template.New("handoff").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>nogoo9: opening your workspace</title></head>
+<body><h1>nogoo9</h1><form method="post" action="{{.Action}}"><input type="hidden" name="token" value="{{.Token}}"><input type="hidden" name="next" value="{{.Next}}">
+<p>Opening {{.Origin}}{{.Next}}</p><button type="submit">Continue</button></form><script>` + handoffScript + `</script></body></html>
+`))
+
+// handOff answers the apex's login (a fresh one, or a valid cookie) for a workspace host: a page
+// that posts the token to that host's login at once. The token is in the page, which only this
+// origin can read: the apex serves no workspace page. Its referrer policy keeps the Origin header
+// of the post (with no-referrer, browsers send "Origin: null"), which the host checks.
+func (p *Proxy) handOff(w http.ResponseWriter, origin, next, token string) {
+	h := w.Header()
+	h.Set("Referrer-Policy", "strict-origin")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src "+handoffScriptHash+"; form-action "+origin+"; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_ = handoffPage.Execute(w, struct{ Action, Token, Origin, Next string }{origin + ReservedPrefix + "login", token, origin, next})
+}
+
+// cookieLogin is the caller of r's login cookie when it is valid, with the token.
+func (p *Proxy) cookieLogin(r *http.Request) (string, *auth.Caller) {
+	token, found, ambiguous := cookieValue(r.Header["Cookie"], p.cookieName)
+	if !found || ambiguous || token == "" {
+		return "", nil
+	}
+	now := monoNow()
+	if c := p.tokens.get(token, now); c != nil {
+		return token, c
+	}
+	c, err := p.verify(r, token)
+	if err != nil {
+		return "", nil
+	}
+	p.tokens.put(token, c, now)
+	return token, c
+}
+
+// serveHostLogin is /_nogoo9/login on a workspace host. It never shows a form (a page of this
+// origin could read what is typed into it): GET goes to the apex's login. POST takes a token only
+// from a page of the apex's origin (the hand-off), sets this host's cookie and redirects to next.
+func (p *Proxy) serveHostLogin(w http.ResponseWriter, r *http.Request) {
+	o := p.opts.Origins
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		back := o.Scheme + "://" + o.NormalizeHost(r.Host) + safeNext(r.URL.Query().Get("next"))
+		http.Redirect(w, r, o.Apex()+ReservedPrefix+"login?next="+url.QueryEscape(back), http.StatusSeeOther)
+		return
+	case http.MethodPost:
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		http.Error(w, "405 Method Not Allowed: log in at "+o.Apex()+ReservedPrefix+"login", http.StatusMethodNotAllowed)
+		return
+	}
+	if origin := headerFirst(r.Header, "Origin"); !strings.EqualFold(origin, o.Apex()) {
+		p.log.Info("workspace host login refused: not posted by the login page", "origin", origin, "host", r.Host, "remote", r.RemoteAddr)
+		http.Error(w, "403 Forbidden: a workspace host takes a login only from "+o.Apex()+ReservedPrefix+"login; log in there", http.StatusForbidden)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "400 Bad Request: the login form could not be read: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	next := safeNext(r.PostForm.Get("next"))
+	token := strings.TrimSpace(r.PostForm.Get("token"))
+	caller, err := p.verify(r, token)
+	if token == "" || err != nil {
+		if err == nil {
+			err = auth.ErrNoToken
+		}
+		p.log.Info("workspace host login refused", "host", r.Host, "remote", r.RemoteAddr, "reason", err.Error())
+		status, msg := auth.LoginRefused(w, err)
+		http.Error(w, msg+" Log in again at "+o.Apex()+ReservedPrefix+"login.", status)
+		return
+	}
+	http.SetCookie(w, p.cookie(p.cookieName, token, 0, caller.Expiry))
+	w.Header().Set("Location", next)
+	w.WriteHeader(http.StatusSeeOther)
+}
