@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // GuardOptions bound what token checks may cost. Zero fields take the defaults below.
@@ -35,7 +33,7 @@ type GuardOptions struct {
 	// defaults 10 and 50.
 	Failures float64
 	Burst    int
-	// MaxClients bounds the per-client limiters kept; default 10000.
+	// MaxClients bounds the per-client limiters kept; default 10000 (see FailureLimiter).
 	MaxClients int
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
@@ -54,19 +52,13 @@ type Guard struct {
 	inner Authenticator
 	o     GuardOptions
 
+	// failures limits the checks that make an outbound call, by client address and overall.
+	failures *FailureLimiter
+
 	mu       sync.Mutex
 	ok       map[[32]byte]okEntry
 	bad      map[[32]byte]badEntry
-	clients  map[string]*rate.Limiter
-	global   *rate.Limiter
 	inflight map[[32]byte]*flight
-	// checking counts the checks in flight per client address and in all: each may still fail,
-	// so it holds one token of its buckets until it ends (a success then gives it back by
-	// consuming nothing). settled is closed (and replaced) whenever a check ends: a request
-	// refused only because of checks in flight waits for it and looks again.
-	checking    map[string]int
-	checkingAll int
-	settled     chan struct{}
 }
 
 // okEntry is a verified token: served from the cache until expires, known-good until known.
@@ -102,28 +94,14 @@ func NewGuard(inner Authenticator, o GuardOptions) *Guard {
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = 10000
 	}
-	if o.ClientFailures <= 0 {
-		o.ClientFailures = 1
-	}
-	if o.ClientBurst <= 0 {
-		o.ClientBurst = 10
-	}
-	if o.Failures <= 0 {
-		o.Failures = 10
-	}
-	if o.Burst <= 0 {
-		o.Burst = 50
-	}
-	if o.MaxClients <= 0 {
-		o.MaxClients = 10000
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	return &Guard{
 		inner: inner, o: o,
-		ok: map[[32]byte]okEntry{}, bad: map[[32]byte]badEntry{}, clients: map[string]*rate.Limiter{},
-		global: rate.NewLimiter(rate.Limit(o.Failures), o.Burst), inflight: map[[32]byte]*flight{}, checking: map[string]int{}, settled: make(chan struct{}),
+		failures: NewFailureLimiter(FailureLimits{ClientFailures: o.ClientFailures, ClientBurst: o.ClientBurst,
+			Failures: o.Failures, Burst: o.Burst, MaxClients: o.MaxClients, Now: o.Now}),
+		ok: map[[32]byte]okEntry{}, bad: map[[32]byte]badEntry{}, inflight: map[[32]byte]*flight{},
 	}
 }
 
@@ -195,32 +173,28 @@ func (g *Guard) VerifyToken(ctx context.Context, token string) (*Caller, error) 
 		}
 		// A check may fail, so unless the token is known-good it may start only while both buckets
 		// hold a token for it beyond the checks already in flight: concurrent garbage cannot
-		// overrun them. Only a failure consumes.
-		client := clientFrom(ctx)
-		var cl *rate.Limiter
+		// overrun them. Only a failure consumes. Admitted under g.mu, it is this token's only
+		// check in flight.
+		var done func(failed bool)
 		if !known {
-			cl = g.clientLimiter(client)
-			if cl.TokensAt(now) < float64(g.checking[client]+1) || g.global.TokensAt(now) < float64(g.checkingAll+1) {
-				if g.checkingAll > 0 {
-					// Checks in flight hold the tokens; most of them succeed and give them back (many
-					// valid tokens at once from one address: users behind an ingress or NAT). Wait for
-					// one to end, then look again (locally too: it may have fetched new keys).
-					settled := g.settled
-					g.mu.Unlock()
-					select {
-					case <-settled:
-						local, _ = g.inner.(localVerifier)
-						continue
-					case <-ctx.Done():
-						return nil, &Error{Reason: "request ended while waiting for other token checks", Err: ctx.Err(), Transient: true}
-					}
-				}
-				d := max(untilToken(cl, now), untilToken(g.global, now))
+			var settled <-chan struct{}
+			var retryAfter time.Duration
+			if done, settled, retryAfter = g.failures.TryAdmit(clientFrom(ctx)); done == nil {
 				g.mu.Unlock()
-				return nil, &Error{Reason: "too many failed token checks recently; try again in a few seconds with a valid token", RetryAfter: d}
+				if settled == nil {
+					return nil, &Error{Reason: "too many failed token checks recently; try again in a few seconds with a valid token", RetryAfter: retryAfter}
+				}
+				// Checks in flight hold the tokens; most of them succeed and give them back (many
+				// valid tokens at once from one address: users behind an ingress or NAT). Wait for
+				// one to end, then look again (locally too: it may have fetched new keys).
+				select {
+				case <-settled:
+					local, _ = g.inner.(localVerifier)
+					continue
+				case <-ctx.Done():
+					return nil, &Error{Reason: "request ended while waiting for other token checks", Err: ctx.Err(), Transient: true}
+				}
 			}
-			g.checking[client]++
-			g.checkingAll++
 		}
 		f := &flight{done: make(chan struct{})}
 		g.inflight[key] = f
@@ -231,23 +205,14 @@ func (g *Guard) VerifyToken(ctx context.Context, token string) (*Caller, error) 
 		now = g.o.Now()
 		g.mu.Lock()
 		delete(g.inflight, key)
-		if !known {
-			if g.checking[client]--; g.checking[client] <= 0 {
-				delete(g.checking, client)
-			}
-			g.checkingAll--
-			if err != nil {
-				cl.ReserveN(now, 1)
-				g.global.ReserveN(now, 1)
-			}
+		if done != nil {
+			done(err != nil)
 		}
 		// A known-good token that fails now (revoked, expired) costs nothing: each can fail once
 		// (it is then forgotten), and only its holder could send it.
 		err = g.remember(key, c, err, now, true)
 		f.c, f.err = c, err
 		close(f.done)
-		close(g.settled)
-		g.settled = make(chan struct{})
 		g.mu.Unlock()
 		return c, err
 	}
@@ -293,32 +258,6 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// clientLimiter returns the failure limiter of one client address. g.mu is held.
-func (g *Guard) clientLimiter(client string) *rate.Limiter {
-	if l, ok := g.clients[client]; ok {
-		return l
-	}
-	if len(g.clients) >= g.o.MaxClients {
-		// Drop the limiters that are full again (their clients have been quiet); if none is,
-		// drop any: a forgotten client starts with a full bucket, still bounded by the global one.
-		now := g.o.Now()
-		for k, l := range g.clients {
-			if l.TokensAt(now) >= float64(g.o.ClientBurst) {
-				delete(g.clients, k)
-			}
-		}
-		for k := range g.clients {
-			if len(g.clients) < g.o.MaxClients {
-				break
-			}
-			delete(g.clients, k)
-		}
-	}
-	l := rate.NewLimiter(rate.Limit(g.o.ClientFailures), g.o.ClientBurst)
-	g.clients[client] = l
-	return l
-}
-
 // evict makes room for one entry when a cache is full. g.mu is held.
 func (g *Guard) evict(n int, one func()) {
 	if n >= g.o.MaxEntries {
@@ -342,13 +281,4 @@ func evictOne[V any](m map[[32]byte]V, now time.Time, expires func(V) time.Time)
 		delete(m, k)
 		return
 	}
-}
-
-// untilToken is how long until lim holds a whole token again.
-func untilToken(lim *rate.Limiter, now time.Time) time.Duration {
-	missing := 1 - lim.TokensAt(now)
-	if missing <= 0 || lim.Limit() <= 0 {
-		return time.Second
-	}
-	return time.Duration(missing / float64(lim.Limit()) * float64(time.Second))
 }

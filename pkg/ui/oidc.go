@@ -14,12 +14,10 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
-	"golang.org/x/time/rate"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
@@ -52,7 +50,7 @@ type OIDCConfig struct {
 //
 // Starting a login is free for anyone and costs the provider nothing; finishing one costs a call
 // to the provider's token endpoint, so code exchanges that fail are rate-limited per client
-// address and overall (exchangeGate), and each exchange is a single call (the way the client's
+// address and overall (newExchangeGate), and each exchange is a single call (the way the client's
 // credentials travel is set, never guessed).
 type OIDCLogin struct {
 	DisplayName string
@@ -61,7 +59,7 @@ type OIDCLogin struct {
 	verifier *oidc.IDTokenVerifier
 	client   *http.Client
 	seal     cipher.AEAD
-	gate     *exchangeGate
+	gate     *auth.FailureLimiter
 }
 
 // pendingLogin is a login in progress, as sealed in the login cookie.
@@ -122,7 +120,7 @@ func NewOIDCLogin(ctx context.Context, c OIDCConfig) (*OIDCLogin, error) {
 		verifier: provider.VerifierContext(oidc.ClientContext(context.WithoutCancel(ctx), hc), &oidc.Config{ClientID: c.ClientID}),
 		client:   hc,
 		seal:     newSeal(),
-		gate:     newExchangeGate(),
+		gate:     newExchangeGate(time.Now),
 	}, nil
 }
 
@@ -160,111 +158,12 @@ const (
 	exchangeMaxClients  = 10000
 )
 
-// exchangeGate admits a code exchange only while both the client's and the global bucket hold a
+// newExchangeGate admits a code exchange only while both the client's and the global bucket hold a
 // token for it beyond the exchanges in flight (each may fail), so concurrent callbacks cannot
-// overrun them either; a failed exchange then consumes one token of each.
-type exchangeGate struct {
-	mu       sync.Mutex
-	clients  map[string]*rate.Limiter
-	global   *rate.Limiter
-	inflight map[string]int
-	all      int
-	// settled is closed (and replaced) whenever an exchange ends: a callback refused only because
-	// of exchanges in flight waits for one and looks again.
-	settled chan struct{}
-	now     func() time.Time
-}
-
-func newExchangeGate() *exchangeGate {
-	return &exchangeGate{
-		clients: map[string]*rate.Limiter{}, global: rate.NewLimiter(exchangeRate, exchangeBurst),
-		inflight: map[string]int{}, settled: make(chan struct{}), now: time.Now,
-	}
-}
-
-// admit returns done, to be called with the exchange's outcome once it is known, or, when too many
-// exchanges failed recently, nil and how long until one may be tried.
-func (g *exchangeGate) admit(ctx context.Context, client string) (done func(failed bool), retryAfter time.Duration) {
-	for {
-		now := g.now()
-		g.mu.Lock()
-		cl := g.client(client, now)
-		ct, gt := cl.TokensAt(now), g.global.TokensAt(now)
-		if ct >= float64(g.inflight[client]+1) && gt >= float64(g.all+1) {
-			g.inflight[client]++
-			g.all++
-			g.mu.Unlock()
-			return func(failed bool) { g.end(client, cl, failed) }, 0
-		}
-		if ct < 1 || gt < 1 {
-			// Spent by failures: no exchange ending can help.
-			d := max(untilToken(cl, now), untilToken(g.global, now))
-			g.mu.Unlock()
-			return nil, d
-		}
-		// Exchanges in flight hold the tokens left; most of them succeed and give them back
-		// (people behind one NAT or ingress logging in at once). Wait for one to end, then look
-		// again.
-		settled := g.settled
-		g.mu.Unlock()
-		select {
-		case <-settled:
-		case <-ctx.Done():
-			return nil, time.Second
-		}
-	}
-}
-
-// end records the outcome of an exchange admit let through.
-func (g *exchangeGate) end(client string, cl *rate.Limiter, failed bool) {
-	now := g.now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.inflight[client]--; g.inflight[client] <= 0 {
-		delete(g.inflight, client)
-	}
-	g.all--
-	if failed {
-		cl.ReserveN(now, 1)
-		g.global.ReserveN(now, 1)
-	}
-	close(g.settled)
-	g.settled = make(chan struct{})
-}
-
-// client returns the limiter of one client address. g.mu is held.
-func (g *exchangeGate) client(client string, now time.Time) *rate.Limiter {
-	if l, ok := g.clients[client]; ok {
-		return l
-	}
-	if len(g.clients) >= exchangeMaxClients {
-		// Forget the clients whose buckets are full again; if too few are, any: a forgotten
-		// client starts with a full bucket, still bounded by the global one.
-		for k, l := range g.clients {
-			if l.TokensAt(now) >= exchangeClientBurst {
-				delete(g.clients, k)
-			}
-		}
-		// A tenth goes at once, so that a stream of new addresses scans the map once per
-		// exchangeMaxClients/10 arrivals, not at each.
-		for k := range g.clients {
-			if len(g.clients) < exchangeMaxClients*9/10 {
-				break
-			}
-			delete(g.clients, k)
-		}
-	}
-	l := rate.NewLimiter(exchangeClientRate, exchangeClientBurst)
-	g.clients[client] = l
-	return l
-}
-
-// untilToken is how long until lim holds a whole token again.
-func untilToken(lim *rate.Limiter, now time.Time) time.Duration {
-	if missing := 1 - lim.TokensAt(now); missing > 0 {
-		return time.Duration(missing / float64(lim.Limit()) * float64(time.Second))
-	}
-	return time.Second
+// overrun them either; a failed exchange then consumes one token of each. now is its clock.
+func newExchangeGate(now func() time.Time) *auth.FailureLimiter {
+	return auth.NewFailureLimiter(auth.FailureLimits{ClientFailures: exchangeClientRate, ClientBurst: exchangeClientBurst,
+		Failures: exchangeRate, Burst: exchangeBurst, MaxClients: exchangeMaxClients, Now: now})
 }
 
 // clientAddr is the client a request's RemoteAddr names, as the Guard keys it (the port dropped, an
@@ -375,8 +274,11 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	// The exchange is the one step that costs the provider a call: it waits for the failure
 	// limits, so a loop of callbacks with made-up codes cannot spend the provider's own rate limit
 	// for this client and break single sign-on for everyone.
-	done, retry := o.gate.admit(r.Context(), clientAddr(r.RemoteAddr))
+	done, retry, err := o.gate.Admit(r.Context(), clientAddr(r.RemoteAddr))
 	if done == nil {
+		if err != nil {
+			retry = time.Second // the request ended while it waited: nobody reads this answer
+		}
 		secs := strconv.Itoa(int(retry.Round(time.Second)/time.Second) + 1)
 		w.Header().Set("Retry-After", secs)
 		fail(http.StatusTooManyRequests, "too many failed code exchanges recently", "Too many single sign-on attempts failed recently; wait "+secs+" seconds and start again.")

@@ -149,9 +149,9 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 		// The limits' clock stands still unless the test moves it: the bounds hold on a slow machine.
 		var clock atomic.Int64
 		clock.Store(time.Now().UnixNano())
-		login.gate.now = func() time.Time { return time.Unix(0, clock.Load()) }
+		login.gate = newExchangeGate(func() time.Time { return time.Unix(0, clock.Load()) })
 		// Its buckets are then ahead of the real clock: the subtests after this one get fresh ones.
-		defer func() { login.gate = newExchangeGate() }()
+		defer func() { login.gate = newExchangeGate(time.Now) }()
 		h := f.srv.Config.Handler
 		cookie, state := anonymousStart(t, h, "192.0.2.1:1234")
 		before := tokenCalls.Load()
