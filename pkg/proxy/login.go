@@ -76,8 +76,22 @@ func (p *Proxy) serveLogin(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "400 Bad Request: a token is never accepted in the URL; open "+ReservedPrefix+"login and paste it into the form", http.StatusBadRequest)
 		return
 	}
-	if p.opts.Origins != nil && p.opts.Origins.Under(r.Host) {
-		p.serveHostLogin(w, r)
+	if o := p.opts.Origins; o != nil && o.NormalizeHost(r.Host) != o.Host {
+		if o.Under(r.Host) {
+			p.serveHostLogin(w, r)
+			return
+		}
+		// Another name of the proxy (an internal one, another port): the login is the apex's only,
+		// the one origin whose form a workspace host takes a hand-off from.
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			http.Error(w, "421 Misdirected Request: log in at "+o.Apex()+ReservedPrefix+"login", http.StatusMisdirectedRequest)
+			return
+		}
+		loc := o.Apex() + ReservedPrefix + "login"
+		if r.URL.RawQuery != "" {
+			loc += "?" + r.URL.RawQuery
+		}
+		http.Redirect(w, r, loc, http.StatusSeeOther)
 		return
 	}
 	switch r.Method {

@@ -33,35 +33,65 @@ import (
 // form the page posts at once (handoffPage); B's host takes a login only from the apex's origin and
 // sets its own cookie.
 
-// originChecks runs before authentication for a request route t matched, with Origins set. It
-// answers and returns false when the request is on another host than t's (a redirect to t's host
-// for GET and HEAD, else 421), or when a page of another origin sent it with the cookie.
-func (p *Proxy) originChecks(w http.ResponseWriter, r *http.Request, t *target, clean string) bool {
-	if _, bearer := r.Header["Authorization"]; bearer {
-		return true // a token the client sends itself, not one the browser adds
-	}
+// noRoute is originRoute's "answered already".
+var noRoute = &target{}
+
+// originRoute finds the route of a request with Origins set, or answers it (noRoute).
+//
+// On a workspace host only that host's own routes are looked up: a route of another workspace
+// whose prefix nests inside this one's ("/ws/jane/demo/static/", claimed by a tenant's path
+// annotation) must not serve its pages, or a redirect to them, in this origin. Nothing else is
+// served there: 404, before any authentication, so a page of this host cannot probe which other
+// workspaces its viewer may open. A request that carries the login cookie must come from this
+// host's own pages (crossSiteUse).
+//
+// On any other host (the apex, an internal name) a workspace's route is served only to a bearer
+// token; a browser's request is sent to the route's host (misdirected).
+func (p *Proxy) originRoute(w http.ResponseWriter, r *http.Request, clean string) *target {
 	o := p.opts.Origins
-	host := o.HostFor(t.ws.namespace, t.ws.id, t.kind == kindPreview)
-	if o.NormalizeHost(r.Host) != host {
-		p.misdirected(w, r, t, clean, host)
-		return false
+	_, bearer := r.Header["Authorization"] // a token the client sends itself, not one the browser adds
+	if !o.Under(r.Host) {
+		t := p.router.lookup(clean)
+		if t == nil || bearer {
+			return t
+		}
+		p.misdirected(w, r, t, clean, p.hostOf(t))
+		return noRoute
 	}
-	if t.public {
-		return true // no credential is used: the login cookie is stripped like every other
+	host := o.NormalizeHost(r.Host)
+	t := p.router.lookupWhere(clean, func(t *target) bool { return p.hostOf(t) == host })
+	if t == nil {
+		if rt := p.router.route(clean + "/"); !strings.HasSuffix(clean, "/") && rt != nil && p.hostOf(rt) == host {
+			return nil // serveNoRoute: this host's prefix without its slash
+		}
+		http.Error(w, "404 Not Found: "+host+" serves one workspace route, and nothing at "+clean, http.StatusNotFound)
+		return noRoute
+	}
+	if bearer || t.public {
+		return t // no ambient credential is used: the login cookie is stripped like every other
+	}
+	if _, cookie, _ := cookieValue(r.Header["Cookie"], p.cookieName); !cookie {
+		return t // nothing ambient: authentication answers 401, or sends a navigation to the login
 	}
 	wholeHeader(w, r) // the fetch metadata fields are lazy (quickheader.go)
 	if why := crossSiteUse(r.Header, r.Method, o.Scheme+"://"+host, p.opts.AllowedOrigins); why != "" {
-		p.log.Info("request refused: sent by a page of another origin", "why", why, "host", r.Host, "path", clean, "remote", r.RemoteAddr)
-		http.Error(w, "403 Forbidden: a page of another origin sent this request ("+why+") with your login cookie; open "+o.Scheme+"://"+host+t.prefix+" itself", http.StatusForbidden)
-		return false
+		p.log.Info("request refused: not sent by the workspace's own pages", "why", why, "host", r.Host, "path", clean, "remote", r.RemoteAddr)
+		http.Error(w, "403 Forbidden: "+why+"; open "+o.Scheme+"://"+host+t.prefix+" itself", http.StatusForbidden)
+		return noRoute
 	}
-	return true
+	return t
 }
 
-// misdirected answers a request for route t on another host than t's own: after the same checks
-// as a request on t's host (so it tells a caller no more than that would), GET and HEAD are
-// redirected to t's host, and anything else gets 421: a form or a script must not be moved to
-// another origin behind the browser's back.
+// hostOf is the host that serves t (Origins set).
+func (p *Proxy) hostOf(t *target) string {
+	return p.opts.Origins.HostFor(t.ws.namespace, t.ws.id, t.kind == kindPreview)
+}
+
+// misdirected answers a browser's request for route t on a host that serves no workspace (the
+// apex, an internal name), where no workspace page runs: after the same checks as a request on
+// t's host (so it tells a caller no more than that would), GET and HEAD are redirected to t's
+// host, and anything else gets 421: a form must not be moved to another origin behind the
+// browser's back.
 func (p *Proxy) misdirected(w http.ResponseWriter, r *http.Request, t *target, clean, host string) {
 	wholeHeader(w, r)
 	if !t.public {
@@ -82,28 +112,35 @@ func (p *Proxy) misdirected(w http.ResponseWriter, r *http.Request, t *target, c
 	http.Error(w, "421 Misdirected Request: workspace "+t.ws.id+" is served at "+p.opts.Origins.Scheme+"://"+host+": send the request there", http.StatusMisdirectedRequest)
 }
 
-// crossSiteUse says why a request that carries a workspace host's login cookie was sent by a page
-// of another origin, or "" when it was not: fetch metadata first (Sec-Fetch-Site), then Origin for
-// browsers without it. A top-level or frame navigation by GET is let through, as a link from the
-// UI or a bookmark is one: the page it opens is this host's own, and the page that opened it
-// cannot read it. Origins listed in allowed (--proxy-allowed-origins) are let through.
+// crossSiteUse says why a request that carries a workspace host's login cookie is not known to
+// come from that host's own pages, or "" when it is. Fetch metadata decides (every current browser
+// sends it to https and localhost origins): Sec-Fetch-Site same-origin, or none (the person typed
+// the address or opened a bookmark), or a top-level GET navigation from elsewhere (a link, the UI's
+// Open button: the page it opens is this host's own, and the page that opened it cannot read it).
+// A frame from another origin is refused: it could trick the viewer into clicking or typing in
+// the workspace (clickjacking). Without fetch metadata only a WebSocket handshake whose Origin is
+// this host passes (browsers always send Origin there): a script or an image of another page would
+// carry the cookie too, and nothing would tell them apart. An origin in allowed
+// (--proxy-allowed-origins, "*" for any) may open WebSockets with the cookie, as without Origins.
 func crossSiteUse(h http.Header, method, own string, allowed []string) string {
 	origin := headerFirst(h, "Origin")
-	if origin != "" && listedOrigin(origin, allowed) {
+	if headerFirst(h, "Upgrade") != "" && origin != "" && (strings.EqualFold(origin, own) || listedOrigin(origin, allowed)) {
 		return ""
 	}
 	switch site := headerFirst(h, "Sec-Fetch-Site"); site {
-	case "", "same-origin", "none":
+	case "same-origin", "none":
+		if origin != "" && !strings.EqualFold(origin, own) {
+			return "the request's Origin is " + origin // "null" too: a sandboxed frame
+		}
+		return ""
+	case "":
+		return "the browser sent no fetch metadata (Sec-Fetch-Site), so a request another page made cannot be told apart: use a current browser over https, or a bearer token"
 	default: // same-site, cross-site, or a value this code does not know
-		if headerFirst(h, "Sec-Fetch-Mode") == "navigate" && (method == http.MethodGet || method == http.MethodHead) {
+		if headerFirst(h, "Sec-Fetch-Mode") == "navigate" && headerFirst(h, "Sec-Fetch-Dest") == "document" && (method == http.MethodGet || method == http.MethodHead) {
 			return ""
 		}
-		return "Sec-Fetch-Site: " + site
+		return "a page of another origin sent this request with your login cookie (Sec-Fetch-Site: " + site + ", Sec-Fetch-Dest: " + headerFirst(h, "Sec-Fetch-Dest") + ")"
 	}
-	if origin != "" && !strings.EqualFold(origin, own) {
-		return "Origin: " + origin // "null" too: a sandboxed frame or a page that hid its origin
-	}
-	return ""
 }
 
 // listedOrigin reports whether origin is one of allowed, or allowed holds "*".

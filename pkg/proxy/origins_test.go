@@ -16,11 +16,14 @@ import (
 )
 
 // originsProxy is a proxy with per-workspace origins under https://ws.example.com, routing jane's
-// demo (its preview public) and bob's other to one backend, which counts what reaches it.
+// demo (its preview public) and bob's other to one backend, which counts what reaches it, and
+// mallory's evil, whose public preview claims a path inside jane's workspace, to another.
 type originsProxy struct {
 	p       *Proxy
 	o       *workspace.Origins
 	reached *atomic.Int64
+	// evilReached counts the requests that reached mallory's pod.
+	evilReached *atomic.Int64
 	// demo, preview and other are the hosts of jane's demo, its preview and bob's other.
 	demo, preview, other string
 }
@@ -34,6 +37,13 @@ func newOriginsProxy(t *testing.T) *originsProxy {
 	}))
 	t.Cleanup(backend.Close)
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
+	var evilReached atomic.Int64
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		evilReached.Add(1)
+		_, _ = w.Write([]byte("alert(document.cookie)"))
+	}))
+	t.Cleanup(evil.Close)
+	evilHost, evilPort, _ := net.SplitHostPort(strings.TrimPrefix(evil.URL, "http://"))
 	o, err := workspace.ParseOrigins("https://ws.example.com")
 	if err != nil {
 		t.Fatal(err)
@@ -45,8 +55,13 @@ func newOriginsProxy(t *testing.T) *originsProxy {
 	t.Cleanup(p.transport.CloseIdleConnections)
 	p.PodChanged(podAt("jane", "demo", host, port, true))
 	p.PodChanged(podAt("bob", "other", host, port, false))
+	// A tenant's path annotation can claim a prefix inside another workspace's (the admission
+	// policy refuses it only where it is bound): the longest prefix wins the path.
+	squat := podAt("mallory", "evil", evilHost, evilPort, true)
+	squat.Annotations[workspace.AnnPreviewPath] = "/ws/jane/demo/static/"
+	p.PodChanged(squat)
 	return &originsProxy{
-		p: p, o: o, reached: &reached,
+		p: p, o: o, reached: &reached, evilReached: &evilReached,
 		demo:    o.HostFor("default", "demo", false),
 		preview: o.HostFor("default", "demo", true),
 		other:   o.HostFor("default", "other", false),
@@ -69,9 +84,12 @@ func (op *originsProxy) do(method, host, target string, form url.Values, hdr map
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	before := op.reached.Load()
+	before, evilBefore := op.reached.Load(), op.evilReached.Load()
 	w := httptest.NewRecorder()
 	op.p.ServeHTTP(w, req)
+	if op.evilReached.Load() != evilBefore {
+		panic("a request to " + host + target + " reached the pod that claims a path inside another workspace")
+	}
 	return w, op.reached.Load() != before
 }
 
@@ -102,8 +120,10 @@ func TestOriginsServeAWorkspaceOnlyToItsOwnHostsPages(t *testing.T) {
 		{"its own page's fetch", "GET", op.demo, "/ws/jane/demo/x", withCookie(map[string]string{"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}), 200, ""},
 		{"its own page's form post", "POST", op.demo, "/ws/jane/demo/x", withCookie(map[string]string{"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "navigate", "Origin": demoOrigin}), 200, ""},
 		{"a bookmark or a typed address", "GET", op.demo, "/ws/jane/demo/", withCookie(map[string]string{"Sec-Fetch-Site": "none", "Sec-Fetch-Mode": "navigate"}), 200, ""},
-		{"a link from another site's page", "GET", op.demo, "/ws/jane/demo/", withCookie(map[string]string{"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "navigate"}), 200, ""},
-		{"a browser without fetch metadata, no Origin", "GET", op.demo, "/ws/jane/demo/", withCookie(nil), 200, ""},
+		{"a link from another site's page", "GET", op.demo, "/ws/jane/demo/", withCookie(map[string]string{"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}), 200, ""},
+		{"its own page's script, in a path another workspace claims", "GET", op.demo, "/ws/jane/demo/static/app.js", withCookie(map[string]string{"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "script"}), 200, ""},
+		{"another workspace's page framing it (clickjacking)", "GET", op.demo, "/ws/jane/demo/", withCookie(map[string]string{"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "iframe"}), 403, ""},
+		{"a browser without fetch metadata: a script or an image of any page looks the same", "GET", op.demo, "/ws/jane/demo/", withCookie(nil), 403, ""},
 		{"another workspace's page fetching it", "GET", op.demo, "/ws/jane/demo/secret", withCookie(map[string]string{"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "cors", "Origin": otherOrigin}), 403, ""},
 		{"another workspace's page opening its WebSocket", "GET", op.demo, "/ws/jane/demo/term", withCookie(map[string]string{"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "websocket", "Origin": otherOrigin}), 403, ""},
 		{"another workspace's page posting a form to it", "POST", op.demo, "/ws/jane/demo/run", withCookie(map[string]string{"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "navigate", "Origin": otherOrigin}), 403, ""},
@@ -111,10 +131,14 @@ func TestOriginsServeAWorkspaceOnlyToItsOwnHostsPages(t *testing.T) {
 		{"an old browser, another Origin", "POST", op.demo, "/ws/jane/demo/run", withCookie(map[string]string{"Origin": otherOrigin}), 403, ""},
 		{"a sandboxed frame (Origin null)", "POST", op.demo, "/ws/jane/demo/run", withCookie(map[string]string{"Origin": "null"}), 403, ""},
 		{"its path on the apex host", "GET", "ws.example.com", "/ws/jane/demo/x?y=1", withCookie(nil), 307, demoOrigin + "/ws/jane/demo/x?y=1"},
-		{"its path on another workspace's host", "GET", op.other, "/ws/jane/demo/secret", withCookie(map[string]string{"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}), 307, demoOrigin + "/ws/jane/demo/secret"},
-		{"a post to its path on another workspace's host", "POST", op.other, "/ws/jane/demo/run", withCookie(map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": otherOrigin}), 421, ""},
+		{"its path on another workspace's host", "GET", op.other, "/ws/jane/demo/secret", withCookie(map[string]string{"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}), 404, ""},
+		{"its path on another workspace's host, anonymous (no probing)", "GET", op.other, "/ws/jane/demo/", nil, 404, ""},
+		{"a post to its path on another workspace's host", "POST", op.other, "/ws/jane/demo/run", withCookie(map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": otherOrigin}), 404, ""},
+		{"a post to its path on the apex", "POST", "ws.example.com", "/ws/jane/demo/run", withCookie(nil), 421, ""},
 		{"its path on a host outside the domain", "GET", "proxy.internal:8091", "/ws/jane/demo/", withCookie(nil), 307, demoOrigin + "/ws/jane/demo/"},
-		{"its preview on the workspace's host", "GET", op.demo, "/preview/jane/demo/", nil, 307, "https://" + op.preview + "/preview/jane/demo/"},
+		{"its preview on the workspace's host", "GET", op.demo, "/preview/jane/demo/", nil, 404, ""},
+		{"its preview on the apex", "GET", "ws.example.com", "/preview/jane/demo/", nil, 307, "https://" + op.preview + "/preview/jane/demo/"},
+		{"its prefix without the slash", "GET", op.demo, "/ws/jane/demo", withCookie(nil), 308, "/ws/jane/demo/"},
 		{"its public preview on the preview's host, anonymous", "GET", op.preview, "/preview/jane/demo/", nil, 200, ""},
 		{"a program's bearer token on any host", "POST", "proxy.internal:8091", "/ws/jane/demo/api", map[string]string{"Authorization": "Bearer good", "Origin": otherOrigin}, 200, ""},
 		{"a navigation without a login goes to the apex's login", "GET", op.demo, "/ws/jane/demo/x?y=1", map[string]string{"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Site": "none"}, 303,
@@ -149,6 +173,16 @@ func TestOriginsLoginHappensOnTheApexAndIsHandedToTheWorkspaceHost(t *testing.T)
 		want := apex + "/_nogoo9/login?next=" + url.QueryEscape("https://"+op.demo+"/ws/jane/demo/")
 		if w.Code != http.StatusSeeOther || w.Header().Get("Location") != want || strings.Contains(w.Body.String(), "<form") {
 			t.Fatalf("%d Location %q body %q, want 303 to %q and no form", w.Code, w.Header().Get("Location"), w.Body.String(), want)
+		}
+	})
+	t.Run("another name of the proxy sends its login to the apex", func(t *testing.T) {
+		w, _ := op.do("GET", "proxy.internal:8091", "/_nogoo9/login?next=%2Fws%2F", nil, nil)
+		if w.Code != http.StatusSeeOther || w.Header().Get("Location") != apex+"/_nogoo9/login?next=%2Fws%2F" {
+			t.Fatalf("%d Location %q, want 303 to the apex's login", w.Code, w.Header().Get("Location"))
+		}
+		w, _ = op.do("POST", "proxy.internal:8091", "/_nogoo9/login", url.Values{"token": {"good"}}, map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "https://proxy.internal:8091"})
+		if w.Code != http.StatusMisdirectedRequest || cookieNamed(w, CookieName) != nil {
+			t.Fatalf("%d cookie %+v, want 421 and no cookie", w.Code, cookieNamed(w, CookieName))
 		}
 	})
 	t.Run("the apex's form keeps a workspace host's address", func(t *testing.T) {
@@ -229,6 +263,56 @@ func TestOriginsLoginHappensOnTheApexAndIsHandedToTheWorkspaceHost(t *testing.T)
 			t.Fatalf("%d with cookie %+v, want 401 and no cookie", w.Code, cookieNamed(w, CookieName))
 		}
 	})
+}
+
+func TestCrossSiteUse(t *testing.T) {
+	own := "https://demo-x.ws.example.com"
+	allowed := []string{"https://ide.example.com"}
+	for _, tc := range []struct {
+		name   string
+		method string
+		hdr    map[string]string
+		pass   bool
+	}{
+		{"same-origin fetch", "GET", map[string]string{"Sec-Fetch-Site": "same-origin"}, true},
+		{"same-origin post with its Origin", "POST", map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": own}, true},
+		{"same-origin with another Origin", "POST", map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "https://other.ws.example.com"}, false},
+		{"typed address", "GET", map[string]string{"Sec-Fetch-Site": "none", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}, true},
+		{"link from another site", "GET", map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}, true},
+		{"form post from another site", "POST", map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}, false},
+		{"frame from a sibling host", "GET", map[string]string{"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "iframe"}, false},
+		{"image from a sibling host", "GET", map[string]string{"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}, false},
+		{"an unknown Sec-Fetch-Site", "GET", map[string]string{"Sec-Fetch-Site": "same-planet"}, false},
+		{"WebSocket from its own page, with metadata", "GET", map[string]string{"Upgrade": "websocket", "Origin": own, "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "websocket"}, true},
+		{"WebSocket from its own page, no metadata", "GET", map[string]string{"Upgrade": "websocket", "Origin": own}, true},
+		{"WebSocket from a sibling host", "GET", map[string]string{"Upgrade": "websocket", "Origin": "https://other.ws.example.com", "Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "websocket"}, false},
+		{"WebSocket from a sibling host, no metadata", "GET", map[string]string{"Upgrade": "websocket", "Origin": "https://other.ws.example.com"}, false},
+		{"WebSocket from an allowed origin", "GET", map[string]string{"Upgrade": "websocket", "Origin": "https://ide.example.com", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "websocket"}, true},
+		{"a fetch from an allowed origin (only WebSockets are)", "POST", map[string]string{"Origin": "https://ide.example.com", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"}, false},
+		{"no metadata, no Origin", "GET", nil, false},
+	} {
+		h := http.Header{}
+		for k, v := range tc.hdr {
+			h.Set(k, v)
+		}
+		if why := crossSiteUse(h, tc.method, own, allowed); (why == "") != tc.pass {
+			t.Errorf("%s: crossSiteUse = %q, want pass %v", tc.name, why, tc.pass)
+		}
+	}
+}
+
+// TestALoginCookieIsReadOnlyUnderItsOwnName: a page can set a cookie whose name is the login
+// cookie's behind a Unicode space (no prefix rules then apply: any path, Domain= a parent); the
+// browser sends it with the space, and strings.TrimSpace would have read it as the login cookie.
+func TestALoginCookieIsReadOnlyUnderItsOwnName(t *testing.T) {
+	for _, line := range []string{"\u2000" + CookieName + "=attacker", "\u00a0" + CookieName + "=attacker", "\u3000" + CookieName + "=attacker; a=b"} {
+		if v, found, _ := cookieValue([]string{line}, CookieName); found {
+			t.Errorf("cookieValue(%q) found the login cookie %q", line, v)
+		}
+	}
+	if v, found, _ := cookieValue([]string{"a=b;\t " + CookieName + "=good "}, CookieName); !found || v != "good" {
+		t.Errorf("the login cookie after a tab and a space: %q, %v", v, found)
+	}
 }
 
 func checkHandoff(t *testing.T, w *httptest.ResponseRecorder, origin, next string) {

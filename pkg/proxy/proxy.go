@@ -175,13 +175,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	clean := cleanPath(r.URL.Path)
-	t := p.router.lookup(clean)
+	var t *target
+	if p.opts.Origins == nil {
+		t = p.router.lookup(clean)
+	} else if t = p.originRoute(w, r, clean); t == noRoute {
+		return // answered
+	}
 	if t == nil {
 		wholeHeader(w, r)
 		p.serveNoRoute(w, r, clean)
-		return
-	}
-	if p.opts.Origins != nil && !p.originChecks(w, r, t, clean) {
 		return
 	}
 	if !t.public {
@@ -660,7 +662,10 @@ func cookieValue(lines []string, name string) (value string, found, ambiguous bo
 		for line != "" {
 			var part string
 			part, line, _ = strings.Cut(line, ";")
-			k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+			// Only the blanks a Cookie header may hold: strings.TrimSpace would also cut Unicode
+			// spaces, and a page can set "\u2000__Host-nogoo9_token" (no prefix rules, so with
+			// Domain= or on a path) that would then read as the login cookie.
+			k, v, ok := strings.Cut(trimBlanks(part), "=")
 			if !ok || k != name {
 				continue
 			}

@@ -69,6 +69,14 @@ func (r *router) lookup(p string) *target {
 	return t
 }
 
+// lookupWhere is the table's lookupWhere under the read lock.
+func (r *router) lookupWhere(p string, keep func(*target) bool) *target {
+	r.tmu.RLock()
+	t := r.tbl.lookupWhere(p, keep)
+	r.tmu.RUnlock()
+	return t
+}
+
 // route is the target of exactly prefix, or nil (for the redirect of "/ws/u/id" to "/ws/u/id/").
 func (r *router) route(prefix string) *target {
 	r.tmu.RLock()

@@ -278,6 +278,23 @@ func (t *table) lookup(p string) *target {
 	return best
 }
 
+// lookupWhere is lookup among the targets for which keep is true: the longest prefix of p whose
+// target keeps, or nil.
+func (t *table) lookupWhere(p string, keep func(*target) bool) *target {
+	var best *target
+	depth := 0
+	for i := 0; i < len(p) && depth < t.maxDepth; i++ {
+		if p[i] != '/' {
+			continue
+		}
+		depth++
+		if tg, ok := t.routes[p[:i+1]]; ok && keep(tg) {
+			best = tg
+		}
+	}
+	return best
+}
+
 func depthOf(prefix string) int { return strings.Count(prefix, "/") }
 
 // wins reports whether a should own a prefix that b claims too: the older workspace keeps it, so a

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/url"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Origins is where the proxy serves each workspace on its own web origin (--proxy-workspace-domain):
@@ -46,6 +48,11 @@ func ParseOrigins(raw string) (*Origins, error) {
 		}
 	}
 	host := strings.ToLower(name)
+	if u.Scheme == "http" && host != "localhost" && !strings.HasSuffix(host, ".localhost") {
+		// Browsers send fetch metadata (Sec-Fetch-Site), which the proxy needs to tell a
+		// workspace's own requests from another page's, only to https and localhost origins.
+		return nil, bad("plain http is for development only, on localhost or a name ending in .localhost (browsers resolve those to loopback and send fetch metadata there); use https")
+	}
 	if port != "" && port != defaultPort(u.Scheme) {
 		host += ":" + port
 	}
@@ -110,10 +117,10 @@ func (o *Origins) NormalizeHost(host string) string {
 	return strings.TrimSuffix(host, ".")
 }
 
-// Under reports whether host (a Host header) is one label below the apex: a workspace route's
-// host, whether or not any workspace has that label.
+// Under reports whether host (a Host header) is one DNS label (RFC 1123: letters, digits and
+// hyphens) below the apex: a workspace route's host, whether or not any workspace has that label.
 func (o *Origins) Under(host string) bool {
 	h := o.NormalizeHost(host)
 	label, ok := strings.CutSuffix(h, "."+o.Host)
-	return ok && label != "" && !strings.ContainsAny(label, ".:")
+	return ok && len(validation.IsDNS1123Label(label)) == 0
 }

@@ -8,7 +8,7 @@ import (
 )
 
 func TestParseOriginsSaysWhatToWrite(t *testing.T) {
-	for _, raw := range []string{"ws.example.com", "ftp://ws.example.com", "https://ws.example.com/path", "https://1.2.3.4", "https://[::1]", "https://*.ws.example.com", "https://u@ws.example.com", "https://ws..example.com", "https://ws.example.com?x=1", "https://" + strings.Repeat("a.", 100) + "com"} {
+	for _, raw := range []string{"ws.example.com", "ftp://ws.example.com", "https://ws.example.com/path", "https://1.2.3.4", "https://[::1]", "https://*.ws.example.com", "https://u@ws.example.com", "https://ws..example.com", "https://ws.example.com?x=1", "http://ws.example.com", "http://127.0.0.1.localhost.evil", "https://" + strings.Repeat("a.", 100) + "com"} {
 		if _, err := ParseOrigins(raw); err == nil || !strings.Contains(err.Error(), "--proxy-workspace-domain") || !strings.Contains(err.Error(), "https://ws.example.com") {
 			t.Errorf("ParseOrigins(%q) = %v, want an error naming the flag and an example", raw, err)
 		}
@@ -17,6 +17,7 @@ func TestParseOriginsSaysWhatToWrite(t *testing.T) {
 		"https://WS.Example.com:443/":  {Scheme: "https", Host: "ws.example.com"},
 		"https://ws.example.com:8443":  {Scheme: "https", Host: "ws.example.com:8443"},
 		"http://ws.localhost:80":       {Scheme: "http", Host: "ws.localhost"},
+		"http://localhost:8091":        {Scheme: "http", Host: "localhost:8091"},
 		"http://ws.localhost:8091":     {Scheme: "http", Host: "ws.localhost:8091"},
 		"https://workspaces.corp.test": {Scheme: "https", Host: "workspaces.corp.test"},
 	} {
@@ -72,6 +73,9 @@ func TestUnderIsOneLabelBelowTheApex(t *testing.T) {
 		"evilws.example.com":           false,
 		".ws.example.com":              false,
 		"127.0.0.1:8091":               false,
+		"demo_x.ws.example.com":        false,
+		"-demo.ws.example.com":         false,
+		"demo<x.ws.example.com":        false,
 	} {
 		if got := o.Under(host); got != want {
 			t.Errorf("Under(%q) = %v, want %v", host, got, want)
