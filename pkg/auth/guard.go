@@ -25,16 +25,10 @@ type GuardOptions struct {
 	// MaxEntries bounds each of the two caches (the verified one holds the known-good tokens);
 	// default 10000. A full cache evicts its expired entries first.
 	MaxEntries int
-	// ClientFailures per second (burst ClientBurst) may reach the verifier from one client
-	// address; defaults 1 and 10.
-	ClientFailures float64
-	ClientBurst    int
-	// Failures per second (burst Burst) may reach the verifier from all clients together;
-	// defaults 10 and 50.
-	Failures float64
-	Burst    int
-	// MaxClients bounds the per-client limiters kept; default 10000 (see FailureLimiter).
-	MaxClients int
+	// Limits bound the checks that may fail and reach the verifier, per client address and from
+	// all together (FailureLimits' defaults: 1 a second, burst 10, per client; 10, burst 50, in
+	// all). Their clock is Now.
+	Limits FailureLimits
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -97,10 +91,11 @@ func NewGuard(inner Authenticator, o GuardOptions) *Guard {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	limits := o.Limits
+	limits.Now = o.Now
 	return &Guard{
 		inner: inner, o: o,
-		failures: NewFailureLimiter(FailureLimits{ClientFailures: o.ClientFailures, ClientBurst: o.ClientBurst,
-			Failures: o.Failures, Burst: o.Burst, MaxClients: o.MaxClients, Now: o.Now}),
+		failures: NewFailureLimiter(limits),
 		ok: map[[32]byte]okEntry{}, bad: map[[32]byte]badEntry{}, inflight: map[[32]byte]*flight{},
 	}
 }

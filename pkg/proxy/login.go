@@ -117,9 +117,7 @@ func (p *Proxy) serveLogin(w http.ResponseWriter, r *http.Request) {
 	if !p.sameOrigin(w, r) {
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "400 Bad Request: the login form could not be read: "+err.Error(), http.StatusBadRequest)
+	if !readLoginForm(w, r) {
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))
@@ -146,6 +144,17 @@ func (p *Proxy) serveLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", next)
 	w.WriteHeader(http.StatusSeeOther)
+}
+
+// readLoginForm reads a login form's body, at most maxLoginForm bytes, into r.PostForm, or answers
+// 400 and returns false.
+func readLoginForm(w http.ResponseWriter, r *http.Request) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "400 Bad Request: the login form could not be read: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
 }
 
 func (p *Proxy) showLogin(w http.ResponseWriter, code int, next, msg string) {

@@ -251,9 +251,7 @@ func (p *Proxy) serveHostLogin(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "403 Forbidden: a workspace host takes a login only from "+o.Apex()+ReservedPrefix+"login; log in there", http.StatusForbidden)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "400 Bad Request: the login form could not be read: "+err.Error(), http.StatusBadRequest)
+	if !readLoginForm(w, r) {
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))

@@ -263,23 +263,10 @@ type table struct {
 
 // lookup returns the target of the longest prefix of p (a cleaned path), or nil. Candidate
 // prefixes are substrings of p, so nothing is allocated.
-func (t *table) lookup(p string) *target {
-	var best *target
-	depth := 0
-	for i := 0; i < len(p) && depth < t.maxDepth; i++ {
-		if p[i] != '/' {
-			continue
-		}
-		depth++
-		if tg, ok := t.routes[p[:i+1]]; ok {
-			best = tg
-		}
-	}
-	return best
-}
+func (t *table) lookup(p string) *target { return t.lookupWhere(p, nil) }
 
-// lookupWhere is lookup among the targets for which keep is true: the longest prefix of p whose
-// target keeps, or nil.
+// lookupWhere is lookup among the targets for which keep (nil: every target) is true: the
+// longest prefix of p whose target keeps, or nil.
 func (t *table) lookupWhere(p string, keep func(*target) bool) *target {
 	var best *target
 	depth := 0
@@ -288,7 +275,7 @@ func (t *table) lookupWhere(p string, keep func(*target) bool) *target {
 			continue
 		}
 		depth++
-		if tg, ok := t.routes[p[:i+1]]; ok && keep(tg) {
+		if tg, ok := t.routes[p[:i+1]]; ok && (keep == nil || keep(tg)) {
 			best = tg
 		}
 	}
