@@ -96,7 +96,7 @@ func NewGuard(inner Authenticator, o GuardOptions) *Guard {
 	return &Guard{
 		inner: inner, o: o,
 		failures: NewFailureLimiter(limits),
-		ok: map[[32]byte]okEntry{}, bad: map[[32]byte]badEntry{}, inflight: map[[32]byte]*flight{},
+		ok:       map[[32]byte]okEntry{}, bad: map[[32]byte]badEntry{}, inflight: map[[32]byte]*flight{},
 	}
 }
 

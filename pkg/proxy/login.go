@@ -40,7 +40,7 @@ func (p *Proxy) serveOwn(w http.ResponseWriter, r *http.Request) {
 }
 
 var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><meta name="referrer" content="no-referrer"><title>nogoo9 login</title></head>
+<html><head><meta charset="utf-8"><meta name="referrer" content="same-origin"><title>nogoo9 login</title></head>
 <body><h1>nogoo9</h1>{{if .Error}}<p role="alert">{{.Error}}</p>{{end}}
 <form method="post" action="login"><input type="hidden" name="next" value="{{.Next}}">
 <label>Token <input type="password" name="token" autocomplete="off" required></label>
@@ -48,7 +48,7 @@ var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
 `))
 
 var logoutPage = template.Must(template.New("logout").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><meta name="referrer" content="no-referrer"><title>nogoo9 logout</title></head>
+<html><head><meta charset="utf-8"><meta name="referrer" content="same-origin"><title>nogoo9 logout</title></head>
 <body><h1>nogoo9</h1><form method="post" action="logout"><button type="submit">Log out</button></form></body></html>
 `))
 
@@ -57,7 +57,10 @@ var logoutPage = template.Must(template.New("logout").Parse(`<!doctype html>
 func ownPageHeaders(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: with no-referrer a browser posts the form with "Origin: null",
+	// and one that sends no fetch metadata (plain http to a name other than localhost, older
+	// browsers) then had its own login refused as cross-origin. Other sites still get no Referer.
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Content-Security-Policy", "frame-ancestors 'none'")
 }

@@ -153,18 +153,23 @@ func listedOrigin(origin string, allowed []string) bool {
 	return false
 }
 
-// loginRedirect sends a browser's navigation without a valid login on a workspace host to the
-// apex's login form, which comes back here. It reports false (nothing written) for anything else.
+// loginRedirect sends a browser's navigation without a valid login to the apex's login form, which
+// comes back to the address asked for. It reports false (nothing written) for anything else.
 func (p *Proxy) loginRedirect(w http.ResponseWriter, r *http.Request) bool {
 	o := p.opts.Origins
-	if o == nil || !o.Under(r.Host) || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+	if o == nil || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
 		return false
 	}
 	wholeHeader(w, r)
 	if mode := headerFirst(r.Header, "Sec-Fetch-Mode"); mode != "navigate" && (mode != "" || !strings.Contains(headerFirst(r.Header, "Accept"), "text/html")) {
 		return false // a script's request or a program's: the 401 says why
 	}
-	back := o.Scheme + "://" + o.NormalizeHost(r.Host) + safeNext(r.URL.RequestURI())
+	// Back to the address asked for; on the apex or another name of the proxy, to its path on the
+	// apex, which then sends the browser on to the workspace's host.
+	back := safeNext(r.URL.RequestURI())
+	if o.Under(r.Host) {
+		back = o.Scheme + "://" + o.NormalizeHost(r.Host) + back
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, o.Apex()+ReservedPrefix+"login?next="+url.QueryEscape(back), http.StatusSeeOther)
 	return true

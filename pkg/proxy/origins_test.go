@@ -144,6 +144,8 @@ func TestOriginsServeAWorkspaceOnlyToItsOwnHostsPages(t *testing.T) {
 		{"a navigation without a login goes to the apex's login", "GET", op.demo, "/ws/jane/demo/x?y=1", map[string]string{"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Site": "none"}, 303,
 			"https://ws.example.com/_nogoo9/login?next=" + url.QueryEscape(demoOrigin+"/ws/jane/demo/x?y=1")},
 		{"a script without a login gets 401", "GET", op.demo, "/ws/jane/demo/x", map[string]string{"Sec-Fetch-Mode": "cors", "Sec-Fetch-Site": "same-origin"}, 401, ""},
+		{"a navigation to its path on the apex without a login goes to the apex's login", "GET", "ws.example.com", "/ws/jane/demo/x", map[string]string{"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Site": "none"}, 303,
+			"https://ws.example.com/_nogoo9/login?next=" + url.QueryEscape("/ws/jane/demo/x")},
 		{"another user's workspace on its own host", "GET", op.other, "/ws/bob/other/", withCookie(map[string]string{"Sec-Fetch-Site": "none", "Sec-Fetch-Mode": "navigate"}), 403, ""},
 	}
 	for _, tc := range tests {
