@@ -521,6 +521,7 @@ func uiSetup(ctx context.Context, mgr ctrl.Manager, o options, authn auth.Authen
 		c.OIDC = ui.OIDCConfig{
 			IssuerURL: o.auth.OIDC.IssuerURL, ClientID: o.auth.OIDC.ClientID, CAFile: o.auth.OIDC.CAFile,
 			RedirectURL: o.ui.oidcRedirectURL, Scopes: splitList(o.ui.oidcScopes),
+			TrustedProxies: o.auth.TrustedProxies(),
 		}
 		if o.ui.oidcSecretFile != "" {
 			b, err := os.ReadFile(o.ui.oidcSecretFile)

@@ -85,17 +85,23 @@ func authenticate(r *http.Request, verify func(context.Context, string) (*Caller
 	if err != nil {
 		return nil, err
 	}
-	return verify(WithClientAddr(r.Context(), r.RemoteAddr), token)
+	return verify(WithClient(r.Context(), r), token)
 }
 
 type clientKey struct{}
+
+// peer is what WithClient and WithClientAddr put in a context.
+type peer struct {
+	remote       string
+	forwardedFor []string
+}
 
 // WithClientAddr returns a copy of ctx that names the client (an http.Request's RemoteAddr)
 // whose token is checked next: a Guard limits failed checks per client. The port is dropped, an
 // IPv4-mapped IPv6 address counts as its IPv4 address, and an IPv6 address counts as its /64 (one
 // host commonly holds a whole /64, and could otherwise send from as many addresses as it likes).
 func WithClientAddr(ctx context.Context, remoteAddr string) context.Context {
-	return context.WithValue(ctx, clientKey{}, ClientKey(remoteAddr))
+	return context.WithValue(ctx, clientKey{}, peer{remote: remoteAddr})
 }
 
 // ClientKey is the key of a client's failure bucket (an http.Request's RemoteAddr): see
@@ -117,9 +123,10 @@ func ClientKey(remoteAddr string) string {
 	return ip.String()
 }
 
-func clientFrom(ctx context.Context) string {
-	s, _ := ctx.Value(clientKey{}).(string)
-	return s
+// clientFrom is the key of the client ctx names (WithClient, WithClientAddr), behind trusted.
+func clientFrom(ctx context.Context, trusted TrustedProxies) string {
+	c, _ := ctx.Value(clientKey{}).(peer)
+	return ClientKey(trusted.ClientOf(c.remote, c.forwardedFor))
 }
 
 // MetadataURL returns the absolute URL of the RFC 9728 protected-resource metadata for a request

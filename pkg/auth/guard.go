@@ -29,6 +29,9 @@ type GuardOptions struct {
 	// all together (FailureLimits' defaults: 1 a second, burst 10, per client; 10, burst 50, in
 	// all). Their clock is Now.
 	Limits FailureLimits
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the client the limits
+	// count (TrustedProxies.ClientOf); none: the peer address.
+	TrustedProxies TrustedProxies
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -174,7 +177,7 @@ func (g *Guard) VerifyToken(ctx context.Context, token string) (*Caller, error) 
 		if !known {
 			var settled <-chan struct{}
 			var retryAfter time.Duration
-			if done, settled, retryAfter = g.failures.TryAdmit(clientFrom(ctx)); done == nil {
+			if done, settled, retryAfter = g.failures.TryAdmit(clientFrom(ctx, g.o.TrustedProxies)); done == nil {
 				g.mu.Unlock()
 				if settled == nil {
 					return nil, &Error{Reason: "too many failed token checks recently; try again in a few seconds with a valid token", RetryAfter: retryAfter}

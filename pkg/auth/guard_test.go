@@ -378,7 +378,7 @@ func TestClientAddrKeysIPv6ByPrefix(t *testing.T) {
 		"not-an-address":                "not-an-address",
 		"@":                             "@",
 	} {
-		if got := clientFrom(WithClientAddr(context.Background(), remote)); got != want {
+		if got := clientFrom(WithClientAddr(context.Background(), remote), nil); got != want {
 			t.Errorf("WithClientAddr(%q) keys the client as %q, want %q", remote, got, want)
 		}
 	}

@@ -21,6 +21,8 @@ type Options struct {
 	AuthorizationServer string
 	// audiences is the raw --token-audiences flag.
 	audiences string
+	// trustedProxies is the raw --trusted-proxy-cidrs flag; TrustedProxies reads it.
+	trustedProxies string
 }
 
 // BindFlags registers --auth and the --oidc-* / --admin-group flags on fs.
@@ -34,12 +36,16 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.OIDC.AdminValue, "oidc-admin-value", "", "Value of --oidc-admin-claim (or member of it, for a list) that makes an admin.")
 	fs.StringVar(&o.Kube.AdminGroup, "admin-group", "", "With --auth=kubernetes: members of this group are admins (empty: no admins).")
 	fs.StringVar(&o.audiences, "token-audiences", "", "With --auth=kubernetes: comma-separated audiences a token must be valid for; the TokenReview must confirm one of them (empty: the API server's).")
+	fs.StringVar(&o.trustedProxies, "trusted-proxy-cidrs", "", "Comma-separated CIDRs of the reverse proxies (an ingress) in front of nogoo9: for a request from one of them, the limits on failed logins and token checks count the client X-Forwarded-For names (the right-most address outside these), not the proxy. Empty: the peer address.")
 	fs.StringVar(&o.AuthorizationServer, "authorization-server", "", "Issuer URL announced as authorization server in /.well-known/oauth-protected-resource (empty: --oidc-issuer-url, or with --auth=kubernetes the API server's service-account issuer).")
 }
 
 // Validate checks the flags without any network call, so a mistake stops nogoo9 at start with
 // a message naming the flag and what to do.
 func (o *Options) Validate() error {
+	if _, err := ParseTrustedProxies(o.trustedProxies); err != nil {
+		return err
+	}
 	switch o.Mode {
 	case "oidc":
 		if o.Kube.AdminGroup != "" {
@@ -58,6 +64,12 @@ func (o *Options) Validate() error {
 	}
 }
 
+// TrustedProxies is --trusted-proxy-cidrs, read (Validate reports a bad value).
+func (o *Options) TrustedProxies() TrustedProxies {
+	t, _ := ParseTrustedProxies(o.trustedProxies)
+	return t
+}
+
 // New builds the configured Authenticator, wrapped in a Guard (failed checks are cheap). c is used for TokenReview (--auth=kubernetes).
 func (o *Options) New(ctx context.Context, c client.Client) (Authenticator, error) {
 	if err := o.Validate(); err != nil {
@@ -69,7 +81,7 @@ func (o *Options) New(ctx context.Context, c client.Client) (Authenticator, erro
 		if err != nil {
 			return nil, err
 		}
-		return NewGuard(a, GuardOptions{}), nil
+		return NewGuard(a, GuardOptions{TrustedProxies: o.TrustedProxies()}), nil
 	case "kubernetes":
 		if o.audiences != "" {
 			for _, a := range strings.Split(o.audiences, ",") {
@@ -78,7 +90,7 @@ func (o *Options) New(ctx context.Context, c client.Client) (Authenticator, erro
 				}
 			}
 		}
-		return NewGuard(NewKubernetes(c, o.Kube), GuardOptions{}), nil
+		return NewGuard(NewKubernetes(c, o.Kube), GuardOptions{TrustedProxies: o.TrustedProxies()}), nil
 	default:
 		return nil, fmt.Errorf("--auth=%q is not a mode: use oidc or kubernetes", o.Mode)
 	}

@@ -210,7 +210,7 @@ func (p *Proxy) sameOrigin(w http.ResponseWriter, r *http.Request) bool {
 // The client's address goes with it: a Guard limits failed checks per client, so one client's
 // garbage tokens never lock the others out.
 func (p *Proxy) verify(r *http.Request, token string) (*auth.Caller, error) {
-	ctx := auth.WithClientAddr(r.Context(), r.RemoteAddr)
+	ctx := auth.WithClient(r.Context(), r)
 	if v, ok := p.authn.(tokenVerifier); ok {
 		return v.VerifyToken(ctx, token)
 	}

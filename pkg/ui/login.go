@@ -86,7 +86,7 @@ func (u *UI) devLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The client's address goes with the token: the Guard limits failed checks per client.
-	caller, err := u.o.Auth.VerifyToken(auth.WithClientAddr(r.Context(), r.RemoteAddr), token)
+	caller, err := u.o.Auth.VerifyToken(auth.WithClient(r.Context(), r), token)
 	if err != nil {
 		ctrl.LoggerFrom(r.Context()).WithName("ui").Info("login refused", "remote", r.RemoteAddr, "reason", err.Error())
 		status, msg := auth.LoginRefused(w, err)

@@ -39,6 +39,9 @@ type OIDCConfig struct {
 	CAFile string
 	// DisplayName labels the login button ("single sign-on" when empty).
 	DisplayName string
+	// TrustedProxies name the client the exchange limits count behind an ingress
+	// (--trusted-proxy-cidrs; the authenticator's Guard reads the same flag).
+	TrustedProxies auth.TrustedProxies
 }
 
 // OIDCLogin is the authorization-code flow with PKCE, state and nonce.
@@ -60,6 +63,7 @@ type OIDCLogin struct {
 	client   *http.Client
 	seal     cipher.AEAD
 	gate     *auth.FailureLimiter
+	trusted  auth.TrustedProxies
 }
 
 // pendingLogin is a login in progress, as sealed in the login cookie.
@@ -121,6 +125,7 @@ func NewOIDCLogin(ctx context.Context, c OIDCConfig) (*OIDCLogin, error) {
 		client:   hc,
 		seal:     newSeal(),
 		gate:     newExchangeGate(time.Now),
+		trusted:  c.TrustedProxies,
 	}, nil
 }
 
@@ -165,10 +170,6 @@ func newExchangeGate(now func() time.Time) *auth.FailureLimiter {
 	return auth.NewFailureLimiter(auth.FailureLimits{ClientFailures: exchangeClientRate, ClientBurst: exchangeClientBurst,
 		Failures: exchangeRate, Burst: exchangeBurst, MaxClients: exchangeMaxClients, Now: now})
 }
-
-// clientAddr is the client a request's RemoteAddr names, as the Guard keys it (the port dropped, an
-// IPv6 address by its /64): behind a reverse proxy, every client is the proxy.
-func clientAddr(remoteAddr string) string { return auth.ClientKey(remoteAddr) }
 
 // newSeal returns AES-256-GCM under a fresh random key: sealed logins are good for this process
 // only, like the sessions they turn into.
@@ -274,7 +275,7 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	// The exchange is the one step that costs the provider a call: it waits for the failure
 	// limits, so a loop of callbacks with made-up codes cannot spend the provider's own rate limit
 	// for this client and break single sign-on for everyone.
-	done, retry, err := o.gate.Admit(r.Context(), clientAddr(r.RemoteAddr))
+	done, retry, err := o.gate.Admit(r.Context(), auth.ClientKey(o.trusted.ClientOf(r.RemoteAddr, r.Header["X-Forwarded-For"])))
 	if done == nil {
 		if err != nil {
 			retry = time.Second // the request ended while it waited: nobody reads this answer
@@ -293,7 +294,7 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The API's authenticator (a Guard) limits its own failures.
-	caller, err := u.o.Auth.VerifyToken(auth.WithClientAddr(ctx, r.RemoteAddr), raw)
+	caller, err := u.o.Auth.VerifyToken(auth.WithClient(ctx, r), raw)
 	if err != nil {
 		fail(http.StatusUnauthorized, "authenticator: "+err.Error(), "Your identity was not accepted by nogoo9; ask an administrator.")
 		return
