@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nogoo9/no-crd/pkg/auth"
 )
 
 // DefaultMaxPerClient is the default cap on concurrent connections from one client IP: far above
@@ -17,7 +19,7 @@ import (
 // address pin a large part of the process's memory.
 const DefaultMaxPerClient = 128
 
-// Listener wraps a net.Listener. Accept hands out at most max connections per client IP at a
+// Listener wraps a net.Listener. Accept hands out at most max connections per client (clientIP) at a
 // time; a connection over the cap gets a short plain-HTTP 429 answer and is closed, and Accept
 // waits for the next one (the server never sees it). A max of 0 or less means no cap.
 type Listener struct {
@@ -89,17 +91,10 @@ func (l *Listener) release(ip string) {
 	l.mu.Unlock()
 }
 
-// clientIP is the IP of addr (the whole address when it has no port).
-func clientIP(addr net.Addr) string {
-	if tcp, ok := addr.(*net.TCPAddr); ok {
-		return tcp.IP.String()
-	}
-	s := addr.String()
-	if host, _, err := net.SplitHostPort(s); err == nil {
-		return host
-	}
-	return s
-}
+// clientIP is the client addr counts as, keyed like the failure limits (auth.ClientKey): an IPv4
+// address, an IPv4-mapped IPv6 address as its IPv4 address, an IPv6 address by its /64 (one host
+// commonly holds a whole /64, and could otherwise open max connections from each of its addresses).
+func clientIP(addr net.Addr) string { return auth.ClientKey(addr.String()) }
 
 // conn gives its slot back when closed (http.Server closes it, or whoever hijacked it).
 type conn struct {

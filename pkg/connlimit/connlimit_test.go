@@ -135,3 +135,21 @@ func TestNoCapWhenMaxIsZero(t *testing.T) {
 		t.Fatalf("rejected %d, want 0", l.Rejected())
 	}
 }
+
+// TestIPv6ClientsAreCappedPerSlash64: one host commonly holds a whole /64, so counting each IPv6
+// address on its own let a client open the cap's connections from every address it has.
+func TestIPv6ClientsAreCappedPerSlash64(t *testing.T) {
+	key := func(ip string) string { return clientIP(&net.TCPAddr{IP: net.ParseIP(ip), Port: 4000}) }
+	if a, b := key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::2"); a != b {
+		t.Errorf("two addresses of one /64 count as %q and %q, want one client", a, b)
+	}
+	if a, b := key("2001:db8:1:2::1"), key("2001:db8:1:3::1"); a == b {
+		t.Errorf("two /64s count as one client %q", a)
+	}
+	if got := key("::ffff:192.0.2.7"); got != "192.0.2.7" {
+		t.Errorf("an IPv4-mapped address counts as %q, want its IPv4 address", got)
+	}
+	if got := key("127.0.0.2"); got != "127.0.0.2" {
+		t.Errorf("an IPv4 address counts as %q", got)
+	}
+}
