@@ -103,7 +103,7 @@ func (p *Proxy) serveLogin(w http.ResponseWriter, r *http.Request) {
 		if origin, path, ok := p.workspaceNext(next); ok {
 			// Logged in here already: straight on to the workspace's host.
 			if token, c := p.cookieLogin(r); c != nil {
-				p.handOff(w, origin, path, token)
+				p.handOff(w, r, origin, path, token)
 				return
 			}
 			p.showLogin(w, http.StatusOK, origin+path, "")
@@ -142,7 +142,7 @@ func (p *Proxy) serveLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, p.cookie(p.cookieName, token, 0, caller.Expiry))
 	if toHost {
-		p.handOff(w, wsOrigin, wsPath, token)
+		p.handOff(w, r, wsOrigin, wsPath, token)
 		return
 	}
 	w.Header().Set("Location", next)
@@ -172,6 +172,9 @@ func (p *Proxy) serveLogout(w http.ResponseWriter, r *http.Request) {
 	ownPageHeaders(w)
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
+		if p.continueLogout(w, r) {
+			return
+		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_ = logoutPage.Execute(w, nil)
 		return
@@ -181,13 +184,17 @@ func (p *Proxy) serveLogout(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "405 Method Not Allowed: log out with POST", http.StatusMethodNotAllowed)
 		return
 	}
-	if !p.sameOrigin(w, r) {
+	fromApex := p.fromApex(r)
+	if !fromApex && !p.sameOrigin(w, r) {
 		return
 	}
 	http.SetCookie(w, p.cookie(p.cookieName, "", -1, time.Time{}))
 	if p.cookieName != InsecureCookieName {
 		// The login cookie's name before the __Host- prefix: clear a leftover one too.
 		http.SetCookie(w, p.cookie(InsecureCookieName, "", -1, time.Time{}))
+	}
+	if p.logOutHosts(w, r, fromApex) {
+		return
 	}
 	w.Header().Set("Location", ReservedPrefix+"login")
 	w.WriteHeader(http.StatusSeeOther)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
 )
@@ -199,22 +200,127 @@ var handoffScriptHash = func() string {
 }()
 
 var handoffPage = template.Must(template.New("handoff").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>nogoo9: opening your workspace</title></head>
-<body><h1>nogoo9</h1><form method="post" action="{{.Action}}"><input type="hidden" name="token" value="{{.Token}}"><input type="hidden" name="next" value="{{.Next}}">
-<p>Opening {{.Origin}}{{.Next}}</p><button type="submit">Continue</button></form><script>` + handoffScript + `</script></body></html>
+<html><head><meta charset="utf-8"><title>nogoo9: {{if .Token}}opening your workspace{{else}}logging out{{end}}</title></head>
+<body><h1>nogoo9</h1><form method="post" action="{{.Action}}">{{if .Token}}<input type="hidden" name="token" value="{{.Token}}"><input type="hidden" name="next" value="{{.Next}}">
+<p>Opening {{.Origin}}{{.Next}}</p>{{else}}<input type="hidden" name="continue" value="1"><p>Logging out of {{.Origin}}</p>{{end}}<button type="submit">Continue</button></form><script>` + handoffScript + `</script></body></html>
 `))
 
-// handOff answers the apex's login (a fresh one, or a valid cookie) for a workspace host: a page
-// that posts the token to that host's login at once. The token is in the page, which only this
-// origin can read: the apex serves no workspace page. Its referrer policy keeps the Origin header
-// of the post (with no-referrer, browsers send "Origin: null"), which the host checks.
-func (p *Proxy) handOff(w http.ResponseWriter, origin, next, token string) {
+// handoffForm answers a page that posts a form to origin's /_nogoo9/ endpoint at once: a login
+// (token and next) or, without a token, a logout that comes back to the apex's.
+func handoffForm(w http.ResponseWriter, origin, endpoint, next, token string) {
 	h := w.Header()
 	h.Set("Referrer-Policy", "strict-origin")
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src "+handoffScriptHash+"; form-action "+origin+"; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
-	_ = handoffPage.Execute(w, struct{ Action, Token, Origin, Next string }{origin + ReservedPrefix + "login", token, origin, next})
+	_ = handoffPage.Execute(w, struct{ Action, Token, Origin, Next string }{origin + ReservedPrefix + endpoint, token, origin, next})
+}
+
+// handOff answers the apex's login (a fresh one, or a valid cookie) for a workspace host: a page
+// that posts the token to that host's login at once. The token is in the page, which only this
+// origin can read: the apex serves no workspace page. Its referrer policy keeps the Origin header
+// of the post (with no-referrer, browsers send "Origin: null"), which the host checks. The apex
+// remembers the host, so that its logout logs the host out too (logOutHosts).
+func (p *Proxy) handOff(w http.ResponseWriter, r *http.Request, origin, next, token string) {
+	o := p.opts.Origins
+	label := strings.TrimSuffix(strings.TrimPrefix(origin, o.Scheme+"://"), "."+o.Host)
+	hosts := []string{label}
+	for _, h := range p.handedHosts(r) {
+		if h != label && len(hosts) < maxHandedHosts {
+			hosts = append(hosts, h)
+		}
+	}
+	http.SetCookie(w, p.cookie(p.hostsCookieName(), strings.Join(hosts, "."), 0, time.Time{}))
+	handoffForm(w, origin, "login", next, token)
+}
+
+// maxHandedHosts bounds the apex's list of workspace hosts it handed a login to (the most recent
+// first); a host pushed out of it keeps its cookie after a logout at the apex, until the token
+// expires or the host's own logout.
+const maxHandedHosts = 32
+
+// hostsCookieName is the apex's cookie that lists the labels of the hosts it handed a login to.
+func (p *Proxy) hostsCookieName() string {
+	if p.cookieName == InsecureCookieName {
+		return "nogoo9_hosts"
+	}
+	return "__Host-nogoo9_hosts"
+}
+
+// handedHosts reads the apex's list of hosts (labels), keeping only labels of this domain.
+func (p *Proxy) handedHosts(r *http.Request) []string {
+	o := p.opts.Origins
+	v, found, _ := cookieValue(r.Header["Cookie"], p.hostsCookieName())
+	if o == nil || !found || v == "" {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.SplitN(v, ".", maxHandedHosts+1) {
+		if len(out) < maxHandedHosts && o.Under(l+"."+o.Host) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// fromApex reports whether r is a form the apex's own pages posted to a workspace host.
+func (p *Proxy) fromApex(r *http.Request) bool {
+	o := p.opts.Origins
+	return o != nil && o.Under(r.Host) && strings.EqualFold(headerFirst(r.Header, "Origin"), o.Apex())
+}
+
+// logOutHosts continues a logout across the workspace hosts, after the login cookie of r's host
+// is cleared: on the apex, a page that posts a logout to the first host it handed a login to; on
+// a workspace host, when the apex posted the logout, back to the apex for the next one. It
+// reports false (nothing written) when there is nothing to continue.
+func (p *Proxy) logOutHosts(w http.ResponseWriter, r *http.Request, fromApex bool) bool {
+	o := p.opts.Origins
+	if o == nil {
+		return false
+	}
+	if fromApex {
+		http.Redirect(w, r, o.Apex()+ReservedPrefix+"logout?continue=1", http.StatusSeeOther)
+		return true
+	}
+	if o.NormalizeHost(r.Host) != o.Host {
+		return false
+	}
+	return p.nextHostLogout(w, r)
+}
+
+// continueLogout is the apex's GET /_nogoo9/logout?continue=1, where each workspace host's
+// logout comes back: the next host, or the login form once none is left. Only while the apex
+// itself is logged out, so that a link cannot log a signed-in person out of their hosts.
+func (p *Proxy) continueLogout(w http.ResponseWriter, r *http.Request) bool {
+	o := p.opts.Origins
+	if o == nil || o.NormalizeHost(r.Host) != o.Host || r.URL.Query().Get("continue") != "1" {
+		return false
+	}
+	if _, found, _ := cookieValue(r.Header["Cookie"], p.cookieName); found {
+		return false
+	}
+	if p.nextHostLogout(w, r) {
+		return true
+	}
+	http.Redirect(w, r, ReservedPrefix+"login", http.StatusSeeOther)
+	return true
+}
+
+// nextHostLogout answers the page that posts a logout to the first host of the apex's list, and
+// keeps the rest; false when the list is empty.
+func (p *Proxy) nextHostLogout(w http.ResponseWriter, r *http.Request) bool {
+	hosts := p.handedHosts(r)
+	if len(hosts) == 0 {
+		return false
+	}
+	o := p.opts.Origins
+	if rest := hosts[1:]; len(rest) > 0 {
+		http.SetCookie(w, p.cookie(p.hostsCookieName(), strings.Join(rest, "."), 0, time.Time{}))
+	} else {
+		http.SetCookie(w, p.cookie(p.hostsCookieName(), "", -1, time.Time{}))
+	}
+	handoffForm(w, o.Scheme+"://"+hosts[0]+"."+o.Host, "logout", "", "")
+	return true
 }
 
 // cookieLogin is the caller of r's login cookie when it is valid, with the token.

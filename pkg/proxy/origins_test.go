@@ -343,3 +343,81 @@ func TestOriginsOverPlainHTTPNeedTheInsecureCookie(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOriginsLogoutAtTheApexLogsOutEveryHostItLoggedIn: each workspace host has its own cookie,
+// so a logout at the apex alone left every workspace open in the browser. The apex remembers the
+// hosts it handed a login to and, on logout, posts a logout to each in turn.
+func TestOriginsLogoutAtTheApexLogsOutEveryHostItLoggedIn(t *testing.T) {
+	op := newOriginsProxy(t)
+	apex := "https://ws.example.com"
+	apexPost := map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": apex}
+	hostsName := "__Host-nogoo9_hosts"
+	label := func(host string) string { return strings.TrimSuffix(host, ".ws.example.com") }
+
+	// Two hand-offs: demo, then other (most recent first).
+	w, _ := op.do("POST", "ws.example.com", "/_nogoo9/login", url.Values{"token": {"good"}, "next": {"https://" + op.demo + "/ws/jane/demo/"}}, apexPost)
+	c := cookieNamed(w, hostsName)
+	if c == nil || c.Value != label(op.demo) || !c.HttpOnly || !c.Secure {
+		t.Fatalf("hosts cookie after the first hand-off: %+v", c)
+	}
+	w, _ = op.do("GET", "ws.example.com", "/_nogoo9/login?next="+url.QueryEscape("https://"+op.other+"/ws/bob/other/"), nil,
+		map[string]string{"Cookie": CookieName + "=good; " + hostsName + "=" + c.Value})
+	if c = cookieNamed(w, hostsName); c == nil || c.Value != label(op.other)+"."+label(op.demo) {
+		t.Fatalf("hosts cookie after the second hand-off: %+v", c)
+	}
+	hosts := c.Value
+
+	// The apex's logout clears its cookie and posts a logout to the first host.
+	w, _ = op.do("POST", "ws.example.com", "/_nogoo9/logout", url.Values{}, map[string]string{
+		"Sec-Fetch-Site": "same-origin", "Origin": apex, "Cookie": CookieName + "=good; " + hostsName + "=" + hosts})
+	if lc := cookieNamed(w, CookieName); lc == nil || lc.MaxAge >= 0 {
+		t.Fatalf("the apex's login cookie is not cleared: %+v", lc)
+	}
+	checkLogoutForm(t, w, "https://"+op.other)
+	if c = cookieNamed(w, hostsName); c == nil || c.Value != label(op.demo) {
+		t.Fatalf("hosts left after the first: %+v", c)
+	}
+
+	// The host takes the logout from the apex's page and sends the browser back.
+	w, _ = op.do("POST", op.other, "/_nogoo9/logout", url.Values{"continue": {"1"}}, map[string]string{"Sec-Fetch-Site": "same-site", "Origin": apex, "Cookie": CookieName + "=good"})
+	if lc := cookieNamed(w, CookieName); w.Code != http.StatusSeeOther || lc == nil || lc.MaxAge >= 0 || w.Header().Get("Location") != apex+"/_nogoo9/logout?continue=1" {
+		t.Fatalf("host logout: %d Location %q cookie %+v, want 303 back to the apex and the cookie cleared", w.Code, w.Header().Get("Location"), lc)
+	}
+	// Another workspace's page cannot post it.
+	w, _ = op.do("POST", op.other, "/_nogoo9/logout", url.Values{}, map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "https://" + op.demo})
+	if w.Code != http.StatusForbidden {
+		t.Fatalf("a logout posted by another workspace's page: %d, want 403", w.Code)
+	}
+
+	// Back on the apex: the next host, then the login form.
+	w, _ = op.do("GET", "ws.example.com", "/_nogoo9/logout?continue=1", nil, map[string]string{"Cookie": hostsName + "=" + label(op.demo)})
+	checkLogoutForm(t, w, "https://"+op.demo)
+	if c = cookieNamed(w, hostsName); c == nil || c.MaxAge >= 0 {
+		t.Fatalf("the hosts cookie is not cleared after the last host: %+v", c)
+	}
+	w, _ = op.do("GET", "ws.example.com", "/_nogoo9/logout?continue=1", nil, nil)
+	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/_nogoo9/login" {
+		t.Fatalf("continue with no host left: %d Location %q, want the login form", w.Code, w.Header().Get("Location"))
+	}
+	// A link to continue cannot log a signed-in person out of their hosts.
+	w, _ = op.do("GET", "ws.example.com", "/_nogoo9/logout?continue=1", nil, map[string]string{"Cookie": CookieName + "=good; " + hostsName + "=" + hosts})
+	if w.Code != http.StatusOK || strings.Contains(w.Body.String(), "continue") || cookieNamed(w, hostsName) != nil {
+		t.Fatalf("continue while logged in: %d %q, want the plain logout page", w.Code, w.Body.String())
+	}
+	// A forged list can name only hosts of this domain: a value that is no label is dropped.
+	w, _ = op.do("GET", "ws.example.com", "/_nogoo9/logout?continue=1", nil, map[string]string{"Cookie": hostsName + "=evil_host:8443"})
+	if w.Code != http.StatusSeeOther {
+		t.Fatalf("a list naming another domain: %d %q, want no form", w.Code, w.Body.String())
+	}
+}
+
+func checkLogoutForm(t *testing.T, w *httptest.ResponseRecorder, origin string) {
+	t.Helper()
+	body, csp := w.Body.String(), w.Header().Get("Content-Security-Policy")
+	if w.Code != 200 || !strings.Contains(body, `action="`+origin+`/_nogoo9/logout"`) || !strings.Contains(body, `name="continue" value="1"`) || strings.Contains(body, `name="token"`) {
+		t.Fatalf("%d %q, want a logout form posted to %s", w.Code, body, origin)
+	}
+	if !strings.Contains(csp, "form-action "+origin+";") || w.Header().Get("Referrer-Policy") != "strict-origin" {
+		t.Fatalf("CSP %q Referrer-Policy %q", csp, w.Header().Get("Referrer-Policy"))
+	}
+}

@@ -445,5 +445,18 @@ var _ = Describe("Proxy: per-workspace origins in a real browser", Ordered, Labe
 			fresh.waitJS(`location.origin === "` + apexURL + `" && location.pathname === "/_nogoo9/login" && document.querySelector('input[name="token"]') !== null`)
 			Expect(fresh.eval(`new URLSearchParams(location.search).get("next")`)).To(Equal(victimOrigin + "/"))
 		})
+
+		It("logs out of every workspace host with one logout at the apex", func() {
+			// Each host has its own cookie: the apex's logout posts a logout to each host it
+			// handed a login to, and ends on its login form.
+			jn.do(chromedp.Navigate(apexURL + "/_nogoo9/logout"))
+			jn.do(chromedp.WaitVisible(chromedp.CSS(`button[type="submit"]`)), chromedp.Click(chromedp.CSS(`button[type="submit"]`)))
+			jn.waitJS(`location.origin === "` + apexURL + `" && location.pathname === "/_nogoo9/login" && location.search === "" && document.querySelector('input[name="token"]') !== null`)
+			for _, u := range []string{victimURL, evilURL} {
+				jn.do(chromedp.Navigate(u))
+				jn.waitJS(`location.origin === "` + apexURL + `" && location.pathname === "/_nogoo9/login" && document.querySelector('input[name="token"]') !== null`)
+				Expect(jn.eval(`new URLSearchParams(location.search).get("next")`)).To(Equal(u), "%s asks for the token again", u)
+			}
+		})
 	})
 })
