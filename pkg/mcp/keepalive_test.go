@@ -15,14 +15,19 @@ import (
 // fastList answers again after it. Sessions the SDK did not hand this subject never reach fastList.
 func TestListsKeepTheSDKSessionAlive(t *testing.T) {
 	var toSDK, toFast int
+	var l *sessionLimiter
+	closed := make(chan struct{})
+	t.Cleanup(func() { close(closed) })
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		toSDK++
-		if r.Header.Get(sessionHeader) == "" {
-			w.Header().Set(sessionHeader, "s1") // initialize
+		if r.Header.Get(sessionHeader) == "" { // an initialize that succeeds
+			c, _ := auth.CallerFrom(r.Context())
+			l.opened(c.Subject, openSession{"s1", closed})
+			w.Header().Set(sessionHeader, "s1")
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	l := limitSessions(next, 4, time.Hour)
+	l = limitSessions(next, 4, time.Hour)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	l.now = func() time.Time { return now }
 	l.fast = func(http.ResponseWriter, *http.Request) (bool, *http.Request) { toFast++; return true, nil }
@@ -55,3 +60,13 @@ func TestListsKeepTheSDKSessionAlive(t *testing.T) {
 	post("alice", "s1")
 	want("the call after it", 4, 3)
 }
+
+// openSession is a session the SDK keeps open until closed is closed.
+type openSession struct {
+	id     string
+	closed chan struct{}
+}
+
+func (s openSession) ID() string   { return s.id }
+func (s openSession) Close() error { return nil }
+func (s openSession) Wait() error  { <-s.closed; return nil }

@@ -22,7 +22,8 @@ const callerExtra = "nogoo9.caller"
 
 // requestExtra is the TokenInfo.Extra key that carries the context of the HTTP request a
 // message came in through the SDK, which runs each call detached from it: a follow of
-// get_workspace_events ends with the request that carries it (requestContext).
+// get_workspace_events ends with the request that carries it (requestContext), which ends too
+// when its session is closed (sessionLimiter).
 const requestExtra = "nogoo9.request"
 
 // Options configure the MCP handler.
@@ -104,6 +105,7 @@ func NewHandler(svc *frontend.Service, o Options) http.Handler {
 		}
 		sdkauth.RequireBearerToken(verify, opts)(h).ServeHTTP(w, r)
 	}), o.MaxSessionsPerUser, sessionIdle)
+	server.AddReceivingMiddleware(l.initialized)
 	if !o.NoFastList {
 		l.fast = fastList{svc}.serve
 	}

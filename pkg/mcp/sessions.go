@@ -1,9 +1,12 @@
 package mcp
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
 )
@@ -22,16 +25,29 @@ const (
 	protocolVersionHeader = "Mcp-Protocol-Version"
 )
 
+// methodInitialize is the JSON-RPC method that opens a session.
+const methodInitialize = "initialize"
+
 // sessionLimiter bounds the MCP sessions of each authenticated subject. Each session holds
 // goroutines and buffers in the SDK until it is deleted or idles out, and an agent that opens a
 // session per call and never sends DELETE would otherwise grow the process for half an hour per
-// session. When a subject opens a session beyond max, its least recently used session is closed
-// (a DELETE to the SDK on the subject's behalf), so a well-behaved client is never refused.
-// Only a session the SDK did open makes room: a POST without a session id that opens none (a
-// wrong content type, a call before initialize) closes nothing.
+// session. When a subject opens a session beyond max, its least recently used session is closed,
+// so a well-behaved client is never refused.
 //
-// Only session ids the SDK handed out are recorded (taken from its response), never an id a
-// client sends, so a client cannot grow the table.
+// The table holds exactly the sessions the SDK holds: a session is recorded when its initialize
+// succeeded (opened, from the SDK's receiving middleware initialized), which is when the SDK keeps
+// it; an initialize that fails (no params, a malformed protocol version) also gets a session id
+// from the SDK, but the SDK closes that session again, and it is neither recorded nor makes room.
+// A session is forgotten when the SDK closes it, whatever closed it (DELETE, its idle timeout,
+// the limiter). Only sessions the SDK opened are recorded, never an id a client sends, so a
+// client cannot grow the table.
+//
+// Closing a session to make room does not hold up the initialize that made room: the SDK's close
+// waits for the calls in flight on the closed session, so it runs on its own goroutine. The
+// closed session's requests in flight end first (as when a client drops them; the SDK would not
+// deliver their answers once closing anyway), and its follows of get_workspace_events end with
+// them (requestContext), which frees their places among the subject's follows and lets the close
+// finish: every other tool returns at once. A DELETE ends the session's requests the same way.
 //
 // It also routes a subject's list_workspaces calls on its own sessions to fast (fastList), but
 // only while the SDK saw the session within half its idle timeout: the calls fast answers do not
@@ -44,11 +60,25 @@ type sessionLimiter struct {
 	fast func(http.ResponseWriter, *http.Request) (bool, *http.Request) // nil: every request to next
 
 	mu        sync.Mutex
-	bySubject map[string]map[string]*seen // session id -> when
+	bySubject map[string]map[string]*seen // session id -> the session
 }
 
-// seen is when a session last had a request, and when the SDK last had one.
-type seen struct{ last, sdk time.Time }
+// sdkSession is the part of an *mcp.ServerSession the limiter uses.
+type sdkSession interface {
+	ID() string
+	Close() error
+	// Wait returns once the session is closed.
+	Wait() error
+}
+
+// seen is a session the SDK holds: when it last had a request, when the SDK last had one, and
+// the context its requests end with (ended when the limiter forgets it).
+type seen struct {
+	last, sdk time.Time
+	session   sdkSession
+	closed    context.Context
+	close     context.CancelFunc
+}
 
 func limitSessions(next http.Handler, max int, idle time.Duration) *sessionLimiter {
 	if max <= 0 {
@@ -59,88 +89,83 @@ func limitSessions(next http.Handler, max int, idle time.Duration) *sessionLimit
 
 func (l *sessionLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c, ok := auth.CallerFrom(r.Context())
-	if !ok {
+	id := r.Header.Get(sessionHeader)
+	if !ok || id == "" {
+		// A POST without a session id may open a session (initialize): the SDK decides, and
+		// opened records it once its initialize succeeded.
 		l.next.ServeHTTP(w, r)
 		return
 	}
-	if id := r.Header.Get(sessionHeader); id != "" {
-		if r.Method == http.MethodDelete {
-			l.forget(c.Subject, id)
-			l.next.ServeHTTP(w, r)
+	if r.Method == http.MethodDelete {
+		// The SDK's close waits for the session's calls in flight: its requests end first.
+		l.forget(c.Subject, id)
+		l.next.ServeHTTP(w, r)
+		return
+	}
+	closed, fresh := l.touch(c.Subject, id, false)
+	if closed == nil {
+		// Not a session the SDK holds for this subject: the SDK answers (404, 403).
+		l.next.ServeHTTP(w, r)
+		return
+	}
+	if l.fast != nil && fresh {
+		var done bool
+		if done, r = l.fast(w, r); done {
 			return
 		}
-		if l.fast != nil && l.touch(c.Subject, id, false) {
-			var done bool
-			if done, r = l.fast(w, r); done {
-				return
-			}
+	}
+	l.touch(c.Subject, id, true)
+	// The request ends when the session is closed (evicted or deleted): the SDK's close waits
+	// for the calls in flight, and a follow ends with its request.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(closed, cancel)()
+	l.next.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// initialized is the SDK's receiving middleware that records each session whose initialize
+// succeeded: the SDK keeps exactly those (it closes a session whose initialize failed when the
+// POST ends). It runs before the SDK writes the answer, so before the client can read it and open
+// its next session: two sessions opened back to back are recorded in their order, and the older
+// one is the one closed first.
+func (l *sessionLimiter) initialized(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		if err != nil || method != methodInitialize {
+			return res, err
 		}
-		l.touch(c.Subject, id, true)
-		l.next.ServeHTTP(w, r)
-		return
-	}
-	if r.Method != http.MethodPost {
-		l.next.ServeHTTP(w, r)
-		return
-	}
-	// A POST without a session id may open a session (initialize); the SDK decides, and names
-	// the session it opened in the response's header. The session is recorded, and room made for
-	// it, when the SDK writes that header, before the client can read the answer and open its
-	// next session: recorded after ServeHTTP returned, two sessions opened back to back could be
-	// recorded in the wrong order and the wrong one closed first. The sessions that make room
-	// are closed then too, so the client never holds more than max (the SDK's DELETE waits for
-	// the calls in flight on the closed session).
-	l.next.ServeHTTP(&recordSession{ResponseWriter: w, record: func(id string) {
-		for _, old := range l.admit(c.Subject, id) {
-			del := r.Clone(r.Context())
-			del.Method, del.Body, del.ContentLength = http.MethodDelete, http.NoBody, 0
-			del.Header.Set(sessionHeader, old)
-			l.next.ServeHTTP(discard{h: http.Header{}}, del)
+		ss, ok := req.GetSession().(*mcp.ServerSession)
+		ex := req.GetExtra()
+		if !ok || ss.ID() == "" || ex == nil || ex.TokenInfo == nil {
+			return res, err
 		}
-	}}, r)
-}
-
-// recordSession hands the session id of a response to record once, when its header is written.
-type recordSession struct {
-	http.ResponseWriter
-	record func(id string)
-	done   bool
-}
-
-func (w *recordSession) see() {
-	if w.done {
-		return
-	}
-	w.done = true
-	if id := w.Header().Get(sessionHeader); id != "" {
-		w.record(id)
+		if c, ok := ex.TokenInfo.Extra[callerExtra].(*auth.Caller); ok {
+			l.opened(c.Subject, ss)
+		}
+		return res, err
 	}
 }
 
-func (w *recordSession) WriteHeader(code int) {
-	w.see()
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *recordSession) Write(b []byte) (int, error) {
-	w.see()
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *recordSession) Flush() {
-	w.see()
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
+// opened records s, a session the SDK opened and keeps for subject, closes the subject's least
+// recently used sessions to make room for it, and forgets s once the SDK closed it.
+func (l *sessionLimiter) opened(subject string, s sdkSession) {
+	for _, old := range l.admit(subject, s) {
+		old.close()
+		// The SDK's close waits for the calls in flight on old: not on this goroutine, which
+		// answers the new session's initialize. It ends once those calls return: the requests
+		// of old just ended, and its follows with them; every other tool returns at once.
+		go func() { _ = old.session.Close() }()
 	}
+	go func() {
+		_ = s.Wait()
+		l.forget(subject, s.ID())
+	}()
 }
 
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (w *recordSession) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// admit records the session id the SDK just opened for subject, after dropping the subject's
-// sessions that idled out, and returns the least recently used ones that must close to make room
-// for it. One lock for both: two sessions opened at once never both take the last place.
-func (l *sessionLimiter) admit(subject, id string) []string {
+// admit records s for subject and returns the least recently used sessions that must close to
+// make room for it (forgotten already). One lock for both: two sessions opened at once never
+// both take the last place.
+func (l *sessionLimiter) admit(subject string, s sdkSession) []*seen {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.bySubject[subject]
@@ -148,48 +173,51 @@ func (l *sessionLimiter) admit(subject, id string) []string {
 		m = map[string]*seen{}
 		l.bySubject[subject] = m
 	}
-	now := l.now()
-	for id, at := range m {
-		if now.Sub(at.sdk) > l.idle {
-			delete(m, id) // the SDK closed it
-		}
+	id := s.ID()
+	if m[id] != nil {
+		return nil // the SDK names each session once
 	}
-	var out []string
+	var out []*seen
 	for len(m) >= l.max {
-		oldest, at := "", time.Time{}
-		for id, t := range m {
-			if oldest == "" || t.last.Before(at) {
-				oldest, at = id, t.last
+		var oldest *seen
+		for _, t := range m {
+			if oldest == nil || t.last.Before(oldest.last) {
+				oldest = t
 			}
 		}
-		delete(m, oldest)
+		delete(m, oldest.session.ID())
 		out = append(out, oldest)
 	}
-	m[id] = &seen{last: now, sdk: now}
+	now := l.now()
+	closed, end := context.WithCancel(context.Background())
+	m[id] = &seen{last: now, sdk: now, session: s, closed: closed, close: end}
 	return out
 }
 
-// touch records a request on the subject's session id (one the SDK handed the subject), and one
-// the SDK has too when sdk is set. It returns whether the SDK saw the session within half its
-// idle timeout.
-func (l *sessionLimiter) touch(subject, id string, sdk bool) bool {
+// touch records a request on the subject's session id, one the SDK has too when sdk is set. It
+// returns the context the session's requests end with (nil when the SDK holds no such session
+// for the subject), and whether the SDK saw the session within half its idle timeout.
+func (l *sessionLimiter) touch(subject, id string, sdk bool) (context.Context, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.bySubject[subject][id]
 	if s == nil {
-		return false
+		return nil, false
 	}
 	s.last = l.now()
 	if sdk {
 		s.sdk = s.last
 	}
-	return s.last.Sub(s.sdk) < l.idle/2
+	return s.closed, s.last.Sub(s.sdk) < l.idle/2
 }
 
+// forget drops the subject's session id and ends its requests.
 func (l *sessionLimiter) forget(subject, id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if m := l.bySubject[subject]; m != nil {
+	m := l.bySubject[subject]
+	if s := m[id]; s != nil {
+		s.close()
 		delete(m, id)
 		if len(m) == 0 {
 			delete(l.bySubject, subject)
@@ -197,16 +225,9 @@ func (l *sessionLimiter) forget(subject, id string) {
 	}
 }
 
-// sessions is how many sessions subject holds (tests).
-func (l *sessionLimiter) sessions(subject string) int {
+// held reports whether the limiter holds subject's session id (tests).
+func (l *sessionLimiter) held(subject, id string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.bySubject[subject])
+	return l.bySubject[subject][id] != nil
 }
-
-// discard is the ResponseWriter of the limiter's own DELETEs.
-type discard struct{ h http.Header }
-
-func (d discard) Header() http.Header         { return d.h }
-func (d discard) Write(b []byte) (int, error) { return len(b), nil }
-func (d discard) WriteHeader(int)             {}
