@@ -206,11 +206,13 @@ var handoffPage = template.Must(template.New("handoff").Parse(`<!doctype html>
 `))
 
 // handoffForm answers a page that posts a form to origin's /_nogoo9/ endpoint at once: a login
-// (token and next) or, without a token, a logout that comes back to the apex's.
-func handoffForm(w http.ResponseWriter, origin, endpoint, next, token string) {
+// (token and next) or, without a token, a logout that comes back to the apex's. The form may go to
+// origin only, and to then (the apex, for a logout): browsers apply form-action to the redirects
+// after the post too.
+func handoffForm(w http.ResponseWriter, origin, then, endpoint, next, token string) {
 	h := w.Header()
 	h.Set("Referrer-Policy", "strict-origin")
-	h.Set("Content-Security-Policy", "default-src 'none'; script-src "+handoffScriptHash+"; form-action "+origin+"; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src "+handoffScriptHash+"; form-action "+strings.TrimSpace(origin+" "+then)+"; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	_ = handoffPage.Execute(w, struct{ Action, Token, Origin, Next string }{origin + ReservedPrefix + endpoint, token, origin, next})
@@ -231,7 +233,7 @@ func (p *Proxy) handOff(w http.ResponseWriter, r *http.Request, origin, next, to
 		}
 	}
 	http.SetCookie(w, p.cookie(p.hostsCookieName(), strings.Join(hosts, "."), 0, time.Time{}))
-	handoffForm(w, origin, "login", next, token)
+	handoffForm(w, origin, "", "login", next, token)
 }
 
 // maxHandedHosts bounds the apex's list of workspace hosts it handed a login to (the most recent
@@ -319,7 +321,7 @@ func (p *Proxy) nextHostLogout(w http.ResponseWriter, r *http.Request) bool {
 	} else {
 		http.SetCookie(w, p.cookie(p.hostsCookieName(), "", -1, time.Time{}))
 	}
-	handoffForm(w, o.Scheme+"://"+hosts[0]+"."+o.Host, "logout", "", "")
+	handoffForm(w, o.Scheme+"://"+hosts[0]+"."+o.Host, o.Apex(), "logout", "", "")
 	return true
 }
 

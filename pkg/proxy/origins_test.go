@@ -417,7 +417,7 @@ func checkLogoutForm(t *testing.T, w *httptest.ResponseRecorder, origin string) 
 	if w.Code != 200 || !strings.Contains(body, `action="`+origin+`/_nogoo9/logout"`) || !strings.Contains(body, `name="continue" value="1"`) || strings.Contains(body, `name="token"`) {
 		t.Fatalf("%d %q, want a logout form posted to %s", w.Code, body, origin)
 	}
-	if !strings.Contains(csp, "form-action "+origin+";") || w.Header().Get("Referrer-Policy") != "strict-origin" {
+	if !strings.Contains(csp, "form-action "+origin+" https://ws.example.com;") || w.Header().Get("Referrer-Policy") != "strict-origin" {
 		t.Fatalf("CSP %q Referrer-Policy %q", csp, w.Header().Get("Referrer-Policy"))
 	}
 }
