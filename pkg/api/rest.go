@@ -1,12 +1,15 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // MaxBodyBytes bounds a request body.
@@ -83,8 +87,21 @@ var routes = []route{
 // NewREST returns the /api/v1 handler. It expects the caller in the request context (wrap it with
 // auth.Middleware, which reads only the Authorization header). Every answer is Cache-Control:
 // no-store (noStore).
-func NewREST(svc *frontend.Service) http.Handler {
-	h := &rest{svc: svc}
+func NewREST(svc *frontend.Service) http.Handler { return newREST(svc, 0) }
+
+// DefaultFollowHeartbeat is how long a REST event follow waits without news before it writes a
+// heartbeat, an SSE comment (": ping") that clients ignore. The write to a client that vanished
+// without closing its connection fails, which ends the follow and frees its place among its
+// user's follows instead of holding it until its timeout (up to frontend.MaxFollow); MCP's
+// follow does the same (mcp.DefaultFollowHeartbeat).
+const DefaultFollowHeartbeat = 15 * time.Second
+
+// newREST is NewREST with a follow heartbeat interval (DefaultFollowHeartbeat when 0).
+func newREST(svc *frontend.Service, heartbeat time.Duration) http.Handler {
+	if heartbeat <= 0 {
+		heartbeat = DefaultFollowHeartbeat
+	}
+	h := &rest{svc: svc, heartbeat: heartbeat}
 	mux := http.NewServeMux()
 	for _, r := range allRoutes() {
 		mux.HandleFunc(r.pattern, func(w http.ResponseWriter, req *http.Request) { r.handler(h, w, req) })
@@ -96,14 +113,28 @@ func NewREST(svc *frontend.Service) http.Handler {
 		if allow := allowedMethods(mux, r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
 			writeJSON(w, http.StatusMethodNotAllowed, errorBody{
-				Error: fmt.Sprintf("method %s is not allowed on %s: use %s (see docs/api.md)", r.Method, r.URL.Path, strings.Join(allow, ", ")),
+				Error: fmt.Sprintf("method %s is not allowed on %s: use %s (see docs/api.md)", r.Method, quotePath(r.URL.Path), strings.Join(allow, ", ")),
 				Code:  CodeMethodNotAllowed})
 			return
 		}
-		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no endpoint %s %s: see docs/api.md", r.Method, r.URL.Path), Code: string(frontend.CodeNotFound)})
+		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no endpoint %s %s: see docs/api.md", r.Method, quotePath(r.URL.Path)), Code: string(frontend.CodeNotFound)})
 	})
 	return noStore(mux)
 }
+
+// quotePath is a request's path as an error shows it: as it is when printable and no longer
+// than maxShownPath, else quoted and cut (workspace.Quote): an error never echoes an oversized
+// path whole.
+func quotePath(p string) string {
+	if len(p) <= maxShownPath && strconv.CanBackquote(p) {
+		return p
+	}
+	return workspace.Quote(p)
+}
+
+// maxShownPath is room for the longest path of a route with real names (a 63-character
+// namespace, a 40-character id).
+const maxShownPath = 160
 
 // probedMethods are the methods allowedMethods tries, in the order an Allow header lists them.
 var probedMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
@@ -122,7 +153,10 @@ func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
 	return out
 }
 
-type rest struct{ svc *frontend.Service }
+type rest struct {
+	svc       *frontend.Service
+	heartbeat time.Duration // a follow's wait without news before a heartbeat
+}
 
 type errorBody struct {
 	Error string `json:"error"`
@@ -169,25 +203,148 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, status, errorBody{Error: msg, Code: string(code)})
 }
 
-// decode reads a JSON body of at most MaxBodyBytes into v, refusing unknown fields.
+// decode reads a JSON body of at most MaxBodyBytes into v, as docs/api.md says it is read: one
+// JSON object and nothing after it, its fields spelled exactly as v's JSON names and each given
+// once, and no key twice in any object inside it (checkKeys: encoding/json alone would take
+// "TEMPLATE" for template, keep the last of two, and stop reading at the end of the object).
+// Every refusal is CodeInvalid and names what is wrong.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	invalid := func(msg string) error { return &frontend.Error{Code: frontend.CodeInvalid, Message: msg} }
+	tooBig := func(err error) bool {
+		var e *http.MaxBytesError
+		return errors.As(err, &e)
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
 		switch {
-		case errors.As(err, &tooBig):
-			return &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)}
+		case tooBig(err):
+			return invalid(fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes))
 		case errors.Is(err, io.EOF):
-			return &frontend.Error{Code: frontend.CodeInvalid, Message: "request body is empty: send a JSON object"}
+			return invalid("request body is empty: send a JSON object")
 		default:
-			return &frontend.Error{Code: frontend.CodeInvalid, Message: "request body is not valid JSON for this endpoint: " + err.Error()}
+			return invalid("request body is not valid JSON for this endpoint: " + err.Error())
 		}
 	}
-	if dec.More() {
-		return &frontend.Error{Code: frontend.CodeInvalid, Message: "request body has data after the JSON object: send exactly one object"}
+	// Token, unlike More, sees a stray "}" or "]" after the object.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if tooBig(err) {
+			return invalid(fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes))
+		}
+		return invalid("request body has data after the JSON object: send exactly one object")
+	}
+	if err := checkKeys(raw, jsonFields(v)); err != nil {
+		return err
+	}
+	strict := json.NewDecoder(bytes.NewReader(raw))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(v); err != nil {
+		return invalid("request body is not valid JSON for this endpoint: " + err.Error())
 	}
 	return nil
+}
+
+// checkKeys refuses body (one valid JSON value, at most MaxBodyBytes) unless it is an object
+// whose keys are among fields, spelled exactly (any key when fields is nil), with no key twice
+// in it or in any object inside it.
+func checkKeys(body []byte, fields []string) error {
+	invalid := func(format string, a ...any) error {
+		return &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf(format, a...)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // a number too large for a float64 is still JSON
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return invalid("request body is not a JSON object: send one object with the fields docs/api.md lists for this endpoint")
+	}
+	// value is an object or array being read: the field it is the value of (a path such as
+	// "context", "" at the top), and for an object its keys so far and whether a key comes next.
+	type value struct {
+		path    string
+		keys    map[string]bool // nil: an array
+		wantKey bool
+		last    string // the latest key
+	}
+	inner := func(v *value) string {
+		switch {
+		case v.keys == nil:
+			return v.path + "[]"
+		case v.path == "":
+			return v.last
+		default:
+			return v.path + "." + v.last
+		}
+	}
+	stack := []*value{{keys: map[string]bool{}, wantKey: true}}
+	for len(stack) > 0 {
+		tok, err := dec.Token()
+		if err != nil { // decode read body as one value already
+			return invalid("request body is not valid JSON for this endpoint: %v", err)
+		}
+		top := stack[len(stack)-1]
+		if tok == json.Delim('}') || tok == json.Delim(']') {
+			stack = stack[:len(stack)-1]
+			if n := len(stack); n > 0 && stack[n-1].keys != nil {
+				stack[n-1].wantKey = true
+			}
+			continue
+		}
+		if top.keys != nil && top.wantKey {
+			k, _ := tok.(string)
+			if len(stack) == 1 && fields != nil && !slices.Contains(fields, k) {
+				for _, f := range fields {
+					if strings.EqualFold(f, k) {
+						return invalid("request body field %s is not known: field names are case-sensitive, use %q", workspace.Quote(k), f)
+					}
+				}
+				return invalid("request body field %s is not known: this endpoint takes %s", workspace.Quote(k), strings.Join(fields, ", "))
+			}
+			if top.keys[k] {
+				if len(stack) == 1 {
+					return invalid("request body gives field %s twice: give each field once", workspace.Quote(k))
+				}
+				return invalid("request body gives key %s twice in %s: give each key once", workspace.Quote(k), workspace.Quote(top.path))
+			}
+			top.keys[k], top.wantKey, top.last = true, false, k
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &value{path: inner(top), keys: map[string]bool{}, wantKey: true})
+		case json.Delim('['):
+			stack = append(stack, &value{path: inner(top)})
+		default:
+			top.wantKey = top.keys != nil
+		}
+	}
+	return nil
+}
+
+// jsonFields are the JSON names of the fields of the struct v points to (nil when it is not a
+// struct): what a body for v may hold, spelled exactly so.
+func jsonFields(v any) []string {
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	var add func(reflect.Type)
+	add = func(t reflect.Type) {
+		for f := range t.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			switch {
+			case name == "-" && f.Tag.Get("json") == "-":
+			case f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct:
+				add(f.Type)
+			case !f.IsExported():
+			case name == "":
+				out = append(out, f.Name)
+			default:
+				out = append(out, name)
+			}
+		}
+	}
+	add(t.Elem())
+	return out
 }
 
 func (h *rest) whoami(w http.ResponseWriter, r *http.Request) {
@@ -217,14 +374,14 @@ func (h *rest) listWorkspaces(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ns := r.PathValue("ns"); across && ns != "" {
-		writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("allNamespaces=true lists every watched namespace, but the path names namespace %q: use GET /api/v1/workspaces?allNamespaces=true, or drop allNamespaces to list %s only", ns, ns)})
+		writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("allNamespaces=true lists every watched namespace, but the path names namespace %s: use GET /api/v1/workspaces?allNamespaces=true, or drop allNamespaces to list that namespace only", workspace.Quote(ns))})
 		return
 	}
 	o := frontend.ListOptions{AllUsers: all, AllNamespaces: across, Continue: r.URL.Query().Get("continue")}
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("limit=%q is not a positive number: give the most workspaces per page, e.g. 500", v)})
+			writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("limit=%s is not a positive number: give the most workspaces per page, e.g. 500", workspace.Quote(v))})
 			return
 		}
 		o.Limit = n
@@ -357,7 +514,7 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 || d > frontend.MaxFollow {
-			writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("timeout=%q is not a duration between 1s and %s (e.g. 90s)", v, frontend.MaxFollow)})
+			writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("timeout=%s is not a duration between 1s and %s: give one such as 90s", workspace.Quote(v), frontend.MaxFollow)})
 			return
 		}
 		timeout = d
@@ -385,23 +542,28 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 	// may take longer than a short timeout, which must not turn the answer into an error.
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	flusher, _ := w.(http.Flusher)
+	// A flush reports a failed write (http.Flusher would not): a client that vanished is seen at
+	// the next event or heartbeat.
+	rc := http.NewResponseController(w)
+	flush := func() error {
+		if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+		return nil
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	if flusher != nil {
-		flusher.Flush() // the client learns at once that the follow is open
+	if flush() != nil { // the client learns at once that the follow is open
+		return
 	}
 	send := func(e frontend.Event) error {
 		b, _ := json.Marshal(e)
 		if _, err := fmt.Fprintf(w, "event: event\ndata: %s\n\n", b); err != nil {
 			return err
 		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return nil
+		return flush()
 	}
 	for _, e := range past {
 		if send(e) != nil {
@@ -411,13 +573,22 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 	end := func(reason string) {
 		b, _ := json.Marshal(map[string]string{"reason": reason})
 		_, _ = fmt.Fprintf(w, "event: end\ndata: %s\n\n", b)
-		if flusher != nil {
-			flusher.Flush()
-		}
+		_ = flush()
 	}
 	for {
-		e, err := stream.Next(ctx)
+		// A heartbeat after h.heartbeat without an event: a write is the only way to learn that
+		// a client vanished without closing its connection (the request's context does not
+		// end then), and the follow's slot is freed at once instead of at its timeout.
+		wait, stopWaiting := context.WithTimeout(ctx, h.heartbeat)
+		e, err := stream.Next(wait)
+		stopWaiting()
 		if err != nil {
+			if ctx.Err() == nil && wait.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+				if _, err := io.WriteString(w, heartbeatComment); err != nil || flush() != nil {
+					return
+				}
+				continue
+			}
 			end(frontend.EndReason(err))
 			return
 		}
@@ -431,6 +602,10 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// heartbeatComment is a follow's heartbeat: an SSE comment, which EventSource and other SSE
+// clients ignore.
+const heartbeatComment = ": ping\n\n"
+
 func boolParam(r *http.Request, name string) (bool, error) {
 	v := r.URL.Query().Get(name)
 	if v == "" {
@@ -438,7 +613,7 @@ func boolParam(r *http.Request, name string) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("%s=%q is not a boolean: use true or false", name, v)}
+		return false, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("%s=%s is not a boolean: use %s=true or %s=false, or leave it out", name, workspace.Quote(v), name, name)}
 	}
 	return b, nil
 }

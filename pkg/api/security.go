@@ -220,5 +220,13 @@ func (w *noStoreWriter) Flush() {
 	}
 }
 
+// FlushError is Flush reporting a failed write (what http.ResponseController.Flush calls): a
+// follow's heartbeat learns that its client went away.
+func (w *noStoreWriter) FlushError() error {
+	w.mark()
+	w.sent = true
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
 // Unwrap lets http.ResponseController reach the connection's writer (deadlines).
 func (w *noStoreWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -45,6 +45,10 @@ type Options struct {
 	AllowedHosts []string
 	// MaxFollowsPerUser caps one user's concurrent event follows (frontend.DefaultMaxFollowsPerUser when 0).
 	MaxFollowsPerUser int
+	// FollowHeartbeat is how long an event follow (REST's SSE stream, MCP's with a progress
+	// token) waits without news before it writes a heartbeat (DefaultFollowHeartbeat when 0): the
+	// write to a client that vanished fails, which ends the follow and frees its slot.
+	FollowHeartbeat time.Duration
 	// MaxMCPSessionsPerUser caps one user's open MCP sessions (mcp.DefaultMaxSessionsPerUser when 0).
 	MaxMCPSessionsPerUser int
 	// WriteTimeout bounds a spawn's and an upgrade intent's writes (frontend.DefaultWriteTimeout when 0).
@@ -70,9 +74,9 @@ func NewHandler(svc *frontend.Service, authn auth.Authenticator, o Options) http
 	hosts := newHostPolicy(o.PublicURL, o.AllowedHosts)
 	mux := http.NewServeMux()
 	// noStore outermost: refusals (401, 403) are not kept either.
-	mux.Handle("/api/", noStore(crossOrigin(auth.Middleware(authn, md.url(""), NewREST(svc)))))
+	mux.Handle("/api/", noStore(crossOrigin(auth.Middleware(authn, md.url(""), newREST(svc, o.FollowHeartbeat)))))
 	mux.Handle("/mcp", noStore(hosts.protect(crossOrigin(auth.Middleware(authn, md.url("/mcp"),
-		mcp.NewHandler(svc, mcp.Options{Version: o.Version, ResourceMetadataURL: md.url("/mcp"), MaxSessionsPerUser: o.MaxMCPSessionsPerUser}))))))
+		mcp.NewHandler(svc, mcp.Options{Version: o.Version, ResourceMetadataURL: md.url("/mcp"), MaxSessionsPerUser: o.MaxMCPSessionsPerUser, FollowHeartbeat: o.FollowHeartbeat}))))))
 	mux.Handle("/.well-known/oauth-protected-resource", md.handler(""))
 	mux.Handle("/.well-known/oauth-protected-resource/mcp", md.handler("/mcp"))
 	if o.ui != nil {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // Routes of the updates area (docs/api.md, "Update policies, pin, dry run, history").
@@ -20,7 +21,7 @@ func (h *rest) upgradeWith(w http.ResponseWriter, r *http.Request) bool {
 	if v := q.Get("dryRun"); q.Has("dryRun") {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: "dryRun=" + strconv.Quote(v) + " is not a boolean: use dryRun=true or leave it out"})
+			writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: "dryRun=" + workspace.Quote(v) + " is not a boolean: use dryRun=true or leave it out"})
 			return true
 		}
 		dry = b

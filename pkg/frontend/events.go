@@ -322,7 +322,7 @@ func ParseUntil(items []string) (Until, error) {
 			}
 			for _, c := range r {
 				if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
-					return nil, errorf(CodeInvalid, "until: %q is not an event reason: give CamelCase reasons such as UpgradeSucceeded,UpgradeFailed", r)
+					return nil, errorf(CodeInvalid, "until: %s is not an event reason: give CamelCase reasons such as UpgradeSucceeded,UpgradeFailed", workspace.Quote(r))
 				}
 			}
 			out[r] = true

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // Namespaces. A request addresses workspaces in one namespace: nogoo9's own (Config.Namespace)
@@ -65,7 +66,7 @@ func (s *Service) namespace(ctx context.Context) (string, error) {
 		return s.cfg.Namespace, nil
 	}
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return "", errorf(CodeInvalid, "namespace %q is not a namespace name (%s): use one of [%s]", ns, strings.Join(errs, "; "), strings.Join(s.Namespaces(), ", "))
+		return "", errorf(CodeInvalid, "namespace %s is not a namespace name (%s): use one of [%s]", workspace.Quote(ns), strings.Join(errs, "; "), strings.Join(s.Namespaces(), ", "))
 	}
 	if !slices.Contains(s.watched(), ns) {
 		return "", errorf(CodeNotFound, "namespace %q is not watched by nogoo9: use one of [%s], or ask the platform team to add %s to --namespaces (or label it to match the selector)", ns, strings.Join(s.Namespaces(), ", "), ns)

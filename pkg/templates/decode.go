@@ -26,7 +26,7 @@ func FromConfigMap(cm *corev1.ConfigMap, source string) (*Template, error) {
 // template.
 func ValidateName(name string) error {
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-		return fmt.Errorf("template name %q is not valid (%s)", name, strings.Join(errs, "; "))
+		return fmt.Errorf("template name %s is not valid (%s)", workspace.Quote(name), strings.Join(errs, "; "))
 	}
 	return nil
 }

@@ -26,6 +26,28 @@ func ann(kv ...string) map[string]string {
 	return m
 }
 
+// A template name's error names the field and quotes only the start of an oversized name,
+// marked as cut: a 500 KB name must not make a 2 MB error.
+func TestValidateNameQuotesOnlyTheStartOfAnOversizedName(t *testing.T) {
+	for _, big := range []string{strings.Repeat("\x01", 500_000), strings.Repeat("-", 500_000), strings.Repeat("é", 250_000)} {
+		err := ValidateName(big)
+		if err == nil {
+			t.Fatalf("a %d-byte name was accepted", len(big))
+		}
+		if msg := err.Error(); len(msg) >= 1024 || !strings.Contains(msg, "template name") || !strings.Contains(msg, "...") {
+			t.Errorf("a %d-byte name: a %d-byte error that must name the template name and quote a cut start: %.300q", len(big), len(msg), msg)
+		}
+		if _, err := Decode(big, "test", ann(), map[string]string{"spec": goodSpec}); err == nil {
+			t.Errorf("Decode of a %d-byte name succeeded", len(big))
+		} else if len(err.Error()) >= 1024 {
+			t.Errorf("Decode of a %d-byte name: a %d-byte error, want under 1 KiB", len(big), len(err.Error()))
+		}
+	}
+	if err := ValidateName("Node_1"); err == nil || !strings.Contains(err.Error(), `template name "Node_1" is not valid`) {
+		t.Errorf("a short bad name is quoted whole: %v", err)
+	}
+}
+
 func TestDecode(t *testing.T) {
 	tests := []struct {
 		name    string
