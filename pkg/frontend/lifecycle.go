@@ -19,28 +19,42 @@ type LifecycleQuota interface {
 	// spawn holds one, or refuses; release is called once the start's writes are done, with
 	// their error.
 	ReserveStart(ctx context.Context, owner, ns, id string, isAdmin bool) (release func(startErr error), err error)
-	CheckStop(ctx context.Context, owner, id string, isAdmin bool) error
+	// ReserveStop holds a stopped slot for stopping workspace id of owner in namespace ns, or
+	// refuses; release is called once the stop's writes are done, with their error.
+	ReserveStop(ctx context.Context, owner, ns, id string, isAdmin bool) (release func(stopErr error), err error)
 }
 
 // Stop records the stop intent on the workspace's live pods and returns at once: the controller
 // replaces the running pod with a stopped pod of the same identity (phase Stopped). Claims,
 // paths and place in lists stay.
+//
+// Whether there is anything to do is decided on the pods the API server has (livePodsOf), not on
+// the cache's: a start a moment ago that the cache has not seen yet would otherwise read as
+// "stopped already", and the stop would answer 202 and write nothing.
 func (s *Service) Stop(ctx context.Context, id string) (*Workspace, error) {
-	c, pods, err := s.workspacePods(ctx, id)
+	c, cached, err := s.workspacePods(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if workspace.Active(pods).DeletionTimestamp != nil {
+	pods, err := s.livePodsOf(ctx, cached)
+	if err != nil {
+		return nil, err
+	}
+	active := workspace.Active(pods)
+	if active.DeletionTimestamp != nil {
 		return nil, errorf(CodeConflict, "workspace %q is being deleted; it cannot be stopped", id)
 	}
 	if _, ok := workspace.StopIntent(pods); ok {
 		return s.describeNow(pods), nil
 	}
-	owner := workspace.Owner(workspace.Active(pods))
+	owner := workspace.Owner(active)
+	release := func(error) {}
 	if s.cfg.Quota != nil {
-		if err := s.cfg.Quota.CheckStop(ctx, owner, id, c.IsAdmin); err != nil {
+		r, err := s.cfg.Quota.ReserveStop(ctx, owner, active.Namespace, id, c.IsAdmin)
+		if err != nil {
 			return nil, quotaError(err)
 		}
+		release = r
 	}
 	who := "its owner"
 	if c.Subject != owner {
@@ -48,6 +62,8 @@ func (s *Service) Stop(ctx context.Context, id string) (*Workspace, error) {
 	}
 	reason := fmt.Sprintf("stopped by %s at %s", who, s.cfg.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	after, err := s.patchLive(ctx, pods, map[string]any{workspace.AnnStopRequested: reason})
+	// The slot is released only now that the pods carry the intent: the workspace counts itself.
+	release(err)
 	if err != nil {
 		return nil, err
 	}
@@ -57,18 +73,25 @@ func (s *Service) Stop(ctx context.Context, id string) (*Workspace, error) {
 
 // Start removes the stop intent from the workspace's live pods and returns at once: the
 // controller starts it (same version, or the latest with the update policy on-start).
+//
+// As Stop, it decides on the pods the API server has: a stop a moment ago that the cache has not
+// seen yet would otherwise read as "running already", and the workspace would stay stopped.
 func (s *Service) Start(ctx context.Context, id string) (*Workspace, error) {
-	c, pods, err := s.workspacePods(ctx, id)
+	c, cached, err := s.workspacePods(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if workspace.Active(pods).DeletionTimestamp != nil {
+	pods, err := s.livePodsOf(ctx, cached)
+	if err != nil {
+		return nil, err
+	}
+	active := workspace.Active(pods)
+	if active.DeletionTimestamp != nil {
 		return nil, errorf(CodeConflict, "workspace %q is being deleted; it cannot be started", id)
 	}
 	if _, ok := workspace.StopIntent(pods); !ok {
 		return s.describeNow(pods), nil
 	}
-	active := workspace.Active(pods)
 	owner := workspace.Owner(active)
 	release := func(error) {}
 	if s.cfg.Quota != nil {

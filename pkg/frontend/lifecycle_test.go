@@ -76,7 +76,9 @@ func (q *startQuota) ReserveStart(_ context.Context, owner, ns, id string, _ boo
 	}, nil
 }
 
-func (q *startQuota) CheckStop(context.Context, string, string, bool) error { return nil }
+func (q *startQuota) ReserveStop(context.Context, string, string, string, bool) (func(error), error) {
+	return func(error) {}, nil
+}
 
 // A start holds its running slot (the spawner's quota ledger) until the stop intent is lifted,
 // and only then releases it, when the workspace counts itself; a start the quota refuses writes

@@ -628,6 +628,75 @@ func (s *Service) livePods(ctx context.Context, id, owner string) ([]*corev1.Pod
 	return out, nil
 }
 
+// livePodsOf reads the pods of the workspace of cached (the cache's pods of one workspace) from
+// the API server, newest first, for a decision the cache may be behind on (a stop or a start a
+// moment ago, an admin's rollback, pin or maintenance). A workspace the API server no longer
+// lists is not found.
+func (s *Service) livePodsOf(ctx context.Context, cached []*corev1.Pod) ([]*corev1.Pod, error) {
+	active := workspace.Active(cached)
+	id := workspace.ID(active)
+	live, err := s.livePods(WithNamespace(ctx, active.Namespace), id, workspace.Owner(active))
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("reading the pods of workspace %q failed; try again", id), Err: err}
+	}
+	pods := workspace.GroupByID(live)[id]
+	if len(pods) == 0 {
+		return nil, notFound(id)
+	}
+	return pods, nil
+}
+
+// maxIntentTries bounds how often an intent write (upgrade, rollback) whose pod changed since it
+// was read is decided again on the pod as the API server has it.
+const maxIntentTries = 5
+
+// intentDecision is what an upgrade or a rollback decides on a workspace's pods: the answer, and
+// the annotations to write on the active pod for it (none: the answer stands without a write).
+type intentDecision func(ctx context.Context, pods []*corev1.Pod) (res *UpgradeResult, ann map[string]any, err error)
+
+// writeIntent decides on pods (the cache's) and writes the decision's annotations to the active
+// pod with the resourceVersion it decided on as a precondition (metadata.resourceVersion in the
+// merge patch). A pod that changed since (an admin's rollback, a pin or a maintenance the cache
+// has not shown yet, an upgrade that replaced it) refuses the write with 409: the workspace is
+// read again from the API server and decided on again, at most maxIntentTries times. Where the
+// cache is current this is the one write it was before; only a pod that changed costs a read.
+// The whole is bounded by WriteTimeout, so a caller gets an answer (503) even when the API
+// server holds the write. what names the intent in messages ("upgrade", "rollback").
+func (s *Service) writeIntent(ctx context.Context, pods []*corev1.Pod, what string, decide intentDecision) (*UpgradeResult, error) {
+	id := workspace.ID(workspace.Active(pods))
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	for try := 1; ; try++ {
+		res, ann, err := decide(wctx, pods)
+		if err != nil || ann == nil {
+			return res, err
+		}
+		active := workspace.Active(pods)
+		meta := map[string]any{"annotations": ann}
+		if active.ResourceVersion != "" {
+			meta["resourceVersion"] = active.ResourceVersion
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": meta})
+		target := &corev1.Pod{}
+		target.Name, target.Namespace = active.Name, active.Namespace
+		err = s.cfg.Client.Patch(wctx, target, client.RawPatch(types.MergePatchType, patch))
+		switch {
+		case err == nil:
+			ctrl.LoggerFrom(ctx).Info(what+" requested", "workspace", id, "owner", res.Owner, "pod", active.Name, "upgradePod", res.PodName, "to", res.To, "tries", try)
+			return res, nil
+		case !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
+			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("recording the %s of workspace %q failed; try again", what, id), Err: err}
+		case try == maxIntentTries:
+			return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf("workspace %q changed %d times while its %s was being recorded, so nothing was written; look at it again and retry", id, maxIntentTries, what), Err: err}
+		}
+		// The pod changed (409) or is gone (404) since it was read: decide again on what the API
+		// server has now.
+		if pods, err = s.livePodsOf(wctx, pods); err != nil {
+			return nil, err
+		}
+	}
+}
+
 // UpgradeResult is the answer to an upgrade request.
 type UpgradeResult struct {
 	// Namespace is the workspace's namespace.
@@ -643,16 +712,20 @@ type UpgradeResult struct {
 
 // Upgrade records the upgrade intent on the workspace's active pod and returns at once. A
 // workspace in maintenance is an operator's decision: only an admin may upgrade it (and the
-// maintenance stays on the new pod); its owner is refused with CodeConflict.
+// maintenance stays on the new pod); its owner is refused with CodeConflict. The decision holds
+// on the pod the intent is written to (writeIntent): a rollback, pin or maintenance written a
+// moment before, not in the cache yet, is seen, never overwritten.
 func (s *Service) Upgrade(ctx context.Context, id string) (*UpgradeResult, error) {
 	c, pods, err := s.workspacePods(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if reason, ok := workspace.InMaintenance(pods); ok && !c.IsAdmin {
-		return nil, inMaintenance(id, reason)
-	}
-	return s.upgrade(ctx, pods)
+	return s.upgrade(ctx, pods, func(pods []*corev1.Pod) (*UpgradeResult, error) {
+		if reason, ok := workspace.InMaintenance(pods); ok && !c.IsAdmin {
+			return nil, inMaintenance(id, reason)
+		}
+		return nil, nil
+	})
 }
 
 // inMaintenance is the refusal of a user's upgrade of a workspace in maintenance.
@@ -660,58 +733,64 @@ func inMaintenance(id, reason string) *Error {
 	return errorf(CodeConflict, "workspace %q is in maintenance (%q): an operator took it out of service, so it cannot be upgraded now; ask an admin, who can lift the maintenance or upgrade it", id, reason)
 }
 
-func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod) (*UpgradeResult, error) {
+// upgrade records the upgrade intent of the workspace of pods (writeIntent). gate, when set, is
+// asked first on every decision (on the cache's pods, then on the API server's after a conflict):
+// an answer or an error from it stands, and nothing is written.
+func (s *Service) upgrade(ctx context.Context, pods []*corev1.Pod, gate func([]*corev1.Pod) (*UpgradeResult, error)) (*UpgradeResult, error) {
+	return s.writeIntent(ctx, pods, "upgrade", func(_ context.Context, pods []*corev1.Pod) (*UpgradeResult, map[string]any, error) {
+		if gate != nil {
+			if r, err := gate(pods); r != nil || err != nil {
+				return r, nil, err
+			}
+		}
+		return s.decideUpgrade(pods)
+	})
+}
+
+// decideUpgrade is what an upgrade of the workspace of pods does: the answer and the intent to
+// write (none when the answer needs no write).
+func (s *Service) decideUpgrade(pods []*corev1.Pod) (*UpgradeResult, map[string]any, error) {
 	active := workspace.Active(pods)
 	id, owner := workspace.ID(active), workspace.Owner(active)
 	res := &UpgradeResult{Namespace: active.Namespace, ID: id, Owner: owner, From: workspace.TemplateVersion(active)}
 	if active.DeletionTimestamp != nil {
-		return nil, errorf(CodeConflict, "workspace %q is being deleted; it cannot be upgraded", id)
+		return nil, nil, errorf(CodeConflict, "workspace %q is being deleted; it cannot be upgraded", id)
 	}
 	if up := upgradeInFlight(pods); up != nil {
 		// The controller is upgrading it (e.g. a Recreate started with kubectl, whose old pod is
 		// already gone): say so with the pod it creates, never "upToDate".
 		res.Status, res.PodName, res.From, res.To = "upgrading", up.Name, up.Annotations[workspace.AnnUpgradeFromVersion], workspace.TemplateVersion(up)
-		return res, nil
+		return res, nil, nil
 	}
 	if podName := active.Annotations[workspace.AnnUpgradePod]; active.Annotations[workspace.AnnUpgradeRequested] != "" {
-		res.Status, res.PodName = "upgrading", podName
-		return res, nil
+		// Requested already (by someone else, e.g. an admin's rollback to the version it names):
+		// that request stands.
+		res.Status, res.PodName, res.To = "upgrading", podName, active.Annotations[workspace.AnnTargetVersion]
+		return res, nil, nil
 	}
 	name := workspace.TemplateKey(active)
 	t, ok := s.cfg.Templates.Get(name)
 	if !ok || t == nil {
-		return nil, errorf(CodeConflict, "template %q of workspace %q is gone or not valid; fix the template before upgrading", name, id)
+		return nil, nil, errorf(CodeConflict, "template %q of workspace %q is gone or not valid; fix the template before upgrading", name, id)
 	}
 	res.To = t.Version
 	if t.Version == res.From {
 		res.Status = "upToDate"
-		return res, nil
+		return res, nil, nil
 	}
 	if updatepolicy.IsPinned(active) {
-		return nil, errorf(CodeConflict, "workspace %q is pinned to version %s: unpin it first, then upgrade it", id, res.From)
+		return nil, nil, errorf(CodeConflict, "workspace %q is pinned to version %s: unpin it first, then upgrade it", id, res.From)
 	}
 	podName := workspace.NextPodName(active, t.Version)
+	res.Status, res.PodName = "upgrading", podName
 	// Every companion of the intent is named: a person who withdrew an earlier request could
 	// remove only its intent, and its target version or policy mark would be read as this one's.
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+	return res, map[string]any{
 		workspace.AnnUpgradeRequested: s.cfg.Now().UTC().Format(time.RFC3339),
 		workspace.AnnUpgradePod:       podName,
 		workspace.AnnTargetVersion:    nil,
 		workspace.AnnAutoUpgrade:      nil,
-	}}})
-	target := &corev1.Pod{}
-	target.Name, target.Namespace = active.Name, active.Namespace
-	wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
-	defer cancel()
-	if err := s.cfg.Client.Patch(wctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, errorf(CodeConflict, "pod %s of workspace %q is gone; list the workspace again and retry", active.Name, id)
-		}
-		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("recording the upgrade of workspace %q failed; try again", id), Err: err}
-	}
-	ctrl.LoggerFrom(ctx).Info("upgrade requested", "workspace", id, "owner", owner, "pod", active.Name, "upgradePod", podName, "to", t.Version)
-	res.Status, res.PodName = "upgrading", podName
-	return res, nil
+	}, nil
 }
 
 // upgradeInFlight is the upgraded pod of an upgrade the controller has not concluded, or nil.
@@ -783,18 +862,27 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 			todo = append(todo, g)
 		}
 	}
-	var skipped []UpgradeResult
-	kept := todo[:0]
-	for _, g := range todo {
-		if r, ok := pinnedSkip(g, s.latestVersion(memo, g)); ok {
-			skipped = append(skipped, r)
-			continue
+	// skip is the entry of a workspace upgrade-all leaves alone: asked here on the cache's pods,
+	// and again on the API server's when a write finds its pod changed (a pin or a maintenance
+	// set a moment ago).
+	skip := func(g []*corev1.Pod) (*UpgradeResult, error) {
+		latest := s.templateVersion(workspace.TemplateKey(workspace.Active(g)))
+		if r, ok := pinnedSkip(g, latest); ok {
+			return &r, nil
 		}
 		if reason, ok := workspace.InMaintenance(g); ok {
 			a := workspace.Active(g)
-			skipped = append(skipped, UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped",
-				From: workspace.TemplateVersion(a), To: s.latestVersion(memo, g),
-				Error: fmt.Sprintf("workspace %q is in maintenance (%q) and was not upgraded: lift the maintenance first, or upgrade it on its own", workspace.ID(a), reason)})
+			return &UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped",
+				From: workspace.TemplateVersion(a), To: latest,
+				Error: fmt.Sprintf("workspace %q is in maintenance (%q) and was not upgraded: lift the maintenance first, or upgrade it on its own", workspace.ID(a), reason)}, nil
+		}
+		return nil, nil
+	}
+	var skipped []UpgradeResult
+	kept := todo[:0]
+	for _, g := range todo {
+		if r, _ := skip(g); r != nil {
+			skipped = append(skipped, *r)
 			continue
 		}
 		kept = append(kept, g)
@@ -808,7 +896,7 @@ func (s *Service) UpgradeAll(ctx context.Context) ([]UpgradeResult, error) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				r, err := s.upgrade(ctx, todo[i])
+				r, err := s.upgrade(ctx, todo[i], skip)
 				if err != nil {
 					a := workspace.Active(todo[i])
 					r = &UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "failed", Error: err.Error()}

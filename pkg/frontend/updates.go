@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/spawner"
@@ -297,6 +296,13 @@ func (s *Service) targetTemplate(ctx context.Context, isAdmin bool, active *core
 	if !isAdmin {
 		return nil, errorf(CodeForbidden, "Forbidden: only admin users can move a workspace to an earlier template version; omit version to use the latest")
 	}
+	return s.keptVersion(ctx, name, version)
+}
+
+// keptVersion is kept version of template name, or an error saying which way it is not: not
+// kept (NotFound), refused (Conflict: it no longer decodes or breaks the policy), or the history
+// could not be read (Internal, which CodeOf answers as Unavailable when the API server did not).
+func (s *Service) keptVersion(ctx context.Context, name, version string) (*templates.Template, error) {
 	if s.cfg.History == nil {
 		return nil, errorf(CodeNotFound, "no template history is kept here, so version %q of template %s is not available", version, name)
 	}
@@ -325,49 +331,48 @@ func (s *Service) Rollback(ctx context.Context, id, version string) (*UpgradeRes
 	if !c.IsAdmin {
 		return nil, errorf(CodeForbidden, "Forbidden: only admin users can roll a workspace back to an earlier template version")
 	}
-	return s.rollback(ctx, pods, version)
+	return s.rollback(ctx, pods, version, nil)
 }
 
-func (s *Service) rollback(ctx context.Context, pods []*corev1.Pod, version string) (*UpgradeResult, error) {
+// rollback records the rollback intent of the workspace of pods as upgrade records an upgrade
+// (writeIntent: decided on the pod it is written to, within WriteTimeout). gate is upgrade's.
+func (s *Service) rollback(ctx context.Context, pods []*corev1.Pod, version string, gate func([]*corev1.Pod) (*UpgradeResult, error)) (*UpgradeResult, error) {
 	if version == "" {
 		return nil, errorf(CodeInvalid, "version is empty: name the kept template version to roll back to (list_templates shows them)")
 	}
-	active := workspace.Active(pods)
-	id := workspace.ID(active)
-	res := &UpgradeResult{Namespace: active.Namespace, ID: id, Owner: workspace.Owner(active), From: workspace.TemplateVersion(active), To: version}
-	if active.DeletionTimestamp != nil {
-		return nil, errorf(CodeConflict, "workspace %q is being deleted; it cannot be rolled back", id)
-	}
-	if up := upgradeInFlight(pods); up != nil || active.Annotations[workspace.AnnUpgradeRequested] != "" {
-		return nil, errorf(CodeConflict, "workspace %q has an upgrade in flight; roll it back once that has ended", id)
-	}
-	if _, err := s.targetTemplate(ctx, true, active, version); err != nil {
-		return nil, err
-	}
-	if res.From == version {
-		res.Status = "upToDate"
-		return res, nil
-	}
-	podName := workspace.NextPodName(active, version)
-	// Every companion of the intent is named, as Upgrade does.
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		workspace.AnnUpgradeRequested: s.cfg.Now().UTC().Format(time.RFC3339),
-		workspace.AnnUpgradePod:       podName,
-		workspace.AnnTargetVersion:    version,
-		workspace.AnnAutoUpgrade:      nil,
-		workspace.AnnPinned:           "true",
-	}}})
-	target := &corev1.Pod{}
-	target.Name, target.Namespace = active.Name, active.Namespace
-	if err := s.cfg.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, errorf(CodeConflict, "pod %s of workspace %q is gone; list the workspace again and retry", active.Name, id)
+	return s.writeIntent(ctx, pods, "rollback", func(ctx context.Context, pods []*corev1.Pod) (*UpgradeResult, map[string]any, error) {
+		if gate != nil {
+			if r, err := gate(pods); r != nil || err != nil {
+				return r, nil, err
+			}
 		}
-		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("recording the rollback of workspace %q failed; try again", id), Err: err}
-	}
-	ctrl.LoggerFrom(ctx).Info("rollback requested", "workspace", id, "pod", active.Name, "upgradePod", podName, "to", version)
-	res.Status, res.PodName = "upgrading", podName
-	return res, nil
+		active := workspace.Active(pods)
+		id := workspace.ID(active)
+		res := &UpgradeResult{Namespace: active.Namespace, ID: id, Owner: workspace.Owner(active), From: workspace.TemplateVersion(active), To: version}
+		if active.DeletionTimestamp != nil {
+			return nil, nil, errorf(CodeConflict, "workspace %q is being deleted; it cannot be rolled back", id)
+		}
+		if up := upgradeInFlight(pods); up != nil || active.Annotations[workspace.AnnUpgradeRequested] != "" {
+			return nil, nil, errorf(CodeConflict, "workspace %q has an upgrade in flight; roll it back once that has ended", id)
+		}
+		if _, err := s.targetTemplate(ctx, true, active, version); err != nil {
+			return nil, nil, err
+		}
+		if res.From == version {
+			res.Status = "upToDate"
+			return res, nil, nil
+		}
+		podName := workspace.NextPodName(active, version)
+		res.Status, res.PodName = "upgrading", podName
+		// Every companion of the intent is named, as Upgrade does.
+		return res, map[string]any{
+			workspace.AnnUpgradeRequested: s.cfg.Now().UTC().Format(time.RFC3339),
+			workspace.AnnUpgradePod:       podName,
+			workspace.AnnTargetVersion:    version,
+			workspace.AnnAutoUpgrade:      nil,
+			workspace.AnnPinned:           "true",
+		}, nil
+	})
 }
 
 // RollbackTemplate rolls every workspace of template name that does not run version back to it
@@ -392,16 +397,26 @@ func (s *Service) RollbackTemplate(ctx context.Context, name, version string) ([
 		return nil, errorf(CodeNotFound, "template %q is not known: list_templates shows the templates", name)
 	}
 	if !known || latest.Version != version {
-		if s.cfg.History == nil {
-			return nil, errorf(CodeNotFound, "no template history is kept here, so version %q of template %s is not available", version, name)
-		}
-		if _, err := s.cfg.History.Version(ctx, name, version); err != nil {
-			return nil, errorf(CodeNotFound, "%s", err.Error())
+		// Not kept is 404, refused 409; a history that cannot be read (the API server is down)
+		// is no answer about the version: 503, to be retried.
+		if _, err := s.keptVersion(ctx, name, version); err != nil {
+			return nil, err
 		}
 	}
 	groups, err := s.everyWorkspace(ctx)
 	if err != nil {
 		return nil, err
+	}
+	// skip: a workspace in maintenance is left alone (asked again on the API server's pods when
+	// a write finds its pod changed).
+	skip := func(g []*corev1.Pod) (*UpgradeResult, error) {
+		reason, ok := workspace.InMaintenance(g)
+		if !ok {
+			return nil, nil
+		}
+		a := workspace.Active(g)
+		return &UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: version,
+			Error: fmt.Sprintf("workspace %q is in maintenance (%q) and was not rolled back: lift the maintenance first, or roll it back on its own", workspace.ID(a), reason)}, nil
 	}
 	out := []UpgradeResult{}
 	for _, g := range groups {
@@ -414,12 +429,11 @@ func (s *Service) RollbackTemplate(ctx context.Context, name, version string) ([
 		if workspace.TemplateVersion(a) == version || a.DeletionTimestamp != nil {
 			continue
 		}
-		if reason, ok := workspace.InMaintenance(g); ok {
-			out = append(out, UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: version,
-				Error: fmt.Sprintf("workspace %q is in maintenance (%q) and was not rolled back: lift the maintenance first, or roll it back on its own", workspace.ID(a), reason)})
+		if r, _ := skip(g); r != nil {
+			out = append(out, *r)
 			continue
 		}
-		r, err := s.rollback(ctx, g, version)
+		r, err := s.rollback(ctx, g, version, skip)
 		if err != nil {
 			r = &UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: version, Error: err.Error()}
 		}

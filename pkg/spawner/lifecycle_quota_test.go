@@ -33,8 +33,10 @@ func TestQuotaCountsRunningAndStoppedWorkspacesApart(t *testing.T) {
 	g.Expect(errors.Is(err, ErrQuotaExceeded)).To(BeTrue(), "one running workspace is the limit: %v", err)
 
 	// A stopped workspace frees its running slot.
-	g.Expect(s.CheckStop(ctx, "jane", "a", false)).To(Succeed())
+	releaseStop, err := s.ReserveStop(ctx, "jane", ns, "a", false)
+	g.Expect(err).NotTo(HaveOccurred())
 	stop("a")
+	releaseStop(nil)
 	_, err = s.Spawn(ctx, Request{Template: "plain", ID: "b", Caller: jane})
 	g.Expect(err).NotTo(HaveOccurred(), "a is stopped: b may run")
 
@@ -47,10 +49,12 @@ func TestQuotaCountsRunningAndStoppedWorkspacesApart(t *testing.T) {
 	release(nil)
 
 	// Stopping b too is over the stopped limit.
-	err = s.CheckStop(ctx, "jane", "b", false)
+	_, err = s.ReserveStop(ctx, "jane", ns, "b", false)
 	g.Expect(CodeOf(err)).To(Equal(QuotaExceeded))
 	g.Expect(err.Error()).To(And(ContainSubstring("1 stopped workspace (a)"), ContainSubstring("delete one before stopping b")))
-	g.Expect(s.CheckStop(ctx, "jane", "b", true)).To(Succeed())
+	releaseStop, err = s.ReserveStop(ctx, "jane", ns, "b", true)
+	g.Expect(err).NotTo(HaveOccurred())
+	releaseStop(nil)
 }
 
 // TestStartsAndSpawnsShareTheRunningLimit: a start takes a running slot as a spawn does, through
