@@ -244,9 +244,9 @@ func renderRoundTrip(t *templates.Template, exp *templates.Expansion, id Identit
 // bindAndInject binds t's claims to spec's volumes (bindClaims) and injects the init container
 // and preStop hook, and returns the claims. Into a spec already expanded (expanded), every value
 // they add is expanded here; into one the round trip expands next, only the values a check
-// approves (the init image, which the caller must not choose, and the shell-safe preStop
-// script), escaped again so that the round trip leaves them as they are, and the rest is left to
-// the round trip.
+// approves (the init image and S3 endpoint, which the caller must not choose, and the shell-safe
+// preStop script), escaped again so that the round trip leaves them as they are, and the rest is
+// left to the round trip.
 func bindAndInject(t *templates.Template, spec *corev1.PodSpec, exp *templates.Expansion, id Identity, v vars, expanded bool) ([]*corev1.PersistentVolumeClaim, error) {
 	claimVolume, claims, err := bindClaims(t, spec, id)
 	if err != nil {
@@ -254,14 +254,23 @@ func bindAndInject(t *templates.Template, spec *corev1.PodSpec, exp *templates.E
 	}
 	if exp.Init != nil {
 		in := *exp.Init
-		if in.Image, err = expandNoCaller(in.Image, "annotation "+workspace.AnnInitImage, v, !expanded); err != nil {
+		// What runs with nogoo9/init-secret and where its requests go are the template's alone;
+		// the endpoint and the location are environment values, which the kubelet expands.
+		if in.Image, err = expandNoCaller(in.Image, "annotation "+workspace.AnnInitImage, v, false, !expanded); err != nil {
+			return nil, err
+		}
+		if in.Endpoint, err = expandNoCaller(in.Endpoint, "annotation "+workspace.AnnInitS3Endpoint, v, true, !expanded); err != nil {
 			return nil, err
 		}
 		if expanded {
-			for _, f := range []*string{&in.Location, &in.Secret, &in.Endpoint} {
-				if *f, err = expandString(*f, "annotation "+workspace.AnnInitFrom, v); err != nil {
-					return nil, err
-				}
+			// Into a spec already expanded, the location (the init container's env[0].value,
+			// which the kubelet expands) and the Secret's name are expanded here; the round trip
+			// expands them with the spec.
+			if in.Location, err = expandChecked(in.Location, "annotation "+workspace.AnnInitFrom, v, true, nil); err != nil {
+				return nil, err
+			}
+			if in.Secret, err = expandString(in.Secret, "annotation "+workspace.AnnInitSecret, v); err != nil {
+				return nil, err
 			}
 		}
 		vol := in.Volume
@@ -363,10 +372,10 @@ func hasVolume(spec *corev1.PodSpec, name string) bool {
 func validateContextText(ctx map[string]string) error {
 	for _, k := range slices.Sorted(maps.Keys(ctx)) {
 		if !utf8.ValidString(k) {
-			return fmt.Errorf("context key %q is not valid UTF-8: use UTF-8 text for context keys", k)
+			return fmt.Errorf("context key %s is not valid UTF-8: use UTF-8 text for context keys", workspace.Quote(k))
 		}
 		if v := ctx[k]; !utf8.ValidString(v) {
-			return fmt.Errorf("context value %q (%q) is not valid UTF-8, so it could not be stored as given: pass UTF-8 text", k, v)
+			return fmt.Errorf("context value %s (%s) is not valid UTF-8, so it could not be stored as given: pass UTF-8 text", workspace.Quote(k), workspace.Quote(v))
 		}
 	}
 	return nil

@@ -18,8 +18,9 @@ var hostileValues = []string{
 	`","image":"evil"`, `"}],"hostNetwork":true,"x":[{"a":"`,
 }
 
-// TestContextValuesStayLiteralInTheirField: a context value lands byte for byte in the field whose
-// placeholder names it, is never expanded again, and cannot add or change another field.
+// TestContextValuesStayLiteralInTheirField: a context value reaches the container byte for byte
+// through the field whose placeholder names it (an env value: after the kubelet's $(VAR)
+// expansion, kubeletExpand), is never expanded again, and cannot add or change another field.
 func TestContextValuesStayLiteralInTheirField(t *testing.T) {
 	for _, val := range hostileValues {
 		t.Run(val, func(t *testing.T) {
@@ -33,7 +34,7 @@ func TestContextValuesStayLiteralInTheirField(t *testing.T) {
 			}
 			got := map[string]string{}
 			for _, e := range c[0].Env {
-				got[e.Name] = e.Value
+				got[e.Name] = kubeletExpand(e.Value, nil)
 			}
 			if got["REPO"] != val || got["OWNER"] != "jane" || got["SHELL_VAR"] != "${HOME}" || len(got) != 4 {
 				t.Fatalf("env = %q, want REPO=%q and the others unchanged", got, val)
@@ -95,7 +96,7 @@ func TestInjectedShellNeverRunsAContextValue(t *testing.T) {
 			if c.Command[2] != s3Script || c.Image != "amazon/aws-cli:2.17.0" {
 				t.Fatalf("init container changed: %q %q", c.Image, c.Command)
 			}
-			if c.Env[0].Name != "NOGOO9_INIT_SOURCE" || c.Env[0].Value != "s3://seeds/"+val+"/" {
+			if c.Env[0].Name != "NOGOO9_INIT_SOURCE" || kubeletExpand(c.Env[0].Value, nil) != "s3://seeds/"+val+"/" {
 				t.Fatalf("init source = %q", c.Env[0].Value)
 			}
 		})
@@ -108,8 +109,9 @@ func TestInjectedShellNeverRunsAContextValue(t *testing.T) {
 	})
 }
 
-// FuzzBuildPodContext: any context value lands literally in its env field, and the injected
-// preStop script either holds it as a shell-safe word or the spawn is refused.
+// FuzzBuildPodContext: any context value reaches the container literally through its env field
+// (after the kubelet's expansion), and the injected preStop script either holds it as a
+// shell-safe word or the spawn is refused.
 func FuzzBuildPodContext(f *testing.F) {
 	for _, v := range append(append([]string{}, hostileValues...), shellSafeValues...) {
 		f.Add(v, "echo ${context.repo}")
@@ -129,8 +131,8 @@ func FuzzBuildPodContext(f *testing.F) {
 			return
 		}
 		for _, e := range pod.Spec.Containers[0].Env {
-			if e.Name == "REPO" && e.Value != val {
-				t.Fatalf("REPO = %q, want %q", e.Value, val)
+			if e.Name == "REPO" && kubeletExpand(e.Value, nil) != val {
+				t.Fatalf("REPO = %q (the kubelet reads %q), want %q", e.Value, kubeletExpand(e.Value, nil), val)
 			}
 		}
 		if strings.Contains(script, "${context.repo}") && !strings.Contains(script, "$${context.repo}") && !shellSafe(val) {

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // Placeholders a template may use in any string value of its spec and volume claims. A literal
@@ -58,8 +61,29 @@ func (v vars) known() string {
 
 // expandString replaces ${name} placeholders in s. where names the field, for errors.
 func expandString(s, where string, v vars) (string, error) {
-	return expandChecked(s, where, v, nil)
+	return expandChecked(s, where, v, false, nil)
 }
+
+// expandField is expandString for the value of field path (a walk's or a program's path, such as
+// data.spec.containers[0].env[1].value): in a field the kubelet expands (kubeletExpands), each
+// placeholder's value is written for the kubelet to read literally (expandChecked).
+func expandField(s, path string, v vars) (string, error) {
+	if !strings.Contains(s, "${") {
+		return s, nil
+	}
+	return expandChecked(s, path, v, kubeletExpands(path), nil)
+}
+
+// kubeletField matches the paths of the fields of a pod spec in which the kubelet expands $(VAR)
+// references with the container's environment (k8s.io/kubernetes pkg/kubelet: env values in
+// makeEnvironmentVariables, command and args in ExpandContainerCommandAndArgs, subPathExpr in
+// ExpandContainerVolumeMounts, exec probes in ExpandContainerCommandOnlyStatic), in every kind of
+// container. Lifecycle hooks are run as written (pkg/kubelet/lifecycle), so the preStop hook is
+// not among them.
+var kubeletField = regexp.MustCompile(`^data\.spec\.(?:containers|initContainers|ephemeralContainers)\[\d+\]\.(?:command\[\d+\]|args\[\d+\]|env\[\d+\]\.value|volumeMounts\[\d+\]\.subPathExpr|(?:livenessProbe|readinessProbe|startupProbe)\.exec\.command\[\d+\])$`)
+
+// kubeletExpands reports whether the kubelet expands $(VAR) in the field at path.
+func kubeletExpands(path string) bool { return kubeletField.MatchString(path) }
 
 // shellSafe reports whether a value can stand in a shell script as it is, quoted or not: no
 // quotes, blanks, $, `, \, ;, &, |, <, >, (, ), {, }, *, ?, [, ~, #, ! or control characters.
@@ -76,11 +100,11 @@ func shellSafe(s string) bool {
 // placeholder may only stand for a value no shell reads as code. With escape, the result is
 // escaped again ("${" as "$${"), for a pod spec that is expanded once more as a whole.
 func expandShell(s, where string, v vars, escape bool) (string, error) {
-	out, err := expandChecked(s, where, v, func(name, val string) error {
+	out, err := expandChecked(s, where, v, false, func(name, val string) error {
 		if shellSafe(val) {
 			return nil
 		}
-		return fmt.Errorf("%s: the value of ${%s} (%q) has characters a shell would interpret, and this script runs with /bin/sh -c: use letters, digits and ._-/:@=,+%% only, or read the value from an environment variable the spec sets", where, name, val)
+		return fmt.Errorf("%s: the value of ${%s} (%s) has characters a shell would interpret, and this script runs with /bin/sh -c: use letters, digits and ._-/:@=,+%% only, or read the value from an environment variable the spec sets", where, name, workspace.Quote(val))
 	})
 	if err != nil || !escape {
 		return out, err
@@ -88,15 +112,22 @@ func expandShell(s, where string, v vars, escape bool) (string, error) {
 	return strings.ReplaceAll(out, "${", "$${"), nil
 }
 
-// expandNoCaller expands a field a caller must not choose (the init container's image): the
-// caller's own values (${context.KEY}, ${name}, ${owner}) are refused there. escape: as
-// expandShell.
-func expandNoCaller(s, where string, v vars, escape bool) (string, error) {
-	out, err := expandChecked(s, where, v, func(name, _ string) error {
-		if strings.HasPrefix(name, contextPrefix) || name == "name" || name == "owner" {
-			return fmt.Errorf("%s: placeholder ${%s} would let the caller choose this value: write it in the template", where, name)
+// templatesOwn are the placeholders whose values the template decides: its name and version.
+// Every other one is a caller's choice (${id}, ${name}, ${context.KEY}) or derives from the
+// owner's subject (${owner}, ${user}, ${pod}), which a person often picks (a GitHub login, an
+// email address).
+func templatesOwn(name string) bool { return name == "template" || name == "version" }
+
+// expandNoCaller expands a field a caller must not choose: what runs with nogoo9/init-secret
+// (nogoo9/init-image) and where its signed requests go (nogoo9/init-s3-endpoint). Only the
+// template's own placeholders are taken there (templatesOwn). kubelet: the value goes into a
+// field the kubelet expands (expandChecked); escape: as expandShell.
+func expandNoCaller(s, where string, v vars, kubelet, escape bool) (string, error) {
+	out, err := expandChecked(s, where, v, kubelet, func(name, _ string) error {
+		if templatesOwn(name) {
+			return nil
 		}
-		return nil
+		return fmt.Errorf("%s: placeholder ${%s} would let the caller choose this value, and the init container runs with the S3 credentials (nogoo9/init-secret, or the pod's own): write the value in the template (only ${template} and ${version} may stand here)", where, name)
 	})
 	if err != nil || !escape {
 		return out, err
@@ -105,7 +136,16 @@ func expandNoCaller(s, where string, v vars, escape bool) (string, error) {
 }
 
 // expandChecked is expandString with check, when not nil, approving each placeholder's value.
-func expandChecked(s, where string, v vars, check func(name, val string) error) (string, error) {
+//
+// kubelet: s is a field the kubelet expands $(VAR) in with the container's environment (an init
+// container's includes nogoo9/init-secret's keys), so a value is written for the kubelet to read
+// literally: with each "$" doubled ("$$" is the kubelet's literal "$"), it can neither open a
+// reference nor close one of the template's. The template's own text is left as it is, its
+// $(POD_NAME) references included. A placeholder inside a reference the template opened
+// (refInPrefix) would make part of the variable's name: refused when the reference's text so far
+// could begin a variable name; after any other character (a shell's $(command ...)), where the
+// kubelet copies the text as it is, the value is written as it is if it holds no "$" or ")".
+func expandChecked(s, where string, v vars, kubelet bool, check func(name, val string) error) (string, error) {
 	if !strings.Contains(s, "${") {
 		return s, nil
 	}
@@ -126,13 +166,13 @@ func expandChecked(s, where string, v vars, check func(name, val string) error) 
 		b.WriteString(s[:i])
 		end := strings.IndexByte(s[i+2:], '}')
 		if end < 0 {
-			return "", fmt.Errorf("%s: placeholder %q is not closed with '}' (write $${ for a literal ${)", where, s[i:])
+			return "", fmt.Errorf("%s: placeholder %s is not closed with '}' (write $${ for a literal ${)", where, workspace.Quote(s[i:]))
 		}
 		name := s[i+2 : i+2+end]
 		val, ok := v.lookup(name)
 		if !ok {
 			if k, isCtx := strings.CutPrefix(name, contextPrefix); isCtx {
-				return "", fmt.Errorf("%s: placeholder ${%s} needs context value %q, which the spawn did not give: pass it in the context", where, name, k)
+				return "", fmt.Errorf("%s: placeholder ${%s} needs context value %s, which the spawn did not give: pass it in the context", where, name, workspace.Quote(k))
 			}
 			return "", fmt.Errorf("%s: unknown placeholder ${%s}: known are %s; write $${ for a literal ${", where, name, v.known())
 		}
@@ -141,9 +181,63 @@ func expandChecked(s, where string, v vars, check func(name, val string) error) 
 				return "", err
 			}
 		}
+		if kubelet {
+			var err error
+			if val, err = forKubelet(b.String(), val, name, where); err != nil {
+				return "", err
+			}
+		}
 		b.WriteString(val)
 		s = s[i+2+end+1:]
 	}
+}
+
+// forKubelet is val as written after prefix (the field's text so far) in a field the kubelet
+// expands, so that the container sees val; or why it cannot be (expandChecked).
+func forKubelet(prefix, val, name, where string) (string, error) {
+	ref, open := refInPrefix(prefix)
+	switch {
+	case !open:
+		return strings.ReplaceAll(val, "$", "$$"), nil
+	case strings.Trim(ref, varNameChars) == "":
+		return "", fmt.Errorf("%s: placeholder ${%s} stands inside the reference %s..., where the kubelet would read its value as (part of) the name of the variable to put there: the caller would choose the variable (a Secret's key, say). Write the variable's name in the template, or pass the value in an environment variable of its own", where, name, workspace.Quote("$("+ref))
+	case strings.ContainsAny(val, "$)"):
+		return "", fmt.Errorf("%s: the value of ${%s} (%s) stands inside %s..., where the kubelet would not pass a '$' or ')' on as written: pass a value without them, or read it from an environment variable the spec sets", where, name, workspace.Quote(val), workspace.Quote("$("+ref))
+	default:
+		return val, nil
+	}
+}
+
+// varNameChars are the characters of a Secret's or ConfigMap's keys, and of the usual
+// environment variable names (letters, digits, '_', '-', '.').
+const varNameChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-."
+
+// refInPrefix reads text the way the kubelet does (k8s.io/kubernetes
+// third_party/forked/golang/expansion: "$$" is a "$", "$(" opens a reference up to the next ")",
+// whatever lies between) and reports whether it ends inside a reference a ")" further on would
+// close, with that reference's text so far. A "$" that ends the text counts as an opening (what
+// follows it could make it one); it cannot happen after a template's text (that "${" is the escape
+// "$${") nor after a value (whose "$" are doubled), but a value is never written after one.
+func refInPrefix(text string) (ref string, open bool) {
+	for i := 0; i < len(text); i++ {
+		if text[i] != '$' {
+			continue
+		}
+		if i+1 == len(text) {
+			return "", true
+		}
+		switch text[i+1] {
+		case '$':
+			i++
+		case '(':
+			j := strings.IndexByte(text[i+2:], ')')
+			if j < 0 {
+				return text[i+2:], true
+			}
+			i += 2 + j
+		}
+	}
+	return "", false
 }
 
 // expandJSON expands placeholders in every string value of *obj (a JSON-marshalable struct the
@@ -194,7 +288,7 @@ var alwaysRoundTrip = false
 func walk(node any, path string, v vars) (any, error) {
 	switch n := node.(type) {
 	case string:
-		return expandString(n, path, v)
+		return expandField(n, path, v)
 	case []any:
 		for i := range n {
 			e, err := walk(n[i], fmt.Sprintf("%s[%d]", path, i), v)

@@ -29,7 +29,12 @@ type program struct {
 	size int
 }
 
-type programValue struct{ s, path string }
+// programValue is a string value to expand, its path, and whether the kubelet expands the field
+// (kubeletExpands: its placeholders' values are written for the kubelet to read literally).
+type programValue struct {
+	s, path string
+	kubelet bool
+}
 
 // programs are a template's: its spec's, nil when the spec cannot be rendered from a program
 // (see programsOf), and each volume claim spec's (nil: that claim cannot).
@@ -137,7 +142,7 @@ func (p *program) mark(node any, path string) any {
 		if !strings.Contains(n, "${") {
 			return n
 		}
-		p.vals = append(p.vals, programValue{s: n, path: path})
+		p.vals = append(p.vals, programValue{s: n, path: path, kubelet: kubeletExpands(path)})
 		return markPrefix + strconv.Itoa(len(p.vals)-1) + markSuffix
 	case []any:
 		for i := range n {
@@ -165,7 +170,7 @@ func (p *program) render(out any, v vars) error {
 	buf := make([]byte, 0, p.size+32*len(p.vals))
 	for i, val := range p.vals {
 		buf = append(buf, p.lits[i]...)
-		s, err := expandString(val.s, val.path, v)
+		s, err := expandChecked(val.s, val.path, v, val.kubelet, nil)
 		if err != nil {
 			return err
 		}

@@ -70,8 +70,8 @@ func TestBuildPodSkipsTheRoundTripOnlyWhereItChangesNothing(t *testing.T) {
 			}
 		})
 	}
-	if errs != 3 {
-		t.Errorf("%d renders failed, want the 3 made to fail", errs)
+	if errs != 4 {
+		t.Errorf("%d renders failed, want the 4 made to fail", errs)
 	}
 }
 
@@ -135,7 +135,7 @@ func fromProgram(r render) error {
 // renderCases are every sample in config/samples, each also with its placeholders written out
 // as plain text, and the shapes the spawner's tests use (init containers from S3 and a
 // ConfigMap, a preStop hook, claims, a claim a volume refers to, names with placeholders that
-// the binding or an injection matches), three of them made to fail.
+// the binding or an injection matches), four of them made to fail.
 func renderCases(t *testing.T) []render {
 	t.Helper()
 	ctx := map[string]string{"repo": "https://example.com/r.git", "class": "fast"}
@@ -215,7 +215,17 @@ func renderCases(t *testing.T) []render {
 			`{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}]}],"volumes":[{"name":"${context.vol}","emptyDir":{}}]}`, "", names, true},
 		{"nogoo9/pre-stop-container naming a container with a placeholder in its name", map[string]string{workspace.AnnPreStop: "sync", workspace.AnnPreStopContainer: "${context.container}"},
 			`{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}]},{"name":"${context.container}","image":"c"}]}`, "", names, true},
+		// Values with "$" in fields the kubelet expands (doubled there) and in others (as they are).
+		{"caller values with $ in fields the kubelet expands, an init source and endpoint", map[string]string{
+			workspace.AnnInitFrom: "s3://seeds/${context.repo}/", workspace.AnnInitSecret: "s3-creds", workspace.AnnInitS3Endpoint: "https://${template}.minio:${version}"},
+			`{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"command":["sh","-c","echo ${name} $(basename ${id})"],
+ "args":["$(POD)${context.repo}$(POD)","${owner}"],"env":[{"name":"POD","value":"${pod}"},{"name":"R","value":"$${context.repo} ${context.repo}"}],
+ "volumeMounts":[{"name":"home","mountPath":"/h","subPathExpr":"$(POD)/${id}"}],"startupProbe":{"exec":{"command":["t","${context.repo}"]}},
+ "lifecycle":{"postStart":{"exec":{"command":["echo","${context.repo}"]}}}}],"nodeSelector":{"repo":"${context.class}"}}`, plainClaims,
+			Identity{Owner: "auth0|$(X)$", ID: "demo", Name: "$(Y)$$", Context: map[string]string{"repo": "$(AWS_SECRET_ACCESS_KEY)$", "class": "a$b"}}, false},
 		{"a context value the spawn did not give", nil, nodeSpec, plainClaims, Identity{Owner: "jane", ID: "demo"}, true},
+		{"a placeholder that would name the variable of a template's $(...) reference", nil,
+			`{"containers":[{"name":"ide","image":"b","ports":[{"containerPort":80}],"env":[{"name":"X","value":"$(AWS_${context.repo})"}]}]}`, "", id, true},
 		{"an unknown placeholder", nil, `{"containers":[{"name":"ide","image":"b:${nope}","ports":[{"containerPort":80}]}]}`, "", id, true},
 		{"an unclosed placeholder", nil, `{"containers":[{"name":"ide","image":"b:${id","ports":[{"containerPort":80}]}]}`, "", id, true},
 	} {

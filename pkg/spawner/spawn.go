@@ -188,19 +188,23 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	if owner == "" {
 		return nil, errorf(Invalid, nil, "the workspace has no owner: authenticate, or give the owner's subject")
 	}
+	// Errors quote a caller's input with workspace.Quote: never an oversized one whole.
 	if !req.Caller.IsAdmin && req.Caller.Subject != "" && req.Caller.Subject != owner {
-		return nil, errorf(Forbidden, nil, "only an admin may create a workspace for another user (%s)", owner)
+		return nil, errorf(Forbidden, nil, "only an admin may create a workspace for another user (%s)", workspace.Quote(owner))
+	}
+	if err := workspace.ValidateName(req.Name); err != nil {
+		return nil, errorf(Invalid, err, "%v", err)
 	}
 	id := req.ID
 	if id == "" {
 		if id = workspace.IDFromName(req.Name); id == "" {
-			return nil, errorf(Invalid, nil, "give a workspace id, or a name with letters or digits to derive it from (got name %q)", req.Name)
+			return nil, errorf(Invalid, nil, "give a workspace id, or a name with letters or digits to derive it from (got name %s)", workspace.Quote(req.Name))
 		}
 	}
 	if err := workspace.ValidateID(id); err != nil {
 		return nil, errorf(Invalid, err, "%v", err)
 	}
-	if err := workspace.ValidateName(req.Name); err != nil {
+	if err := ValidateContext(req.Context); err != nil {
 		return nil, errorf(Invalid, err, "%v", err)
 	}
 	if req.Template == "" {
@@ -209,14 +213,14 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	// A template is named, never addressed by key: "team-b/node" would reach team-b's template
 	// from any namespace. A namespace's templates serve spawns in that namespace (Resolve).
 	if err := templates.ValidateName(req.Template); err != nil {
-		return nil, errorf(Invalid, err, "%v: name one of the templates list_templates shows; a team namespace's template is used by spawning in that namespace", err)
+		return nil, errorf(Invalid, nil, "template name %s is not valid: a template's name is a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters); name one of the templates list_templates shows; a team namespace's template is used by spawning in that namespace", workspace.Quote(req.Template))
 	}
 	ns := req.Namespace
 	if ns == "" {
 		ns = s.opts.Namespace
 	}
 	if !slices.Contains(s.quotaNamespaces(), ns) {
-		return nil, errorf(NotFound, nil, "namespace %q is not watched by nogoo9: spawn in one of [%s], or ask the platform team to add it to --namespaces", ns, strings.Join(s.quotaNamespaces(), ", "))
+		return nil, errorf(NotFound, nil, "namespace %s is not watched by nogoo9: spawn in one of [%s], or ask the platform team to add it to --namespaces", workspace.Quote(ns), strings.Join(s.quotaNamespaces(), ", "))
 	}
 	syncCtx, cancel := context.WithTimeout(ctx, s.opts.SyncTimeout)
 	synced := s.reg.WaitForSync(syncCtx)

@@ -1,9 +1,12 @@
 package templates
 
 import (
+	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -137,6 +140,7 @@ func (p Policy) Check(t *Template) error {
 			})
 		}
 	}
+	vs = append(vs, checkInitPlaceholders(t)...)
 	vs = append(vs, p.checkSpec("data."+workspace.DataSpec, spec)...)
 	vs = append(vs, p.checkClaims(t)...)
 	if len(vs) == 0 {
@@ -170,7 +174,7 @@ func InitContainerSecurityContext() *corev1.SecurityContext {
 func (p Policy) checkSpec(at string, spec *corev1.PodSpec) []Violation {
 	var vs []Violation
 	for _, f := range []struct{ name, value string }{{"serviceAccountName", spec.ServiceAccountName}, {"serviceAccount", spec.DeprecatedServiceAccount}} {
-		if f.value != "" && !allowed(p.ServiceAccounts, f.value) {
+		if f.value != "" && !allowed(p.ServiceAccounts, f.value) && callerPlaceholders(f.value) == nil {
 			vs = append(vs, Violation{
 				Field:   at + "." + f.name,
 				Problem: fmt.Sprintf("service account %q is not allowed: %s", f.value, allowedList("service accounts", p.ServiceAccounts)),
@@ -231,6 +235,7 @@ func (p Policy) checkSpec(at string, spec *corev1.PodSpec) []Violation {
 			})
 		}
 	}
+	vs = append(vs, checkPlaceholders(at, spec)...)
 	vs = append(vs, p.checkSecrets(at, spec)...)
 	return append(vs, podSecurity(p.Level, at, spec)...)
 }
@@ -244,7 +249,8 @@ func (p Policy) checkSecrets(at string, spec *corev1.PodSpec) []Violation {
 	}
 	var vs []Violation
 	refuse := func(field, name string) {
-		if !allowed(p.Secrets, name) {
+		// A name holding a caller placeholder is checkPlaceholders' violation.
+		if !allowed(p.Secrets, name) && callerPlaceholders(name) == nil {
 			vs = append(vs, Violation{
 				Field:   field,
 				Problem: fmt.Sprintf("names Secret %q, %s", name, allowedList("Secrets", p.Secrets)),
@@ -336,22 +342,25 @@ func (p Policy) checkClaims(t *Template) []Violation {
 		own[c.Name] = true
 	}
 	fix := "remove it, or ask the operator to add it to --template-allowed-claims"
+	// A name holding a caller placeholder is a placeholder's violation (checkPlaceholders and
+	// claimSourcePlaceholders): no allow-list can hold it.
+	listed := func(name string) bool { return allowed(p.Claims, name) || callerPlaceholders(name) != nil }
 	source := func(field string, spec *corev1.PersistentVolumeClaimSpec) {
-		if spec.VolumeName != "" {
+		if spec.VolumeName != "" && callerPlaceholders(spec.VolumeName) == nil {
 			vs = append(vs, Violation{
 				Field:   field + ".volumeName",
 				Problem: fmt.Sprintf("binds the claim to PersistentVolume %q, which may hold another workspace's data", spec.VolumeName),
 				Fix:     "remove volumeName and let the storage class provision a volume",
 			})
 		}
-		if d := spec.DataSource; d != nil && !allowed(p.Claims, d.Name) {
+		if d := spec.DataSource; d != nil && !listed(d.Name) {
 			vs = append(vs, Violation{
 				Field:   field + ".dataSource",
 				Problem: fmt.Sprintf("fills the claim from %s %q, %s", d.Kind, d.Name, allowedList("claim sources", p.Claims)),
 				Fix:     fix,
 			})
 		}
-		if d := spec.DataSourceRef; d != nil && !allowed(p.Claims, d.Name) && (spec.DataSource == nil || spec.DataSource.Name != d.Name) {
+		if d := spec.DataSourceRef; d != nil && !listed(d.Name) && (spec.DataSource == nil || spec.DataSource.Name != d.Name) {
 			vs = append(vs, Violation{
 				Field:   field + ".dataSourceRef",
 				Problem: fmt.Sprintf("fills the claim from %s %q, %s", d.Kind, d.Name, allowedList("claim sources", p.Claims)),
@@ -360,7 +369,7 @@ func (p Policy) checkClaims(t *Template) []Violation {
 		}
 	}
 	for _, v := range t.Spec.Volumes {
-		if c := v.PersistentVolumeClaim; c != nil && !own[c.ClaimName] && !allowed(p.Claims, c.ClaimName) {
+		if c := v.PersistentVolumeClaim; c != nil && !own[c.ClaimName] && !listed(c.ClaimName) {
 			vs = append(vs, Violation{
 				Field:   fmt.Sprintf("data.%s.volumes[%s].persistentVolumeClaim.claimName", workspace.DataSpec, v.Name),
 				Problem: fmt.Sprintf("mounts claim %q, which is not one of the template's volumeClaims (each workspace gets its own) %s", c.ClaimName, allowedList("other claims", p.Claims)),
@@ -372,7 +381,9 @@ func (p Policy) checkClaims(t *Template) []Violation {
 		}
 	}
 	for _, c := range t.VolumeClaims {
-		source(fmt.Sprintf("data.%s[%s].spec", workspace.DataVolumeClaims, c.Name), &c.Spec)
+		at := fmt.Sprintf("data.%s[%s].spec", workspace.DataVolumeClaims, c.Name)
+		source(at, &c.Spec)
+		vs = append(vs, claimSourcePlaceholders(at, &c.Spec)...)
 	}
 	return vs
 }
@@ -509,4 +520,203 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// Placeholders in fields a spawn must not choose. A placeholder's value is the caller's choice
+// (${id}, ${name}, ${context.KEY}) or derives from the owner's subject, which a person often
+// picks (${owner}, ${user}, ${pod}: a GitHub login, an email address). In the fields below it
+// would let whoever spawns decide the pod's isolation, identity or placement, so the policy
+// refuses it there at every level and whatever the allow-lists say ("*" lets template authors
+// name any Secret, not callers). Only the template's own ${template} and ${version} are taken.
+// The spawner holds the init container's image and S3 endpoint to the same rule at spawn time.
+
+// callerPlaceholders are the placeholders in s other than ${template} and ${version}, read as
+// the spawner expands them ("$${" is a literal "${"; an unclosed one is the spawn's error).
+func callerPlaceholders(s string) []string {
+	var names []string
+	for {
+		i := strings.Index(s, "${")
+		if i < 0 {
+			return names
+		}
+		if i > 0 && s[i-1] == '$' {
+			s = s[i+2:]
+			continue
+		}
+		end := strings.IndexByte(s[i+2:], '}')
+		if end < 0 {
+			return names
+		}
+		if name := s[i+2 : i+2+end]; name != "template" && name != "version" {
+			names = append(names, "${"+name+"}")
+		}
+		s = s[i+2+end+1:]
+	}
+}
+
+// What a placeholder in each kind of field would hand the caller.
+const (
+	whyIsolation = "it decides how the pod is isolated (runtime, security profiles, SELinux, sysctls, users)"
+	whyPlacement = "it decides which nodes the pod runs on, beside which pods and before whom"
+	whyIdentity  = "it decides which identity and credentials the pod gets"
+	whyData      = "it decides which storage outside the workspace the pod reaches"
+	whyDevices   = "it decides which devices the pod gets"
+	whyInit      = "the init container runs with nogoo9/init-secret in its environment"
+)
+
+const placeholderFix = "write the value in the template; only ${template} and ${version} may stand here (docs/templates.md, \"Placeholders\")"
+
+// placeholderViolation is the violation of a value at field holding caller placeholders, if any.
+func placeholderViolation(field, value, why string) (Violation, bool) {
+	names := callerPlaceholders(value)
+	if len(names) == 0 {
+		return Violation{}, false
+	}
+	fix := placeholderFix
+	if strings.Contains(field, "labelSelector") {
+		fix += "; to spread or group a user's or a workspace's pods, use matchLabelKeys (such as [\"" + workspace.LabelUserSub + "\"]) instead of a placeholder"
+	}
+	return Violation{
+		Field:   field,
+		Problem: fmt.Sprintf("%s holds %s, which the caller of a spawn would choose, and %s", workspace.Quote(value), strings.Join(names, ", "), why),
+		Fix:     fix,
+	}, true
+}
+
+// placeholdersIn reports every string of node (marshalled as JSON; map keys are never expanded,
+// so only values count) holding a caller placeholder, with its field below at.
+func placeholdersIn(at string, node any, why string) []Violation {
+	raw, err := json.Marshal(node)
+	if err != nil || !bytes.Contains(raw, []byte("${")) {
+		return nil
+	}
+	var tree any
+	if err := json.Unmarshal(raw, &tree); err != nil {
+		return nil
+	}
+	var vs []Violation
+	var walk func(path string, n any)
+	walk = func(path string, n any) {
+		switch n := n.(type) {
+		case string:
+			if v, ok := placeholderViolation(path, n, why); ok {
+				vs = append(vs, v)
+			}
+		case []any:
+			for i, e := range n {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		case map[string]any:
+			keys := make([]string, 0, len(n))
+			for k := range n {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				walk(path+"."+k, n[k])
+			}
+		}
+	}
+	walk(at, tree)
+	return vs
+}
+
+// checkPlaceholders reports the caller placeholders in the fields of spec that decide the pod's
+// isolation, identity, placement, devices and the storage it reaches beyond its own claims. The
+// Secret and claim references are checked here too; checkSecrets and checkClaims leave a name
+// holding a caller placeholder to this check (it is no name an allow-list can hold).
+func checkPlaceholders(at string, spec *corev1.PodSpec) []Violation {
+	var vs []Violation
+	add := func(field string, node any, why string) {
+		vs = append(vs, placeholdersIn(field, node, why)...)
+	}
+	// Identity.
+	add(at+".serviceAccountName", spec.ServiceAccountName, whyIdentity)
+	add(at+".serviceAccount", spec.DeprecatedServiceAccount, whyIdentity)
+	add(at+".imagePullSecrets", spec.ImagePullSecrets, whyIdentity)
+	// Isolation.
+	add(at+".runtimeClassName", spec.RuntimeClassName, whyIsolation)
+	add(at+".securityContext", spec.SecurityContext, whyIsolation)
+	// Placement.
+	add(at+".nodeSelector", spec.NodeSelector, whyPlacement)
+	add(at+".affinity", spec.Affinity, whyPlacement)
+	add(at+".tolerations", spec.Tolerations, whyPlacement)
+	add(at+".topologySpreadConstraints", spec.TopologySpreadConstraints, whyPlacement)
+	add(at+".schedulerName", spec.SchedulerName, whyPlacement)
+	add(at+".priorityClassName", spec.PriorityClassName, whyPlacement)
+	add(at+".preemptionPolicy", spec.PreemptionPolicy, whyPlacement)
+	// Devices.
+	add(at+".resourceClaims", spec.ResourceClaims, whyDevices)
+
+	containers := func(kind string, cs []corev1.Container) {
+		for _, c := range cs {
+			cat := fmt.Sprintf("%s.%s[%s]", at, kind, c.Name)
+			add(cat+".securityContext", c.SecurityContext, whyIsolation)
+			for _, e := range c.Env {
+				if e.ValueFrom != nil {
+					add(fmt.Sprintf("%s.env[%s].valueFrom.secretKeyRef", cat, e.Name), e.ValueFrom.SecretKeyRef, whyIdentity)
+				}
+			}
+			for i, e := range c.EnvFrom {
+				add(fmt.Sprintf("%s.envFrom[%d].secretRef", cat, i), e.SecretRef, whyIdentity)
+			}
+		}
+	}
+	containers("initContainers", spec.InitContainers)
+	containers("containers", spec.Containers)
+	ephemeral := make([]corev1.Container, len(spec.EphemeralContainers))
+	for i, c := range spec.EphemeralContainers {
+		ephemeral[i] = corev1.Container(c.EphemeralContainerCommon)
+	}
+	containers("ephemeralContainers", ephemeral)
+
+	for _, v := range spec.Volumes {
+		vat := fmt.Sprintf("%s.volumes[%s]", at, v.Name)
+		if v.Secret != nil {
+			add(vat+".secret.secretName", v.Secret.SecretName, whyIdentity)
+		}
+		if v.PersistentVolumeClaim != nil {
+			add(vat+".persistentVolumeClaim.claimName", v.PersistentVolumeClaim.ClaimName, whyData)
+		}
+		if v.Projected != nil {
+			for i, s := range v.Projected.Sources {
+				add(fmt.Sprintf("%s.projected.sources[%d].secret", vat, i), s.Secret, whyIdentity)
+				add(fmt.Sprintf("%s.projected.sources[%d].serviceAccountToken", vat, i), s.ServiceAccountToken, whyIdentity)
+			}
+		}
+		if e := v.Ephemeral; e != nil && e.VolumeClaimTemplate != nil {
+			vs = append(vs, claimSourcePlaceholders(vat+".ephemeral.volumeClaimTemplate.spec", &e.VolumeClaimTemplate.Spec)...)
+		}
+		// CSI drivers (what their attributes and Secret unlock is the driver's) and every volume
+		// type Pod Security "restricted" forbids (hostPath, nfs, iscsi, gitRepo, ...: storage on
+		// the node or the network, named by the spec), whole.
+		outside := v.VolumeSource
+		outside.EmptyDir, outside.ConfigMap, outside.DownwardAPI, outside.Projected = nil, nil, nil, nil
+		outside.Secret, outside.PersistentVolumeClaim, outside.Ephemeral, outside.Image = nil, nil, nil, nil
+		add(vat, outside, whyData)
+	}
+	return vs
+}
+
+// claimSourcePlaceholders reports caller placeholders in what fills or binds a claim: its
+// dataSource, dataSourceRef and volumeName (checkClaims' fields).
+func claimSourcePlaceholders(at string, spec *corev1.PersistentVolumeClaimSpec) []Violation {
+	var vs []Violation
+	vs = append(vs, placeholdersIn(at+".dataSource", spec.DataSource, whyData)...)
+	vs = append(vs, placeholdersIn(at+".dataSourceRef", spec.DataSourceRef, whyData)...)
+	return append(vs, placeholdersIn(at+".volumeName", spec.VolumeName, whyData)...)
+}
+
+// checkInitPlaceholders reports caller placeholders in the annotations that decide what runs
+// with nogoo9/init-secret (nogoo9/init-image) and where its requests go
+// (nogoo9/init-s3-endpoint). nogoo9/init-from's location may hold any placeholder: it reaches the
+// init container as data (an environment value the kubelet reads literally).
+func checkInitPlaceholders(t *Template) []Violation {
+	var vs []Violation
+	for _, k := range []string{workspace.AnnInitImage, workspace.AnnInitS3Endpoint} {
+		if v, ok := placeholderViolation("annotation "+k, t.Annotations[k], whyInit); ok {
+			vs = append(vs, v)
+		}
+	}
+	return vs
 }

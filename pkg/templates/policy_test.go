@@ -406,3 +406,170 @@ func TestFitEventNote(t *testing.T) {
 		t.Errorf("fitEventNote gave %d bytes (valid UTF-8 %v): %q", len(got), utf8.ValidString(got), got[len(got)-100:])
 	}
 }
+
+// TestPolicyRefusesPlaceholdersInIsolationFields: what isolates a workspace, who it runs as and
+// where it is placed are the template's, never a spawn's: a placeholder there (${id}, ${name},
+// ${context.KEY}: the caller's choice; ${owner}, ${user}, ${pod}: derived from a subject a person
+// may pick) is refused at every policy level and whatever the allow-lists say, naming the field
+// and the value. ${template} and ${version}, the template's own, are taken, and placeholders
+// elsewhere (env, args, labels, the image) stay allowed.
+func TestPolicyRefusesPlaceholdersInIsolationFields(t *testing.T) {
+	def := DefaultPolicy()
+	open := Policy{Level: LevelPrivileged, ServiceAccounts: []string{"*"}, Secrets: []string{"*"}, Claims: []string{"*"}, AllowAutomountToken: true}
+	localhost := func(p string) *corev1.SeccompProfile {
+		return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To(p)}
+	}
+	selector := func(v string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{"app": v}}
+	}
+	tests := []struct {
+		name   string
+		policy Policy
+		ann    []string
+		mutate func(t *Template)
+		// want: one group of substrings per expected violation; empty: allowed.
+		want [][]string
+	}{
+		{name: "the audit's template: runtime class, priority class and a Localhost seccomp profile from the context", policy: def,
+			mutate: func(t *Template) {
+				t.Spec.RuntimeClassName = ptr.To("${context.rt}")
+				t.Spec.PriorityClassName = "${context.pc}"
+				t.Spec.SecurityContext.SeccompProfile = localhost("${context.sp}")
+			},
+			want: [][]string{
+				{"data.spec.runtimeClassName", `"${context.rt}"`, "${context.rt}", "write the value in the template"},
+				{"data.spec.priorityClassName", `"${context.pc}"`},
+				{"data.spec.securityContext.seccompProfile.localhostProfile", `"${context.sp}"`}}},
+		{name: "placement: schedulerName, preemptionPolicy, nodeSelector, affinity, tolerations, topology spread", policy: def,
+			mutate: func(t *Template) {
+				t.Spec.SchedulerName = "${id}"
+				t.Spec.PreemptionPolicy = ptr.To(corev1.PreemptionPolicy("${context.p}"))
+				t.Spec.NodeSelector = map[string]string{"pool": "${context.pool}"}
+				t.Spec.Affinity = &corev1.Affinity{
+					NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{"${context.node}"}}}}}}},
+					PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{LabelSelector: selector("${user}"), TopologyKey: "kubernetes.io/hostname"}}},
+				}
+				t.Spec.Tolerations = []corev1.Toleration{{Key: "${context.k}", Operator: corev1.TolerationOpExists}, {Key: "dedicated", Value: "${name}", Effect: "${context.e}"}}
+				t.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone", WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: selector("${owner}")}}
+			},
+			want: [][]string{
+				{"data.spec.schedulerName", `"${id}"`},
+				{"data.spec.preemptionPolicy", `"${context.p}"`},
+				{"data.spec.nodeSelector.pool", `"${context.pool}"`},
+				{"data.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values[0]", `"${context.node}"`},
+				{"data.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector.matchLabels.app", `"${user}"`, "matchLabelKeys"},
+				{"data.spec.tolerations[0].key", `"${context.k}"`},
+				{"data.spec.tolerations[1].effect", `"${context.e}"`},
+				{"data.spec.tolerations[1].value", `"${name}"`},
+				{"data.spec.topologySpreadConstraints[0].labelSelector.matchLabels.app", `"${owner}"`}}},
+		{name: "isolation: container securityContext (AppArmor, SELinux, Windows user), pod SELinux and sysctls, at the privileged level too", policy: open,
+			mutate: func(t *Template) {
+				ide(t).SecurityContext.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr.To("${context.aa}")}
+				ide(t).SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "${pod}"}
+				ide(t).SecurityContext.WindowsOptions = &corev1.WindowsSecurityContextOptions{RunAsUserName: ptr.To("${context.u}")}
+				t.Spec.SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Level: "s0:${context.mcs}"}
+				t.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "${context.port}"}}
+			},
+			want: [][]string{
+				{"data.spec.containers[ide].securityContext.appArmorProfile.localhostProfile", `"${context.aa}"`},
+				{"data.spec.containers[ide].securityContext.seLinuxOptions.type", `"${pod}"`},
+				{"data.spec.containers[ide].securityContext.windowsOptions.runAsUserName", `"${context.u}"`},
+				{"data.spec.securityContext.seLinuxOptions.level", `"s0:${context.mcs}"`},
+				{"data.spec.securityContext.sysctls[0].value", `"${context.port}"`}}},
+		{name: "identity: a service account, Secrets and claims the operator allows with * still cannot be the caller's choice", policy: open,
+			mutate: func(t *Template) {
+				t.Spec.ServiceAccountName = "${context.sa}"
+				t.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "${context.pull}"}}
+				t.Spec.Volumes = append(t.Spec.Volumes,
+					corev1.Volume{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "${context.s}"}}},
+					pvcVolume("loot", "${context.claim}"),
+					corev1.Volume{Name: "tok", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+						{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "${context.aud}", Path: "t"}}}}}})
+				ide(t).Env = []corev1.EnvVar{{Name: "T", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "api"}, Key: "${context.key}"}}}}
+				ide(t).EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "${id}-creds"}}}}
+			},
+			want: [][]string{
+				{"data.spec.serviceAccountName", `"${context.sa}"`},
+				{"data.spec.imagePullSecrets[0].name", `"${context.pull}"`},
+				{"data.spec.volumes[creds].secret.secretName", `"${context.s}"`},
+				{"data.spec.volumes[loot].persistentVolumeClaim.claimName", `"${context.claim}"`},
+				{"data.spec.volumes[tok].projected.sources[0].serviceAccountToken.audience", `"${context.aud}"`},
+				{"data.spec.containers[ide].env[T].valueFrom.secretKeyRef.key", `"${context.key}"`},
+				{"data.spec.containers[ide].envFrom[0].secretRef.name", `"${id}-creds"`}}},
+		{name: "volume sources that reach outside the pod: a CSI driver's attributes, hostPath, NFS; a claim's source", policy: open,
+			mutate: func(t *Template) {
+				t.Spec.Volumes = append(t.Spec.Volumes,
+					corev1.Volume{Name: "kv", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "secrets-store.csi.k8s.io", VolumeAttributes: map[string]string{"secretProviderClass": "${context.spc}"}}}},
+					corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/home/${user}"}}},
+					corev1.Volume{Name: "share", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs", Path: "/exports/${context.team}"}}})
+				t.VolumeClaims = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"},
+					Spec: corev1.PersistentVolumeClaimSpec{DataSourceRef: &corev1.TypedObjectReference{Kind: "VolumeSnapshot", Name: "${context.snap}"}}}}
+			},
+			want: [][]string{
+				{"data.spec.volumes[kv].csi.volumeAttributes.secretProviderClass", `"${context.spc}"`},
+				{"data.spec.volumes[host].hostPath.path", `"/home/${user}"`},
+				{"data.spec.volumes[share].nfs.path", `"/exports/${context.team}"`},
+				{"data.volumeClaims[data].spec.dataSourceRef.name", `"${context.snap}"`}}},
+		{name: "devices: a pod resource claim", policy: def,
+			mutate: func(t *Template) {
+				t.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("${context.gpu}")}}
+			},
+			want: [][]string{{"data.spec.resourceClaims[0].resourceClaimName", `"${context.gpu}"`}}},
+		{name: "the init container's image and S3 endpoint, which run with and receive nogoo9/init-secret", policy: Policy{Level: LevelRestricted, ServiceAccounts: []string{"default"}, Secrets: []string{"s3-creds"}},
+			ann: []string{workspace.AnnInitFrom, "s3://seeds/${context.project}/", workspace.AnnInitVolume, "home", workspace.AnnInitSecret, "s3-creds",
+				workspace.AnnInitImage, "ghcr.io/${id}/seed:1", workspace.AnnInitS3Endpoint, "https://${context.host}"},
+			want: [][]string{
+				{"annotation nogoo9/init-image", `"ghcr.io/${id}/seed:1"`, "${id}"},
+				{"annotation nogoo9/init-s3-endpoint", `"https://${context.host}"`}}},
+		{name: "${template} and ${version} are the template's own and taken", policy: def,
+			ann: []string{workspace.AnnInitFrom, "configmap:seed", workspace.AnnInitVolume, "home", workspace.AnnInitImage, "registry/${template}-seed:${version}"},
+			mutate: func(t *Template) {
+				t.Spec.PriorityClassName = "${template}-${version}"
+				t.Spec.NodeSelector = map[string]string{"pool": "$${not-a-placeholder}"}
+			}},
+		{name: "placeholders where a workspace's own values belong stay allowed", policy: def,
+			mutate: func(t *Template) {
+				ide(t).Image = "ide:${context.tag}"
+				ide(t).Args = []string{"--user", "${user}"}
+				ide(t).Env = []corev1.EnvVar{{Name: "REPO", Value: "${context.repo}"}}
+				t.Spec.Hostname = "${id}"
+				t.Spec.Volumes = append(t.Spec.Volumes, corev1.Volume{Name: "dots", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "dots-${user}"}}}})
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := restrictedTemplate(t, tc.ann...)
+			if tc.mutate != nil {
+				tc.mutate(tmpl)
+			}
+			err := tc.policy.Check(tmpl)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Check: %v", err)
+				}
+				return
+			}
+			var pe *PolicyError
+			if !errors.As(err, &pe) {
+				t.Fatalf("Check = %v, want a *PolicyError", err)
+			}
+			if len(pe.Violations) != len(tc.want) {
+				t.Errorf("%d violations, want %d:\n%s", len(pe.Violations), len(tc.want), err)
+			}
+			for _, group := range tc.want {
+				found := false
+				for _, v := range pe.Violations {
+					all := true
+					for _, w := range group {
+						all = all && strings.Contains(v.String(), w)
+					}
+					found = found || all
+				}
+				if !found {
+					t.Errorf("no violation contains all of %q in:\n%s", group, err)
+				}
+			}
+		})
+	}
+}
