@@ -28,7 +28,6 @@ const (
 	continuePrefix  = "w1."
 	scopeOwn        = "own"
 	scopeAll        = "all"
-	maxEchoContinue = 80 // an error quotes at most this much of a bad continue value
 )
 
 func scopeOf(allUsers bool) string {
@@ -64,11 +63,7 @@ func decodeContinue(token string, allUsers bool) (string, error) {
 // namespaces (ns set) or of one namespace (ns empty).
 func decodePosition(token string, allUsers, across bool) (position, error) {
 	bad := func(why string) error {
-		shown := token
-		if len(shown) > maxEchoContinue {
-			shown = shown[:maxEchoContinue] + "..."
-		}
-		return errorf(CodeInvalid, "continue %q is not a continue value of this list (%s): pass the continue value of the previous answer unchanged, or omit continue to start from the first page", shown, why)
+		return errorf(CodeInvalid, "continue %s is not a continue value of this list (%s): pass the continue value of the previous answer unchanged, or omit continue to start from the first page", workspace.Quote(token), why)
 	}
 	raw, ok := strings.CutPrefix(token, continuePrefix)
 	if !ok {

@@ -473,7 +473,7 @@ func (s *Service) Spawn(ctx context.Context, in SpawnInput) (*Workspace, error) 
 	}
 	if in.Namespace != "" {
 		if ns, _ := ctx.Value(namespaceKey{}).(string); ns != "" && ns != in.Namespace {
-			return nil, errorf(CodeInvalid, "namespace %q in the body differs from namespace %q in the path: give one of them", in.Namespace, ns)
+			return nil, errorf(CodeInvalid, "namespace %s in the body differs from namespace %s in the path: give one of them", workspace.Quote(in.Namespace), workspace.Quote(ns))
 		}
 		ctx = WithNamespace(ctx, in.Namespace)
 	}

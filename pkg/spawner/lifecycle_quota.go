@@ -220,20 +220,7 @@ func (s *Spawner) reserveStop(ctx context.Context, owner, rid string) (string, e
 // pruneStops drops the stop reservations of workspaces that count themselves as stopped now
 // (stopped) and the tokens that joined more than ttl ago; a reservation goes with its last token.
 func pruneStops(stops map[string]map[string]time.Time, stopped map[string]bool, now time.Time, ttl time.Duration) {
-	for rid, ts := range stops {
-		if stopped[rid] {
-			delete(stops, rid)
-			continue
-		}
-		for tok, at := range ts {
-			if now.Sub(at) > ttl {
-				delete(ts, tok)
-			}
-		}
-		if len(ts) == 0 {
-			delete(stops, rid)
-		}
-	}
+	pruneTokens(stops, func(rid string) bool { return !stopped[rid] }, now, ttl)
 }
 
 // releaseStop removes the stop token's hold on owner's stop reservation of rid, reading the
@@ -275,24 +262,8 @@ func (s *Spawner) releaseStop(ctx context.Context, owner, rid, token string) err
 // releaseStopLater is releaseStop in the background, retrying while the API server cannot be
 // reached (bounded by SettleTimeout; the reservation expires by itself after ReservationTTL).
 func (s *Spawner) releaseStopLater(parent context.Context, owner, rid, token string, log logr.Logger) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.opts.SettleTimeout)
-	defer cancel()
-	for {
-		cctx, c := context.WithTimeout(ctx, 10*time.Second)
-		err := s.releaseStop(cctx, owner, rid, token)
-		c()
-		if err == nil {
-			return
-		}
-		t := time.NewTimer(settleInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			log.Error(err, "cannot release the stopped-quota reservation; it expires by itself", "ttl", s.opts.ReservationTTL)
-			return
-		case <-t.C:
-		}
-	}
+	s.retryLater(parent, func(ctx context.Context) error { return s.releaseStop(ctx, owner, rid, token) },
+		log, "cannot release the stopped-quota reservation; it expires by itself")
 }
 
 func readStops(cm *corev1.ConfigMap) map[string]map[string]time.Time {

@@ -231,9 +231,15 @@ func pruneReservations(res map[string]time.Time, tries map[string]map[string]tim
 			delete(res, rid)
 		}
 	}
-	for rid, ts := range tries {
-		if _, ok := res[rid]; !ok {
-			delete(tries, rid)
+	pruneTokens(tries, func(rid string) bool { _, ok := res[rid]; return ok }, now, ttl)
+}
+
+// pruneTokens drops the entries of holds that keep refuses, the tokens that joined more than ttl
+// ago, and the entries left without a token.
+func pruneTokens(holds map[string]map[string]time.Time, keep func(rid string) bool, now time.Time, ttl time.Duration) {
+	for rid, ts := range holds {
+		if !keep(rid) {
+			delete(holds, rid)
 			continue
 		}
 		for tok, at := range ts {
@@ -242,7 +248,7 @@ func pruneReservations(res map[string]time.Time, tries map[string]map[string]tim
 			}
 		}
 		if len(ts) == 0 {
-			delete(tries, rid)
+			delete(holds, rid)
 		}
 	}
 }

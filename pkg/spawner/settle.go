@@ -208,11 +208,19 @@ func (s *Spawner) releaseWhenDone(ctx context.Context, owner, id, token string, 
 // retrying while the API server cannot be reached (bounded by SettleTimeout; the reservation
 // expires by itself after ReservationTTL anyway).
 func (s *Spawner) releaseLater(parent context.Context, owner, id, token string, log logr.Logger) {
+	s.retryLater(parent, func(ctx context.Context) error { return s.release(ctx, owner, id, token) },
+		log, "cannot release quota reservation; it expires by itself")
+}
+
+// retryLater runs release until it succeeds, each try bounded by 10 s, all of them by
+// SettleTimeout; when they run out it logs failed (the reservation expires by itself after
+// ReservationTTL).
+func (s *Spawner) retryLater(parent context.Context, release func(context.Context) error, log logr.Logger, failed string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.opts.SettleTimeout)
 	defer cancel()
 	for {
 		cctx, c := context.WithTimeout(ctx, 10*time.Second)
-		err := s.release(cctx, owner, id, token)
+		err := release(cctx)
 		c()
 		if err == nil {
 			return
@@ -221,7 +229,7 @@ func (s *Spawner) releaseLater(parent context.Context, owner, id, token string, 
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			log.Error(err, "cannot release quota reservation; it expires by itself", "ttl", s.opts.ReservationTTL)
+			log.Error(err, failed, "ttl", s.opts.ReservationTTL)
 			return
 		case <-t.C:
 		}

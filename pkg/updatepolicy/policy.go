@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // Policy says when nogoo9 upgrades a workspace to its template's latest version on its own.
@@ -38,15 +40,9 @@ func ParsePolicy(s string) (Policy, error) {
 	return "", fmt.Errorf("update policy %s is not one of manual, on-start, when-idle, window: set nogoo9/update-policy to one of them", quote(s))
 }
 
-// quote is s quoted for an error message, cut after 64 bytes: an error never echoes an oversized
+// quote is s quoted for an error message (workspace.Quote): an error never echoes an oversized
 // value back whole.
-func quote(s string) string {
-	const most = 64
-	if len(s) <= most {
-		return fmt.Sprintf("%q", s)
-	}
-	return fmt.Sprintf("%q... (%d bytes)", strings.ToValidUTF8(s[:most], ""), len(s))
-}
+func quote(s string) string { return workspace.Quote(s) }
 
 // ParsePinned reads a nogoo9/pinned value: "true" pins, "false" or absent does not. Any other
 // value is an error and counts as pinned: a person meant something, and not upgrading is the
