@@ -25,9 +25,9 @@ import (
 // list starts. Which workspaces the caller may see is decided by the caller's identity (allUsers
 // is for admins only) before the value is read, never by the value.
 const (
-	continuePrefix  = "w1."
-	scopeOwn        = "own"
-	scopeAll        = "all"
+	continuePrefix = "w1."
+	scopeOwn       = "own"
+	scopeAll       = "all"
 )
 
 func scopeOf(allUsers bool) string {
