@@ -31,6 +31,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/api"
 	"github.com/nogoo9/no-crd/pkg/auth"
 	"github.com/nogoo9/no-crd/pkg/authz"
+	"github.com/nogoo9/no-crd/pkg/connlimit"
 	"github.com/nogoo9/no-crd/pkg/envvar"
 	"github.com/nogoo9/no-crd/pkg/frontend"
 	"github.com/nogoo9/no-crd/pkg/health"
@@ -86,12 +87,14 @@ type options struct {
 	maxFollows        int
 	maxMCPSessions    int
 	apiWriteTimeout   time.Duration
-	auth              auth.Options
-	templatePolicy    templates.PolicyFlags
-	ui                uiOptions
-	lifecycle         lifecycleOptions
-	namespaces        string
-	updates           updateOptions
+	// apiMaxConnsPerClient is --api-max-conns-per-client.
+	apiMaxConnsPerClient int
+	auth                 auth.Options
+	templatePolicy       templates.PolicyFlags
+	ui                   uiOptions
+	lifecycle            lifecycleOptions
+	namespaces           string
+	updates              updateOptions
 }
 
 // lifecycleOptions are the flags of stop, start and idle culling (docs/lifecycle.md).
@@ -167,6 +170,7 @@ func main() {
 	flag.StringVar(&o.mcpAllowedHosts, "mcp-allowed-hosts", "", "Comma-separated extra Host names (host, or host:port; * allows any) that /mcp accepts in Host and Origin; loopback names, *.svc, *.svc.cluster.local and the --public-url host always are.")
 	flag.IntVar(&o.maxMCPSessions, "mcp-max-sessions-per-user", mcp.DefaultMaxSessionsPerUser, "MCP sessions one user may hold open; opening one more closes that user's least recently used session.")
 	flag.IntVar(&o.maxFollows, "max-event-follows-per-user", frontend.DefaultMaxFollowsPerUser, "Event streams (events?follow=true, get_workspace_events with follow) one user may have open at once; more are answered 429.")
+	flag.IntVar(&o.apiMaxConnsPerClient, "api-max-conns-per-client", connlimit.DefaultMaxPerClient, "Connections one client IP (an IPv6 client: its /64) may hold open to the REST/MCP/UI listener; more get a 429 (negative: no cap, e.g. behind an ingress that limits clients itself).")
 	flag.DurationVar(&o.apiWriteTimeout, "api-write-timeout", frontend.DefaultWriteTimeout, "How long a spawn or an upgrade request waits for the API server to record it; after that it is answered 503 Unavailable (GET shows whether it took effect).")
 	o.auth.BindFlags(flag.CommandLine)
 	o.templatePolicy.BindFlags(flag.CommandLine)
@@ -341,10 +345,11 @@ func run(o options) error {
 			Templates: frontend.FromRegistry(registry.Shared()), Spawner: frontend.FromSpawner(spawn.Spawn),
 			PublicURL: o.publicURL, Issuer: issuer, AllowedHosts: splitList(o.mcpAllowedHosts),
 			MaxFollowsPerUser: o.maxFollows, MaxMCPSessionsPerUser: o.maxMCPSessions,
-			WriteTimeout: o.apiWriteTimeout,
-			Quota:        spawn,
-			History:      history,
-			UI:           uiSetup(ctx, readers, o, authn, registry, components["proxy"], origins),
+			WriteTimeout:      o.apiWriteTimeout,
+			MaxConnsPerClient: o.apiMaxConnsPerClient,
+			Quota:             spawn,
+			History:           history,
+			UI:                uiSetup(ctx, readers, o, authn, registry, components["proxy"], origins),
 		}); err != nil {
 			return fmt.Errorf("set up api: %w", err)
 		}

@@ -59,6 +59,10 @@ type Options struct {
 	UI func(*frontend.Service) (http.Handler, error)
 	// History reads kept template versions (rollback, list_templates); nil: none.
 	History frontend.HistoryReader
+	// MaxConnsPerClient caps the connections one client (pkg/connlimit) may hold open to the
+	// listener: connlimit.DefaultMaxPerClient when 0, no cap when negative (behind an ingress that
+	// limits clients itself, where every client has the ingress's address).
+	MaxConnsPerClient int
 
 	ui http.Handler
 }
@@ -118,7 +122,11 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 	}
 	h := NewHandler(svc, o.Auth, o)
 	if o.Addr != "" && o.Addr != "0" {
-		if err := mgr.Add(&server{addr: o.Addr, handler: h}); err != nil {
+		maxConns := o.MaxConnsPerClient
+		if maxConns == 0 {
+			maxConns = connlimit.DefaultMaxPerClient
+		}
+		if err := mgr.Add(&server{addr: o.Addr, handler: h, maxConns: maxConns}); err != nil {
 			return nil, err
 		}
 	}
@@ -127,8 +135,11 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (http.Handler, e
 
 // server is the front end's listener; it runs on every replica.
 type server struct {
-	addr    string
-	handler http.Handler
+	addr     string
+	handler  http.Handler
+	maxConns int // per client; 0 or less: no cap
+	// ln, when set (tests), is listened on instead of addr.
+	ln net.Listener
 }
 
 func (s *server) NeedLeaderElection() bool { return false }
@@ -142,11 +153,14 @@ func (s *server) Start(ctx context.Context) error {
 		IdleTimeout: 2 * time.Minute,
 		BaseContext: func(net.Listener) context.Context { return ctrl.LoggerInto(context.Background(), log) },
 	}
-	ln, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("api: listen on %s: %w", s.addr, err)
+	ln := s.ln
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.addr); err != nil {
+			return fmt.Errorf("api: listen on %s: %w", s.addr, err)
+		}
 	}
-	ln = connlimit.NewListener(ln, connlimit.DefaultMaxPerClient)
+	ln = connlimit.NewListener(ln, s.maxConns)
 	log.Info("serving REST and MCP", "address", ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
