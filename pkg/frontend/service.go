@@ -107,6 +107,8 @@ type Service struct {
 	cfg     Config
 	views   *views
 	follows *followSlots
+	// recent are the workspaces spawned here a moment ago, which the cache may not show yet.
+	recent recentSpawns
 }
 
 // New returns a Service. With cfg.Pods it subscribes to the pod informer (call it before the
@@ -432,6 +434,14 @@ func (s *Service) workspacePods(ctx context.Context, id string) (*auth.Caller, [
 	}
 	pods = workspace.GroupByID(pods)[id]
 	if len(pods) == 0 {
+		// Spawned here a moment ago: the API server has it, the cache may not yet.
+		if owner, ok := s.recent.owner(s.nsOf(ctx), id, s.cfg.Now()); ok && mayActOn(c, owner) {
+			if live, err := s.livePods(ctx, id, owner); err == nil {
+				pods = workspace.GroupByID(live)[id]
+			}
+		}
+	}
+	if len(pods) == 0 {
 		return nil, nil, notFound(id)
 	}
 	if !mayActOn(c, workspace.Owner(workspace.Active(pods))) {
@@ -511,6 +521,7 @@ func (s *Service) Spawn(ctx context.Context, in SpawnInput) (*Workspace, error) 
 	if err != nil {
 		return nil, err
 	}
+	s.recent.add(pod.Namespace, id, c.Subject, s.cfg.Now())
 	// The pod carries the version the spawner built it from (its own lookup, a moment later).
 	w := describe([]*corev1.Pod{pod}, workspace.TemplateVersion(pod), s.cfg.Now())
 	return &w, nil
