@@ -18,7 +18,7 @@ import (
 )
 
 // ReservedPrefix is the proxy's own path space (login, logout); no route may claim it.
-const ReservedPrefix = "/_nogoo9/"
+const ReservedPrefix = workspace.ReservedPathPrefix
 
 // routeKind says which of a workspace's two routes a target is.
 type routeKind uint8
@@ -178,30 +178,8 @@ func routesFor(key wsKey, pods []*corev1.Pod, now time.Time) ([]*target, []error
 	return out, errs
 }
 
-// normalizePrefix turns an annotation path into a route prefix: absolute, clean, ending in "/",
-// at least one segment, outside ReservedPrefix.
-func normalizePrefix(p string) (string, error) {
-	if !strings.HasPrefix(p, "/") {
-		return "", fmt.Errorf("path %q does not start with /: use e.g. /ws/<user>/<id>/", p)
-	}
-	if strings.ContainsAny(p, "?#%\\ ") {
-		return "", fmt.Errorf("path %q contains one of ?#%%\\ or a space: use plain path segments", p)
-	}
-	if isClean(p) && strings.HasSuffix(p, "/") && p != "/" && !strings.HasPrefix(p, ReservedPrefix) {
-		// Already a prefix (the usual annotation, "/ws/<user>/<id>/"): the route keeps the
-		// annotation's own string, which the cached pod holds anyway, instead of a copy per route.
-		return p, nil
-	}
-	c := path.Clean(p)
-	if c == "/" {
-		return "", fmt.Errorf("path %q is the root: a workspace needs its own prefix such as /ws/<user>/<id>/", p)
-	}
-	c += "/"
-	if strings.HasPrefix(c, ReservedPrefix) {
-		return "", fmt.Errorf("path %q is inside %s, which the proxy reserves", p, ReservedPrefix)
-	}
-	return c, nil
-}
+// normalizePrefix turns an annotation path into a route prefix (workspace.RoutePrefix).
+func normalizePrefix(p string) (string, error) { return workspace.RoutePrefix(p) }
 
 func parsePort(s string) (int, error) {
 	if s == "" {
@@ -233,26 +211,7 @@ func cleanPath(p string) string {
 }
 
 // isClean reports whether p (starting with "/") has no empty, "." or ".." segment.
-func isClean(p string) bool {
-	for i := 0; i < len(p); i++ {
-		if p[i] != '/' {
-			continue
-		}
-		rest := p[i+1:]
-		if rest == "" {
-			return true
-		}
-		switch {
-		case rest[0] == '/':
-			return false
-		case rest[0] == '.' && (len(rest) == 1 || rest[1] == '/'):
-			return false
-		case rest[0] == '.' && rest[1] == '.' && (len(rest) == 2 || rest[2] == '/'):
-			return false
-		}
-	}
-	return true
-}
+func isClean(p string) bool { return workspace.IsCleanPath(p) }
 
 // table is the route table: prefix -> target, with the depth of the deepest prefix so a lookup
 // tries at most that many candidate prefixes.
