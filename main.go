@@ -171,7 +171,7 @@ func main() {
 	flag.IntVar(&o.maxMCPSessions, "mcp-max-sessions-per-user", mcp.DefaultMaxSessionsPerUser, "MCP sessions one user may hold open; opening one more closes that user's least recently used session.")
 	flag.IntVar(&o.maxFollows, "max-event-follows-per-user", frontend.DefaultMaxFollowsPerUser, "Event streams (events?follow=true, get_workspace_events with follow) one user may have open at once; more are answered 429.")
 	flag.IntVar(&o.apiMaxConnsPerClient, "api-max-conns-per-client", connlimit.DefaultMaxPerClient, "Connections one client IP (an IPv6 client: its /64) may hold open to the REST/MCP/UI listener; more get a 429 (negative: no cap, e.g. behind an ingress that limits clients itself).")
-	flag.DurationVar(&o.apiWriteTimeout, "api-write-timeout", frontend.DefaultWriteTimeout, "How long a spawn or an upgrade request waits for the API server to record it; after that it is answered 503 Unavailable (GET shows whether it took effect).")
+	flag.DurationVar(&o.apiWriteTimeout, "api-write-timeout", frontend.DefaultWriteTimeout, "How long a spawn, an upgrade, a rollback, a stop or a start waits for the API server to record it (and for another of the same owner's in this replica); after that it is answered 503 Unavailable (GET shows whether it took effect).")
 	o.auth.BindFlags(flag.CommandLine)
 	o.templatePolicy.BindFlags(flag.CommandLine)
 	flag.BoolVar(&o.ui.enabled, "ui", true, "Serve the web UI at / on the API listener.")

@@ -31,7 +31,14 @@ type LifecycleQuota interface {
 // Whether there is anything to do is decided on the pods the API server has (livePodsOf), not on
 // the cache's: a start a moment ago that the cache has not seen yet would otherwise read as
 // "stopped already", and the stop would answer 202 and write nothing.
+//
+// Its reads, the quota reservation and the write are bounded by WriteTimeout, as a spawn's are:
+// the reservation holds the owner's lock (which the owner's spawns and starts wait for) while it
+// reads and writes the ledger, and neither a REST request (kept until the client goes) nor an MCP
+// tool call (detached from its request) brings a deadline of its own.
 func (s *Service) Stop(ctx context.Context, id string) (*Workspace, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
 	c, cached, err := s.workspacePods(ctx, id)
 	if err != nil {
 		return nil, err
@@ -75,8 +82,11 @@ func (s *Service) Stop(ctx context.Context, id string) (*Workspace, error) {
 // controller starts it (same version, or the latest with the update policy on-start).
 //
 // As Stop, it decides on the pods the API server has: a stop a moment ago that the cache has not
-// seen yet would otherwise read as "running already", and the workspace would stay stopped.
+// seen yet would otherwise read as "running already", and the workspace would stay stopped. It is
+// bounded by WriteTimeout as Stop is.
 func (s *Service) Start(ctx context.Context, id string) (*Workspace, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
 	c, cached, err := s.workspacePods(ctx, id)
 	if err != nil {
 		return nil, err

@@ -18,6 +18,10 @@ const maxRecentSpawns = 4096
 // would be answered 404, and an agent could take it for gone and leave it running. A workspace
 // remembered here that the cache does not show is read from the API server instead. Another
 // replica's cache catches up alone; a request there may still see 404 for that moment.
+//
+// An entry is forgotten as soon as it has served its purpose, so that its owner cannot make
+// every request for the id a List straight to the API server: once the cache shows the
+// workspace, and once a read from the API server finds none (it is gone already).
 type recentSpawns struct {
 	mu sync.Mutex
 	m  map[string]recentSpawn
@@ -48,6 +52,15 @@ func (r *recentSpawns) add(ns, id, owner string, now time.Time) {
 		}
 	}
 	r.m[ns+"/"+id] = recentSpawn{owner: owner, at: now}
+}
+
+// forget drops the entry of ns/id, if any.
+func (r *recentSpawns) forget(ns, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.m) > 0 {
+		delete(r.m, ns+"/"+id)
+	}
 }
 
 // owner is the owner of the workspace spawned here within recentSpawnTTL, or false.

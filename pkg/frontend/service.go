@@ -85,9 +85,10 @@ type Config struct {
 	Quota LifecycleQuota
 	// History reads kept template versions (rollback, list_templates); nil: none are kept.
 	History HistoryReader
-	// WriteTimeout bounds a spawn's and an upgrade intent's writes to the API server
-	// (DefaultWriteTimeout when 0), so a caller gets an answer (503 Unavailable) even when the
-	// API server holds the write, e.g. while its etcd is down.
+	// WriteTimeout bounds a spawn's, a stop's, a start's and an upgrade or rollback intent's
+	// writes to the API server (DefaultWriteTimeout when 0), the wait for the owner's quota lock
+	// included, so a caller gets an answer (503 Unavailable) even when the API server holds the
+	// write, e.g. while its etcd is down.
 	WriteTimeout time.Duration
 	// DeleteSweep is how long after a delete the front end keeps looking for a pod made from one
 	// it deleted (DefaultDeleteSweep when 0; negative: not at all).
@@ -433,12 +434,17 @@ func (s *Service) workspacePods(ctx context.Context, id string) (*auth.Caller, [
 		return nil, nil, err
 	}
 	pods = workspace.GroupByID(pods)[id]
-	if len(pods) == 0 {
+	if len(pods) > 0 {
+		s.recent.forget(s.nsOf(ctx), id) // the cache has caught up
+	} else if owner, ok := s.recent.owner(s.nsOf(ctx), id, s.cfg.Now()); ok && mayActOn(c, owner) {
 		// Spawned here a moment ago: the API server has it, the cache may not yet.
-		if owner, ok := s.recent.owner(s.nsOf(ctx), id, s.cfg.Now()); ok && mayActOn(c, owner) {
-			if live, err := s.livePods(ctx, id, owner); err == nil {
-				pods = workspace.GroupByID(live)[id]
-			}
+		live, err := s.livePods(ctx, id, owner)
+		if err != nil {
+			return nil, nil, &Error{Code: CodeUnavailable, Err: err, Message: fmt.Sprintf(
+				"workspace %q was created a moment ago and this replica's cache does not show it yet, and reading it from the Kubernetes API server failed: try again in a few seconds", id)}
+		}
+		if pods = workspace.GroupByID(live)[id]; len(pods) == 0 {
+			s.recent.forget(s.nsOf(ctx), id) // gone already: the next request need not look again
 		}
 	}
 	if len(pods) == 0 {

@@ -352,7 +352,15 @@ func (s *Service) rollback(ctx context.Context, pods []*corev1.Pod, version stri
 		if active.DeletionTimestamp != nil {
 			return nil, nil, errorf(CodeConflict, "workspace %q is being deleted; it cannot be rolled back", id)
 		}
-		if up := upgradeInFlight(pods); up != nil || active.Annotations[workspace.AnnUpgradeRequested] != "" {
+		up := upgradeInFlight(pods)
+		if podName, ok := rollbackRequested(pods, up, version); ok {
+			// This rollback's intent is there already: a retry whose first answer was lost (the
+			// cache not caught up, its write refused with 409 by the first one's), or the same
+			// rollback asked twice. It stands, as Upgrade's "requested already" does.
+			res.Status, res.PodName = "upgrading", podName
+			return res, nil, nil
+		}
+		if up != nil || active.Annotations[workspace.AnnUpgradeRequested] != "" {
 			return nil, nil, errorf(CodeConflict, "workspace %q has an upgrade in flight; roll it back once that has ended", id)
 		}
 		if _, err := s.targetTemplate(ctx, true, active, version); err != nil {
@@ -373,6 +381,27 @@ func (s *Service) rollback(ctx context.Context, pods []*corev1.Pod, version stri
 			workspace.AnnPinned:           "true",
 		}, nil
 	})
+}
+
+// rollbackRequested reports whether the workspace of pods carries the intent of a rollback to
+// version (nogoo9/target-version naming it, pinned), with the pod that rollback creates: on the
+// active pod while the controller has not acted on it, or on the pod an upgrade in flight (up)
+// replaces once it has, up then being that pod.
+func rollbackRequested(pods []*corev1.Pod, up *corev1.Pod, version string) (string, bool) {
+	holder := workspace.Active(pods)
+	if up != nil {
+		if holder = workspace.UpgradeOldPod(up, pods); holder == nil || workspace.TemplateVersion(up) != version {
+			return "", false
+		}
+	}
+	a := holder.Annotations
+	if a[workspace.AnnUpgradeRequested] == "" || a[workspace.AnnTargetVersion] != version || !updatepolicy.IsPinned(holder) {
+		return "", false
+	}
+	if up != nil {
+		return up.Name, true
+	}
+	return a[workspace.AnnUpgradePod], true
 }
 
 // RollbackTemplate rolls every workspace of template name that does not run version back to it

@@ -76,7 +76,10 @@ func (s *Spawner) ReserveStart(ctx context.Context, owner, ns, id string, isAdmi
 	}
 	rid := s.claimKey(ns, id)
 	log := ctrl.LoggerFrom(ctx).WithValues("namespace", ns, "workspace", id, "owner", owner)
-	unlock := s.locks.lock(owner)
+	unlock, err := s.locks.lock(ctx, owner)
+	if err != nil {
+		return nil, err // nothing written: no reservation to release
+	}
 	token, err := s.reserveSlot(ctx, owner, rid, forStart)
 	unlock()
 	switch {
@@ -117,7 +120,10 @@ func (s *Spawner) ReserveStop(ctx context.Context, owner, ns, id string, isAdmin
 	}
 	rid := s.claimKey(ns, id)
 	log := ctrl.LoggerFrom(ctx).WithValues("namespace", ns, "workspace", id, "owner", owner)
-	unlock := s.locks.lock(owner)
+	unlock, err := s.locks.lock(ctx, owner)
+	if err != nil {
+		return nil, err // nothing written: no reservation to release
+	}
 	token, err := s.reserveStop(ctx, owner, rid)
 	unlock()
 	if err != nil {

@@ -1,6 +1,7 @@
 package spawner
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -22,7 +23,11 @@ func TestOwnerLocksArePrunedWhenNobodyHoldsThem(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			owner := fmt.Sprintf("user-%d", i%20)
-			unlock := o.lock(owner)
+			unlock, err := o.lock(context.Background(), owner)
+			if err != nil {
+				t.Error(err)
+				return
+			}
 			unlock()
 		}(i)
 	}

@@ -164,7 +164,10 @@ func (s *Spawner) settleOnce(ctx context.Context, l lostSpawn, log logr.Logger) 
 		// The spawn checked the claim limit under the owner's lock, but let go of it when its
 		// answer was lost; the owner's other spawns may have created claims since. Check again
 		// and hold the lock until the claims exist, as a spawn does.
-		unlock := s.locks.lock(owner)
+		unlock, err := s.locks.lock(cctx, owner)
+		if err != nil {
+			return false, err // looked at again after settleInterval
+		}
 		defer unlock()
 		if err := s.checkClaims(cctx, owner, l.pvcs); err != nil {
 			if CodeOf(err) != "" {

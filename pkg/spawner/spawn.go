@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -108,40 +109,57 @@ type Spawner struct {
 	locks ownerLocks
 }
 
-// ownerLocks is a mutex per owner that is removed when nobody holds or waits for it, so the map
-// is as large as the spawns in flight, not as the owners ever seen.
+// ownerLocks is a lock per owner that is removed when nobody holds or waits for it, so the map
+// is as large as the spawns, starts and stops in flight, not as the owners ever seen. A waiter
+// gives up when its context ends: the holder may be a stop or a spawn waiting on a slow API
+// server (up to maxAttempts rounds of ledger read, pod list and write), and a request waiting
+// behind it must still answer within its own deadline.
 type ownerLocks struct {
 	mu sync.Mutex
 	m  map[string]*ownerLock
 }
 
+// ownerLock is a one-slot semaphore: held while its channel holds a token.
 type ownerLock struct {
-	sync.Mutex
+	ch   chan struct{}
 	refs int
 }
 
-// lock takes owner's mutex and returns its unlock.
-func (o *ownerLocks) lock(owner string) (unlock func()) {
+// errOwnerBusy is the refusal of a request that waited for its owner's lock until its context
+// ended. Nothing was written: it is no lost write (mayHaveHappened).
+var errOwnerBusy = errors.New("owner busy")
+
+// lock takes owner's lock and returns its unlock, or gives up when ctx ends first with an error
+// that wraps ctx's (context.DeadlineExceeded: the front ends answer 503) and errOwnerBusy.
+func (o *ownerLocks) lock(ctx context.Context, owner string) (unlock func(), err error) {
 	o.mu.Lock()
 	if o.m == nil {
 		o.m = map[string]*ownerLock{}
 	}
 	l := o.m[owner]
 	if l == nil {
-		l = &ownerLock{}
+		l = &ownerLock{ch: make(chan struct{}, 1)}
 		o.m[owner] = l
 	}
 	l.refs++
 	o.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
+	drop := func() {
 		o.mu.Lock()
 		if l.refs--; l.refs == 0 {
 			delete(o.m, owner)
 		}
 		o.mu.Unlock()
 	}
+	select {
+	case l.ch <- struct{}{}:
+	case <-ctx.Done():
+		drop()
+		return nil, fmt.Errorf("%w: another spawn, start or stop of %s's in this replica still holds their quota ledger (the Kubernetes API server is slow to answer it), and this request's deadline passed while it waited: retry in a few seconds: %w", errOwnerBusy, workspace.Quote(owner), context.Cause(ctx))
+	}
+	return func() {
+		<-l.ch
+		drop()
+	}, nil
 }
 
 // size is the number of owners with a lock entry (tests).
@@ -260,7 +278,10 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	if limitClaims && len(pvcs) > 0 {
 		// Held until the claims are created, so one process's spawns of one owner cannot both
 		// see room for the last claim.
-		unlock := s.locks.lock(owner)
+		unlock, err := s.locks.lock(ctx, owner)
+		if err != nil {
+			return nil, err
+		}
 		defer unlock()
 		if err := s.checkClaims(ctx, owner, pvcs); err != nil {
 			return nil, err
@@ -272,7 +293,10 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 		if s.opts.MaxClaimsPerUser > 0 && len(pvcs) > 0 {
 			token, err = s.reserve(ctx, owner, rid) // the owner's lock is already held
 		} else {
-			unlock := s.locks.lock(owner)
+			unlock, lerr := s.locks.lock(ctx, owner)
+			if lerr != nil {
+				return nil, lerr // nothing written: no reservation to release
+			}
 			token, err = s.reserve(ctx, owner, rid)
 			unlock()
 		}

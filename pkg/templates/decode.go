@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -169,7 +170,123 @@ func validate(t *Template) error {
 	if _, err := t.Expansion(); err != nil {
 		return err
 	}
+	return checkContextPlaceholders(t)
+}
+
+// contextPlaceholderPrefix begins a ${context.KEY} placeholder.
+const contextPlaceholderPrefix = "${context."
+
+// expandedAnnotations are the annotations the spawner expands placeholders in.
+var expandedAnnotations = []string{workspace.AnnInitFrom, workspace.AnnInitImage, workspace.AnnInitS3Endpoint, workspace.AnnInitSecret, workspace.AnnPreStop}
+
+// checkContextPlaceholders refuses a ${context.KEY} placeholder whose KEY no spawn can give: a
+// spawn's context keys are letters, digits, '_', '-' and '.' (spawner.ValidateContext), so a
+// template asking for ${context.git/repo} would load and refuse every spawn. It reads every
+// string the spawner expands: the spec's and the volume claims' values (map keys are never
+// expanded) and the annotations of expandedAnnotations.
+func checkContextPlaceholders(t *Template) error {
+	check := func(field, s string) error {
+		for _, name := range placeholderNames(s) {
+			key, ok := strings.CutPrefix(name, "context.")
+			if !ok || validContextKey(key) {
+				continue
+			}
+			return fmt.Errorf("%s: placeholder ${%s} names context key %s, which no spawn can give: a context key has only letters, digits, '_', '-' and '.'; rename it, e.g. ${context.%s} (and in %s if it lists it)",
+				field, name, workspace.Quote(key), contextKeyLike(key), workspace.AnnRequiredContext)
+		}
+		return nil
+	}
+	for _, k := range expandedAnnotations {
+		if err := check("annotation "+k, t.Annotations[k]); err != nil {
+			return err
+		}
+	}
+	type node struct {
+		at   string
+		node any
+	}
+	nodes := []node{{"data." + workspace.DataSpec, &t.Spec}}
+	for i := range t.VolumeClaims {
+		c := &t.VolumeClaims[i]
+		nodes = append(nodes, node{fmt.Sprintf("data.%s[%s].spec", workspace.DataVolumeClaims, c.Name), &c.Spec})
+	}
+	for _, n := range nodes {
+		raw, err := json.Marshal(n.node)
+		if err != nil || !bytes.Contains(raw, []byte(contextPlaceholderPrefix)) {
+			continue
+		}
+		var tree any
+		if err := json.Unmarshal(raw, &tree); err != nil {
+			continue
+		}
+		if err := walkStrings(n.at, tree, check); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// walkStrings calls fn with every string value of the JSON tree n and its field path below at,
+// in a stable order, and stops at its first error.
+func walkStrings(at string, n any, fn func(field, s string) error) error {
+	switch n := n.(type) {
+	case string:
+		return fn(at, n)
+	case []any:
+		for i, e := range n {
+			if err := walkStrings(fmt.Sprintf("%s[%d]", at, i), e, fn); err != nil {
+				return err
+			}
+		}
+	case map[string]any:
+		keys := make([]string, 0, len(n))
+		for k := range n {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if err := walkStrings(at+"."+k, n[k], fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// placeholderNames are the names of the placeholders in s, read as the spawner expands them
+// ("$${" is a literal "${"; an unclosed one is the spawn's error).
+func placeholderNames(s string) []string {
+	var names []string
+	for {
+		i := strings.Index(s, "${")
+		if i < 0 {
+			return names
+		}
+		if i > 0 && s[i-1] == '$' {
+			s = s[i+2:]
+			continue
+		}
+		end := strings.IndexByte(s[i+2:], '}')
+		if end < 0 {
+			return names
+		}
+		names = append(names, s[i+2:i+2+end])
+		s = s[i+2+end+1:]
+	}
+}
+
+// contextKeyLike is key with every character a context key cannot have replaced by '-'.
+func contextKeyLike(key string) string {
+	out := []rune(key)
+	for i, r := range out {
+		if !validContextKey(string(r)) {
+			out[i] = '-'
+		}
+	}
+	if len(out) == 0 {
+		return "key"
+	}
+	return string(out)
 }
 
 func copyMap(m map[string]string) map[string]string {

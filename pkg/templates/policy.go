@@ -141,7 +141,14 @@ func (p Policy) Check(t *Template) error {
 		}
 	}
 	vs = append(vs, checkInitPlaceholders(t)...)
-	vs = append(vs, p.checkSpec("data."+workspace.DataSpec, spec)...)
+	for _, v := range p.checkSpec("data."+workspace.DataSpec, spec) {
+		// The image of the init container nogoo9 adds is nogoo9/init-image, whose placeholders
+		// checkInitPlaceholders reports under the annotation's name.
+		if exp != nil && exp.Init != nil && v.Field == "data."+workspace.DataSpec+".initContainers["+initContainerName+"].image" {
+			continue
+		}
+		vs = append(vs, v)
+	}
 	vs = append(vs, p.checkClaims(t)...)
 	if len(vs) == 0 {
 		return nil
@@ -528,30 +535,20 @@ func splitList(s string) []string {
 // would let whoever spawns decide the pod's isolation, identity or placement, so the policy
 // refuses it there at every level and whatever the allow-lists say ("*" lets template authors
 // name any Secret, not callers). Only the template's own ${template} and ${version} are taken.
+// The same holds for what runs with a Secret (the image, command, args, exec probes and hooks of
+// a container that gets one: runsWithSecret) and for every init container's image.
 // The spawner holds the init container's image and S3 endpoint to the same rule at spawn time.
 
 // callerPlaceholders are the placeholders in s other than ${template} and ${version}, read as
 // the spawner expands them ("$${" is a literal "${"; an unclosed one is the spawn's error).
 func callerPlaceholders(s string) []string {
 	var names []string
-	for {
-		i := strings.Index(s, "${")
-		if i < 0 {
-			return names
-		}
-		if i > 0 && s[i-1] == '$' {
-			s = s[i+2:]
-			continue
-		}
-		end := strings.IndexByte(s[i+2:], '}')
-		if end < 0 {
-			return names
-		}
-		if name := s[i+2 : i+2+end]; name != "template" && name != "version" {
+	for _, name := range placeholderNames(s) {
+		if name != "template" && name != "version" {
 			names = append(names, "${"+name+"}")
 		}
-		s = s[i+2+end+1:]
 	}
+	return names
 }
 
 // What a placeholder in each kind of field would hand the caller.
@@ -562,6 +559,14 @@ const (
 	whyData      = "it decides which storage outside the workspace the pod reaches"
 	whyDevices   = "it decides which devices the pod gets"
 	whyInit      = "the init container runs with nogoo9/init-secret in its environment"
+	// whyInitImage: an init container's image is what prepares the workspace.
+	whyInitImage = "an init container runs before the workspace, on its volumes and with the pod's identity, so the caller would choose the program that prepares them"
+)
+
+// Fixes of a placeholder in what runs in a container that gets a Secret.
+const (
+	imageFix   = "write the image in the template (only ${template} and ${version} may stand in it), or give the Secret to a container whose image the template fixes (docs/templates.md, \"Placeholders\")"
+	commandFix = "write the value in the template, or pass the caller's value in an environment variable (env[].value) and have the program read it from there as data, not through $(VAR) in command or args; only ${template} and ${version} may stand here (docs/templates.md, \"Placeholders\")"
 )
 
 const placeholderFix = "write the value in the template; only ${template} and ${version} may stand here (docs/templates.md, \"Placeholders\")"
@@ -648,10 +653,16 @@ func checkPlaceholders(at string, spec *corev1.PodSpec) []Violation {
 	// Devices.
 	add(at+".resourceClaims", spec.ResourceClaims, whyDevices)
 
+	secretVolumes := secretVolumes(spec)
 	containers := func(kind string, cs []corev1.Container) {
 		for _, c := range cs {
 			cat := fmt.Sprintf("%s.%s[%s]", at, kind, c.Name)
 			add(cat+".securityContext", c.SecurityContext, whyIsolation)
+			if secret := containerSecret(&c, secretVolumes); secret != "" {
+				vs = append(vs, runsWithSecret(cat, &c, secret)...)
+			} else if kind == "initContainers" {
+				add(cat+".image", c.Image, whyInitImage)
+			}
 			for _, e := range c.Env {
 				if e.ValueFrom != nil {
 					add(fmt.Sprintf("%s.env[%s].valueFrom.secretKeyRef", cat, e.Name), e.ValueFrom.SecretKeyRef, whyIdentity)
@@ -696,6 +707,157 @@ func checkPlaceholders(at string, spec *corev1.PodSpec) []Violation {
 		add(vat, outside, whyData)
 	}
 	return vs
+}
+
+// secretVolumes are the volumes of spec, by name, that hand their container a Secret, each with
+// which one and how: a secret volume, a projection of one, or a plugin given one
+// (volumeSecretRefs: what the plugin mounts is whatever the Secret unlocks).
+func secretVolumes(spec *corev1.PodSpec) map[string]string {
+	out := map[string]string{}
+	for _, v := range spec.Volumes {
+		var refs []string
+		if v.Secret != nil {
+			refs = append(refs, fmt.Sprintf("%q (volume %s)", v.Secret.SecretName, v.Name))
+		}
+		if v.Projected != nil {
+			for _, s := range v.Projected.Sources {
+				if s.Secret != nil {
+					refs = append(refs, fmt.Sprintf("%q (projected in volume %s)", s.Secret.Name, v.Name))
+				}
+			}
+		}
+		for _, r := range volumeSecretRefs(v) {
+			refs = append(refs, fmt.Sprintf("%q (%s of volume %s)", r.name, r.field, v.Name))
+		}
+		if len(refs) > 0 {
+			out[v.Name] = strings.Join(refs, ", ")
+		}
+	}
+	return out
+}
+
+// containerSecret names the Secrets c gets, and how (its env, envFrom, the volumes it mounts),
+// or "" when it gets none.
+func containerSecret(c *corev1.Container, secretVolumes map[string]string) string {
+	var refs []string
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			refs = append(refs, fmt.Sprintf("%q (env %s)", e.ValueFrom.SecretKeyRef.Name, e.Name))
+		}
+	}
+	for i, e := range c.EnvFrom {
+		if e.SecretRef != nil {
+			refs = append(refs, fmt.Sprintf("%q (envFrom[%d])", e.SecretRef.Name, i))
+		}
+	}
+	for _, m := range c.VolumeMounts {
+		if r, ok := secretVolumes[m.Name]; ok {
+			refs = append(refs, r)
+		}
+	}
+	return strings.Join(slices.Compact(refs), ", ")
+}
+
+// runsWithSecret reports the caller placeholders in what runs in container c (at cat), which gets
+// Secret secret: its image, command and args, the exec commands of its probes and lifecycle
+// hooks, and the $(VAR) references in those to an environment variable whose value holds a caller
+// placeholder (the kubelet puts the value in). A caller who chooses what runs there reads the
+// Secret: a template with "image": "${context.img}" and an allowed Secret's envFrom hands that
+// Secret to whoever spawns it.
+func runsWithSecret(cat string, c *corev1.Container, secret string) []Violation {
+	why := "this container gets Secret " + secret + ", so the caller would choose what runs with it"
+	var vs []Violation
+	fixed := func(found []Violation, fix string) {
+		for i := range found {
+			found[i].Fix = fix
+		}
+		vs = append(vs, found...)
+	}
+	fixed(placeholdersIn(cat+".image", c.Image, why), imageFix)
+	// Environment variables whose value holds a caller placeholder (or refers to one that does:
+	// the kubelet expands the earlier ones into a later value).
+	tainted := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil {
+			continue
+		}
+		if names := callerPlaceholders(e.Value); names != nil {
+			tainted[e.Name] = strings.Join(names, ", ")
+			continue
+		}
+		for _, ref := range kubeletRefs(e.Value) {
+			if from, ok := tainted[ref]; ok {
+				tainted[e.Name] = from
+				break
+			}
+		}
+	}
+	type command struct {
+		field string
+		cmd   []string
+	}
+	commands := []command{{"command", c.Command}, {"args", c.Args}}
+	for _, p := range []struct {
+		name  string
+		probe *corev1.Probe
+	}{{"livenessProbe", c.LivenessProbe}, {"readinessProbe", c.ReadinessProbe}, {"startupProbe", c.StartupProbe}} {
+		if p.probe != nil && p.probe.Exec != nil {
+			commands = append(commands, command{p.name + ".exec.command", p.probe.Exec.Command})
+		}
+	}
+	if l := c.Lifecycle; l != nil {
+		for _, h := range []struct {
+			name    string
+			handler *corev1.LifecycleHandler
+		}{{"postStart", l.PostStart}, {"preStop", l.PreStop}} {
+			if h.handler != nil && h.handler.Exec != nil {
+				commands = append(commands, command{"lifecycle." + h.name + ".exec.command", h.handler.Exec.Command})
+			}
+		}
+	}
+	for _, cmd := range commands {
+		field := cat + "." + cmd.field
+		fixed(placeholdersIn(field, cmd.cmd, why), commandFix)
+		if len(tainted) == 0 || strings.HasPrefix(cmd.field, "lifecycle.") {
+			continue // the kubelet does not expand $(VAR) in lifecycle hooks
+		}
+		for i, arg := range cmd.cmd {
+			for _, ref := range kubeletRefs(arg) {
+				if from, ok := tainted[ref]; ok {
+					vs = append(vs, Violation{
+						Field:   fmt.Sprintf("%s[%d]", field, i),
+						Problem: fmt.Sprintf("%s refers to $(%s), whose value holds %s, which the caller of a spawn would choose; the kubelet puts that value in here, and %s", workspace.Quote(arg), ref, from, why),
+						Fix:     commandFix,
+					})
+					break
+				}
+			}
+		}
+	}
+	return vs
+}
+
+// kubeletRefs are the names of the $(VAR) references in s as the kubelet reads them ("$$" is a
+// literal "$").
+func kubeletRefs(s string) []string {
+	var names []string
+	for i := 0; i+1 < len(s); i++ {
+		if s[i] != '$' {
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			i++
+		case '(':
+			j := strings.IndexByte(s[i+2:], ')')
+			if j < 0 {
+				return names
+			}
+			names = append(names, s[i+2:i+2+j])
+			i += 2 + j
+		}
+	}
+	return names
 }
 
 // claimSourcePlaceholders reports caller placeholders in what fills or binds a claim: its
