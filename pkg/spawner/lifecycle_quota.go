@@ -206,18 +206,8 @@ func (s *Spawner) reserveStop(ctx context.Context, owner, rid string) (string, e
 			cm.ObjectMeta = ledgerMeta(key, owner)
 		}
 		writeStops(&cm, stops)
-		if exists {
-			err = s.client.Update(ctx, &cm)
-		} else {
-			err = s.client.Create(ctx, &cm)
-		}
-		switch {
-		case err == nil:
-			return token, nil
-		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
-			continue // someone else wrote the ledger first: read it again
-		default:
-			return token, fmt.Errorf("write quota ledger %s: %w", key.Name, err)
+		if again, err := s.writeLedger(ctx, &cm, exists); !again {
+			return token, err
 		}
 	}
 	return token, fmt.Errorf("quota ledger %s of %s stayed busy after %d attempts: retry the stop", key.Name, owner, maxAttempts)

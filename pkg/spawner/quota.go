@@ -204,21 +204,29 @@ func (s *Spawner) reserveSlot(ctx context.Context, owner, id string, why slotFor
 		}
 		writeReservations(&cm, res)
 		writeTries(&cm, tries)
-		if exists {
-			err = s.client.Update(ctx, &cm)
-		} else {
-			err = s.client.Create(ctx, &cm)
-		}
-		switch {
-		case err == nil:
-			return token, nil
-		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
-			continue // someone else wrote the ledger first: read it again
-		default:
-			return token, fmt.Errorf("write quota ledger %s: %w", key.Name, err)
+		if again, err := s.writeLedger(ctx, &cm, exists); !again {
+			return token, err
 		}
 	}
 	return token, fmt.Errorf("quota ledger %s of %s stayed busy after %d attempts: retry the spawn", key.Name, owner, maxAttempts)
+}
+
+// writeLedger writes the quota ledger cm (creates it when !exists). again reports that someone
+// else wrote it first (a conflict, or a create that lost): read it again and decide again.
+func (s *Spawner) writeLedger(ctx context.Context, cm *corev1.ConfigMap, exists bool) (again bool, err error) {
+	if exists {
+		err = s.client.Update(ctx, cm)
+	} else {
+		err = s.client.Create(ctx, cm)
+	}
+	switch {
+	case err == nil:
+		return false, nil
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+		return true, nil
+	default:
+		return false, fmt.Errorf("write quota ledger %s: %w", cm.Name, err)
+	}
 }
 
 // pruneReservations drops the reservations whose workspace has a pod now that is not stopped
