@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -600,29 +599,12 @@ func placeholdersIn(at string, node any, why string) []Violation {
 		return nil
 	}
 	var vs []Violation
-	var walk func(path string, n any)
-	walk = func(path string, n any) {
-		switch n := n.(type) {
-		case string:
-			if v, ok := placeholderViolation(path, n, why); ok {
-				vs = append(vs, v)
-			}
-		case []any:
-			for i, e := range n {
-				walk(fmt.Sprintf("%s[%d]", path, i), e)
-			}
-		case map[string]any:
-			keys := make([]string, 0, len(n))
-			for k := range n {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
-				walk(path+"."+k, n[k])
-			}
+	_ = walkStrings(at, tree, func(path, s string) error {
+		if v, ok := placeholderViolation(path, s, why); ok {
+			vs = append(vs, v)
 		}
-	}
-	walk(at, tree)
+		return nil
+	})
 	return vs
 }
 
