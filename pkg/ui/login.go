@@ -11,8 +11,8 @@ import (
 	"github.com/nogoo9/no-crd/pkg/session"
 )
 
-// loginCookieName is the pre-session cookie that ties a login form (or an OIDC round trip) to
-// the browser that opened it: login CSRF.
+// loginCookieName is the pre-session cookie that ties a login form to the browser that opened
+// it: login CSRF.
 func (u *UI) loginCookieName() string {
 	if u.o.InsecureCookie {
 		return "nogoo9-login"
@@ -20,11 +20,31 @@ func (u *UI) loginCookieName() string {
 	return "__Host-nogoo9-login"
 }
 
-// loginCookie sets the pre-session cookie. sameSite is Strict for the login form and Lax for the
-// OIDC round trip, whose return from the provider is a cross-site navigation.
-func (u *UI) loginCookie(w http.ResponseWriter, value string, sameSite http.SameSite, maxAge int) {
+// ssoCookieName is the pre-session cookie that holds a single sign-on in progress (the sealed
+// pendingLogin). It is not the login form's: when they were one cookie, opening the login page
+// (in another tab, or going back) while the provider's form was open replaced the login in
+// progress, and the provider's return was refused.
+func (u *UI) ssoCookieName() string {
+	if u.o.InsecureCookie {
+		return "nogoo9-sso"
+	}
+	return "__Host-nogoo9-sso"
+}
+
+// loginCookie sets the login form's cookie (SameSite Strict: the form posts from this site).
+func (u *UI) loginCookie(w http.ResponseWriter, value string, maxAge int) {
+	u.preSessionCookie(w, u.loginCookieName(), value, http.SameSiteStrictMode, maxAge)
+}
+
+// ssoCookie sets the single sign-on's cookie (SameSite Lax: the return from the provider is a
+// cross-site navigation).
+func (u *UI) ssoCookie(w http.ResponseWriter, value string, maxAge int) {
+	u.preSessionCookie(w, u.ssoCookieName(), value, http.SameSiteLaxMode, maxAge)
+}
+
+func (u *UI) preSessionCookie(w http.ResponseWriter, name, value string, sameSite http.SameSite, maxAge int) {
 	http.SetCookie(w, &http.Cookie{
-		Name: u.loginCookieName(), Value: value, Path: "/", MaxAge: maxAge,
+		Name: name, Value: value, Path: "/", MaxAge: maxAge,
 		HttpOnly: true, Secure: !u.o.InsecureCookie, SameSite: sameSite,
 	})
 }
@@ -53,7 +73,7 @@ var loginNotices = map[string]string{
 
 func (u *UI) renderLogin(w http.ResponseWriter, r *http.Request, status int, next, msg string) {
 	token := session.RandomToken()
-	u.loginCookie(w, token, http.SameSiteStrictMode, 600)
+	u.loginCookie(w, token, 600)
 	d := loginData{Next: next, Error: msg, LoginCSRF: token, DevLogin: u.o.DevLogin, OIDC: u.o.OIDC != nil}
 	if u.o.OIDC != nil {
 		d.OIDCName = u.o.OIDC.DisplayName
@@ -100,7 +120,7 @@ func (u *UI) devLogin(w http.ResponseWriter, r *http.Request) {
 // startSession creates the server-side session and sets its cookie.
 func (u *UI) startSession(w http.ResponseWriter, r *http.Request, c *auth.Caller) {
 	id, sess := u.o.Sessions.Create(c)
-	u.loginCookie(w, "", http.SameSiteStrictMode, -1)
+	u.loginCookie(w, "", -1)
 	http.SetCookie(w, &http.Cookie{
 		Name: u.cookieName(), Value: id, Path: "/", Expires: sess.Expires,
 		MaxAge: int(time.Until(sess.Expires).Seconds()), HttpOnly: true, Secure: !u.o.InsecureCookie, SameSite: http.SameSiteStrictMode,
@@ -111,7 +131,7 @@ func (u *UI) startSession(w http.ResponseWriter, r *http.Request, c *auth.Caller
 // logout ends the session on the server (its id is worthless from now on) and clears the cookie.
 func (u *UI) logout(w http.ResponseWriter, r *request) {
 	u.o.Sessions.Delete(r.sessID)
-	http.SetCookie(w, &http.Cookie{Name: u.cookieName(), Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: !u.o.InsecureCookie, SameSite: http.SameSiteStrictMode})
+	u.clearSessionCookie(w)
 	ctrl.LoggerFrom(r.Context()).WithName("ui").Info("session ended", "user", r.sess.Caller.Subject)
 	if r.Header.Get("HX-Request") != "" {
 		w.Header().Set("HX-Redirect", "/login")

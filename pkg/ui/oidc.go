@@ -48,8 +48,9 @@ type OIDCConfig struct {
 //
 // A login in progress is held by the browser, not by nogoo9: its state, nonce, PKCE verifier,
 // where to go next and its deadline travel sealed (AES-GCM, a key this process drew at start) in
-// the login cookie. A map of logins in progress on the server was bounded and so could be filled
-// by anyone requesting /login/oidc, each start evicting another person's login in progress.
+// the single sign-on cookie (ssoCookieName; not the login form's). A map of logins in progress
+// on the server was bounded and so could be filled by anyone requesting /login/oidc, each start
+// evicting another person's login in progress.
 //
 // Starting a login is free for anyone and costs the provider nothing; finishing one costs a call
 // to the provider's token endpoint, so code exchanges that fail are rate-limited per client
@@ -66,7 +67,7 @@ type OIDCLogin struct {
 	trusted  auth.TrustedProxies
 }
 
-// pendingLogin is a login in progress, as sealed in the login cookie.
+// pendingLogin is a login in progress, as sealed in the single sign-on cookie.
 type pendingLogin struct {
 	State    string `json:"s"`
 	Verifier string `json:"v"`
@@ -227,7 +228,7 @@ func (u *UI) oidcStart(w http.ResponseWriter, r *http.Request) {
 	}
 	p := pendingLogin{State: session.RandomToken(), Nonce: session.RandomToken(), Verifier: oauth2.GenerateVerifier(),
 		Next: safeNext(r.URL.Query().Get("next")), Expires: time.Now().Add(loginTTL).Unix()}
-	u.loginCookie(w, o.sealLogin(p), http.SameSiteLaxMode, int(loginTTL.Seconds()))
+	u.ssoCookie(w, o.sealLogin(p), int(loginTTL.Seconds()))
 	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, o.oauth.AuthCodeURL(p.State, oidc.Nonce(p.Nonce), oauth2.S256ChallengeOption(p.Verifier)), http.StatusFound)
 }
@@ -236,16 +237,20 @@ func (u *UI) oidcStart(w http.ResponseWriter, r *http.Request) {
 // verifier, ID token signature, audience, expiry and nonce (go-oidc's verifier), then the API's
 // own authenticator for the caller (subject and admin claims).
 //
-// Every answer replaces the login cookie (a failure's login page sets a fresh login-form token in
-// it, a success clears it), so a browser finishes a pending login at most once: reloading the
-// callback is refused before any exchange. A client that ignores Set-Cookie can replay the sealed
-// login until its deadline; what bounds its exchanges is the gate, not the cookie.
+// Every answer clears the single sign-on cookie, so a browser finishes a pending login at most
+// once: reloading the callback is refused before any exchange. A client that ignores Set-Cookie
+// can replay the sealed login until its deadline; what bounds its exchanges is the gate, not the
+// cookie. No answer may be stored (Cache-Control: no-store): each ends one person's login, with a
+// session cookie or a fresh login form.
 func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
 	o := u.o.OIDC
 	if o == nil {
 		http.NotFound(w, r)
 		return
 	}
+	c, cookieErr := r.Cookie(u.ssoCookieName())
+	u.ssoCookie(w, "", -1)
 	log := ctrl.LoggerFrom(r.Context()).WithName("ui")
 	q := r.URL.Query()
 	fail := func(status int, reason, msg string) {
@@ -262,14 +267,13 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusUnauthorized, "provider error "+e+": "+q.Get("error_description"), "The identity provider did not log you in ("+code+"); try again.")
 		return
 	}
-	c, err := r.Cookie(u.loginCookieName())
-	if err != nil {
-		fail(http.StatusForbidden, "no login cookie", "This login was not started in this browser, or it took too long; start again.")
+	if cookieErr != nil {
+		fail(http.StatusForbidden, "no single sign-on cookie", "This login was not started in this browser, or it took too long; start again.")
 		return
 	}
 	p, ok := o.openLogin(c.Value, q.Get("state"), time.Now())
 	if !ok {
-		fail(http.StatusForbidden, "state does not match the login cookie, or the login expired", "This login was not started in this browser, or it took too long; start again.")
+		fail(http.StatusForbidden, "state does not match the single sign-on cookie, or the login expired", "This login was not started in this browser, or it took too long; start again.")
 		return
 	}
 	// The exchange is the one step that costs the provider a call: it waits for the failure

@@ -72,8 +72,9 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 
 	idRe := regexp.MustCompile(`name="id" value="([^"]+)"`)
 	// logIn logs user in through the provider's form; meanwhile, when not nil, runs while the
-	// login is in progress (after the start, before the provider's redirect back).
-	logIn := func(user, password string, meanwhile func()) (*http.Client, string) {
+	// login is in progress (after the start, before the provider's redirect back), with the
+	// browser's client (its cookies).
+	logIn := func(user, password string, meanwhile func(*http.Client)) (*http.Client, string) {
 		jar, _ := cookiejar.New(nil)
 		c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
 		resp, err := c.Get(ui.URL + "/login/oidc?next=/")
@@ -90,7 +91,7 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 			t.Fatalf("login form without an auth request: %s", resp.Request.URL)
 		}
 		if meanwhile != nil {
-			meanwhile()
+			meanwhile(c)
 		}
 		req, _ := http.NewRequest("POST", provider.Issuer+"/login/username", strings.NewReader(url.Values{"id": {string(m[1])}, "username": {user}, "password": {password}}.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -102,6 +103,9 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || resp.Request.URL.Path != "/login/callback" {
 			t.Fatalf("after the provider's login: %s at %s\n%s", resp.Status, resp.Request.URL, body)
+		}
+		if cc := resp.Header.Get("Cache-Control"); cc != "no-store" {
+			t.Errorf("the callback's answer that starts the session: Cache-Control %q, want no-store", cc)
 		}
 		resp, err = c.Get(ui.URL + "/")
 		if err != nil {
@@ -125,7 +129,7 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 	// fill it with anonymous starts, each then evicting a login in progress at random (bob's
 	// survived 60,000 such starts with a chance under 1%). Now the browser holds its own, sealed.
 	t.Run("a flood of anonymous starts does not end another person's login in progress", func(t *testing.T) {
-		flood := func() {
+		flood := func(*http.Client) {
 			h := f.srv.Config.Handler
 			for i := range 60000 {
 				w := httptest.NewRecorder()
@@ -137,6 +141,49 @@ func TestOIDCLoginAgainstARealProvider(t *testing.T) {
 		}
 		if _, home := logIn("bob", "bob-pw", flood); !strings.Contains(home, "u-bob") {
 			t.Errorf("bob's login did not survive a flood of anonymous starts:\n%s", home)
+		}
+	})
+	// The login form's CSRF token and the sealed single sign-on login used to share one cookie:
+	// opening /login in another tab (or the same one, going back) while the provider's login form
+	// was open replaced the sealed login, and the callback then refused the login ("not started
+	// in this browser"). Each has its own cookie now.
+	t.Run("opening the login page while a single sign-on is in progress does not break it", func(t *testing.T) {
+		meanwhile := func(c *http.Client) {
+			resp, err := c.Get(ui.URL + "/login")
+			if err != nil {
+				t.Fatal(err)
+			}
+			page, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !loginCSRFRe.Match(page) {
+				t.Fatalf("GET /login is not the login form:\n%s", page)
+			}
+		}
+		if _, home := logIn("bob", "bob-pw", meanwhile); !strings.Contains(home, "u-bob") {
+			t.Errorf("bob's login did not survive opening the login page meanwhile:\n%s", home)
+		}
+	})
+	// Every answer of the callback is the end of one person's login (a session's cookie, or a
+	// refusal with a fresh login form): none may be stored by a cache and served again.
+	t.Run("the callback's answers are not stored", func(t *testing.T) {
+		h := f.srv.Config.Handler
+		cookie, state := anonymousStart(t, h, "192.0.2.7:1")
+		for name, q := range map[string]string{
+			"the provider's error": "?state=x&error=access_denied",
+			"no login cookie":      "?state=" + url.QueryEscape(state) + "&code=x",
+			"another state":        "?state=forged&code=x",
+			"a bad code":           "?state=" + url.QueryEscape(state) + "&code=x",
+		} {
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest("GET", "/login/callback"+q, nil)
+			r.RemoteAddr = "192.0.2.7:1"
+			if name != "no login cookie" {
+				r.AddCookie(cookie)
+			}
+			h.ServeHTTP(w, r)
+			if cc := w.Header().Get("Cache-Control"); cc != "no-store" {
+				t.Errorf("%s: %d with Cache-Control %q, want no-store", name, w.Code, cc)
+			}
 		}
 	})
 	// The callback used to exchange any code it was handed, for as long as its pending login

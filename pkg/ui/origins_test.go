@@ -1,6 +1,10 @@
 package ui
 
 import (
+	"fmt"
+	"html"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -66,5 +70,87 @@ func TestWithoutWorkspaceOriginsLinksStayOnTheProxysBaseURL(t *testing.T) {
 		if strings.Contains(html, "ws.example.com") {
 			t.Errorf("the %s links to a workspace host without Origins:\n%s", name, html)
 		}
+	}
+}
+
+// A workspace's Open and Preview links are the proxy's route prefix for its path annotations
+// (workspace.RoutePrefix, the proxy's own rules), never the annotation itself: a tenant or a
+// template's author writes the annotation, and "@evil.example/" after a base URL made the link
+// https://ws.example.com@evil.example/ (user info, then another host). An annotation the proxy
+// routes nothing for gets no link. Before stop 51 the annotation was appended as written.
+func TestOpenAndPreviewLinksNeverLeaveTheProxysHost(t *testing.T) {
+	origins, err := workspace.ParseOrigins("https://ws.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile := []string{"@evil.example/", ".evil.example/", "evil.example/", ":443@evil.example/", "/a/%2e%2e/", "/a?x=@evil.example/", "/_nogoo9/login/", "/", ""}
+	hrefRe := regexp.MustCompile(`href="([^"]*)"`)
+	for name, o := range map[string]Options{
+		"ProxyURL":  {InsecureCookie: true, ProxyURL: "https://ws.example.com"},
+		"ProxyPort": {InsecureCookie: true, ProxyPort: "8091"},
+		"Origins":   {InsecureCookie: true, Origins: origins},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var pods []*corev1.Pod
+			for i, p := range hostile {
+				pod := wsPod("alice", fmt.Sprintf("h%d", i), "1.0", true)
+				pod.Annotations[workspace.AnnWorkspacePath] = p
+				pod.Annotations[workspace.AnnPreviewPath] = p
+				pods = append(pods, pod)
+			}
+			// A path the proxy cleans (it routes "/ws/a/b/" for it): the link is the clean one.
+			unclean := wsPod("alice", "unclean", "1.0", true)
+			unclean.Annotations[workspace.AnnWorkspacePath] = "/ws//a/./b"
+			f := newFixture(t, o, append(pods, routedPod("good"), unclean)...)
+			b := f.browser(t)
+			b.login("alice-token")
+			proxyHost := func(u *url.URL) bool {
+				switch name {
+				case "Origins":
+					return strings.HasSuffix(u.Host, ".ws.example.com") && strings.Count(u.Host, ".") == 3
+				case "ProxyPort":
+					want, _ := url.Parse(f.srv.URL)
+					return u.Host == want.Hostname()+":8091"
+				}
+				return u.Host == "ws.example.com"
+			}
+			pages := map[string]string{}
+			_, pages["the list"] = b.do("GET", "/", nil)
+			for i := range hostile {
+				_, pages[fmt.Sprintf("h%d's page", i)] = b.do("GET", fmt.Sprintf("/workspaces/h%d", i), nil)
+			}
+			read, _ := b.pageStream(t, "/")
+			read(": connected")
+			f.hub.changed("h0")
+			pages["the stream's row"] = read("</template>")
+			links := 0
+			for what, page := range pages {
+				for _, m := range hrefRe.FindAllStringSubmatch(page, -1) {
+					href := html.UnescapeString(m[1])
+					if strings.HasPrefix(href, "#") || strings.HasPrefix(href, "/") && !strings.HasPrefix(href, "//") {
+						continue // a page of the UI's own
+					}
+					u, err := url.Parse(href)
+					if err != nil || u.User != nil || !proxyHost(u) || !strings.HasPrefix(u.Path, "/") {
+						t.Errorf("%s links to %q, outside the proxy's host", what, href)
+						continue
+					}
+					if !strings.HasPrefix(u.Path, "/ws/") && !strings.HasPrefix(u.Path, "/preview/") {
+						t.Errorf("%s links to %q: a hostile annotation got a link", what, href)
+					}
+					links++
+				}
+			}
+			list := pages["the list"]
+			if !strings.Contains(list, "/ws/ns/good/") || !strings.Contains(list, "/preview/ns/good/") {
+				t.Errorf("the well-formed workspace lost its links:\n%s", list)
+			}
+			if !strings.Contains(list, `/ws/a/b/"`) || strings.Contains(list, "/ws//a") {
+				t.Errorf("the unclean path is not linked as the proxy's clean prefix /ws/a/b/:\n%s", list)
+			}
+			if links < 3 {
+				t.Fatalf("only %d links found: the check is broken", links)
+			}
+		})
 	}
 }

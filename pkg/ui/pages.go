@@ -79,6 +79,14 @@ func (f listFilter) values() url.Values {
 	return v
 }
 
+// path is the list page showing the filter (what its forms come back to).
+func (f listFilter) path() string {
+	if q := f.values().Encode(); q != "" {
+		return "/?" + q
+	}
+	return "/"
+}
+
 type listData struct {
 	Filter    listFilter
 	Rows      []rowView
@@ -109,7 +117,7 @@ func (u *UI) rows(r *request, f listFilter) ([]rowView, int, error) {
 	out := make([]rowView, 0, len(list))
 	for i := range list {
 		if f.match(&list[i]) {
-			out = append(out, u.row(r.Request, r.sess.CSRF, list[i], f.All))
+			out = append(out, u.row(r, list[i], f.All, f.path()))
 		}
 	}
 	return out, len(list), nil
@@ -128,6 +136,11 @@ func (u *UI) listPage(w http.ResponseWriter, r *request) {
 	title, nav := "My workspaces", "mine"
 	if f.All {
 		title, nav = "All workspaces", "all"
+	}
+	if f.All && !r.sess.Caller.IsAdmin {
+		// The service's refusal names its API's parameter (allUsers); this page's is all=1.
+		u.renderError(w, r.Request, r.sess, http.StatusForbidden, msgAllForAdmin)
+		return
 	}
 	rows, total, err := u.rows(r, f)
 	if err != nil {
@@ -153,6 +166,9 @@ func (u *UI) listPage(w http.ResponseWriter, r *request) {
 	}
 	u.render(w, r.Request, http.StatusOK, "list", u.page(r, title, nav, d))
 }
+
+// msgAllForAdmin refuses a user's list of every user's workspaces (/?all=1) in the UI's words.
+const msgAllForAdmin = "Forbidden: only admin users can list every user's workspaces; remove all=1 from the address, or follow My workspaces, to list yours."
 
 // notice is the one-line confirmation of the action that redirected here (doneURL). Only fixed
 // texts, and the workspace's id only when nogoo9 signed it for this session: a link cannot make the
@@ -220,7 +236,7 @@ func (u *UI) workspacePage(w http.ResponseWriter, r *request) {
 		u.renderError(w, r.Request, r.sess, status, msg)
 		return
 	}
-	d := workspaceData{Row: u.row(r.Request, r.sess.CSRF, *ws, true), Notice: notice(r.Request, r.sess.CSRF)}
+	d := workspaceData{Row: u.row(r, *ws, true, u.wsPath(ws.Namespace, ws.ID)), Notice: notice(r.Request, r.sess.CSRF)}
 	if r.URL.Query().Get("err") == "reason" {
 		d.ReasonError = "Reason is empty: say why the workspace is out of service (users see it), e.g. \"disk migration until 14:00\"."
 	}
@@ -297,7 +313,7 @@ func (u *UI) deletePage(w http.ResponseWriter, r *request) {
 		u.renderError(w, r.Request, r.sess, status, msg)
 		return
 	}
-	u.render(w, r.Request, http.StatusOK, "delete", u.page(r, "Delete "+ws.ID, "", u.row(r.Request, r.sess.CSRF, *ws, true)))
+	u.render(w, r.Request, http.StatusOK, "delete", u.page(r, "Delete "+ws.ID, "", u.row(r, *ws, true, u.wsPath(ws.Namespace, ws.ID))))
 }
 
 func (u *UI) delete(w http.ResponseWriter, r *request) {
@@ -351,9 +367,13 @@ func (u *UI) pin(w http.ResponseWriter, r *request) {
 
 type upgradeAllData struct {
 	Workspaces []frontend.Workspace
-	Users      int
-	Results    []resultView
-	Failed     int
+	// Users counts the owners of Workspaces (the confirmation), or of the upgrades requested (the
+	// result).
+	Users   int
+	Results []resultView
+	// Requested, Skipped and Failed count the results by status: "upgrading", "skipped" (pinned
+	// or in maintenance; the result's Error says which) and "failed".
+	Requested, Skipped, Failed int
 }
 
 // resultView is one workspace's result of Upgrade All, with the path of its page and its Key
@@ -391,8 +411,13 @@ func (u *UI) upgradeAll(w http.ResponseWriter, r *request) {
 	seen := map[string]bool{}
 	for _, x := range res {
 		d.Results = append(d.Results, resultView{UpgradeResult: x, Path: u.wsPath(x.Namespace, x.ID), Key: u.rowKey(x.Namespace, x.ID)})
-		seen[x.Owner] = true
-		if x.Status == "failed" {
+		switch x.Status {
+		case "upgrading":
+			d.Requested++
+			seen[x.Owner] = true
+		case "skipped":
+			d.Skipped++
+		case "failed":
 			d.Failed++
 		}
 	}

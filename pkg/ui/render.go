@@ -229,9 +229,18 @@ func (u *UI) before(a, b ref) bool {
 	return a.id < b.id
 }
 
-// upgradable mirrors which workspaces Service.UpgradeAll requests an upgrade of.
+// upgradable mirrors which workspaces Service.UpgradeAll requests an upgrade of: outdated, not
+// being deleted, neither pinned nor in maintenance (those it skips: they are not counted on its
+// button nor listed on its confirmation).
 func upgradable(w *frontend.Workspace) bool {
-	return w.IsOutdated && w.Phase != workspace.PhaseTerminating
+	return w.IsOutdated && w.Phase != workspace.PhaseTerminating && !w.Pinned && w.Maintenance == ""
+}
+
+// canUpgrade mirrors which workspaces Service.Upgrade upgrades for caller: outdated, not being
+// deleted nor upgrading already, not pinned (unpin first), and in maintenance only for an admin.
+func canUpgrade(w *frontend.Workspace, caller *auth.Caller) bool {
+	return w.IsOutdated && w.Phase != workspace.PhaseTerminating && w.UpgradePod == "" && !w.Pinned &&
+		(w.Maintenance == "" || caller != nil && caller.IsAdmin)
 }
 
 // message is the text of a service error as REST and MCP show it.
@@ -312,31 +321,45 @@ type rowView struct {
 	ShowNamespace bool
 	// Key names the workspace in the page's element ids (rowKey).
 	Key string
+	// Back is the page the row is on (a path of this site), where its forms return to without
+	// JavaScript: the list with its filter, or the workspace's page.
+	Back string
 }
 
-func (u *UI) row(r *http.Request, csrf string, w frontend.Workspace, showOwner bool) rowView {
-	v := rowView{Workspace: w, ShowOwner: showOwner, CSRF: csrf, Path: u.wsPath(w.Namespace, w.ID), ShowNamespace: len(u.svc.Namespaces()) > 1, Key: u.rowKey(w.Namespace, w.ID)}
-	v.CanUpgrade = upgradable(&w) && w.UpgradePod == ""
+// row is workspace w as r's caller sees it on the page at back.
+func (u *UI) row(r *request, w frontend.Workspace, showOwner bool, back string) rowView {
+	v := rowView{Workspace: w, ShowOwner: showOwner, CSRF: r.sess.CSRF, Path: u.wsPath(w.Namespace, w.ID), ShowNamespace: len(u.svc.Namespaces()) > 1,
+		Key: u.rowKey(w.Namespace, w.ID), Back: back}
+	v.CanUpgrade = canUpgrade(&w, r.sess.Caller)
 	v.CanStart = w.Phase == workspace.PhaseStopped
 	v.CanStop = w.Phase != workspace.PhaseStopped && w.Phase != workspace.PhaseTerminating
+	v.WorkspaceURL = u.routeURL(r.Request, w, w.WorkspacePath, false)
+	v.PreviewURL = u.routeURL(r.Request, w, w.PreviewPath, true)
+	return v
+}
+
+// routeURL is the link to the proxy's route of w for the path annotation p (its workspace or its
+// preview), or "" for none. The annotation is tenant data (a pod's, or its template author's):
+// the link is the route prefix the proxy makes of it (workspace.RoutePrefix, the proxy's own
+// rules), never the annotation, which could continue the base URL into another host
+// ("@evil.example/", ".evil.example/"). An annotation the proxy routes nothing for gets no link.
+func (u *UI) routeURL(r *http.Request, w frontend.Workspace, p string, preview bool) string {
+	if p == "" {
+		return ""
+	}
+	prefix, err := workspace.RoutePrefix(p)
+	if err != nil {
+		return ""
+	}
 	if o := u.o.Origins; o != nil {
 		// Each route on its own host (--proxy-workspace-domain), as the proxy serves it: the
 		// workspace and its preview are two origins, neither the UI's.
-		if w.WorkspacePath != "" {
-			v.WorkspaceURL = o.URLFor(w.Namespace, w.ID, false) + w.WorkspacePath
-		}
-		if w.PreviewPath != "" {
-			v.PreviewURL = o.URLFor(w.Namespace, w.ID, true) + w.PreviewPath
-		}
-	} else if base := u.proxyBase(r); base != "" {
-		if w.WorkspacePath != "" {
-			v.WorkspaceURL = base + w.WorkspacePath
-		}
-		if w.PreviewPath != "" {
-			v.PreviewURL = base + w.PreviewPath
-		}
+		return o.URLFor(w.Namespace, w.ID, preview) + prefix
 	}
-	return v
+	if base := u.proxyBase(r); base != "" {
+		return base + prefix
+	}
+	return ""
 }
 
 // phases are the filter's choices, in the order a workspace goes through them.

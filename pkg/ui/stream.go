@@ -70,6 +70,60 @@ func (s *sse) send(seq uint64, html []byte) error {
 	return nil
 }
 
+// closeEvent names the event after which the page's SSE extension closes the stream instead of
+// reconnecting (the pages' sse-close attribute).
+const closeEvent = "close"
+
+// refuse tells the page why its stream ends for good and closes it: an update that swaps the
+// page's live-status banner (every page with a stream has one) with msg, then the close event.
+// An EventSource reads no event from an answer other than 200 text/event-stream: a refusal sent
+// as a 4xx was an error the page never showed, and the extension retried it forever. login adds
+// a link to the login page.
+func (s *sse) refuse(msg string, login bool) {
+	var b bytes.Buffer
+	b.WriteString(`<template><p id="live-status" hx-swap-oob="true" class="error" role="alert">`)
+	b.WriteString(escape(msg))
+	if login {
+		b.WriteString(` <a href="/login">Log in</a>`)
+	}
+	b.WriteString("</p></template>\n")
+	if s.send(0, b.Bytes()) != nil {
+		return
+	}
+	// An event with no data is not dispatched: it carries a word.
+	if _, err := s.w.Write([]byte("event: " + closeEvent + "\ndata: " + closeEvent + "\n\n")); err == nil {
+		s.f.Flush()
+	}
+}
+
+// refuseStream answers a stream request nogoo9 does not serve with msg: an EventSource's (a
+// page's) as a stream that shows it and closes (refuse), any other client's with status.
+func refuseStream(w http.ResponseWriter, r *http.Request, status int, msg string, login bool) {
+	if !isStreamRequest(r) {
+		http.Error(w, msg, status)
+		return
+	}
+	if out, ok := startSSE(w); ok {
+		out.refuse(msg, login)
+	}
+}
+
+// msgSessionEnded is what a stream says when its session has ended (logged out, in this tab or
+// another, or expired).
+const msgSessionEnded = "Your session has ended, so this page no longer updates: log in again."
+
+// passing reports whether err is a failure that may pass by itself (the API server away, a
+// fault of the server's): a stream it ends is left to the browser's reconnection, not refused.
+func passing(err error) bool {
+	code := frontend.CodeOf(err)
+	return code == frontend.CodeUnavailable || code == frontend.CodeInternal
+}
+
+// isStreamRequest reports whether r is an EventSource's (a page's live stream).
+func isStreamRequest(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+}
+
 func (s *sse) ping() error {
 	if _, err := s.w.Write([]byte(": ping\n\n")); err != nil {
 		return err
@@ -101,7 +155,7 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 	who := r.sess.Caller.Subject
 	if !u.listStreams.take(who) {
 		ctrl.LoggerFrom(r.Context()).WithName("ui").Info("request refused: too many live lists", "user", who, "limit", u.o.MaxListStreams)
-		http.Error(w, fmt.Sprintf("429 Too Many Requests: you already have %d live workspace lists open, the most one user may have at once; close the tabs of the list you no longer need and reload this one", u.o.MaxListStreams), http.StatusTooManyRequests)
+		refuseStream(w, r.Request, http.StatusTooManyRequests, fmt.Sprintf("This list does not update live: you already have %d live workspace lists open, the most one user may have at once; close the tabs of the list you no longer need and reload this one.", u.o.MaxListStreams), false)
 		return
 	}
 	defer u.listStreams.give(who)
@@ -126,7 +180,11 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 	rows, _, err := u.rows(r, f)
 	if err != nil {
 		status, msg := u.namespaceMessage(r.Request, err)
-		http.Error(w, msg, status)
+		if passing(err) {
+			http.Error(w, msg, status) // the browser reconnects, and the list then streams
+			return
+		}
+		refuseStream(w, r.Request, status, "This list does not update live: "+msg, false)
 		return
 	}
 	refreshFirst = refreshFirst || rowsDigest(rows) != r.URL.Query().Get("rows")
@@ -157,6 +215,7 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 		var buf bytes.Buffer
 		refresh := all || refreshFirst
 		refreshFirst = false
+		recount := false // the header's count cannot be kept per change: count again
 		if !refresh {
 			sort.Strings(ids)
 			// The hub names a changed workspace by its id: look it up in every watched namespace.
@@ -172,8 +231,19 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 					}
 				}
 				visible := err == nil && (f.All || ws.Owner == r.sess.Caller.Subject) && f.match(ws)
-				switch {
-				case err != nil && frontend.CodeOf(err) != frontend.CodeNotFound && frontend.CodeOf(err) != frontend.CodeForbidden:
+				switch code := frontend.CodeOf(err); {
+				case err != nil && code == frontend.CodeInvalid:
+					// An id label the service will not read a workspace by (anyone who may
+					// write pods sets it): a list shows such a workspace all the same (an
+					// admin's, from the pods), and reads it back with the whole list; a list
+					// that does not show it has nothing to change. Before stop 51 every
+					// open list of every user reloaded in full on each change of such a pod.
+					if shown[key] != (ref{}) {
+						refresh = true
+					} else if outdatedBy != nil {
+						recount = true
+					}
+				case err != nil && code != frontend.CodeNotFound && code != frontend.CodeForbidden:
 					refresh = true // a read failed: start over from a full list
 				case visible:
 					if err := u.writeRow(&buf, r, f, *ws, shown); err != nil {
@@ -184,6 +254,9 @@ func (u *UI) listStream(w http.ResponseWriter, r *request) {
 					fmt.Fprintf(&buf, "<template><tr id=\"ws-%s\" hx-swap-oob=\"delete\"></tr></template>\n", key)
 				}
 			}
+		}
+		if recount && !refresh {
+			outdatedBy = u.outdatedSet(r.ctx)
 		}
 		if refresh {
 			buf.Reset()
@@ -246,7 +319,7 @@ func (u *UI) writeRow(buf *bytes.Buffer, r *request, f listFilter, ws frontend.W
 	key, at := u.rowKey(ws.Namespace, ws.ID), u.refOf(ws)
 	if _, ok := shown[key]; ok {
 		buf.WriteString("<template>")
-		if err := u.partial(buf, "row", u.row(r.Request, r.sess.CSRF, ws, f.All)); err != nil {
+		if err := u.partial(buf, "row", u.row(r, ws, f.All, f.path())); err != nil {
 			return err
 		}
 		buf.WriteString("</template>\n")
@@ -267,7 +340,7 @@ func (u *UI) writeRow(buf *bytes.Buffer, r *request, f listFilter, ws frontend.W
 	}
 	shown[key] = at
 	fmt.Fprintf(buf, `<template><tbody hx-swap-oob="%s">`, target)
-	if err := u.partial(buf, "row", u.row(r.Request, r.sess.CSRF, ws, f.All)); err != nil {
+	if err := u.partial(buf, "row", u.row(r, ws, f.All, f.path())); err != nil {
 		return err
 	}
 	buf.WriteString("</tbody></template>\n")
@@ -313,7 +386,11 @@ func (u *UI) workspaceStream(w http.ResponseWriter, r *request) {
 	evs, es, err := u.svc.Events(ctx, id, true)
 	if err != nil {
 		status, msg := addressMessage(r.Request, err)
-		http.Error(w, msg, status)
+		if passing(err) {
+			http.Error(w, msg, status) // the browser reconnects, and the page then streams
+			return
+		}
+		refuseStream(w, r.Request, status, "This page does not update live: "+msg, false)
 		return
 	}
 	defer es.Stop()
@@ -359,7 +436,7 @@ func (u *UI) workspaceStream(w http.ResponseWriter, r *request) {
 		if err != nil {
 			_, msg := addressMessage(r.Request, err)
 			fmt.Fprintf(&buf, `<div id="summary" hx-swap-oob="true"><p class="error" role="alert">%s</p></div>`, escape(msg))
-		} else if err := u.partial(&buf, "summary", u.row(r.Request, r.sess.CSRF, *ws, true)); err != nil {
+		} else if err := u.partial(&buf, "summary", u.row(r, *ws, true, u.wsPath(ws.Namespace, ws.ID))); err != nil {
 			return err
 		}
 		buf.WriteString("</template>\n")
@@ -419,6 +496,7 @@ func (u *UI) streamLoop(r *request, sub *Sub, events <-chan frontend.Event, flus
 	for {
 		if sub.Pending() {
 			if _, ok := u.o.Sessions.Get(r.sessID); !ok {
+				out.refuse(msgSessionEnded, true)
 				return
 			}
 			ids, all, seq := sub.Take()
@@ -445,6 +523,7 @@ func (u *UI) streamLoop(r *request, sub *Sub, events <-chan frontend.Event, flus
 			}
 		case <-tick.C:
 			if _, ok := u.o.Sessions.Get(r.sessID); !ok {
+				out.refuse(msgSessionEnded, true)
 				return
 			}
 			if err := out.ping(); err != nil {

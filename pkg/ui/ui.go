@@ -183,7 +183,13 @@ func (u *UI) cookieName() string {
 	return "__Host-nogoo9-session"
 }
 
-// sessionOf returns the live session of r, if any.
+// clearSessionCookie tells the browser to drop the session cookie.
+func (u *UI) clearSessionCookie(w http.ResponseWriter) {
+	http.SetCookie(w, &http.Cookie{Name: u.cookieName(), Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: !u.o.InsecureCookie, SameSite: http.SameSiteStrictMode})
+}
+
+// sessionOf returns the live session of r, if any; the id is the cookie's value, also when it
+// names no live session.
 func (u *UI) sessionOf(r *http.Request) (string, *session.Session, bool) {
 	c, err := r.Cookie(u.cookieName())
 	if err != nil {
@@ -194,19 +200,30 @@ func (u *UI) sessionOf(r *http.Request) (string, *session.Session, bool) {
 }
 
 // withSession runs h with the request's session, checking the CSRF token of every request that
-// is not GET or HEAD. Without a session, a page redirects to the login page and anything else
-// answers 401.
+// is not GET or HEAD. Without a live session (the cookie of one that ended is cleared): a page
+// redirects to the login page and comes back, a form goes to the login page, htmx's request
+// answers 401 with HX-Redirect (htmx follows that; a redirect it would swap into the target), and
+// a live stream says so in its page and closes.
 func (u *UI) withSession(h func(http.ResponseWriter, *request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		id, sess, ok := u.sessionOf(r)
 		if !ok {
-			if r.Method == http.MethodGet && r.Header.Get("HX-Request") == "" && r.Header.Get("Accept") != "text/event-stream" {
-				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
-				return
+			if id != "" {
+				u.clearSessionCookie(w)
 			}
-			w.Header().Set("HX-Redirect", "/login")
-			http.Error(w, "401 Unauthorized: your session has ended; log in again", http.StatusUnauthorized)
+			switch {
+			case isStreamRequest(r):
+				refuseStream(w, r, http.StatusUnauthorized, msgSessionEnded, true)
+			case r.Header.Get("HX-Request") != "":
+				w.Header().Set("HX-Redirect", "/login")
+				u.renderError(w, r, nil, http.StatusUnauthorized, "Unauthorized: your session has ended; log in again.")
+			case r.Method == http.MethodGet || r.Method == http.MethodHead:
+				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			default:
+				// A form's action is no page to come back to.
+				http.Redirect(w, r, "/login", http.StatusSeeOther)
+			}
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {

@@ -346,3 +346,71 @@ var _ = Describe("Web UI in a real browser", Ordered, Label("ui"), func() {
 		alice.screenshot("ui-login.png")
 	})
 })
+
+// Answers the UI refuses, in a real browser: htmx 2 swaps no 4xx or 5xx answer unless the page's
+// htmx-config says so, and an EventSource reads no event from one, so before stop 51 a refused
+// Upgrade showed nothing and a stream refused after a logout retried forever without a word.
+var _ = Describe("Web UI refusals in a real browser", Ordered, Label("ui"), func() {
+	var (
+		ns       string
+		proc     *Nogoo9Process
+		alice    *uiTab
+		aliceTok string
+	)
+	const id = "pin-box"
+
+	BeforeAll(func(ctx SpecContext) {
+		ns = NewNamespace()
+		Expect(K8s.Create(ctx, templateConfigMap(ns, "python", "1.0"))).To(Succeed())
+		var err error
+		aliceTok, err = Cluster.ServiceAccountToken(ctx, ns, "alice", Cluster.IssuerURL, 0)
+		Expect(err).NotTo(HaveOccurred())
+		proc = StartNogoo9("--namespace="+ns, "--ui-insecure-cookie")
+		alice = newUITab(newUIBrowser(), proc.APIURL)
+	}, NodeTimeout(3*time.Minute))
+
+	It("shows a refused Upgrade's message in the row: 409, the workspace was pinned after the page loaded", func() {
+		uiSpawnREST(proc, aliceTok, "python", id)
+		alice.login(aliceTok)
+		alice.waitJS(uiRowPhase(id) + ` === "Ready"`)
+		uiBumpTemplate(ns, "python", "2.0")
+		alice.waitJS(`document.getElementById("ws-` + id + `__upgrade") !== null`)
+
+		By("the page stops hearing of changes (a laptop waking up before its stream reconnects), and the workspace is pinned meanwhile")
+		Expect(alice.eval(`(() => {
+			document.querySelector("[sse-connect]")["htmx-internal-data"].sseEventSource.close();
+			window.__noReload = "yes";
+			return "closed";
+		})()`)).To(Equal("closed"))
+		code, body := pxAPI(proc, aliceTok, http.MethodPut, "/api/v1/workspaces/"+id+"/pin", nil)
+		Expect(code).To(Equal(http.StatusOK), "pin %s: %s", id, body)
+
+		By("Upgrade is refused (409), and the refusal shows in the row's message")
+		alice.clickLive("ws-" + id + "__upgrade")
+		alice.waitJS(`document.getElementById("ws-` + id + `__msg").textContent.includes("is pinned to version 1.0: unpin it first")`)
+		Expect(alice.eval(`String(document.querySelector("#ws-` + id + `__msg [role=alert]").classList.contains("error"))`)).To(Equal("true"))
+		Expect(alice.eval(`window.__noReload`)).To(Equal("yes"), "the refusal was swapped in, not a page load")
+	})
+
+	It("says in the page that the session ended, and stops the stream instead of retrying it", func() {
+		alice.open("/")
+		alice.waitJS(`(e => e !== null && (e["htmx-internal-data"] || {}).sseEventSource !== undefined && e["htmx-internal-data"].sseEventSource.readyState === EventSource.OPEN)(document.querySelector("[sse-connect]"))`)
+		Expect(alice.eval(`document.getElementById("live-status").hidden ? "hidden" : "shown"`)).To(Equal("hidden"))
+
+		By("the session ends elsewhere (another tab logs out)")
+		status, err := chromedp.Run(alice.short(), chromedp.Evaluate[string](`(async () => {
+			const csrf = document.querySelector("input[name=csrf]").value;
+			const r = await fetch("/logout", {method: "POST", headers: {"X-CSRF-Token": csrf, "HX-Request": "true"}});
+			return String(r.status);
+		})()`, chromedp.EvalAwaitPromise))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(status).To(Equal("204"), "logout")
+
+		By("a change of the workspace reaches the stream, which finds the session gone")
+		code, body := pxAPI(proc, aliceTok, http.MethodDelete, "/api/v1/workspaces/"+id+"/pin", nil)
+		Expect(code).To(Equal(http.StatusOK), "unpin %s: %s", id, body)
+		alice.waitJS(`(e => e !== null && !e.hidden && e.textContent.includes("Your session has ended") && e.querySelector("a[href='/login']") !== null)(document.getElementById("live-status"))`)
+		Expect(alice.eval(`String(document.querySelector("[sse-connect]")["htmx-internal-data"].sseEventSource.readyState === EventSource.CLOSED)`)).To(Equal("true"),
+			"the close event closed the EventSource: htmx's SSE extension retries only a source that failed")
+	})
+})
