@@ -35,6 +35,40 @@ func restrictedTemplate(t *testing.T, kv ...string) *Template {
 	return tmpl
 }
 
+// wantViolations checks Check's err against want, one group of substrings per expected
+// violation (every substring of a group in one violation); an empty want expects no error. It
+// reports whether err is a *PolicyError with violations, for the caller's further checks.
+func wantViolations(t *testing.T, err error, want [][]string) bool {
+	t.Helper()
+	if len(want) == 0 {
+		if err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		return false
+	}
+	var pe *PolicyError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Check = %v, want a *PolicyError", err)
+	}
+	if len(pe.Violations) != len(want) {
+		t.Errorf("%d violations, want %d:\n%s", len(pe.Violations), len(want), err)
+	}
+	for _, group := range want {
+		found := false
+		for _, v := range pe.Violations {
+			all := true
+			for _, w := range group {
+				all = all && strings.Contains(v.String(), w)
+			}
+			found = found || all
+		}
+		if !found {
+			t.Errorf("no violation contains all of %q in:\n%s", group, err)
+		}
+	}
+	return true
+}
+
 func ide(t *Template) *corev1.Container { return &t.Spec.Containers[0] }
 
 func pvcVolume(name, claim string) corev1.Volume {
@@ -261,34 +295,8 @@ func TestPolicyCheck(t *testing.T) {
 				tc.mutate(tmpl)
 			}
 			err := tc.policy.Check(tmpl)
-			if len(tc.want) == 0 {
-				if err != nil {
-					t.Fatalf("Check: %v", err)
-				}
+			if !wantViolations(t, err, tc.want) {
 				return
-			}
-			var pe *PolicyError
-			if !errors.As(err, &pe) {
-				t.Fatalf("Check = %v, want a *PolicyError", err)
-			}
-			if len(pe.Violations) != len(tc.want) {
-				t.Errorf("%d violations, want %d:\n%s", len(pe.Violations), len(tc.want), err)
-			}
-			for i, group := range tc.want {
-				if i >= len(pe.Violations) {
-					break
-				}
-				found := false
-				for _, v := range pe.Violations {
-					all := true
-					for _, w := range group {
-						all = all && strings.Contains(v.String(), w)
-					}
-					found = found || all
-				}
-				if !found {
-					t.Errorf("no violation contains all of %q in:\n%s", group, err)
-				}
 			}
 			msg := err.Error()
 			for _, w := range []string{"--template-policy=" + tc.policy.Level, "docs/templates.md"} {
@@ -544,32 +552,7 @@ func TestPolicyRefusesPlaceholdersInIsolationFields(t *testing.T) {
 				tc.mutate(tmpl)
 			}
 			err := tc.policy.Check(tmpl)
-			if len(tc.want) == 0 {
-				if err != nil {
-					t.Fatalf("Check: %v", err)
-				}
-				return
-			}
-			var pe *PolicyError
-			if !errors.As(err, &pe) {
-				t.Fatalf("Check = %v, want a *PolicyError", err)
-			}
-			if len(pe.Violations) != len(tc.want) {
-				t.Errorf("%d violations, want %d:\n%s", len(pe.Violations), len(tc.want), err)
-			}
-			for _, group := range tc.want {
-				found := false
-				for _, v := range pe.Violations {
-					all := true
-					for _, w := range group {
-						all = all && strings.Contains(v.String(), w)
-					}
-					found = found || all
-				}
-				if !found {
-					t.Errorf("no violation contains all of %q in:\n%s", group, err)
-				}
-			}
+			wantViolations(t, err, tc.want)
 		})
 	}
 }

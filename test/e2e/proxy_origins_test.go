@@ -39,25 +39,10 @@ func poBrowser(proxyAddr, apex string) context.Context {
 	_, port, err := net.SplitHostPort(proxyAddr)
 	Expect(err).NotTo(HaveOccurred())
 	rules := fmt.Sprintf("MAP *.%s 127.0.0.1:%s, MAP %s 127.0.0.1:%s", apex, port, apex, port)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(uiChromiumPath()),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
+	return newUIBrowser(
 		chromedp.Flag("host-resolver-rules", rules),
 		chromedp.Flag("no-proxy-server", true),
-		chromedp.UserDataDir(GinkgoT().TempDir()),
-		chromedp.WindowSize(1100, 760),
 	)
-	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	DeferCleanup(cancel)
-	browser, cancelBrowser := chromedp.NewContext(alloc)
-	DeferCleanup(cancelBrowser)
-	// The first Run starts the browser; it must not carry a timeout.
-	Expect(chromedp.Do(browser)).To(Succeed(), "start chromium")
-	return browser
 }
 
 // poBackend stands in for a workspace's web server on its pod's IP: it serves fixed HTML pages,

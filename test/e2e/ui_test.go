@@ -41,8 +41,9 @@ func uiChromiumPath() string {
 }
 
 // newUIBrowser starts headless Chromium with a fresh profile and returns the browser's context;
-// the browser stops after the current node (BeforeAll: the container).
-func newUIBrowser() context.Context {
+// extra options (command-line flags) are added to the common ones. The browser stops after the
+// current node (BeforeAll: the container).
+func newUIBrowser(extra ...chromedp.ExecAllocatorOption) context.Context {
 	GinkgoHelper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(uiChromiumPath()),
@@ -54,6 +55,7 @@ func newUIBrowser() context.Context {
 		chromedp.UserDataDir(GinkgoT().TempDir()),
 		chromedp.WindowSize(1100, 760),
 	)
+	opts = append(opts, extra...)
 	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	DeferCleanup(cancel)
 	browser, cancelBrowser := chromedp.NewContext(alloc)
