@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -81,6 +82,7 @@ func runBench(args []string) error {
 	go func() {
 		<-sigc
 		stopAll()
+		killChildren()
 		os.Exit(1)
 	}()
 	pgids := map[string]int{} // listen address -> process group of what serves it
@@ -473,4 +475,33 @@ func perOp(cpu time.Duration, ops float64) float64 {
 		return 0
 	}
 	return float64(cpu) / float64(time.Microsecond) / ops
+}
+
+// killChildren SIGKILLs every process whose parent is this one: what stopAll did not stop, the
+// cutover's etcd and kube-apiserver (envtest starts them in process groups of their own). The
+// signal handler exits without running deferred calls, so without this they outlived
+// proxybench after make bench's timeout, holding the machine lock it had taken (2026-12-05:
+// every later test on the machine waited behind them).
+func killChildren() {
+	self := strconv.Itoa(os.Getpid())
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parentheses, so read after
+		// the last ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[1] == self {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
