@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/nogoo9/no-crd/pkg/upgrade"
 	"github.com/nogoo9/no-crd/pkg/workspace"
@@ -71,4 +73,69 @@ func TestRecreateGateIsLiftedOnlyOnceTheOldPodIsGone(t *testing.T) {
 		g.Expect(p).NotTo(gomega.BeNil())
 		g.Expect(p.Annotations).NotTo(gomega.HaveKey(workspace.AnnUpgradeStartedAt))
 	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+}
+
+// TestRecreateDeadlineStartsWhenTheGateIsLifted: the old pod's graceful termination takes all but
+// 5 s of the upgrade's deadline. The new pod, which has not run yet, gets the whole deadline from
+// the moment its gate is lifted: nogoo9/upgrade-started-at is rewritten in the very patch that
+// removes the gate (one write, as before), and the upgrade is not rolled back when the first
+// deadline passes.
+func TestRecreateDeadlineStartsWhenTheGateIsLifted(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	ns := newNamespace(t, c, "gate-deadline")
+	reg := &fakeTemplates{}
+	reg.set(ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod))
+	e := &upgradeEnv{t: t, g: gomega.NewWithT(t), cfg: cfg, c: c, ns: ns, reg: reg, clock: &testClock{now: time.Now()}}
+	old := e.spawn("erin", "disk")
+	name := workspace.NextPodName(old, "v2")
+	var patches atomic.Int32 // the controller's patches that changed the new pod
+	e.startWithClient(func(cl client.WithWatch) client.WithWatch {
+		return interceptor.NewClient(cl, interceptor.Funcs{
+			Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				err := cl.Patch(ctx, obj, patch, opts...)
+				if _, ok := obj.(*corev1.Pod); ok && obj.GetName() == name && err == nil {
+					patches.Add(1)
+				}
+				return err
+			},
+		})
+	})
+
+	// The kubelet's part: the old pod stays terminating until the test lets it go.
+	const hold = "test.nogoo9/hold"
+	e.g.Expect(c.Patch(context.Background(), old, client.RawPatch(types.MergePatchType,
+		[]byte(fmt.Sprintf(`{"metadata":{"finalizers":[%q]}}`, hold))))).To(gomega.Succeed())
+	reg.set(ideTemplate("v2", "ide:2", corev1.ReadWriteOncePod))
+	e.annotate(old.Name, workspace.AnnUpgradeRequested, ptr.To("true"))
+	var started time.Time
+	e.g.Eventually(func(g gomega.Gomega) {
+		var p corev1.Pod
+		g.Expect(c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p)).To(gomega.Succeed())
+		g.Expect(p.Spec.SchedulingGates).To(gomega.ContainElement(corev1.PodSchedulingGate{Name: workspace.GateVolumeRelease}))
+		started = upgrade.StartedAt(&p)
+		g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(old), &p)).To(gomega.Succeed())
+		g.Expect(p.DeletionTimestamp).NotTo(gomega.BeNil())
+	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	before := patches.Load()
+
+	// The old pod goes 5 s before the deadline.
+	e.clock.Add(started.Add(10*time.Minute - 5*time.Second).Sub(e.clock.Now()))
+	lifted := e.clock.Now().UTC().Format(time.RFC3339)
+	e.g.Expect(c.Patch(context.Background(), old, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))).To(gomega.Succeed())
+	e.g.Eventually(func(g gomega.Gomega) {
+		var p corev1.Pod
+		g.Expect(c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p)).To(gomega.Succeed())
+		g.Expect(p.Spec.SchedulingGates).To(gomega.BeEmpty())
+		g.Expect(p.Annotations).To(gomega.HaveKeyWithValue(workspace.AnnUpgradeStartedAt, lifted), "the deadline starts with the gate's removal")
+	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	e.g.Expect(patches.Load()-before).To(gomega.Equal(int32(1)), "the gate and the new deadline are one patch")
+
+	// Half a minute past the first deadline the new pod, still starting, is not rolled back.
+	e.clock.Add(35 * time.Second)
+	e.poke(name)
+	e.g.Consistently(func(g gomega.Gomega) {
+		pods := e.pods(g, "disk")
+		g.Expect(pods).To(gomega.HaveLen(1))
+		g.Expect(pods).To(gomega.HaveKey(name))
+	}).WithTimeout(3 * time.Second).Should(gomega.Succeed())
 }

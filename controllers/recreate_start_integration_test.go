@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -401,4 +403,90 @@ func snapshotReconciler(name string, cl client.Client, snap snapshotCache, api c
 	r.wake = make(chan event.GenericEvent, 16)
 	r.gate = newGate(0, 0, r.Reader, r.wake)
 	return r
+}
+
+// TestARecreateStartWhoseDeleteAnswerIsLostKeepsTheNewPod: a Recreate start creates the new pod
+// behind its gate and deletes the old one; the API server performs that delete, but its answer
+// is lost (the connection drops, or the API server says the request did not finish in time). The
+// old pod is then going by the pass's own delete, which a look at it cannot tell from the
+// owner's: taking it for the owner's and removing the new pod would leave the workspace with no
+// pod at all. The pass fails instead, the new pod stays, and the next passes, planned from what
+// the pods show (the old pod terminating, the new one gated), finish the upgrade. Before, the new
+// pod was deleted and the workspace was gone.
+func TestARecreateStartWhoseDeleteAnswerIsLostKeepsTheNewPod(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	ctx := context.Background()
+	cw, err := client.NewWithWatch(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name string
+		lost error
+	}{
+		{name: "the connection drops after the request was sent", lost: io.ErrUnexpectedEOF},
+		{name: "the API server answers that the request did not finish in time", lost: apierrors.NewTimeoutError("request did not complete within the allowed duration", 0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := gomega.NewWithT(t)
+			ns, reg, old, claims := outdatedWorkspace(t, c, fmt.Sprintf("lost-delete-%d", i), "gus", "disk", corev1.ReadWriteOncePod, true)
+			newName := workspace.NextPodName(old, "v2")
+			var lost atomic.Bool
+			hooked := interceptor.NewClient(cw, interceptor.Funcs{
+				Delete: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+					if err := cl.Delete(ctx, obj, opts...); err != nil || obj.GetName() != old.Name || lost.Swap(true) {
+						return err
+					}
+					return tc.lost
+				},
+			})
+			r := snapshotReconciler("lost-delete-test", hooked, snapshotCache{pods: []*corev1.Pod{old}}, c, reg, record.NewFakeRecorder(100), nil)
+			req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "disk"}}
+			upgraded := func(g gomega.Gomega) *corev1.Pod {
+				var up corev1.Pod
+				g.Expect(c.Get(ctx, types.NamespacedName{Namespace: ns, Name: newName}, &up)).To(gomega.Succeed(), "the upgraded pod")
+				g.Expect(up.DeletionTimestamp).To(gomega.BeNil(), "the upgraded pod is being deleted")
+				return &up
+			}
+			gated := func(p *corev1.Pod) bool {
+				return slices.ContainsFunc(p.Spec.SchedulingGates, func(s corev1.PodSchedulingGate) bool { return s.Name == workspace.GateVolumeRelease })
+			}
+			// pass runs one pass planned from what the API server has now, as the cache would
+			// show it a moment later.
+			pass := func(g gomega.Gomega) {
+				var list corev1.PodList
+				g.Expect(c.List(ctx, &list, client.InNamespace(ns))).To(gomega.Succeed())
+				snap := snapshotCache{claims: claims}
+				for i := range list.Items {
+					snap.pods = append(snap.pods, &list.Items[i])
+				}
+				r.Reader = snap
+				_, err := r.Reconcile(ctx, req)
+				g.Expect(err).NotTo(gomega.HaveOccurred())
+			}
+
+			_, err := r.Reconcile(ctx, req)
+			g.Expect(lost.Load()).To(gomega.BeTrue(), "the pass deleted the old pod")
+			up := upgraded(g)
+			g.Expect(gated(up)).To(gomega.BeTrue(), "the new pod stays, behind its gate")
+			g.Expect(up.Annotations).To(gomega.HaveKey(workspace.AnnUpgradeStartedAt), "the upgrade is under way")
+			g.Expect(err).To(gomega.MatchError(tc.lost), "the pass fails, so it is retried")
+
+			// The old pod is still terminating (the kubelet's part): the new pod waits for it.
+			pass(g)
+			g.Expect(gated(upgraded(g))).To(gomega.BeTrue(), "the gate stays while the old pod holds the volume")
+
+			// The old pod goes: the gate is lifted, and the upgrade ends once the pod is Ready.
+			g.Expect(c.Patch(ctx, old.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))).To(gomega.Succeed())
+			g.Eventually(func(g gomega.Gomega) {
+				pass(g)
+				g.Expect(gated(upgraded(g))).To(gomega.BeFalse())
+			}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+			(&upgradeEnv{t: t, g: g, c: c, ns: ns}).setReady(newName)
+			g.Eventually(func(g gomega.Gomega) {
+				pass(g)
+				g.Expect(upgraded(g).Annotations).NotTo(gomega.HaveKey(workspace.AnnUpgradeStartedAt), "the upgrade has ended")
+			}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+		})
+	}
 }

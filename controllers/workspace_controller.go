@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -513,7 +515,7 @@ func (r *WorkspaceReconciler) apply(ctx context.Context, key types.NamespacedNam
 		r.event(a)
 		return 0, nil
 	case upgrade.RemoveGate:
-		return r.removeGate(ctx, a.Pod, a.Gate)
+		return r.removeGate(ctx, a.Pod, a.Gate, a.Annotations)
 	}
 	return 0, fmt.Errorf("unknown planner action %q", a.Kind)
 }
@@ -866,9 +868,21 @@ func (r *WorkspaceReconciler) deletePod(ctx context.Context, key types.Namespace
 	err := r.Client.Delete(ctx, a.Pod, pre)
 	if u := mv.unchecked; u != nil && u.old.UID == a.Pod.UID {
 		mv.unchecked = nil
+		if spawner.MayHaveHappened(err) {
+			// The delete may have been applied with its answer lost (the connection dropped, a
+			// timeout). The old pod would then be going by this very delete, which the check
+			// cannot tell from the owner's: it would take the workspace for deleted and remove
+			// the new pod, leaving no pod at all. So no check: the pass fails and is retried,
+			// and the next one plans from what the pods show (the old pod terminating, or still
+			// live and deleted again; the new pod gated). An owner's delete racing this start is
+			// left to the front end's delete sweep (pkg/frontend/service.go, sweep), which
+			// removes pods made from the pods it deleted, as the new pod is.
+			return 0, fmt.Errorf("delete pod %s after creating %s: %w", a.Pod.Name, u.pod.Name, err)
+		}
 		if err != nil || pre.ResourceVersion == nil {
-			// Not proven live by the delete (gone, changed, replaced, or the request failed):
-			// check it (checkAfterCreate), as a create without this delete does.
+			// Not proven live by the delete (the API server refused it: gone, changed or
+			// replaced; or no resourceVersion precondition): check it (checkAfterCreate), as a
+			// create without this delete does.
 			if wait, cerr := r.checkAfterCreate(ctx, key, u.pod, u.old); cerr != nil || wait != 0 {
 				return wait, cerr
 			}
@@ -935,19 +949,26 @@ func (r *WorkspaceReconciler) patchPod(ctx context.Context, pod *corev1.Pod, set
 
 // removeGate removes scheduling gate name from pod with a JSON patch that first tests the pod's UID
 // and the gate at the index the cache shows: it removes exactly that gate of exactly that pod, or
-// nothing. A refused test (the gate is already gone, the pod replaced) ends the move; the watch
-// brings the next pass.
-func (r *WorkspaceReconciler) removeGate(ctx context.Context, pod *corev1.Pod, name string) (time.Duration, error) {
+// nothing. The annotations set (a Recreate's new deadline) go in the same patch, so they are written
+// with the gate's removal or not at all, in one request. A refused test (the gate is already gone,
+// the pod replaced) ends the move; the watch brings the next pass.
+func (r *WorkspaceReconciler) removeGate(ctx context.Context, pod *corev1.Pod, name string, set map[string]string) (time.Duration, error) {
 	i := slices.IndexFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == name })
 	if i < 0 {
 		return 0, nil
 	}
 	path := fmt.Sprintf("/spec/schedulingGates/%d", i)
-	body, err := json.Marshal([]map[string]any{
+	ops := []map[string]any{
 		{"op": "test", "path": "/metadata/uid", "value": pod.UID},
 		{"op": "test", "path": path + "/name", "value": name},
 		{"op": "remove", "path": path},
-	})
+	}
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		// "add" replaces a member that exists. A pod nogoo9 upgraded always has annotations (its
+		// upgrade record), so the map is there to add to.
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations/" + jsonPointerToken(k), "value": set[k]})
+	}
+	body, err := json.Marshal(ops)
 	if err != nil {
 		return 0, err
 	}
@@ -963,6 +984,12 @@ func (r *WorkspaceReconciler) removeGate(ctx context.Context, pod *corev1.Pod, n
 	default:
 		return 0, fmt.Errorf("remove scheduling gate %s from pod %s: %w", name, pod.Name, err)
 	}
+}
+
+// jsonPointerToken escapes k as one reference token of a JSON pointer (RFC 6901): annotation keys
+// hold "/".
+func jsonPointerToken(k string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
 }
 
 // waitForSlot is how long a queued upgrade waits before looking again if no finished upgrade

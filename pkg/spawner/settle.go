@@ -39,20 +39,28 @@ import (
 // settleInterval is the pause between two looks of a settling spawn.
 const settleInterval = 2 * time.Second
 
-// mayHaveHappened reports whether a failed write may still have taken effect: the API server
-// gave no answer (a transport error after the request was sent, the caller's deadline) or said
-// it did not finish in time. A refusal (4xx, or a spawner *Error) did not happen, nor did a
-// request whose connection was never made.
+// mayHaveHappened is MayHaveHappened for the spawner's own errors too: a spawner *Error is a
+// refusal, so nothing it answers took effect.
 func mayHaveHappened(err error) bool {
-	if err == nil {
-		return false
-	}
 	var se *Error
 	if errors.As(err, &se) {
 		return false
 	}
+	return MayHaveHappened(err)
+}
+
+// MayHaveHappened reports whether a write to the API server that failed with err may still have
+// taken effect: the API server gave no answer (a transport error after the request was sent, the
+// caller's deadline) or said it did not finish in time. A refusal (a 4xx status) did not happen,
+// nor did a request whose connection was never made. The upgrade controller asks it too: a
+// delete whose answer was lost may have removed the very pod it would look at next.
+func MayHaveHappened(err error) bool {
+	if err == nil {
+		return false
+	}
 	// A request that never reached the API server (the connection was refused, the dial
-	// failed) did not happen; settling it would only poll an API server that is down.
+	// failed) did not happen; settling it, as if it might still land, would only poll an API
+	// server that is down.
 	var oe *net.OpError
 	if errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &oe) && oe.Op == "dial") {
 		return false
@@ -139,11 +147,8 @@ func (s *Spawner) settleOnce(ctx context.Context, l lostSpawn, log logr.Logger) 
 	if cur.DeletionTimestamp != nil || workspace.ID(&cur) != id || workspace.Owner(&cur) != owner || cur.Labels[workspace.LabelTemplate] != template {
 		return true, nil // being deleted, or another spawn's workspace: not ours to finish
 	}
-	// Only another owner's pod is a rival. A pod of this owner with the id and another name is
-	// the workspace's own replacement (a stop's stopped pod, an upgrade's new pod) or another
-	// pod of the same workspace; either mounts this spawn's claims (their names derive from
-	// owner and id), so yielding would delete the data the workspace lives on.
-	other, err := s.podWithID(cctx, &cur, func(p *corev1.Pod) bool { return workspace.Owner(p) != owner })
+	// Only another owner's pod is a rival, as for a spawn (otherPodWithID).
+	other, err := s.otherPodWithID(cctx, &cur, owner)
 	if err != nil {
 		return false, err
 	}

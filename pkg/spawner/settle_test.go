@@ -14,43 +14,11 @@ import (
 )
 
 // TestSettlingYieldsOnlyToAnotherOwnersPod: a spawn whose answer for its second claim was lost
-// settles while its pod already exists. By then the workspace may have a second pod with its id:
-// its own replacement (the owner stopped it: a stopped copy of the same owner, another name,
-// mounting the same claims), or another owner's pod that raced for the id. Only the second is a
-// rival to yield to. Before, settling yielded to the workspace's own stopped copy too, deleting
-// the pod it replaces and the claim the copy mounts: the workspace lost its data.
+// settles while its pod already exists; a second pod with its id has appeared (secondPods).
+// Before, settling yielded to the workspace's own stopped copy too, deleting the pod it replaces
+// and the claim the copy mounts: the workspace lost its data.
 func TestSettlingYieldsOnlyToAnotherOwnersPod(t *testing.T) {
-	for _, tc := range []struct {
-		name       string
-		secondPod  func(t *testing.T, pod *corev1.Pod) *corev1.Pod
-		wantYields bool
-	}{
-		{
-			name: "the workspace's own stopped copy, same owner and id, another name, is kept with the claims it mounts",
-			secondPod: func(t *testing.T, pod *corev1.Pod) *corev1.Pod {
-				stopped := pod.DeepCopy()
-				stopped.ResourceVersion, stopped.UID = "", ""
-				stopped.Name = workspace.UpgradePodName("jane", "w", "stop@"+string(pod.UID))
-				stopped.Annotations[workspace.AnnStopRequested] = "true"
-				stopped.Annotations[workspace.AnnStoppedFromUID] = string(pod.UID)
-				stopped.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: workspace.GateStopped}}
-				return stopped
-			},
-		},
-		{
-			name: "another owner's pod with the id wins: the settling pod and the claim it created go",
-			secondPod: func(t *testing.T, _ *corev1.Pod) *corev1.Pod {
-				tmpl, _ := testTemplates(t).Get("plain")
-				joes, _, err := BuildPod(tmpl, Identity{Owner: "joe", ID: "w", Namespace: fakeNS}, workspace.PodName("joe", "w"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				joes.Namespace = fakeNS
-				return joes
-			},
-			wantYields: true,
-		},
-	} {
+	for _, tc := range secondPods() {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, c := fakeSetup(t)
 			g := NewWithT(t)
@@ -64,7 +32,7 @@ func TestSettlingYieldsOnlyToAnotherOwnersPod(t *testing.T) {
 			}
 			g.Expect(c.Create(ctx, pod)).To(Succeed())
 			g.Expect(c.Create(ctx, pvcs[0])).To(Succeed()) // the second claim's answer was lost
-			second := tc.secondPod(t, pod)
+			second := tc.build(t, pod)
 			g.Expect(c.Create(ctx, second)).To(Succeed())
 
 			done, err := s.settleOnce(ctx, lostSpawn{pod: pod, pvcs: pvcs, created: pvcs[:1], owner: "jane", id: "w", since: time.Now()}, testr.New(t))

@@ -367,8 +367,9 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 	// Two owners racing for one id create two differently named pods; each spawn looks again
-	// after its create and yields if another pod has the id (both may yield: never two pods).
-	if other, err := s.otherPodWithID(ctx, pod); err != nil || other != "" {
+	// after its create and yields if another owner's pod has the id (both may yield: never two
+	// pods). A pod of this owner with the id is the workspace's own (otherPodWithID).
+	if other, err := s.otherPodWithID(ctx, pod, owner); err != nil || other != "" {
 		if err != nil && mayHaveHappened(err) {
 			settling = true
 			go s.settle(ctx, lostSpawn{pod: pod, pvcs: pvcs, created: created, owner: owner, id: id, quota: quota, token: token, limitClaims: limitClaims, since: s.opts.Now()}, log)
@@ -421,21 +422,22 @@ func (s *Spawner) checkFree(ctx context.Context, ns, id string) error {
 	return nil
 }
 
-// otherPodWithID names a pod other than pod, which this spawn has just created, with pod's
-// workspace id in its namespace, or "". Of two spawns racing for one id, the one that created
-// its pod later must see the other's: the API server's list after the create shows every pod
-// created before it. So does the cache once it has shown pod (podcache.Seen: the informer's
-// store then holds every pod write committed before pod's create), which spares the round
-// trip; a rival that created its pod later sees this one in its own check and yields. When the
-// cache does not show pod within Options.CacheWait (a watch being re-established), or without Seen,
-// the list comes from the API server.
-func (s *Spawner) otherPodWithID(ctx context.Context, pod *corev1.Pod) (string, error) {
-	return s.podWithID(ctx, pod, func(p *corev1.Pod) bool { return p.Name != pod.Name })
-}
-
-// podWithID names a pod with pod's workspace id in its namespace for which rival is true, or "",
-// read as otherPodWithID reads.
-func (s *Spawner) podWithID(ctx context.Context, pod *corev1.Pod, rival func(*corev1.Pod) bool) (string, error) {
+// otherPodWithID names another owner's pod with pod's workspace id in its namespace, or "": the
+// rival that owner's spawn of pod yields to, after its create (Spawn) or once it finds the pod
+// after a lost answer (settle). Only another owner's pod is a rival: a pod of owner with the id
+// and another name is the workspace's own replacement (a stop's stopped copy, an eviction's
+// copy, an upgrade's new pod) and mounts the spawn's claims (their names derive from owner and
+// id), so yielding to it would delete the data the workspace lives on. Two spawns of one owner
+// and id never get this far together: they build the same pod name, and the second create fails.
+//
+// Of two spawns racing for one id, the one that created its pod later must see the other's: the
+// API server's list after the create shows every pod created before it. So does the cache once
+// it has shown pod (podcache.Seen: the informer's store then holds every pod write committed
+// before pod's create), which spares the round trip; a rival that created its pod later sees
+// this one in its own check and yields. When the cache does not show pod within
+// Options.CacheWait (a watch being re-established), or without Seen, the list comes from the API
+// server.
+func (s *Spawner) otherPodWithID(ctx context.Context, pod *corev1.Pod, owner string) (string, error) {
 	id := pod.Labels[workspace.LabelWorkspaceID]
 	var r client.Reader = s.apiReader
 	if s.opts.Seen.Wait(ctx, s.client, pod, s.opts.CacheWait) {
@@ -446,7 +448,7 @@ func (s *Spawner) podWithID(ctx context.Context, pod *corev1.Pod, rival func(*co
 		return "", fmt.Errorf("check workspace id %q: %w", id, err)
 	}
 	for i := range list.Items {
-		if rival(&list.Items[i]) {
+		if workspace.Owner(&list.Items[i]) != owner {
 			return list.Items[i].Name, nil
 		}
 	}

@@ -100,7 +100,7 @@ const (
 	// Event records an Event on Pod.
 	Event ActionKind = "Event"
 	// RemoveGate removes the scheduling gate Gate from Pod (a Recreate-upgraded pod whose old pod
-	// is gone): the scheduler may place it now.
+	// is gone): the scheduler may place it now. Annotations, if any, are set in the same patch.
 	RemoveGate ActionKind = "RemoveGate"
 )
 
@@ -114,7 +114,8 @@ type Action struct {
 	Name string
 	// Strategy of the upgrade a create starts, or that a Result concludes.
 	Strategy Strategy
-	// Annotations added to a created pod; Set and Remove for PatchPod.
+	// Annotations added to a created pod; Set and Remove for PatchPod; set on Pod, on RemoveGate,
+	// in the patch that removes the gate.
 	Annotations map[string]string
 	Remove      []string
 	// EventType (corev1.EventTypeNormal/Warning), Reason and Message of an Event. A DeletePod or

@@ -2,7 +2,9 @@ package upgrade
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +30,13 @@ func summary(m Move) []string {
 				set = append(set, k)
 			}
 			s += fmt.Sprintf(" %s set=%v remove=%v", a.Pod.Name, set, a.Remove)
-		case Event, RemoveGate:
+		case Event:
 			s += " " + a.Pod.Name
+		case RemoveGate:
+			s += " " + a.Pod.Name
+			if len(a.Annotations) > 0 {
+				s += fmt.Sprintf(" set=%v", slices.Sorted(maps.Keys(a.Annotations)))
+			}
 		}
 		if a.Gate != "" {
 			s += " gate=" + a.Gate
@@ -205,15 +212,15 @@ func TestPlanStates(t *testing.T) {
 			pods: []*corev1.Pod{old(ready, intent, claim("data"), terminating, graceSeconds(720)), newRe(pending, gatedPod)}, claims: rwo,
 			now: t0.Add(22 * time.Minute), state: StateRollingBack,
 			want: []string{"CreateRollbackPod " + rollbackName + " from " + sbsName + " Rollback [Warning UpgradeFailed on " + sbsName + "] result=failed"}},
-		{name: "recreate: old pod gone only after the deadline: the deadline starts again (recorded first), then the gate goes",
+		{name: "recreate: old pod gone only after the deadline: the gate goes and the deadline starts again, in one patch",
 			pods: []*corev1.Pod{newRe(pending, gatedPod)}, claims: rwo, now: afterDeadline, state: StateUpgrading, requeue: 10 * time.Minute,
-			want: []string{"PatchPod " + sbsName + " set=[nogoo9/upgrade-started-at] remove=[]", "RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
-		{name: "recreate: old pod gone, new pod behind the scheduling gate: remove the gate so the scheduler places it at once",
-			pods: []*corev1.Pod{newRe(pending, gatedPod)}, claims: rwo, state: StateUpgrading, requeue: 9 * time.Minute,
-			want: []string{"RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
+			want: []string{"RemoveGate " + sbsName + " set=[nogoo9/upgrade-started-at] gate=nogoo9/volume-release"}},
+		{name: "recreate: old pod gone, new pod behind the scheduling gate: remove the gate so the scheduler places it at once, and the deadline starts then",
+			pods: []*corev1.Pod{newRe(pending, gatedPod)}, claims: rwo, state: StateUpgrading, requeue: 10 * time.Minute,
+			want: []string{"RemoveGate " + sbsName + " set=[nogoo9/upgrade-started-at] gate=nogoo9/volume-release"}},
 		{name: "recreate: the gate survives the cache's stripping, so a restarted controller removes it too",
-			pods: []*corev1.Pod{stripped(newRe(pending, gatedPod))}, claims: rwo, state: StateUpgrading, requeue: 9 * time.Minute,
-			want: []string{"RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
+			pods: []*corev1.Pod{stripped(newRe(pending, gatedPod))}, claims: rwo, state: StateUpgrading, requeue: 10 * time.Minute,
+			want: []string{"RemoveGate " + sbsName + " set=[nogoo9/upgrade-started-at] gate=nogoo9/volume-release"}},
 		{name: "recreate: a record nogoo9 cannot verify (signed before a restart without --integrity-key-file) while the old pod holds the ReadWriteOnce claim fails at once: the new pod never passes the gate, the old pod keeps serving",
 			pods: []*corev1.Pod{old(ready, intent, claim("data")), newRe(pending, gatedPod, ann(workspace.AnnUpgradeHMAC, "v1:forged"))}, claims: rwo,
 			state: StateUpgrading,
@@ -227,15 +234,15 @@ func TestPlanStates(t *testing.T) {
 		{name: "recreate: a record nogoo9 did not sign, the shared claim ReadWriteMany, proceeds side by side: the new pod is let through the gate",
 			pods:   []*corev1.Pod{old(ready, intent, claim("data")), newRe(pending, gatedPod, ann(workspace.AnnUpgradeHMAC, "v1:forged"))},
 			claims: map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteMany)},
-			state:  StateUpgrading, requeue: 9 * time.Minute,
-			want: []string{"Event " + sbsName + " [Warning UntrustedAnnotations on " + sbsName + "]", "RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
+			state:  StateUpgrading, requeue: 10 * time.Minute,
+			want: []string{"Event " + sbsName + " [Warning UntrustedAnnotations on " + sbsName + "]", "RemoveGate " + sbsName + " set=[nogoo9/upgrade-started-at] gate=nogoo9/volume-release"}},
 		{name: "recreate: a record nogoo9 did not sign, no claim shared with the old pod, proceeds side by side: the new pod is let through the gate",
 			pods: []*corev1.Pod{old(ready, intent), with(newRe(pending, gatedPod, ann(workspace.AnnUpgradeHMAC, "v1:forged")), func(p *corev1.Pod) {
 				p.Spec.Volumes = nil
 				claim("scratch")(p)
 			})}, claims: rwo,
-			state: StateUpgrading, requeue: 9 * time.Minute,
-			want: []string{"Event " + sbsName + " [Warning UntrustedAnnotations on " + sbsName + "]", "RemoveGate " + sbsName + " gate=nogoo9/volume-release"}},
+			state: StateUpgrading, requeue: 10 * time.Minute,
+			want: []string{"Event " + sbsName + " [Warning UntrustedAnnotations on " + sbsName + "]", "RemoveGate " + sbsName + " set=[nogoo9/upgrade-started-at] gate=nogoo9/volume-release"}},
 		{name: "recreate: old pod gone, new pod Ready drops the rollback spec",
 			pods: []*corev1.Pod{newRe(ready)}, claims: rwo, state: StateUpgrading,
 			want: []string{"PatchPod " + sbsName + " set=[] remove=[nogoo9/rollback-spec nogoo9/upgrade-started-at] [Normal UpgradeSucceeded on " + sbsName + "] result=succeeded"}},

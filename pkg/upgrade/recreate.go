@@ -83,7 +83,8 @@ func planRecreate(head *corev1.Pod, live, all []*corev1.Pod, claims map[string]*
 					head.Name, old.Name, err, old.Name, head.Name)}}}
 			if gated(head) {
 				// As side-by-side, the new pod must be able to become Ready next to the old one.
-				m.Actions = append(m.Actions, Action{Kind: RemoveGate, Pod: head, Gate: workspace.GateVolumeRelease})
+				m.Actions = append(m.Actions, ungate(head, now))
+				m.RequeueAfter = cfg.timeout()
 			}
 			return m
 		}
@@ -107,16 +108,7 @@ func planRecreate(head *corev1.Pod, live, all []*corev1.Pod, claims map[string]*
 		// old pod's graceful termination (a preStop hook, a terminationGracePeriodSeconds of up
 		// to an hour) is no fault of the new version.
 		if !volumesHeld(head, all) {
-			m := Move{State: StateUpgrading, RequeueAfter: deadline.Sub(now)}
-			if !now.Before(deadline) {
-				// The old pod went only after the deadline: the deadline starts again now (the
-				// record first), or the new pod would fail before the scheduler could place it.
-				m.Actions = append(m.Actions, Action{Kind: PatchPod, Pod: head,
-					Annotations: map[string]string{workspace.AnnUpgradeStartedAt: now.UTC().Format(time.RFC3339)}})
-				m.RequeueAfter = cfg.timeout()
-			}
-			m.Actions = append(m.Actions, Action{Kind: RemoveGate, Pod: head, Gate: workspace.GateVolumeRelease})
-			return m
+			return Move{State: StateUpgrading, RequeueAfter: cfg.timeout(), Actions: []Action{ungate(head, now)}}
 		}
 		until, holder := releaseDeadline(head, all, deadline)
 		if now.Before(until) {
@@ -134,6 +126,17 @@ func planRecreate(head *corev1.Pod, live, all []*corev1.Pod, claims map[string]*
 		return Move{State: StateUpgrading, RequeueAfter: deadline.Sub(now)}
 	}
 	return rollBack(head, f, now, started)
+}
+
+// ungate is the RemoveGate that lets a Recreate's new pod up go to the scheduler, and the start of
+// its deadline (nogoo9/upgrade-started-at, written in the same patch: no extra write). Until now the
+// pod has not run; however long it waited (the old pod's graceful termination, nogoo9 down), the
+// new version gets the whole timeout to become Ready from here, not what is left of it. The gate
+// is removed once per pod (the API server admits no new gate on an existing pod), so this restart
+// of the deadline cannot repeat.
+func ungate(up *corev1.Pod, now time.Time) Action {
+	return Action{Kind: RemoveGate, Pod: up, Gate: workspace.GateVolumeRelease,
+		Annotations: map[string]string{workspace.AnnUpgradeStartedAt: now.UTC().Format(time.RFC3339)}}
 }
 
 // rollBack is the move that ends the Recreate upgrade whose new pod (head) failed with f, its old

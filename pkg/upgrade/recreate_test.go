@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -185,4 +186,53 @@ func TestPreserveIdentityKeepsWhatPeopleAddedToThePod(t *testing.T) {
 			t.Errorf("rollback pod lost the restored pod's keys: %v %v", rb.Labels, rb.Annotations)
 		}
 	})
+}
+
+// TestRecreateDeadlineStartsWhenTheGateIsRemoved: a new pod behind the gate has not run, so however
+// much of the window the old pod's graceful termination (or nogoo9 being down) took, the gate's
+// removal starts the deadline, in the same write: the new version gets the whole timeout.
+func TestRecreateDeadlineStartsWhenTheGateIsRemoved(t *testing.T) {
+	cfg := Config{Timeout: 10 * time.Minute, Keys: testKeys}
+	old := with(wsPod("ws-old", "uid-old", "v1", t0.Add(-time.Hour)), ready, claim("data"))
+	claims := map[string]*corev1.PersistentVolumeClaim{"data": pvc("data", corev1.ReadWriteOnce)}
+	deadline := t0.Add(cfg.Timeout)
+	tests := []struct {
+		name string
+		now  time.Time
+	}{
+		{name: "old pod gone 5 s before the deadline (a long preStop hook)", now: deadline.Add(-5 * time.Second)},
+		{name: "old pod gone a minute after the upgrade started", now: t0.Add(time.Minute)},
+		{name: "old pod gone after the deadline (nogoo9 was down)", now: deadline.Add(time.Minute)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := with(upgraded(old, workspace.NextPodName(old, "v2"), "uid-new", "v2", Recreate, t0), pending, gatedPod)
+			m := Plan(Observed{Pods: []*corev1.Pod{up}, Claims: claims}, Target{Found: true, Version: "v2"}, tt.now, cfg)
+			if len(m.Actions) != 1 || m.Actions[0].Kind != RemoveGate {
+				t.Fatalf("move = %q, want the gate's removal alone (one write)", summary(m))
+			}
+			want := tt.now.UTC().Format(time.RFC3339)
+			if got := m.Actions[0].Annotations[workspace.AnnUpgradeStartedAt]; got != want {
+				t.Fatalf("the gate's removal sets %s = %q, want %q (now): the new pod gets only what is left of the deadline", workspace.AnnUpgradeStartedAt, got, want)
+			}
+			if m.RequeueAfter != cfg.Timeout {
+				t.Errorf("requeueAfter = %s, want the whole timeout %s", m.RequeueAfter, cfg.Timeout)
+			}
+
+			// The patch applied: the scheduler places the pod, which is still starting just after
+			// the first deadline. It is not failed then, but at the new one.
+			for k, v := range m.Actions[0].Annotations {
+				up.Annotations[k] = v
+			}
+			up.Spec.SchedulingGates = nil
+			later := tt.now.Add(6 * time.Second)
+			if m := Plan(Observed{Pods: []*corev1.Pod{up}, Claims: claims}, Target{Found: true, Version: "v2"}, later, cfg); len(m.Actions) != 0 || m.State != StateUpgrading {
+				t.Errorf("6 s after the gate's removal the upgrade is %s: %q, want it waiting for the new pod", m.State, summary(m))
+			}
+			end := tt.now.Add(cfg.Timeout + time.Second)
+			if m := Plan(Observed{Pods: []*corev1.Pod{up}, Claims: claims}, Target{Found: true, Version: "v2"}, end, cfg); m.State != StateRollingBack {
+				t.Errorf("a whole timeout after the gate's removal the upgrade is %s: %q, want it rolled back", m.State, summary(m))
+			}
+		})
+	}
 }

@@ -282,8 +282,11 @@ func (w *simWorld) apply(m Move, crash bool) {
 				return
 			}
 			p.Spec.SchedulingGates = nil
+			for k, v := range a.Annotations {
+				p.Annotations[k] = v
+			}
 			w.touch(p)
-			w.logf("ungate %s", p.Name)
+			w.logf("ungate %s +%v", p.Name, keys(a.Annotations))
 		case Event:
 		default:
 			w.t.Fatalf("unknown action %s", a.Kind)
