@@ -38,6 +38,28 @@ func TestEvictionOnAPIServer(t *testing.T) {
 		})).To(gomega.Succeed())
 		return e.get(run.Name)
 	}
+	// bindTo binds p to the node of its workspace's first pod (bound made it).
+	bindTo := func(e *upgradeEnv, p *corev1.Pod) {
+		e.g.Expect(e.c.SubResource("binding").Create(ctx, p, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: e.ns},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: e.ns + "-" + workspace.ID(p)},
+		})).To(gomega.Succeed())
+	}
+	evict := func(e *upgradeEnv, p *corev1.Pod) {
+		e.g.Expect(e.c.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: e.ns},
+		})).To(gomega.Succeed())
+		e.g.Expect(lifecycle.Disrupted(e.get(p.Name))).To(gomega.BeTrue(), "the API server marks an evicted pod")
+	}
+	// terminating waits until pod name is being deleted (bound to a node, it waits for a kubelet:
+	// a long preStop).
+	terminating := func(e *upgradeEnv, name string) {
+		e.g.Eventually(func(g gomega.Gomega) {
+			var p corev1.Pod
+			g.Expect(e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: name}, &p)).To(gomega.Succeed())
+			g.Expect(p.DeletionTimestamp).NotTo(gomega.BeNil())
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "pod %s deleted by nogoo9", name)
+	}
 	claims := func(p *corev1.Pod) []string {
 		var out []string
 		for _, v := range p.Spec.Volumes {
@@ -96,6 +118,49 @@ func TestEvictionOnAPIServer(t *testing.T) {
 			e.g.Expect(e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: name}, &pvc)).To(gomega.Succeed(), "claim %s kept", name)
 			e.g.Expect(pvc.DeletionTimestamp).To(gomega.BeNil())
 		}
+	})
+
+	// Before stop 52 the old pod, being deleted without DisruptionTarget, read as the owner's
+	// delete of the workspace: nothing was copied, and the workspace was gone with its pods.
+	t.Run("a drain that evicts the new pod of a side-by-side upgrade while the old pod is still terminating keeps the workspace as the new pod's copy", func(t *testing.T) {
+		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
+		old := bound(e, "cutover")
+		e.start()
+		e.reg.set(ideTemplate("v2", "ide:2", ""))
+		e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
+		up := e.upgradedPod("cutover", old.Name)
+		bindTo(e, up)
+		e.setReady(up.Name)
+		terminating(e, old.Name) // the upgrade succeeded; the old pod's preStop runs
+
+		evict(e, e.get(up.Name))
+		e.g.Eventually(func(g gomega.Gomega) {
+			cp := e.only(g, "cutover")
+			g.Expect(cp.Name).To(gomega.Equal(lifecycle.StoppedPodName(up)), "the evicted new pod's copy")
+			g.Expect(workspace.TemplateVersion(cp)).To(gomega.Equal("v2"))
+			e.expectIdentity(g, cp, old)
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the workspace survives the drain")
+	})
+
+	t.Run("a drain that evicts the old pod of a failed side-by-side upgrade while its new pod is still terminating keeps the workspace as the old pod's copy", func(t *testing.T) {
+		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", ""), UpgradeOptions{Timeout: 10 * time.Minute})
+		old := bound(e, "failed")
+		e.start()
+		e.reg.set(ideTemplate("v2", "registry.invalid/ide:2", ""))
+		e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
+		up := e.upgradedPod("failed", old.Name)
+		bindTo(e, up)
+		e.failPastDeadline(up.Name, "ErrImagePull", `failed to pull image "registry.invalid/ide:2": not found`)
+		terminating(e, up.Name) // the upgrade failed; the new pod's preStop runs
+		e.g.Expect(e.get(old.Name).Annotations[workspace.AnnLastUpgradeError]).To(gomega.ContainSubstring("ErrImagePull"))
+
+		evict(e, e.get(old.Name))
+		e.g.Eventually(func(g gomega.Gomega) {
+			cp := e.only(g, "failed")
+			g.Expect(cp.Name).To(gomega.Equal(lifecycle.StoppedPodName(old)), "the evicted old pod's copy")
+			g.Expect(workspace.TemplateVersion(cp)).To(gomega.Equal("v1"))
+			e.expectIdentity(g, cp, old)
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the workspace survives the drain")
 	})
 
 	t.Run("a person's kubectl delete of the workspace's pod still deletes the workspace", func(t *testing.T) {

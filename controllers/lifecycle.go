@@ -253,10 +253,10 @@ func (r *WorkspaceReconciler) stopUndone(ctx context.Context, running *corev1.Po
 func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.Action, tmpl *templates.Template, now time.Time) (bool, error) {
 	log := ctrl.LoggerFrom(ctx)
 	stopped := a.Pod
-	// The name holds the version, so a create repeated from a stale cache after the template
-	// moved on would not fail with AlreadyExists: a start that already happened (the gate
-	// removed, or the stopped pod deleted after its start on an earlier version) would get a
-	// second running pod. The API server says whether the pod is still stopped.
+	// The name derives from the stopped pod's UID alone (lifecycle.StartedPodName), so a start
+	// on the latest version repeated from a stale cache fails with AlreadyExists whatever the
+	// version. A start that happened otherwise (the gate removed: the workspace started on its own
+	// version) has no such pod: the API server says whether the pod is still stopped.
 	var live corev1.Pod
 	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stopped), &live); {
 	case apierrors.IsNotFound(err):

@@ -126,7 +126,7 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 		e.annotate(stopped.Name, workspace.AnnStopRequested, nil)
 		e.g.Eventually(func(g gomega.Gomega) {
 			p := e.only(g, "fresh")
-			g.Expect(p.Name).To(gomega.Equal(lifecycle.StartedPodName(stopped, "v2")))
+			g.Expect(p.Name).To(gomega.Equal(lifecycle.StartedPodName(stopped)))
 			g.Expect(workspace.IsStoppedPod(p)).To(gomega.BeFalse())
 			g.Expect(workspace.TemplateVersion(p)).To(gomega.Equal("v2"))
 			g.Expect(p.Spec.Containers[0].Image).To(gomega.Equal("ide:2"))

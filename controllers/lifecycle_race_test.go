@@ -301,8 +301,39 @@ func TestStartOnLatestTwiceFromALaggingCache(t *testing.T) {
 			running = append(running, p.Name)
 		}
 	}
-	if len(running) != 1 || running[0] != lifecycle.StartedPodName(stopped, "v2") {
-		t.Errorf("running pods = %v, want only %s (the start on v2)", running, lifecycle.StartedPodName(stopped, "v2"))
+	if len(running) != 1 || running[0] != lifecycle.StartedPodName(stopped) {
+		t.Errorf("running pods = %v, want only %s (the start on v2)", running, lifecycle.StartedPodName(stopped))
+	}
+}
+
+// The cache lags beyond the wait for it (podcache.AwaitSeen; no informer here): a start on the
+// latest version has created its pod on v2, the template moves to v3, and the next pass still
+// sees the stopped pod alone, which the API server still has, stopped. Its create must fail with
+// AlreadyExists: a pod under another name would be a second running pod on the stopped pod's
+// claims. Before stop 52 the start's name held the version, and the second pod was made.
+func TestStartOnLatestRepeatedFromACacheThatNeverShowedTheFirstStart(t *testing.T) {
+	v1 := ideTemplate("v1", "ide:1", corev1.ReadWriteOnce)
+	stopped := raceStopped(t, racePod(t, v1, nil), nil)
+	api := raceAPI([]client.Object{stopped}, nil)
+	r := snapshotReconciler("lifecycle-race-test", api, snapshotCache{}, api, &fakeTemplates{}, record.NewFakeRecorder(100), nil)
+	onStart := func(version string) *templates.Template {
+		tmpl := ideTemplate(version, "ide:"+version, corev1.ReadWriteOnce)
+		tmpl.Annotations = map[string]string{workspace.AnnUpdatePolicy: "on-start"}
+		return tmpl
+	}
+	view := racePods(t, api) // the stopped pod alone, in every pass
+
+	racePass(t, r, view, onStart("v2"))
+	racePass(t, r, view, onStart("v3"))
+
+	var running []string
+	for _, p := range raceLive(racePods(t, api)) {
+		if !workspace.IsStoppedPod(p) {
+			running = append(running, p.Name+"@"+workspace.TemplateVersion(p))
+		}
+	}
+	if want := lifecycle.StartedPodName(stopped) + "@v2"; len(running) != 1 || running[0] != want {
+		t.Errorf("running pods = %v, want only %s (the first start)", running, want)
 	}
 }
 

@@ -73,10 +73,10 @@ func TestLifecycleReplacementsOnAPIServer(t *testing.T) {
 		// The start's new pod, as the controller made it before the stop; the front end, whose
 		// cache did not show it, wrote the stop on the stopped pod only.
 		tmpl, _ := e.reg.Get("ide")
-		n, claims, err := spawnerBuild(tmpl, s, lifecycle.StartedPodName(s, "v2"))
+		n, claims, err := spawnerBuild(tmpl, s, lifecycle.StartedPodName(s))
 		e.g.Expect(err).NotTo(gomega.HaveOccurred())
 		e.g.Expect(claims).To(gomega.BeEmpty())
-		n.Namespace, n.Name, n.GenerateName = e.ns, lifecycle.StartedPodName(s, "v2"), ""
+		n.Namespace, n.Name, n.GenerateName = e.ns, lifecycle.StartedPodName(s), ""
 		upgrade.PreserveIdentity(n, s)
 		n.Annotations[workspace.AnnStartedFromUID] = string(s.UID)
 		e.g.Expect(e.c.Create(ctx, n)).To(gomega.Succeed())
@@ -96,7 +96,7 @@ func TestLifecycleReplacementsOnAPIServer(t *testing.T) {
 		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
 		s := stoppedWithoutItsPod(e, "demo", nil)
 		onStartV2(e)
-		refused := lifecycle.StartedPodName(s, "v2")
+		refused := lifecycle.StartedPodName(s)
 		var attempts atomic.Int32
 		e.startWithClient(func(cl client.WithWatch) client.WithWatch {
 			return interceptor.NewClient(cl, interceptor.Funcs{
@@ -148,9 +148,9 @@ func TestLifecycleStaleStartKeepsTheStop(t *testing.T) {
 	v2 := ideTemplate("v2", "ide:2", "")
 	v2.Annotations = map[string]string{workspace.AnnUpdatePolicy: "on-start"}
 	reg.set(v2)
-	n, _, err := spawnerBuild(v2, s, lifecycle.StartedPodName(s, "v2"))
+	n, _, err := spawnerBuild(v2, s, lifecycle.StartedPodName(s))
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
-	n.Namespace, n.Name, n.GenerateName = ns, lifecycle.StartedPodName(s, "v2"), ""
+	n.Namespace, n.Name, n.GenerateName = ns, lifecycle.StartedPodName(s), ""
 	upgrade.PreserveIdentity(n, s)
 	n.Annotations[workspace.AnnStartedFromUID] = string(s.UID)
 	e.g.Expect(c.Create(ctx, n)).To(gomega.Succeed())

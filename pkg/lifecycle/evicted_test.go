@@ -3,8 +3,10 @@ package lifecycle
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -188,4 +190,129 @@ func TestPlanEvicted(t *testing.T) {
 			t.Fatalf("got %+v, want CreateStartedPod once the pod is gone", m)
 		}
 	})
+}
+
+// deletedAt marks p as being deleted, the delete asked for at with the default grace period, as
+// the API server records it (deletion timestamp = at + grace period).
+func deletedAt(at time.Time) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		grace := int64(30)
+		ts := metav1.NewTime(at.Add(time.Duration(grace) * time.Second))
+		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &ts, &grace
+	}
+}
+
+// evictedAt marks p as a drain's eviction marks it at at: DisruptionTarget=True, then the delete.
+func evictedAt(at time.Time) func(*corev1.Pod) {
+	return markedAt(at, at)
+}
+
+// markedAt is a delete asked for at deleted, and DisruptionTarget=True dated marked.
+func markedAt(deleted, marked time.Time) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		deletedAt(deleted)(p)
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: DisruptionTarget, Status: corev1.ConditionTrue,
+			Reason: "EvictionByEvictionAPI", LastTransitionTime: metav1.NewTime(marked)})
+	}
+}
+
+// TestPlanEvictedAfterNogoo9RetiredAPod: a pod that nogoo9 deleted in favour of another (an
+// upgrade's old pod, a failed upgrade's new pod, a start's stopped pod) may still be terminating
+// (its preStop can run for minutes) when a drain evicts the pod that replaced it. That delete is
+// not the owner's: the workspace survives as a copy of the evicted pod. Before, the retired pod,
+// without DisruptionTarget, read as an owner's delete and the workspace was lost. The owner's
+// delete, whatever the order, still deletes the workspace.
+func TestPlanEvictedAfterNogoo9RetiredAPod(t *testing.T) {
+	target := Target{Found: true, Version: "v2"}
+	created := t0.Add(-time.Hour)
+	sideBySide := ann(workspace.AnnUpgradeStrategy, "SideBySide")
+	old := func(opts ...func(*corev1.Pod)) *corev1.Pod {
+		return wsPod(base, "uid-old", "v1", created, append([]func(*corev1.Pod){ready(created), onNode("node-a"), claim("home-demo")}, opts...)...)
+	}
+	up := func(from *corev1.Pod, opts ...func(*corev1.Pod)) *corev1.Pod {
+		return wsPod(workspace.NextPodName(from, "v2"), "uid-up", "v2", t0.Add(-20*time.Minute),
+			append([]func(*corev1.Pod){onNode("node-a"), claim("home-demo"), upgradedFrom(from), sideBySide}, opts...)...)
+	}
+	failure := func(at time.Time) func(*corev1.Pod) {
+		return ann(workspace.AnnLastUpgradeError, "Upgrade failed at "+at.UTC().Format(time.RFC3339)+": ErrImagePull: container ide: not found")
+	}
+	stoppedAt := wsPod(named("stop1"), "uid-stop", "v1", created, gated, ann(workspace.AnnUpgradeRequested, "true"), claim("home-demo"))
+
+	copies := func(want *corev1.Pod) func(t *testing.T, pods []*corev1.Pod, m Move) {
+		return func(t *testing.T, pods []*corev1.Pod, m Move) {
+			if len(m.Actions) != 1 || m.Actions[0].Kind != CreateStoppedPod || !m.Actions[0].Evicted || m.Actions[0].Pod != want || m.Actions[0].Name != StoppedPodName(want) {
+				t.Fatalf("got %q, want the copy of %s", actionLines(m), want.Name)
+			}
+		}
+	}
+	nothing := func(t *testing.T, pods []*corev1.Pod, m Move) {
+		if len(m.Actions) != 0 || m.State != "Deleting" {
+			t.Fatalf("got %s %q, want Deleting and no move", m.State, actionLines(m))
+		}
+	}
+	startedFrom := func(s *corev1.Pod, name string) *corev1.Pod {
+		return wsPod(name, "uid-started", "v2", t0.Add(-20*time.Minute), onNode("node-a"), claim("home-demo"),
+			ann(workspace.AnnStartedFromUID, string(s.UID)), evictedAt(t0))
+	}
+	withStoppedGone := func(s *corev1.Pod) *corev1.Pod {
+		s = s.DeepCopy()
+		deletedAt(t0.Add(-10 * time.Minute))(s)
+		return s
+	}
+
+	succeededOld := old(deletedAt(t0.Add(-10 * time.Minute)))
+	succeededUp := up(succeededOld, ready(t0.Add(-15*time.Minute)), evictedAt(t0))
+	failedUp := up(old(), deletedAt(t0.Add(-10*time.Minute)))
+	failedOld := old(failure(t0.Add(-10*time.Minute)), evictedAt(t0))
+	recreated := wsPod(workspace.NextPodName(old(), "v2"), "uid-up", "v2", t0.Add(-20*time.Minute), onNode("node-a"), claim("home-demo"),
+		upgradedFrom(old()), ann(workspace.AnnUpgradeStrategy, workspace.StrategyRecreate), deletedAt(t0.Add(-10*time.Minute)))
+	rollback := wsPod(workspace.RollbackPodName(recreated), "uid-back", "v1", t0.Add(-9*time.Minute), onNode("node-a"), claim("home-demo"),
+		upgradedFrom(recreated), ann(workspace.AnnUpgradeStrategy, workspace.StrategyRollback), failure(t0.Add(-10*time.Minute)), evictedAt(t0))
+	ownerFirst := old(deletedAt(t0.Add(5 * time.Second)))
+	forged := wsPod(named("up002"), "uid-up", "v2", t0.Add(-20*time.Minute), onNode("node-a"), upgradedFrom(succeededOld), sideBySide, evictedAt(t0))
+	stoppedGone := withStoppedGone(stoppedAt)
+	first := old(deletedAt(t0.Add(-20 * time.Minute)))
+	second := wsPod(workspace.NextPodName(first, "v2"), "uid-up", "v2", t0.Add(-30*time.Minute), onNode("node-a"), upgradedFrom(first), sideBySide, deletedAt(t0.Add(-10*time.Minute)))
+	third := wsPod(workspace.NextPodName(second, "v3"), "uid-up3", "v3", t0.Add(-15*time.Minute), onNode("node-a"), upgradedFrom(second), sideBySide, evictedAt(t0))
+
+	cases := []struct {
+		name  string
+		pods  []*corev1.Pod
+		check func(t *testing.T, pods []*corev1.Pod, m Move)
+	}{
+		{"a side-by-side upgrade succeeded and its old pod is still terminating when a drain evicts the new pod: the new pod is copied",
+			[]*corev1.Pod{succeededUp, succeededOld}, copies(succeededUp)},
+		{"a side-by-side upgrade failed and its new pod is still terminating when a drain evicts the old pod, which carries the failure: the old pod is copied",
+			[]*corev1.Pod{failedUp, failedOld}, copies(failedOld)},
+		{"two upgrades within the first old pod's preStop, both old pods still terminating, the newest pod evicted: the newest pod is copied",
+			[]*corev1.Pod{third, second, first}, copies(third)},
+		{"a failed Recreate upgrade's new pod still terminating when a drain evicts its rollback pod: the rollback pod is copied",
+			[]*corev1.Pod{rollback, recreated}, copies(rollback)},
+		{"a start on the latest version's stopped pod still being deleted when a drain evicts the started pod: the started pod is copied",
+			[]*corev1.Pod{startedFrom(stoppedGone, StartedPodName(stoppedGone)), stoppedGone}, nil},
+		{"the same with the started pod's name of releases before stop 52 (the stopped pod's UID and the version)",
+			[]*corev1.Pod{startedFrom(stoppedGone, startedPodNameWithVersion(stoppedGone, "v2")), stoppedGone}, nil},
+		{"the new pod evicted first, then the owner deletes the workspace (the old pod, the one still live): nothing",
+			[]*corev1.Pod{up(ownerFirst, ready(t0), evictedAt(t0)), ownerFirst}, nothing},
+		{"the owner deletes the workspace, then someone evicts the new pod while it terminates (the condition comes after its delete): nothing",
+			[]*corev1.Pod{up(succeededOld, ready(t0), markedAt(t0, t0.Add(time.Minute))), succeededOld}, nothing},
+		{"a pod names the terminating pod as the one it upgrades under a name nogoo9 does not derive from it: nothing",
+			[]*corev1.Pod{forged, succeededOld}, nothing},
+		{"an upgrade's new pod deleted without the condition, the old pod evicted, no failure recorded (a person deleted the new pod): nothing",
+			[]*corev1.Pod{failedUp, old(evictedAt(t0))}, nothing},
+		{"the same with a failure recorded before the new pod was made (an earlier upgrade's): nothing",
+			[]*corev1.Pod{failedUp, old(failure(t0.Add(-time.Hour)), evictedAt(t0))}, nothing},
+		{"a stopped pod deleted without the condition beside an evicted pod it was not started into: nothing",
+			[]*corev1.Pod{wsPod(named("other"), "uid-started", "v2", t0.Add(-20*time.Minute), onNode("node-a"), ann(workspace.AnnStartedFromUID, "uid-else"), evictedAt(t0)), stoppedGone}, nothing},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := Plan(tc.pods, target, t0, Config{})
+			if tc.check == nil {
+				copies(tc.pods[0])(t, tc.pods, m)
+				return
+			}
+			tc.check(t, tc.pods, m)
+		})
+	}
 }

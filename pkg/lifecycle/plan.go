@@ -120,8 +120,18 @@ func StoppedPodName(running *corev1.Pod) string {
 	return workspace.UpgradePodName(workspace.Owner(running), workspace.ID(running), "stop@"+string(running.UID))
 }
 
-// StartedPodName is the deterministic name of the pod a start on version creates for stopped.
-func StartedPodName(stopped *corev1.Pod, version string) string {
+// StartedPodName is the deterministic name of the pod a start on the template's latest version
+// creates for stopped. It is derived from stopped's UID alone, not from the version: a pass
+// planned from a cache that does not show the first start's pod yet, after the template moved on,
+// repeats the create under the same name and fails with AlreadyExists, instead of making a second
+// running pod that mounts the same claims.
+func StartedPodName(stopped *corev1.Pod) string {
+	return workspace.UpgradePodName(workspace.Owner(stopped), workspace.ID(stopped), "start@"+string(stopped.UID))
+}
+
+// startedPodNameWithVersion is the name releases before stop 52 gave the pod a start on version
+// created for stopped; a name check still accepts it for pods they made.
+func startedPodNameWithVersion(stopped *corev1.Pod, version string) string {
 	return workspace.UpgradePodName(workspace.Owner(stopped), workspace.ID(stopped), "start@"+string(stopped.UID)+"@"+version)
 }
 
@@ -129,9 +139,10 @@ func StartedPodName(stopped *corev1.Pod, version string) string {
 //
 // Rules, first match wins (docs/lifecycle.md has the reasons):
 //   - no live pod, and every pod being deleted carries DisruptionTarget=True (Kubernetes evicts
-//     it: a drain, the taint manager, preemption): copy one as a gated pod, which then starts
-//     like a stopped pod once no pod being deleted mounts its claims (planEvicted;
-//     docs/reliability.md).
+//     it: a drain, the taint manager, preemption) or was retired by nogoo9 in favour of one that
+//     does (an upgrade's old pod, a failed upgrade's new pod: retired): copy one as a gated pod,
+//     which then starts like a stopped pod once no pod being deleted mounts its claims
+//     (planEvicted; docs/reliability.md).
 //   - no live pod: nothing (delete in progress).
 //   - a live pod nogoo9 did not name for the owner and id it carries, or live pods of two owners
 //     (a pod relabelled into the workspace): instead of any write, a Warning; no culling
@@ -374,7 +385,7 @@ func planStart(pods, gated, running []*corev1.Pod, t Target, now time.Time) Move
 			Message: fmt.Sprintf("Start of workspace %s waits: pod %s, being deleted, still mounts claim %s; it starts when that pod is gone.", workspace.ID(stopped), holder.Name, claim)}}}
 	}
 	if t.Found && t.Version != "" && t.Version != workspace.TemplateVersion(stopped) && startOnLatest(stopped, t) {
-		name := StartedPodName(stopped, t.Version)
+		name := StartedPodName(stopped)
 		return Move{State: "Starting", Hold: true, Actions: []Action{{
 			Kind: CreateStartedPod, Pod: stopped, Name: name,
 			Set:       map[string]string{workspace.AnnStartedFromUID: string(stopped.UID)},
@@ -498,22 +509,122 @@ func Disrupted(p *corev1.Pod) bool {
 }
 
 // evictedToCopy is the pod planEvicted copies among pods (sorted with NewestFirst), or nil: none
-// of them is live, all are being deleted and each carries DisruptionTarget=True. A pod being
-// deleted without it means an owner or a person deletes the workspace (their delete reaches
-// every pod), so nothing is copied. A stopped pod has no node to be evicted from and is never
-// copied. Of several (a drain that evicts both pods of an upgrade in flight), the oldest running
-// pod: the one the upgrade came from, whose requested upgrade the copy keeps for its start.
+// of them is live, all are being deleted, and each carries DisruptionTarget=True or was retired
+// by nogoo9 in favour of one that does (retired). Any other pod being deleted without the
+// condition means an owner or a person deletes the workspace (their delete reaches every pod), so
+// nothing is copied. A stopped pod has no node to be evicted from and is never copied. Of several
+// (a drain that evicts both pods of an upgrade in flight), the oldest running pod: the one the
+// upgrade came from, whose requested upgrade the copy keeps for its start.
 func evictedToCopy(pods []*corev1.Pod) *corev1.Pod {
 	var pick *corev1.Pod
 	for _, p := range pods {
 		if !Disrupted(p) {
-			return nil
+			if p.DeletionTimestamp == nil || !retired(p, pods) {
+				return nil
+			}
+			continue
 		}
 		if !workspace.IsStoppedPod(p) {
 			pick = p // pods are newest first: the last is the oldest
 		}
 	}
 	return pick
+}
+
+// disruptionSkew bounds how much later than the delete it caused the DisruptionTarget condition
+// of a disrupted pod may be dated. Kubernetes marks a pod and deletes it in one go: the Eviction
+// API in one request, the taint manager, the scheduler and the pod GC from their own clocks. A
+// condition dated later than that was added to a pod already being deleted (an eviction of a pod
+// its owner deleted) and does not make that delete a disruption. The front end's delete sweep
+// (75 s) removes a copy made within the bound.
+const disruptionSkew = 30 * time.Second
+
+// retired reports whether r, being deleted without DisruptionTarget, was replaced by nogoo9 with
+// a pod of pods that Kubernetes then deleted for a disruption (or that was itself retired so, in
+// turn: two upgrades within one long preStop), as the pods show:
+//   - the pod that replaced r names r's UID (an upgrade, a rollback, a start on the latest
+//     version) under the name nogoo9 derives from it (madeFrom): r went after it, a side-by-side
+//     upgrade's old pod once the new one was Ready, a Recreate's old pod, a start's stopped pod;
+//   - or r is the new pod of a failed side-by-side upgrade (failedUpgrade): the pod it was made
+//     from, which stays, carries the failure, recorded after r was made.
+//
+// And r's delete was asked for no later than that pod's (deleteAsked): nogoo9 deletes a pod in
+// favour of another only after reading that one live from the API server, while the owner's
+// delete of a workspace whose last pod is already being evicted comes after the eviction. And the
+// other pod's condition came with its delete, not after (disruptionSkew): the owner's delete of
+// every pod, then an eviction of the terminating one (any user allowed pods/eviction can), is
+// still the owner's delete. The links are bookkeeping only nogoo9 may write (the admission
+// policy), and each is checked against the name the API server fixed at creation.
+func retired(r *corev1.Pod, pods []*corev1.Pod) bool {
+	return retiredAmong(r, pods, map[*corev1.Pod]bool{})
+}
+
+func retiredAmong(r *corev1.Pod, pods []*corev1.Pod, seen map[*corev1.Pod]bool) bool {
+	seen[r] = true
+	for _, q := range pods {
+		if seen[q] || q.DeletionTimestamp == nil || deleteAsked(r).After(deleteAsked(q)) || !(madeFrom(q, r) || failedUpgrade(r, q)) {
+			continue
+		}
+		if !Disrupted(q) {
+			if retiredAmong(q, pods, seen) {
+				return true
+			}
+			continue
+		}
+		if at, ok := disruptedAt(q); !ok || !at.After(deleteAsked(q).Add(disruptionSkew)) {
+			return true
+		}
+	}
+	return false
+}
+
+// madeFrom reports whether nogoo9 made q from old: q names old's UID as the pod it upgrades
+// (workspace.UpgradeLinkProblem: the name derived from old's UID and q's version, or for a
+// rollback from old's UID, and the same owner, id and user) or as the stopped pod it starts
+// (StartedPodName, or the name of releases before stop 52).
+func madeFrom(q, old *corev1.Pod) bool {
+	uid := string(old.UID)
+	if uid == "" {
+		return false
+	}
+	if q.Annotations[workspace.AnnUpgradeFromUID] == uid && workspace.UpgradeLinkProblem(q, old) == "" {
+		return true
+	}
+	return q.Annotations[workspace.AnnStartedFromUID] == uid &&
+		(q.Name == StartedPodName(old) || q.Name == startedPodNameWithVersion(old, workspace.TemplateVersion(q)))
+}
+
+// failedUpgrade reports whether head is the new pod of an upgrade of old that nogoo9 ended as
+// failed (upgrade.failSideBySide): head names old's UID as the pod it upgrades, under the name
+// nogoo9 derives from it, and old, which keeps serving, carries the failure
+// (nogoo9/last-upgrade-error, written before head is deleted) dated no earlier than head's
+// creation, so it is head's failure and not an earlier one.
+func failedUpgrade(head, old *corev1.Pod) bool {
+	if old.UID == "" || head.Annotations[workspace.AnnUpgradeFromUID] != string(old.UID) || workspace.UpgradeLinkProblem(head, old) != "" {
+		return false
+	}
+	at := updatepolicy.FailedAt(old.Annotations[workspace.AnnLastUpgradeError])
+	return !at.IsZero() && !at.Before(head.CreationTimestamp.Time)
+}
+
+// deleteAsked is when p's delete was asked for: its deletion timestamp less the grace period the
+// delete gave it (the API server sets both).
+func deleteAsked(p *corev1.Pod) time.Time {
+	t := p.DeletionTimestamp.Time
+	if g := p.DeletionGracePeriodSeconds; g != nil && *g > 0 {
+		t = t.Add(-time.Duration(*g) * time.Second)
+	}
+	return t
+}
+
+// disruptedAt is when p was marked DisruptionTarget=True, if the condition says.
+func disruptedAt(p *corev1.Pod) (time.Time, bool) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == DisruptionTarget {
+			return c.LastTransitionTime.Time, !c.LastTransitionTime.IsZero()
+		}
+	}
+	return time.Time{}, false
 }
 
 // planEvicted keeps a workspace whose pods Kubernetes is deleting for a disruption (Disrupted,

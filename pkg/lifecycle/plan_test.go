@@ -313,6 +313,19 @@ func TestPlanNamesAreDeterministic(t *testing.T) {
 	if a.Set[workspace.AnnStoppedFromUID] != "uid-run" || a.Set[workspace.AnnStopRequested] == "" {
 		t.Fatalf("stopped pod annotations = %v, want the running pod's UID and the intent", a.Set)
 	}
+
+	// A start planned again from a cache that does not show the first start's pod, after the
+	// template moved on: the same name, so the create fails with AlreadyExists instead of making
+	// a second running pod on the stopped pod's claims.
+	stopped := wsPod(named("stop1"), "uid-stop", "v1", t0, gated, ann(workspace.AnnUpgradeRequested, "true"))
+	first := Plan([]*corev1.Pod{stopped}, v2, t0, Config{}).Actions[0]
+	again := Plan([]*corev1.Pod{stopped}, Target{Found: true, Version: "v3"}, t0.Add(time.Minute), Config{}).Actions[0]
+	if first.Kind != CreateStartedPod || again.Kind != CreateStartedPod {
+		t.Fatalf("got %s and %s, want two CreateStartedPod", first.Kind, again.Kind)
+	}
+	if first.Name != again.Name || first.Name != StartedPodName(stopped) {
+		t.Fatalf("started pod names %q (v2) and %q (v3) differ: a start repeated from a lagging cache after a template change makes a second running pod", first.Name, again.Name)
+	}
 }
 
 func TestCullDecision(t *testing.T) {
