@@ -207,6 +207,9 @@ func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 			return
 		}
 		pod := live[0]
+		// Present is enough, whatever its value (`kubectl annotate ... nogoo9/maintenance=`): the
+		// one rule the phase, the API and the controller apply.
+		_, inMaintenance := workspace.InMaintenance(live)
 		tmpl, found := p.Templates.Get(workspace.TemplateKey(pod))
 		var tmplAnn map[string]string
 		if found {
@@ -217,7 +220,7 @@ func (p *PolicyRunner) Tick(ctx context.Context) (int, error) {
 			Settings:    updatepolicy.SettingsOf(pod, tmplAnn),
 			Outdated:    found && workspace.TemplateVersion(pod) != tmpl.Version,
 			Busy:        inFlight || intent,
-			Maintenance: pod.Annotations[workspace.AnnMaintenance] != "",
+			Maintenance: inMaintenance,
 			Stopped:     stopped,
 			Ready:       ready, ReadySince: since,
 			IdleAfter:    p.Opts.IdleAfter,

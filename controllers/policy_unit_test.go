@@ -47,3 +47,38 @@ func TestPolicyRunnersRequestClearsAWithdrawnRequestsTargetVersion(t *testing.T)
 		t.Errorf("the request kept the withdrawn request's %s=%q: the upgrade would go to it, not to version 2", workspace.AnnTargetVersion, v)
 	}
 }
+
+// Maintenance is present or not, whatever its value: `kubectl annotate pod P nogoo9/maintenance=`
+// takes the workspace out of service (the phase is Unavailable, the API refuses the owner's
+// upgrade), so the update policy does not request an upgrade of it either. Before, the runner
+// tested for a non-empty value and requested one in the owner's window.
+func TestPolicyRunnerRequestsNoUpgradeInMaintenanceWhateverItsValue(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+	for _, value := range []string{"disk migration", ""} {
+		t.Run("nogoo9/maintenance="+value, func(t *testing.T) {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "ws-kept", Namespace: "default", UID: "uid-ws-kept",
+					Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: "kept",
+						workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "1"},
+					Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1", workspace.AnnMaintenance: value}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
+				Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+					{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}},
+			}
+			c := fake.NewClientBuilder().WithObjects(pod).Build()
+			r := &PolicyRunner{Client: c, Reader: c, Templates: whenIdleTemplates(), Recorder: record.NewFakeRecorder(10),
+				Opts: PolicyOptions{IdleAfter: time.Minute, Now: func() time.Time { return now }}}
+			if n, err := r.Tick(ctx); err != nil || n != 0 {
+				t.Errorf("tick requested %d upgrades (%v), want none of a workspace in maintenance", n, err)
+			}
+			var got corev1.Pod
+			if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &got); err != nil {
+				t.Fatal(err)
+			}
+			if v, ok := got.Annotations[workspace.AnnUpgradeRequested]; ok {
+				t.Errorf("the runner wrote %s=%q on a pod in maintenance", workspace.AnnUpgradeRequested, v)
+			}
+		})
+	}
+}

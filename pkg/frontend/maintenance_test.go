@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
@@ -210,6 +211,131 @@ func TestAnIntentWriteClearsTheCompanionsOfAWithdrawnRequest(t *testing.T) {
 				if got, ok := p.Annotations[k]; got != want || want == "" && ok {
 					t.Errorf("%s = %q (present %v) after the write, want %q", k, got, ok, want)
 				}
+			}
+		})
+	}
+}
+
+// An admin's maintenance must survive its owner. A delete leaves the claims, and a spawn of the
+// same id mounts them on a fresh pod without the maintenance, in the middle of the operator's
+// migration: so the owner's delete of a workspace in maintenance is refused, as the owner's
+// upgrade is (whatever the annotation's value: present is enough), and touches no pod. An admin
+// may delete it. Before, the delete went through.
+func TestOwnersDeleteOfAWorkspaceInMaintenanceIsRefused(t *testing.T) {
+	alice := auth.WithCaller(context.Background(), &auth.Caller{Subject: "alice"})
+	admin := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})
+	exists := func(t *testing.T, c client.Reader, name string) bool {
+		t.Helper()
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: name}, &corev1.Pod{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	for _, value := range []string{"disk migration", ""} {
+		inMaint := annotated(workspace.AnnMaintenance, value)
+		for path, svc := range services(t, pod("ws-a1", "alice", "a1", "1.0", t0, ready, inMaint)) {
+			t.Run(path+": maintenance="+value+": the owner's delete is a conflict that says why and whom to ask", func(t *testing.T) {
+				r, err := svc.Delete(alice, "a1")
+				if CodeOf(err) != CodeConflict || !strings.Contains(err.Error(), "in maintenance (\""+value+"\")") ||
+					!strings.Contains(err.Error(), "cannot be deleted") || !strings.Contains(err.Error(), "admin") {
+					t.Fatalf("Delete() = %+v, %v; want a Conflict naming the maintenance", r, err)
+				}
+				if !exists(t, svc.cfg.Client, "ws-a1") {
+					t.Errorf("the refused delete deleted the pod")
+				}
+			})
+		}
+		for _, path := range []string{"views", "per-call"} {
+			svc := services(t, pod("ws-a1", "alice", "a1", "1.0", t0, ready, inMaint))[path] // each its own pods: this one deletes
+			t.Run(path+": maintenance="+value+": an admin's delete goes through", func(t *testing.T) {
+				r, err := svc.Delete(admin, "a1")
+				if err != nil || len(r.Pods) != 1 {
+					t.Fatalf("Delete() = %+v, %v", r, err)
+				}
+				if exists(t, svc.cfg.Client, "ws-a1") {
+					t.Errorf("the admin's delete left the pod")
+				}
+			})
+		}
+	}
+	// The cache does not show a maintenance the API server has (set a moment ago): the decision is
+	// made on the API server's pods.
+	t.Run("a maintenance the cache has not seen yet", func(t *testing.T) {
+		api := fakeCache(pod("ws-a1", "alice", "a1", "1.0", t0, ready, annotated(workspace.AnnMaintenance, "disk migration")))
+		svc := servicesWith(t, func(c *Config) { c.Client, c.APIReader = api, api }, pod("ws-a1", "alice", "a1", "1.0", t0, ready))["per-call"]
+		if _, err := svc.Delete(alice, "a1"); CodeOf(err) != CodeConflict {
+			t.Fatalf("Delete() error %v, want a Conflict for the maintenance the API server has", err)
+		}
+		if !exists(t, api, "ws-a1") {
+			t.Errorf("the refused delete deleted the pod")
+		}
+	})
+}
+
+// An owner's upgrade accepted (202) may wait behind --max-concurrent-upgrades. An admin who then
+// takes the workspace out of service withdraws it in the same write: the controller would
+// otherwise carry it out during the maintenance. An upgrade in flight is left to complete or roll
+// back, and a request made under the maintenance (an admin's) stays when the reason changes or
+// the maintenance is lifted. Before, the request stayed and the controller upgraded the workspace
+// in maintenance.
+func TestMaintenanceWithdrawsAnUpgradeNotStartedYet(t *testing.T) {
+	admin := auth.WithCaller(context.Background(), &auth.Caller{Subject: "root", IsAdmin: true})
+	requested := annotated(workspace.AnnUpgradeRequested, "2026-03-01T10:30:00Z", workspace.AnnUpgradePod, "ws-a1-up-abcde")
+	waiting := pod("ws-a1", "alice", "a1", "1.0", t0, ready, requested)
+	old := pod("ws-a1", "alice", "a1", "1.0", t0, ready, requested)
+	inFlight := pod("ws-a1-up-abcde", "alice", "a1", "2.0", t0.Add(time.Minute), annotated(
+		workspace.AnnUpgradeFrom, old.Name, workspace.AnnUpgradeFromUID, string(old.UID), workspace.AnnUpgradeFromVersion, "1.0",
+		workspace.AnnUpgradeStrategy, "SideBySide", workspace.AnnUpgradeStartedAt, "2026-03-01T10:31:00Z"))
+	underMaint := pod("ws-a1", "alice", "a1", "1.0", t0, ready, requested, annotated(workspace.AnnMaintenance, "disk migration"))
+	tests := []struct {
+		name      string
+		cache     []*corev1.Pod // what the front end's cache shows
+		api       []*corev1.Pod // what the API server has (nil: as the cache)
+		reason    string
+		withdrawn bool
+	}{
+		{"a request waiting for a slot is withdrawn", []*corev1.Pod{waiting}, nil, "disk migration", true},
+		{"a request the cache has not seen yet is withdrawn", []*corev1.Pod{pod("ws-a1", "alice", "a1", "1.0", t0, ready)}, []*corev1.Pod{waiting}, "disk migration", true},
+		{"an upgrade in flight is left to complete", []*corev1.Pod{old, inFlight}, nil, "disk migration", false},
+		{"an admin's request under the maintenance stays when the reason changes", []*corev1.Pod{underMaint}, nil, "disk migration, day 2", false},
+		{"an admin's request under the maintenance stays when it is lifted", []*corev1.Pod{underMaint}, nil, "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			inAPI := tc.api
+			if inAPI == nil {
+				inAPI = tc.cache
+			}
+			api := fakeCache(inAPI...)
+			svc := servicesWith(t, func(c *Config) { c.Client, c.APIReader = api, api }, tc.cache...)["per-call"]
+			w, err := svc.SetMaintenance(admin, "a1", tc.reason)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var p corev1.Pod
+			if err := api.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "ws-a1"}, &p); err != nil {
+				t.Fatal(err)
+			}
+			if v, ok := p.Annotations[workspace.AnnMaintenance]; (tc.reason != "") != ok || v != tc.reason {
+				t.Errorf("maintenance %q (present %v) after the write, want %q", v, ok, tc.reason)
+			}
+			for _, k := range []string{workspace.AnnUpgradeRequested, workspace.AnnUpgradePod} {
+				if _, ok := p.Annotations[k]; ok == tc.withdrawn {
+					t.Errorf("%s present %v after the write, want %v", k, ok, !tc.withdrawn)
+				}
+			}
+			var up corev1.Pod
+			if err := api.Get(context.Background(), client.ObjectKeyFromObject(inFlight), &up); err == nil {
+				if up.Annotations[workspace.AnnUpgradeStartedAt] == "" || up.Annotations[workspace.AnnMaintenance] != tc.reason {
+					t.Errorf("the upgraded pod in flight has %v: want its start kept and the maintenance", up.Annotations)
+				}
+			}
+			if said := strings.Contains(w.Message, "withdrawn"); said != tc.withdrawn {
+				t.Errorf("answer's message %q; want it to say a request was withdrawn: %v", w.Message, tc.withdrawn)
+			}
+			if tc.withdrawn && (w.UpgradePod != "" || !strings.Contains(w.Message, "to version 2.0")) {
+				t.Errorf("answer %+v still shows the withdrawn upgrade, or does not name its version", w)
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/updatepolicy"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -542,8 +543,14 @@ type DeleteResult struct {
 
 // Delete deletes every pod of a workspace (UID preconditions, so a newer pod reusing a name is
 // never hit). Persistent volume claims stay: delete them with kubectl when the data can go.
+//
+// A workspace in maintenance is an operator's: only an admin may delete it. Its owner is refused
+// with CodeConflict, as for an upgrade: a spawn of the same id would mount the claims the delete
+// leaves on a fresh pod without the maintenance, in the middle of the operator's work. The check
+// is made on the pods the API server lists (the first pass below), so a maintenance set a moment
+// ago and not in the cache yet holds too.
 func (s *Service) Delete(ctx context.Context, id string) (*DeleteResult, error) {
-	_, pods, err := s.workspacePods(ctx, id)
+	c, pods, err := s.workspacePods(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -569,6 +576,11 @@ func (s *Service) Delete(ctx context.Context, id string) (*DeleteResult, error) 
 		}
 		if pass == 0 && len(live) == 0 {
 			live = pods
+		}
+		if pass == 0 && !c.IsAdmin {
+			if reason, ok := workspace.InMaintenance(workspace.GroupByID(live)[id]); ok {
+				return nil, inMaintenance(id, reason, "deleted", "delete")
+			}
 		}
 		for _, p := range live {
 			// A pod already going (evicted, its node lost) is the workspace's too: a copy the
@@ -678,7 +690,8 @@ type intentDecision func(ctx context.Context, pods []*corev1.Pod) (res *UpgradeR
 // read again from the API server and decided on again, at most maxIntentTries times. Where the
 // cache is current this is the one write it was before; only a pod that changed costs a read.
 // The whole is bounded by WriteTimeout, so a caller gets an answer (503) even when the API
-// server holds the write. what names the intent in messages ("upgrade", "rollback").
+// server holds the write. what names the intent in messages ("upgrade", "rollback",
+// "maintenance").
 func (s *Service) writeIntent(ctx context.Context, pods []*corev1.Pod, what string, decide intentDecision) (*UpgradeResult, error) {
 	id := workspace.ID(workspace.Active(pods))
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
@@ -699,7 +712,7 @@ func (s *Service) writeIntent(ctx context.Context, pods []*corev1.Pod, what stri
 		err = s.cfg.Client.Patch(wctx, target, client.RawPatch(types.MergePatchType, patch))
 		switch {
 		case err == nil:
-			ctrl.LoggerFrom(ctx).Info(what+" requested", "workspace", id, "owner", res.Owner, "pod", active.Name, "upgradePod", res.PodName, "to", res.To, "tries", try)
+			ctrl.LoggerFrom(ctx).Info(what+" recorded", "workspace", id, "owner", res.Owner, "pod", active.Name, "upgradePod", res.PodName, "to", res.To, "tries", try)
 			return res, nil
 		case !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
 			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("recording the %s of workspace %q failed; try again", what, id), Err: err}
@@ -739,15 +752,16 @@ func (s *Service) Upgrade(ctx context.Context, id string) (*UpgradeResult, error
 	}
 	return s.upgrade(ctx, pods, func(pods []*corev1.Pod) (*UpgradeResult, error) {
 		if reason, ok := workspace.InMaintenance(pods); ok && !c.IsAdmin {
-			return nil, inMaintenance(id, reason)
+			return nil, inMaintenance(id, reason, "upgraded", "upgrade")
 		}
 		return nil, nil
 	})
 }
 
-// inMaintenance is the refusal of a user's upgrade of a workspace in maintenance.
-func inMaintenance(id, reason string) *Error {
-	return errorf(CodeConflict, "workspace %q is in maintenance (%q): an operator took it out of service, so it cannot be upgraded now; ask an admin, who can lift the maintenance or upgrade it", id, reason)
+// inMaintenance is the refusal of a user's action on a workspace in maintenance: done is what the
+// workspace cannot be ("upgraded"), do what an admin can do instead ("upgrade").
+func inMaintenance(id, reason, done, do string) *Error {
+	return errorf(CodeConflict, "workspace %q is in maintenance (%q): an operator took it out of service, so it cannot be %s now; ask an admin, who can lift the maintenance or %s it", id, reason, done, do)
 }
 
 // upgrade records the upgrade intent of the workspace of pods (writeIntent). gate, when set, is
@@ -944,6 +958,15 @@ func sortResults(out []UpgradeResult) {
 
 // SetMaintenance takes a workspace out of service with reason, or (reason "") back into it.
 // Admins only.
+//
+// Taking it out of service withdraws an upgrade requested before that the controller has not
+// started (it waits behind --max-concurrent-upgrades, say): accepted while the workspace was in
+// service, it must not be carried out during the maintenance. The maintenance and the withdrawal
+// go to the active pod in one write, decided on the pods the API server has and conditional on
+// the version decided on (writeIntent): a request written a moment before is seen, and one written
+// after is refused (the owner's) or made under the maintenance (an admin's). An upgrade in flight
+// is never touched: it completes or rolls back, and the maintenance goes on with it. The answer's
+// message says when a request was withdrawn.
 func (s *Service) SetMaintenance(ctx context.Context, id, reason string) (*Workspace, error) {
 	c, err := caller(ctx)
 	if err != nil {
@@ -957,8 +980,12 @@ func (s *Service) SetMaintenance(ctx context.Context, id, reason string) (*Works
 		return nil, err
 	}
 	var val any
+	var withdrawn *UpgradeResult
 	if reason != "" {
 		val = reason
+		if withdrawn, pods, err = s.takeOutOfService(ctx, pods, reason); err != nil {
+			return nil, err
+		}
 	}
 	// Every live pod, the ones the cache does not show yet included (patchLive): a maintenance
 	// written only to a pod that an upgrade is deleting would be lost.
@@ -968,5 +995,64 @@ func (s *Service) SetMaintenance(ctx context.Context, id, reason string) (*Works
 	}
 	// The answer describes the workspace after this write (phase Unavailable, or back in
 	// service), not the cache's copy from before it.
-	return s.describeNow(after), nil
+	w := s.describeNow(after)
+	if withdrawn != nil {
+		to := ""
+		if withdrawn.To != "" {
+			to = " to version " + withdrawn.To
+		}
+		w.Message += fmt.Sprintf("; the upgrade%s requested before, not started yet, was withdrawn: an admin may upgrade it during the maintenance, its owner once it is lifted", to)
+	}
+	return w, nil
+}
+
+// takeOutOfService writes maintenance reason to the active pod of the workspace of pods (the
+// cache's) as the API server has it, withdrawing in the same write a requested upgrade the
+// controller has not started (see SetMaintenance). It returns that request (nil: none), and the
+// workspace's pods as the write left them. A workspace already in maintenance is left to
+// patchLive: a request made since is an admin's, made under the maintenance.
+func (s *Service) takeOutOfService(ctx context.Context, pods []*corev1.Pod, reason string) (*UpgradeResult, []*corev1.Pod, error) {
+	live, err := s.livePodsOf(ctx, pods)
+	if err != nil {
+		return nil, nil, err
+	}
+	var decided []*corev1.Pod
+	var withdrawn *UpgradeResult
+	_, err = s.writeIntent(ctx, live, "maintenance", func(_ context.Context, pods []*corev1.Pod) (*UpgradeResult, map[string]any, error) {
+		decided, withdrawn = pods, nil
+		if _, ok := workspace.InMaintenance(pods); ok {
+			return nil, nil, nil
+		}
+		active := workspace.Active(pods)
+		res := &UpgradeResult{Namespace: active.Namespace, ID: workspace.ID(active), Owner: workspace.Owner(active), From: workspace.TemplateVersion(active)}
+		ann := map[string]any{workspace.AnnMaintenance: reason}
+		if _, requested := active.Annotations[workspace.AnnUpgradeRequested]; requested && upgradeInFlight(pods) == nil {
+			for _, k := range upgrade.IntentKeys() {
+				ann[k] = nil
+			}
+			res.Status, res.PodName, res.To = "withdrawn", active.Annotations[workspace.AnnUpgradePod], active.Annotations[workspace.AnnTargetVersion]
+			if res.To == "" {
+				res.To = s.templateVersion(workspace.TemplateKey(active))
+			}
+			withdrawn = res
+		}
+		return res, ann, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if withdrawn == nil {
+		return nil, decided, nil
+	}
+	after := slices.Clone(decided)
+	active := workspace.Active(decided)
+	for i, p := range after {
+		if p == active {
+			after[i] = p.DeepCopy()
+			for _, k := range upgrade.IntentKeys() {
+				delete(after[i].Annotations, k)
+			}
+		}
+	}
+	return withdrawn, after, nil
 }

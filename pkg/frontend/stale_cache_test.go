@@ -261,3 +261,57 @@ func TestConcurrentStopsThroughTheFrontEndRespectTheStoppedLimit(t *testing.T) {
 		t.Errorf("%d stops recorded, %d refused, %d workspaces stopped; want 1, 2 and 1 with a limit of 1", ok, refused, stopped)
 	}
 }
+
+// An admin's maintenance set a moment before the owner's delete, not in the cache yet: the delete
+// is refused as it would be on a cache that showed it, and no pod is deleted (a spawn of the same
+// id would mount the claims on a fresh pod without the maintenance). An admin's delete goes
+// through.
+func TestDeleteRespectsAnUnseenMaintenance(t *testing.T) {
+	api := newLiveAPI(t)
+	api.create(t, pod("ws-a1", "alice", "a1", "2.0", t0, ready))
+	svc := api.service(t, api.snapshot(t, "ws-a1"), nil)
+	if _, err := svc.SetMaintenance(adminCtx, "a1", "disk migration"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := svc.Delete(aliceCtx, "a1")
+	if CodeOf(err) != CodeConflict || !strings.Contains(err.Error(), "in maintenance (\"disk migration\")") {
+		t.Fatalf("the owner's Delete() = %+v, %v; want a Conflict naming the maintenance", r, err)
+	}
+	if p := api.get(t, "ws-a1"); p.DeletionTimestamp != nil {
+		t.Fatalf("the refused delete deleted pod %s", p.Name)
+	}
+	if r, err := svc.Delete(adminCtx, "a1"); err != nil || len(r.Pods) != 1 {
+		t.Fatalf("the admin's Delete() = %+v, %v", r, err)
+	}
+}
+
+// The owner's upgrade is accepted (202) and waits for a slot; an admin takes the workspace out of
+// service before the cache shows the request. The maintenance withdraws it (the controller would
+// carry it out during the maintenance), and the owner's next upgrade is refused.
+func TestMaintenanceWithdrawsAnUnseenUpgradeRequest(t *testing.T) {
+	api := newLiveAPI(t)
+	api.create(t, pod("ws-a1", "alice", "a1", "1.5", t0, ready))
+	svc := api.service(t, api.snapshot(t, "ws-a1"), nil)
+	if r, err := svc.Upgrade(aliceCtx, "a1"); err != nil || r.Status != "upgrading" {
+		t.Fatalf("Upgrade() = %+v, %v", r, err)
+	}
+	w, err := svc.SetMaintenance(adminCtx, "a1", "disk migration")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := api.get(t, "ws-a1")
+	for _, k := range []string{workspace.AnnUpgradeRequested, workspace.AnnUpgradePod} {
+		if v, ok := p.Annotations[k]; ok {
+			t.Errorf("the owner's request survived the maintenance: %s=%q", k, v)
+		}
+	}
+	if p.Annotations[workspace.AnnMaintenance] != "disk migration" {
+		t.Errorf("maintenance %q, want \"disk migration\"", p.Annotations[workspace.AnnMaintenance])
+	}
+	if !strings.Contains(w.Message, "withdrawn") {
+		t.Errorf("the answer (%s: %s) does not say the request was withdrawn", w.Phase, w.Message)
+	}
+	if _, err := svc.Upgrade(aliceCtx, "a1"); CodeOf(err) != CodeConflict {
+		t.Errorf("the owner's upgrade after the maintenance: %v, want a Conflict", err)
+	}
+}

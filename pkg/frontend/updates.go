@@ -304,7 +304,7 @@ func (s *Service) targetTemplate(ctx context.Context, isAdmin bool, active *core
 // could not be read (Internal, which CodeOf answers as Unavailable when the API server did not).
 func (s *Service) keptVersion(ctx context.Context, name, version string) (*templates.Template, error) {
 	if s.cfg.History == nil {
-		return nil, errorf(CodeNotFound, "no template history is kept here, so version %q of template %s is not available", version, name)
+		return nil, errorf(CodeNotFound, "no template history is kept here, so version %s of template %s is not available", workspace.Quote(version), name)
 	}
 	t, err := s.cfg.History.Version(ctx, name, version)
 	var notKept *templates.ErrVersionNotKept
