@@ -122,8 +122,12 @@ run: cluster-running build ## Run nogoo9 against the cluster from cluster-up (lo
 		--metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 \
 		--insecure-cookie --ui-insecure-cookie
 
+# The demo's tools (curl, kubectl, go, flock) are checked before the build, which takes minutes the
+# first time: tools and build are made from the recipe, after the check, not as prerequisites.
 .PHONY: demo
-demo: tools build ## Build, start a local cluster, apply samples, run nogoo9 and the workspace stand-in (hack/standin), spawn a workspace, print how to open it.
+demo: ## Check the tools it needs, build, start a local cluster, apply samples, run nogoo9 and the workspace stand-in (hack/standin), spawn a workspace, print how to open it.
+	@hack/demo.sh --check
+	@$(MAKE) --no-print-directory tools build
 	hack/demo.sh
 
 # Figures 6-7 (proxybench) need wrk, nginx and taskset: hack/install-bench-tools.sh installs the

@@ -5,6 +5,8 @@
 # container kwok does not run. Spawns a workspace "demo" and prints how to open it; Ctrl-C stops
 # everything this script started.
 #
+# `hack/demo.sh --check` only checks that the tools the demo needs are on PATH.
+#
 # Environment: NOGOO9_CLUSTER_DIR (default .cluster: the cluster's data, keys and logs; deleted and
 # made anew at the start, so it must be new, empty, or one nogoo9's local cluster made),
 # NOGOO9_NAMESPACE (default default; created if missing), NOGOO9_API_PORT, NOGOO9_PROXY_PORT,
@@ -25,12 +27,15 @@ kc=$dir/kubeconfig
 k() { kubectl --kubeconfig "$kc" "$@"; }
 say() { printf '==> %s\n' "$*"; }
 
+# The tools the demo needs: make demo runs `hack/demo.sh --check` before it builds anything (the
+# first build takes minutes), and the demo checks them again here.
 for c in curl kubectl go flock; do
 	if ! command -v "$c" >/dev/null 2>&1; then
 		echo "make demo needs $c on PATH: install it (README.md lists what make demo needs), then run make demo again" >&2
 		exit 1
 	fi
 done
+[ "${1:-}" = --check ] && exit 0
 if [ -z "$dir" ]; then
 	echo "NOGOO9_CLUSTER_DIR=/ is not a cluster directory: set it to a new or empty directory" >&2
 	exit 1

@@ -19,7 +19,7 @@ func TestDecodeReadsExactlyOneObjectWithExactFields(t *testing.T) {
 	}{
 		{"the fields as documented", `{"template":"python","id":"demo","context":{"repo":"r","Repo":"R"},"name":"Demo"}`, ""},
 		{"blanks after the object", "{\"template\":\"python\"}\n\t ", ""},
-		{"a number too large for a float is a wrong type, no more", `{"template":"python","context":1e400}`, "cannot unmarshal number into Go struct field SpawnInput.context"},
+		{"a number too large for a float is a wrong type, no more", `{"template":"python","context":1e400}`, `request body field "context" is a number: give an object of string values`},
 		{"a stray brace after the object", `{"template":"a"}}`, "data after the JSON object"},
 		{"a stray bracket after the object", `{"template":"a"}]`, "data after the JSON object"},
 		{"a second object", `{"template":"a"} {"template":"b"}`, "data after the JSON object"},
@@ -34,7 +34,14 @@ func TestDecodeReadsExactlyOneObjectWithExactFields(t *testing.T) {
 		{"an array", `[{"template":"a"}]`, "not a JSON object"},
 		{"a string", `"template"`, "not a JSON object"},
 		{"empty", ``, "request body is empty"},
-		{"a wrong type", `{"template":1}`, "not valid JSON for this endpoint"},
+		// A wrong type is named by the JSON field and the type to give, never by Go's names
+		// ("cannot unmarshal number into Go struct field SpawnInput.template of type string").
+		{"a number for a string", `{"template":1}`, `request body field "template" is a number: give a string`},
+		{"a boolean for a string", `{"template":"python","name":true}`, `request body field "name" is a boolean: give a string`},
+		{"an array for a string", `{"template":["python"]}`, `request body field "template" is an array: give a string`},
+		{"an object for a string", `{"template":{"name":"python"}}`, `request body field "template" is an object: give a string`},
+		{"a string for an object", `{"template":"python","context":"repo=r"}`, `request body field "context" is a string: give an object of string values`},
+		{"a number inside the context", `{"template":"python","context":{"repo":1}}`, `request body field "context" has a number among its values: give each as a string`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var in frontend.SpawnInput

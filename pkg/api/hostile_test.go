@@ -97,6 +97,8 @@ func TestHostileRESTInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 		{"a 500 KB all", tok, "GET", "/api/v1/workspaces?all=" + huge, "", "all"},
 		{"a 500 KB allNamespaces", tok, "GET", "/api/v1/workspaces?allNamespaces=" + huge, "", "allNamespaces"},
 		{"a 500 KB dryRun", tok, "POST", "/api/v1/workspaces/victim/upgrade?dryRun=" + huge, "", "dryRun"},
+		{"a 500 KB version in an admin's upgrade", admin, "POST", "/api/v1/workspaces/victim/upgrade?version=" + huge, "", "version"},
+		{"a 500 KB version in a template rollback", admin, "POST", "/api/v1/templates/python/rollback", `{"version":"` + huge + `"}`, "version"},
 		{"a 500 KB path no route has", tok, "GET", "/api/v1/" + huge, "", "no endpoint"},
 		{"a 500 KB path with a method it does not have", tok, "PATCH", "/api/v1/workspaces/" + huge, "", "PATCH"},
 		{"a 500 KB unknown field", tok, "POST", "/api/v1/workspaces", spawn(`"id":"big-key","` + huge + `":1`), "field"},

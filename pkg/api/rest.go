@@ -239,9 +239,104 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	strict := json.NewDecoder(bytes.NewReader(raw))
 	strict.DisallowUnknownFields()
 	if err := strict.Decode(v); err != nil {
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) {
+			return invalid(typeError(typ, v))
+		}
 		return invalid("request body is not valid JSON for this endpoint: " + err.Error())
 	}
 	return nil
+}
+
+// typeError says which field of a body has a value of the wrong JSON type, by the field's JSON
+// name and with the type to give: encoding/json's own message names the Go struct and type
+// ("cannot unmarshal number into Go struct field SpawnInput.template of type string").
+func typeError(e *json.UnmarshalTypeError, v any) string {
+	got, _, _ := strings.Cut(e.Value, " ") // "number", "number 300" (out of range), "string", "array", ...
+	if e.Field == "" {
+		return fmt.Sprintf("request body is %s: send a JSON object", withArticle(got))
+	}
+	field := "request body field " + workspace.Quote(e.Field)
+	// encoding/json names the map or list, not the element, when an element has the wrong type.
+	if ft := fieldType(reflect.TypeOf(v), e.Field); ft != nil && ft != e.Type {
+		switch ft.Kind() {
+		case reflect.Map, reflect.Slice, reflect.Array:
+			return fmt.Sprintf("%s has %s among its values: give each as %s", field, withArticle(got), strings.TrimPrefix(jsonKind(e.Type), "an object of "))
+		}
+	}
+	return fmt.Sprintf("%s is %s: give %s", field, withArticle(got), jsonKind(e.Type))
+}
+
+// fieldType is the type of the field at path (JSON names joined by dots) inside t, or nil.
+func fieldType(t reflect.Type, path string) reflect.Type {
+	for seg := range strings.SplitSeq(path, ".") {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct {
+			return nil
+		}
+		t = jsonField(t, seg)
+	}
+	return t
+}
+
+// jsonField is the type of struct t's field whose JSON name is name (embedded structs
+// included), or nil.
+func jsonField(t reflect.Type, name string) reflect.Type {
+	for f := range t.Fields() {
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct:
+			if ft := jsonField(f.Type, name); ft != nil {
+				return ft
+			}
+		case tag == name || tag == "" && f.Name == name:
+			return f.Type
+		}
+	}
+	return nil
+}
+
+// jsonKind is the JSON value that decodes into t, as a user would write it.
+func jsonKind(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "another value"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return "a number that fits"
+	case reflect.Map:
+		return "an object of " + strings.TrimPrefix(jsonKind(t.Elem()), "a ") + " values"
+	case reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "another value"
+}
+
+// withArticle names a JSON type as encoding/json reports it ("string", "number", "bool",
+// "array", "object") in a sentence.
+func withArticle(jsonType string) string {
+	switch jsonType {
+	case "array", "object":
+		return "an " + jsonType
+	case "bool":
+		return "a boolean"
+	case "":
+		return "a value of another type"
+	}
+	return "a " + jsonType
 }
 
 // checkKeys refuses body (one valid JSON value, at most MaxBodyBytes) unless it is an object
@@ -500,6 +595,27 @@ func (h *rest) clearMaintenance(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ws)
 }
 
+// Bounds of an events follow's timeout parameter.
+const (
+	defaultFollow = time.Minute
+	minFollow     = time.Second
+)
+
+// followTimeout reads an events follow's timeout parameter: empty is defaultFollow; else a
+// duration from minFollow to frontend.MaxFollow (docs/api.md gives the bounds in seconds and
+// minutes, so a shorter one is refused rather than rounded).
+func followTimeout(v string) (time.Duration, error) {
+	if v == "" {
+		return defaultFollow, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < minFollow || d > frontend.MaxFollow {
+		return 0, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("timeout=%s is not a duration from %s to %s: give one such as 90s, or leave it out for the default, %s",
+			workspace.Quote(v), minFollow, frontend.MaxFollow, defaultFollow)}
+	}
+	return d, nil
+}
+
 // events answers with a JSON list, or with follow=true a Server-Sent Events stream: every past
 // event, then new ones as they happen, until timeout (default 60s, at most frontend.MaxFollow),
 // until an event whose reason is listed in until=Reason1,Reason2 arrives, or until the client
@@ -510,14 +626,10 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	timeout := time.Minute
-	if v := r.URL.Query().Get("timeout"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 || d > frontend.MaxFollow {
-			writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("timeout=%s is not a duration between 1s and %s: give one such as 90s", workspace.Quote(v), frontend.MaxFollow)})
-			return
-		}
-		timeout = d
+	timeout, err := followTimeout(r.URL.Query().Get("timeout"))
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
 	until, err := frontend.ParseUntil(r.URL.Query()["until"])
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/nogoo9/no-crd/pkg/frontend"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 type (
@@ -115,7 +116,7 @@ func addTools(s *mcp.Server, svc *frontend.Service, heartbeat time.Duration) {
 	// output schema as a typed tool's is.
 	s.AddTool(&mcp.Tool{
 		Name: "list_workspaces",
-		Description: "List your workspaces with phase (Scheduling, Initializing, Ready, Upgrading, Unavailable, Failed, Terminating), " +
+		Description: "List your workspaces with phase (Scheduling, Initializing, Ready, Upgrading, Unavailable, Failed, Terminating, Stopped), " +
 			"template version, isOutdated and latestTemplateVersion, active pod, proxy paths and the last upgrade error. " +
 			"An answer holds at most limit workspaces (default 100, at most 1000) in id order; when more follow it has a continue value: " +
 			"pass it back (with the same allUsers and allNamespaces) to get the next page, until an answer has none. " +
@@ -177,8 +178,10 @@ func addTools(s *mcp.Server, svc *frontend.Service, heartbeat time.Duration) {
 		switch {
 		case in.Version != "" && in.Template != "":
 			r, err = svc.RollbackTemplate(ctx, in.Template, in.Version)
-		case in.Version != "" || in.Template != "":
-			err = &frontend.Error{Code: frontend.CodeInvalid, Message: "give template and version together to roll a template's workspaces back, or neither to upgrade every outdated workspace"}
+		case in.Template != "":
+			err = &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("template %s was given without version: add the kept version to roll its workspaces back to (list_templates shows the history), or give neither to upgrade every outdated workspace", workspace.Quote(in.Template))}
+		case in.Version != "":
+			err = &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("version %s was given without template: add the template whose workspaces go back to it, or give neither to upgrade every outdated workspace", workspace.Quote(in.Version))}
 		default:
 			r, err = svc.UpgradeAll(ctx)
 		}
@@ -255,14 +258,19 @@ func addTools(s *mcp.Server, svc *frontend.Service, heartbeat time.Duration) {
 // then ends and frees its place among its user's follows instead of holding it to its timeout.
 const DefaultFollowHeartbeat = 15 * time.Second
 
+// defaultFollow is how long get_workspace_events follows without timeoutSeconds.
+const defaultFollow = time.Minute
+
 // endedDisconnected is a follow's end when a notification could not be delivered.
 const endedDisconnected = "disconnected"
 
 func events(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest, in eventsInput, heartbeat time.Duration) (*mcp.CallToolResult, eventsOutput, error) {
-	timeout := time.Minute
+	timeout := defaultFollow
 	if in.TimeoutSeconds != 0 {
 		if in.TimeoutSeconds < 1 || time.Duration(in.TimeoutSeconds)*time.Second > frontend.MaxFollow {
-			return nil, eventsOutput{}, &frontend.Error{Code: frontend.CodeInvalid, Message: "timeoutSeconds must be between 1 and 300"}
+			return nil, eventsOutput{}, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf(
+				"timeoutSeconds is %d: give a number of seconds from 1 to %d, or leave it out for the default, %d",
+				in.TimeoutSeconds, int(frontend.MaxFollow/time.Second), int(defaultFollow/time.Second))}
 		}
 		timeout = time.Duration(in.TimeoutSeconds) * time.Second
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -133,7 +135,7 @@ func validate(t *Template) error {
 		}
 		names[c.Name] = true
 		if c.Image == "" {
-			return fmt.Errorf("%s: container %q has no image", spec, c.Name)
+			return fmt.Errorf("%s: container %q has no image: set \"image\"", spec, c.Name)
 		}
 	}
 	volumes := map[string]bool{}
@@ -144,13 +146,13 @@ func validate(t *Template) error {
 	for i, pvc := range t.VolumeClaims {
 		key := "data." + workspace.DataVolumeClaims
 		if pvc.Name == "" {
-			return fmt.Errorf("%s: claim #%d has no metadata.name", key, i+1)
+			return fmt.Errorf("%s: claim #%d has no metadata.name: give every claim a name (a DNS-1123 label such as home), which containers mount it by", key, i+1)
 		}
 		if errs := validation.IsDNS1123Label(pvc.Name); len(errs) > 0 {
 			return fmt.Errorf("%s: claim name %q is not valid: %s", key, pvc.Name, strings.Join(errs, "; "))
 		}
 		if claims[pvc.Name] {
-			return fmt.Errorf("%s: claim name %q is used twice", key, pvc.Name)
+			return fmt.Errorf("%s: claim name %q is used twice: give each claim a name of its own", key, pvc.Name)
 		}
 		claims[pvc.Name] = true
 		if len(pvc.Spec.AccessModes) == 0 {
@@ -163,7 +165,8 @@ func validate(t *Template) error {
 	for _, c := range all {
 		for _, m := range c.VolumeMounts {
 			if !volumes[m.Name] && !claims[m.Name] {
-				return fmt.Errorf("%s: container %q mounts volume %q, which is neither in \"volumes\" nor a volume claim", spec, c.Name, m.Name)
+				return fmt.Errorf("%s: container %q mounts volume %q, which is neither in spec.volumes nor in %s: add it, or fix the mount (volumes: %s; claims: %s)",
+					spec, c.Name, m.Name, "data."+workspace.DataVolumeClaims, nameList(slices.Sorted(maps.Keys(volumes))), nameList(slices.Sorted(maps.Keys(claims))))
 			}
 		}
 	}
@@ -298,4 +301,9 @@ func copyMap(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// nameList is names as a template author writes a YAML list: [a, b], or [] for none.
+func nameList(names []string) string {
+	return "[" + strings.Join(names, ", ") + "]"
 }

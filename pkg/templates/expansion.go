@@ -2,6 +2,7 @@ package templates
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -151,8 +152,16 @@ func (t *Template) parseInit() (*Init, error) {
 		if errs := validation.IsDNS1123Subdomain(in.Location); len(errs) > 0 {
 			return nil, fmt.Errorf("annotation %s is %q: the ConfigMap name is not valid: %s", workspace.AnnInitFrom, from, strings.Join(errs, "; "))
 		}
-		if in.Secret != "" || in.Endpoint != "" {
-			return nil, fmt.Errorf("annotations %s and %s apply to s3:// sources only, and %s is a ConfigMap", workspace.AnnInitSecret, workspace.AnnInitS3Endpoint, workspace.AnnInitFrom)
+		var s3Only []string
+		if in.Secret != "" {
+			s3Only = append(s3Only, workspace.AnnInitSecret)
+		}
+		if in.Endpoint != "" {
+			s3Only = append(s3Only, workspace.AnnInitS3Endpoint)
+		}
+		if len(s3Only) > 0 {
+			return nil, fmt.Errorf("annotation %s applies to s3:// sources only, and %s is %q, a ConfigMap: remove it, or fill the volume from s3://bucket/prefix",
+				strings.Join(s3Only, " and "), workspace.AnnInitFrom, from)
 		}
 		if in.Image == "" {
 			in.Image = DefaultConfigMapInitImage
@@ -171,15 +180,15 @@ func (t *Template) parseInit() (*Init, error) {
 		}
 		in.Volume = t.VolumeClaims[0].Name
 	}
-	found := false
+	var names []string
 	for _, v := range t.Spec.Volumes {
-		found = found || v.Name == in.Volume
+		names = append(names, v.Name)
 	}
 	for _, c := range t.VolumeClaims {
-		found = found || c.Name == in.Volume
+		names = append(names, c.Name)
 	}
-	if !found {
-		return nil, fmt.Errorf("annotation %s is %q, which is neither a volume of the spec nor a volume claim", workspace.AnnInitVolume, in.Volume)
+	if !slices.Contains(names, in.Volume) {
+		return nil, fmt.Errorf("annotation %s is %q, which is neither a volume of the spec nor a volume claim: use one of %s", workspace.AnnInitVolume, in.Volume, nameList(names))
 	}
 	return in, nil
 }
@@ -209,7 +218,9 @@ func (t *Template) parsePreStop() (*PreStop, error) {
 	if p.Container == "" && len(t.Spec.Containers) > 0 {
 		p.Container = t.Spec.Containers[0].Name
 	}
+	var containers []string
 	for _, c := range t.Spec.Containers {
+		containers = append(containers, c.Name)
 		if c.Name != p.Container {
 			continue
 		}
@@ -218,7 +229,7 @@ func (t *Template) parsePreStop() (*PreStop, error) {
 		}
 		return p, nil
 	}
-	return nil, fmt.Errorf("annotation %s is %q, which is not a container of the spec", workspace.AnnPreStopContainer, p.Container)
+	return nil, fmt.Errorf("annotation %s is %q, which is not a container of the spec: use one of %s", workspace.AnnPreStopContainer, p.Container, nameList(containers))
 }
 
 // validContextKey: the keys become ${context.KEY} placeholders and JSON keys.

@@ -207,7 +207,7 @@ func (h *History) info(cm *corev1.ConfigMap) VersionInfo {
 type ErrVersionNotKept struct{ Name, Version string }
 
 func (e *ErrVersionNotKept) Error() string {
-	return fmt.Sprintf("version %q of template %s is not kept: list_templates shows the kept versions", e.Version, e.Name)
+	return fmt.Sprintf("version %s of template %s is not kept: list_templates shows the kept versions", workspace.Quote(e.Version), e.Name)
 }
 
 // Version returns kept version of the template at key, decoded and checked (FromHistory). A kept
@@ -223,7 +223,7 @@ func (h *History) Version(ctx context.Context, key, version string) (*Template, 
 	var cm corev1.ConfigMap
 	err := h.Reader.Get(ctx, client.ObjectKey{Namespace: in, Name: HistoryName(name, version)}, &cm)
 	if client.IgnoreNotFound(err) != nil {
-		return nil, fmt.Errorf("read kept version %s of template %s: %w", version, key, err)
+		return nil, fmt.Errorf("read kept version %s of template %s: %w", workspace.Quote(version), key, err)
 	}
 	if err != nil || cm.Labels[workspace.LabelTemplateHistory] != name || cm.Annotations[workspace.AnnTemplateVersion] != version {
 		return nil, &ErrVersionNotKept{Name: key, Version: version}

@@ -1,6 +1,8 @@
 package templates
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
@@ -107,5 +110,19 @@ func TestPrune(t *testing.T) {
 				t.Errorf("Prune deletes %q, want %q", got, tc.wantGone)
 			}
 		})
+	}
+}
+
+// A version that is not kept is named in the error by at most its first 80 bytes (workspace.Quote):
+// a caller's 500 KB version never comes back whole in the answer or the log line.
+func TestVersionNotKeptQuotesOnlyTheStartOfAnOversizedVersion(t *testing.T) {
+	huge := strings.Repeat("v", 500_000)
+	h := &History{Namespace: "nogoo9-system", Reader: fake.NewClientBuilder().Build()}
+	_, err := h.Version(context.Background(), "python", huge)
+	if !errors.As(err, new(*ErrVersionNotKept)) {
+		t.Fatalf("Version of a 500 KB version = %v, want ErrVersionNotKept (and no read)", err)
+	}
+	if msg := err.Error(); len(msg) > 300 || !strings.Contains(msg, "(500000 bytes)") || !strings.Contains(msg, "list_templates") {
+		t.Errorf("error (%d bytes) = %.300s, want the version cut, its length, and where the kept versions are listed", len(msg), msg)
 	}
 }

@@ -26,7 +26,9 @@ const (
 // Policies lists the valid values, for messages and docs.
 var Policies = []Policy{Manual, OnStart, WhenIdle, InWindow}
 
-// ParsePolicy reads a nogoo9/update-policy value; "" is Manual.
+// ParsePolicy reads a policy (a nogoo9/update-policy value, or the policy field of the API and
+// MCP); "" is Manual. Its error names no annotation: Settings.Effective, which reads the
+// annotations, says which one to fix.
 func ParsePolicy(s string) (Policy, error) {
 	v := Policy(strings.TrimSpace(s))
 	if v == "" {
@@ -37,7 +39,7 @@ func ParsePolicy(s string) (Policy, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("update policy %s is not one of manual, on-start, when-idle, window: set nogoo9/update-policy to one of them", quote(s))
+	return "", fmt.Errorf("policy %s is not one of manual, on-start, when-idle, window: give one of them", quote(s))
 }
 
 // quote is s quoted for an error message (workspace.Quote): an error never echoes an oversized
@@ -83,7 +85,8 @@ func (s Settings) Effective() (Policy, string, *Window, error) {
 	}
 	p, err := ParsePolicy(raw)
 	if err != nil {
-		return "", from, nil, fmt.Errorf("%s: %w", from, err)
+		return "", from, nil, fmt.Errorf("%s: %s is %s, which is not one of manual, on-start, when-idle, window: set it to one of them, or remove it (manual)",
+			from, workspace.AnnUpdatePolicy, quote(raw))
 	}
 	if p != InWindow {
 		return p, from, nil, nil

@@ -84,7 +84,8 @@ func TestDecide(t *testing.T) {
 		{name: "the workspace's window overrides the template's", in: with(ready(0), Settings{TemplatePolicy: "window", TemplateWindow: "Sat 02:00-04:00 UTC", PodWindow: "Sun 02:00-04:00 UTC", HasPodWindow: true}), policy: InWindow, reason: "outside"},
 		{name: "window without a window is an error", in: with(ready(0), Settings{TemplatePolicy: "window"}), reason: "needs nogoo9/update-window", err: true},
 		{name: "window with a bad window is an error naming the source", in: with(ready(0), Settings{PodPolicy: "window", HasPodPolicy: true, TemplateWindow: "Sat 2-4"}), reason: "template: update window", err: true},
-		{name: "unknown policy is an error, not manual", in: with(ready(time.Hour), Settings{PodPolicy: "always", HasPodPolicy: true}), reason: `workspace: update policy "always"`, err: true},
+		{name: "unknown policy is an error, not manual", in: with(ready(time.Hour), Settings{PodPolicy: "always", HasPodPolicy: true}), reason: `workspace: nogoo9/update-policy is "always", which is not one of manual, on-start, when-idle, window: set it to one of them`, err: true},
+		{name: "the template's unknown policy names the annotation to fix", in: with(ready(time.Hour), Settings{TemplatePolicy: "weekly"}), reason: `template: nogoo9/update-policy is "weekly"`, err: true},
 		{name: "the workspace's manual overrides the template's when-idle", in: with(ready(time.Hour), Settings{TemplatePolicy: "when-idle", PodPolicy: "manual", HasPodPolicy: true}), policy: Manual, reason: "manual (workspace)"},
 		{name: "the workspace's when-idle overrides the template's manual", in: with(ready(time.Hour), Settings{TemplatePolicy: "manual", PodPolicy: "when-idle", HasPodPolicy: true}), upgrade: true, policy: WhenIdle},
 		{name: "pinned never upgrades, even in the window", in: with(ready(0), Settings{TemplatePolicy: "window", TemplateWindow: "Sat 02:00-04:00 UTC", Pinned: "true", HasPinned: true}), policy: InWindow, reason: "pinned"},
@@ -209,5 +210,23 @@ func TestWindowsAcrossDaylightSavingChanges(t *testing.T) {
 				t.Errorf("%q is open %v of that day, want %v", tc.window, got, tc.want)
 			}
 		})
+	}
+}
+
+// ParsePolicy reads the API's and MCP's policy field as well as the annotation: its error says
+// what to give and names no annotation (a caller of PUT .../update-policy writes none).
+func TestParsePolicyErrorNamesNoAnnotation(t *testing.T) {
+	for _, in := range []string{"weekly", "Manual", strings.Repeat("w", 500_000)} {
+		_, err := ParsePolicy(in)
+		if err == nil {
+			t.Fatalf("ParsePolicy(%.40q) took it", in)
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "nogoo9/") || !strings.Contains(msg, "is not one of manual, on-start, when-idle, window: give one of them") || len(msg) > 300 {
+			t.Errorf("ParsePolicy(%.40q) = %q, want a short error that says what to give and names no annotation", in, msg)
+		}
+	}
+	if p, err := ParsePolicy(" when-idle "); err != nil || p != WhenIdle {
+		t.Errorf("ParsePolicy(\" when-idle \") = %q, %v", p, err)
 	}
 }

@@ -61,9 +61,11 @@ const (
 	// opt-in on the template; never the default.
 	AnnPublicPreview = Prefix + "public-preview"
 
-	// AnnUpgradeRequested is the upgrade intent. Any non-empty value requests an upgrade to the
-	// template's current version; "true" is the canonical value (kubectl annotate ... =true). The
-	// API writes the RFC 3339 request time. The controller clears it when the upgrade ends.
+	// AnnUpgradeRequested is the upgrade intent: "true" (kubectl annotate ... =true; also "yes",
+	// "y", "1", "on", in any case) or an RFC 3339 time (the API writes the request time) requests
+	// an upgrade to the template's current version. Any other value ("false", "", a typo) is not a
+	// request: the controller removes it with a Warning Event (upgrade.ParseIntent). The
+	// controller clears the intent when the upgrade ends.
 	AnnUpgradeRequested = Prefix + "upgrade-requested"
 	// AnnUpgradePod is the name the upgraded pod will get. Written with the intent by the API so it
 	// can answer at once; filled in by the controller when a person wrote only the intent. Being
