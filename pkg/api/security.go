@@ -11,6 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // crossOrigin refuses state-changing requests that a browser marks as cross-site (Origin of
@@ -23,8 +25,8 @@ func crossOrigin(next http.Handler) http.Handler {
 		ctrl.LoggerFrom(r.Context()).WithName("api").Info("request refused: cross-origin",
 			"method", r.Method, "path", r.URL.Path, "origin", r.Header.Get("Origin"), "secFetchSite", r.Header.Get("Sec-Fetch-Site"), "remote", r.RemoteAddr)
 		writeJSON(w, http.StatusForbidden, errorBody{
-			Error: fmt.Sprintf("Forbidden: a cross-origin browser request (Origin %q, Sec-Fetch-Site %q) may not change state; call the API from a client with a bearer token, not from a web page on another origin",
-				r.Header.Get("Origin"), r.Header.Get("Sec-Fetch-Site")),
+			Error: fmt.Sprintf("Forbidden: a cross-origin browser request (Origin %s, Sec-Fetch-Site %s) may not change state; call the API from a client with a bearer token, not from a web page on another origin",
+				workspace.Quote(r.Header.Get("Origin")), workspace.Quote(r.Header.Get("Sec-Fetch-Site"))),
 			Code: "CrossOrigin"})
 	}))
 	return cop.Handler(next)
@@ -86,13 +88,13 @@ func (p hostPolicy) allowed(hostport string) bool {
 func (p hostPolicy) protect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !p.allowed(r.Host) {
-			p.refuse(w, r, fmt.Sprintf("Forbidden: Host %q is not a name of this MCP endpoint; if it is yours, add it to --mcp-allowed-hosts (or set --public-url)", r.Host))
+			p.refuse(w, r, fmt.Sprintf("Forbidden: Host %s is not a name of this MCP endpoint; if it is yours, add it to --mcp-allowed-hosts (or set --public-url)", workspace.Quote(r.Host)))
 			return
 		}
 		if o := r.Header.Get("Origin"); o != "" {
 			u, err := url.Parse(o)
 			if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || !p.allowed(u.Host) {
-				p.refuse(w, r, fmt.Sprintf("Forbidden: Origin %q is not allowed to call this MCP endpoint; if it is yours, add its host to --mcp-allowed-hosts", o))
+				p.refuse(w, r, fmt.Sprintf("Forbidden: Origin %s is not allowed to call this MCP endpoint; if it is yours, add its host to --mcp-allowed-hosts", workspace.Quote(o)))
 				return
 			}
 		}

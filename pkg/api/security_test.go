@@ -177,6 +177,9 @@ func TestMCPChecksHostAndOrigin(t *testing.T) {
 		{"a page on another loopback port (cross-origin)", "localhost:" + u.Port(), "http://localhost:6274", http.StatusForbidden},
 		{"a configured host", "nogoo9.example.com", "https://nogoo9.example.com", http.StatusOK},
 		{"a cluster-internal Service name", "nogoo9.nogoo9-system.svc:8090", "", http.StatusOK},
+		// An error quotes at most 80 bytes of an input (workspace.Quote): the whole header came
+		// back before.
+		{"a 100 KB Origin", u.Host, "http://" + strings.Repeat("a", 100<<10) + ".example", http.StatusForbidden},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := map[string]string{"Host": tc.host, "Authorization": tok, "Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -189,6 +192,9 @@ func TestMCPChecksHostAndOrigin(t *testing.T) {
 			}
 			if code == http.StatusForbidden && !strings.Contains(body, "--mcp-allowed-hosts") && !strings.Contains(body, "cross-origin") {
 				t.Errorf("403 does not say what to do: %s", body)
+			}
+			if len(body) > 1024 {
+				t.Errorf("the answer is %d bytes: an error quotes at most 80 bytes of an input", len(body))
 			}
 		})
 	}

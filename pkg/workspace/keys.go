@@ -71,8 +71,9 @@ const (
 	// can answer at once; filled in by the controller when a person wrote only the intent. Being
 	// deterministic, it makes a repeated create fail with AlreadyExists instead of duplicating.
 	AnnUpgradePod = Prefix + "upgrade-pod"
-	// AnnUpgradeStartedAt (RFC 3339) is when the controller started acting on the intent; the
-	// upgrade deadline counts from it.
+	// AnnUpgradeStartedAt (RFC 3339) is when the controller started acting on the intent, and for
+	// a Recreate again when the new pod's scheduling gate comes off (the old pod's graceful stop
+	// is no fault of the new version); the upgrade deadline counts from it.
 	AnnUpgradeStartedAt = Prefix + "upgrade-started-at"
 	// AnnUpgradeFrom, on an upgraded pod, names the pod it replaces. With AnnUpgradeFromUID and
 	// AnnUpgradeFromVersion it is what recovery reads after a crash.
