@@ -85,7 +85,8 @@ func TestRefusedActionsAreSwappedIntoTheRowsMessage(t *testing.T) {
 }
 
 // A pinned workspace is refused an upgrade (unpin first), and one in maintenance is refused to
-// its owner (an admin may): neither offers an Upgrade button that would be refused. Upgrade All
+// its owner (an admin may): neither offers an Upgrade button that would be refused, and the one
+// in maintenance offers its owner no Delete either (Service.Delete refuses it). Upgrade All
 // skips both, so its count and its confirmation leave them out, and its result says why each was
 // skipped. Before stop 51 the button was there and refused, the header counted them, and the
 // result said "Requested 3 upgrades" with "skipped" and no reason.
@@ -119,6 +120,9 @@ func TestPinnedAndInMaintenanceWorkspacesAreNotOfferedAnUpgrade(t *testing.T) {
 			}
 			if got := strings.Contains(page, `id="ws-`+id+`__upgrade"`); got != want {
 				t.Errorf("GET %s: %s has an Upgrade button: %t, want %t", tc.path, id, got, want)
+			}
+			if got, want := strings.Contains(page, `id="ws-`+id+`__delete"`), id != "b1" || tc.who == admin; got != want {
+				t.Errorf("GET %s: %s has a Delete button: %t, want %t", tc.path, id, got, want)
 			}
 		}
 	}

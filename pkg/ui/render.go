@@ -312,6 +312,9 @@ type rowView struct {
 	frontend.Workspace
 	WorkspaceURL, PreviewURL string
 	ShowOwner, CanUpgrade    bool
+	// CanDelete offers Delete: not to the owner of a workspace in maintenance, whose delete
+	// Service.Delete refuses (an operator's maintenance outlives no delete and re-spawn).
+	CanDelete bool
 	// CanStart and CanStop offer the Start and Stop buttons (docs/lifecycle.md).
 	CanStart, CanStop bool
 	CSRF              string
@@ -331,6 +334,7 @@ func (u *UI) row(r *request, w frontend.Workspace, showOwner bool, back string) 
 	v := rowView{Workspace: w, ShowOwner: showOwner, CSRF: r.sess.CSRF, Path: u.wsPath(w.Namespace, w.ID), ShowNamespace: len(u.svc.Namespaces()) > 1,
 		Key: u.rowKey(w.Namespace, w.ID), Back: back}
 	v.CanUpgrade = canUpgrade(&w, r.sess.Caller)
+	v.CanDelete = w.Maintenance == "" || r.sess.Caller != nil && r.sess.Caller.IsAdmin
 	v.CanStart = w.Phase == workspace.PhaseStopped
 	v.CanStop = w.Phase != workspace.PhaseStopped && w.Phase != workspace.PhaseTerminating
 	v.WorkspaceURL = u.routeURL(r.Request, w, w.WorkspacePath, false)
