@@ -144,7 +144,7 @@ func addTools(s *mcp.Server, svc *frontend.Service, heartbeat time.Duration) {
 	destructive := true
 	addTool(s, &mcp.Tool{
 		Name:        "delete_workspace",
-		Description: "Delete one of your workspaces: its pods are deleted in the background. Its persistent volume claims (your files) are kept; an administrator can remove them.",
+		Description: "Delete one of your workspaces: its pods are deleted in the background. Its persistent volume claims (your files) are kept; an administrator can remove them. A workspace in maintenance can be deleted by an admin only (an error says so otherwise).",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &destructive},
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in idInput) (*mcp.CallToolResult, frontend.DeleteResult, error) {
 		ctx = frontend.WithNamespace(ctx, in.Namespace)
@@ -219,7 +219,7 @@ func addTools(s *mcp.Server, svc *frontend.Service, heartbeat time.Duration) {
 
 	addTool(s, &mcp.Tool{
 		Name:        "set_workspace_maintenance",
-		Description: "Admins only: take a workspace out of service (phase Unavailable) with a reason, or put it back with an empty reason. Returns the workspace as it is after this change; maintenance survives upgrades.",
+		Description: "Admins only: take a workspace out of service (phase Unavailable) with a reason, or put it back with an empty reason. Returns the workspace as it is after this change; maintenance survives upgrades. An upgrade requested before and not started yet is withdrawn (the returned message says so); one in flight finishes. Its owner cannot delete it meanwhile.",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in maintenanceInput) (*mcp.CallToolResult, frontend.Workspace, error) {
 		ctx = frontend.WithNamespace(ctx, in.Namespace)
 		w, err := svc.SetMaintenance(ctx, in.ID, in.Reason)
