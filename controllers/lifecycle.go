@@ -271,19 +271,32 @@ func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.
 	pod, claims, err := r.Opts.BuildPod(tmpl, stopped, a.Name)
 	if err != nil {
 		// Never leave the workspace without a way back: start it on its own version instead.
-		return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("Template %s version %s does not render for workspace %s (%v)", tmpl.Name, tmpl.Version, workspace.ID(stopped), err), now)
+		return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("Template %s version %s does not render for workspace %s (%v)", tmpl.Name, tmpl.Version, workspace.ID(stopped), err), "fix the template, then upgrade the workspace", now)
 	}
 	pod.Name, pod.Namespace, pod.GenerateName = a.Name, stopped.Namespace, ""
 	upgrade.PreserveIdentity(pod, stopped)
 	for k, v := range a.Set {
 		pod.Annotations[k] = v
 	}
+	mounted := map[string]bool{}
+	for _, v := range live.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			mounted[v.PersistentVolumeClaim.ClaimName] = true
+		}
+	}
 	for _, c := range claims {
+		if mounted[c.Name] {
+			// The stopped pod mounts it: the workspace's own (a mounted claim cannot be
+			// removed, only marked for deletion), no round trip to learn it.
+			continue
+		}
 		c.Namespace = stopped.Namespace
-		switch err := r.Client.Create(ctx, c); {
-		case err == nil || apierrors.IsAlreadyExists(err):
+		switch taken, err := r.createClaim(ctx, c, workspace.Owner(stopped), workspace.ID(stopped)); {
+		case taken:
+			return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("Claim %s that version %s of template %s adds for workspace %s already exists and belongs to another workspace", c.Name, tmpl.Version, tmpl.Name, workspace.ID(stopped)), "spawn this workspace under another id, or ask an administrator to look at the claim", now)
+		case err == nil:
 		case permanent(err):
-			return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("The API server refused claim %s of version %s of template %s for workspace %s (%v)", c.Name, tmpl.Version, tmpl.Name, workspace.ID(stopped), err), now)
+			return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("The API server refused claim %s of version %s of template %s for workspace %s (%v)", c.Name, tmpl.Version, tmpl.Name, workspace.ID(stopped), err), "fix the template, then upgrade the workspace", now)
 		default:
 			return false, fmt.Errorf("create claim %s for started pod %s: %w", c.Name, pod.Name, err)
 		}
@@ -310,7 +323,7 @@ func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.
 	case permanent(err):
 		// Admission or Pod Security refuses the new version for this workspace: retrying will
 		// not heal it, and the workspace must not stay stopped for it.
-		return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("The API server refused pod %s of version %s of template %s for workspace %s (%v)", pod.Name, tmpl.Version, tmpl.Name, workspace.ID(stopped), err), now)
+		return r.startOnOwnVersion(ctx, stopped, fmt.Sprintf("The API server refused pod %s of version %s of template %s for workspace %s (%v)", pod.Name, tmpl.Version, tmpl.Name, workspace.ID(stopped), err), "fix the template, then upgrade the workspace", now)
 	default:
 		return false, fmt.Errorf("create started pod %s: %w", pod.Name, err)
 	}
@@ -318,8 +331,8 @@ func (r *WorkspaceReconciler) createStartedPod(ctx context.Context, a lifecycle.
 
 // startOnOwnVersion starts the stopped pod on its own version (the gate removed) when a start on
 // the template's latest version cannot be made (why), and says so in a Warning Event once the
-// start happened.
-func (r *WorkspaceReconciler) startOnOwnVersion(ctx context.Context, stopped *corev1.Pod, why string, now time.Time) (bool, error) {
+// start happened, with what to do about it (fix).
+func (r *WorkspaceReconciler) startOnOwnVersion(ctx context.Context, stopped *corev1.Pod, why, fix string, now time.Time) (bool, error) {
 	done, err := r.ungate(ctx, stopped, now)
 	if err != nil || !done {
 		return done, err
@@ -327,7 +340,7 @@ func (r *WorkspaceReconciler) startOnOwnVersion(ctx context.Context, stopped *co
 	lifecycleTotal.WithLabelValues("start").Inc()
 	ctrl.LoggerFrom(ctx).Info("Started workspace on its own version", "pod", klog.KObj(stopped), "reason", why)
 	r.Recorder.Eventf(stopped, corev1.EventTypeWarning, lifecycle.ReasonStarting,
-		"%s; started it on its version %s instead: fix the template, then upgrade the workspace.", why, workspace.TemplateVersion(stopped))
+		"%s; started it on its version %s instead: %s.", why, workspace.TemplateVersion(stopped), fix)
 	return true, nil
 }
 

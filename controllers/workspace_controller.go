@@ -625,9 +625,11 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 			continue
 		}
 		c.Namespace = old.Namespace
-		err := r.Client.Create(ctx, c)
+		taken, err := r.createClaim(ctx, c, workspace.Owner(old), workspace.ID(old))
 		switch {
-		case err == nil || apierrors.IsAlreadyExists(err):
+		case taken:
+			return failStart("ClaimConflict", fmt.Errorf("claim %s that version %s of template %s adds already exists and belongs to another workspace: spawn this workspace under another id, or ask an administrator to look at the claim", c.Name, tmpl.Version, tmpl.Name))
+		case err == nil:
 		case permanent(err):
 			return failStart("ClaimRejected", fmt.Errorf("the API server rejected claim %s: %w", c.Name, err))
 		default:
@@ -673,6 +675,23 @@ func (r *WorkspaceReconciler) createUpgradePod(ctx context.Context, key types.Na
 		r.gate.release(key)
 		return 0, fmt.Errorf("create upgraded pod %s: %w", pod.Name, err)
 	}
+}
+
+// createClaim creates c, a claim of workspace (owner, id) that its new pod mounts, or finds it
+// there already. A claim found there is the workspace's only if spawner.ClaimOf says so: claim
+// names are cut and hashed (workspace.ClaimName), so another tenant's claim can have the name,
+// and mounting it would hand that tenant's data over. taken says it is another's. The claim is
+// read from the API server: the cache holds the claims the workspace's pods mount, not this one.
+func (r *WorkspaceReconciler) createClaim(ctx context.Context, c *corev1.PersistentVolumeClaim, owner, id string) (taken bool, err error) {
+	if err := r.Client.Create(ctx, c); !apierrors.IsAlreadyExists(err) {
+		return false, err
+	}
+	var existing corev1.PersistentVolumeClaim
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(c), &existing); err != nil {
+		// Not found: deleted since the create; a retry creates it.
+		return false, fmt.Errorf("read existing claim %s: %w", c.Name, err)
+	}
+	return !spawner.ClaimOf(&existing, owner, id), nil
 }
 
 // readForRollback reads old in full (the cache strips its spec), for the rollback spec of a

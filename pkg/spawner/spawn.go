@@ -477,7 +477,7 @@ func (s *Spawner) createClaim(ctx context.Context, p *corev1.PersistentVolumeCla
 	if err := s.apiReader.Get(ctx, client.ObjectKeyFromObject(p), &existing); err != nil {
 		return false, fmt.Errorf("read existing PVC %s: %w", p.Name, err)
 	}
-	if existing.Labels[workspace.LabelWorkspaceID] != id || existing.Annotations[workspace.AnnOwner] != owner {
+	if !ClaimOf(&existing, owner, id) {
 		return false, errorf(Conflict, nil, "PVC %s already exists and belongs to another workspace: delete it or choose another id", p.Name)
 	}
 	if existing.DeletionTimestamp != nil {
@@ -485,6 +485,15 @@ func (s *Spawner) createClaim(ctx context.Context, p *corev1.PersistentVolumeCla
 	}
 	existing.DeepCopyInto(p)
 	return true, nil
+}
+
+// ClaimOf reports whether c, a PVC found under the name one of workspace (owner, id)'s claims
+// must have, is that workspace's own. Claim names are cut and hashed (workspace.ClaimName), so
+// another owner's or another workspace's claim can have the name (a tenant can search for an id
+// that gives it): whoever finds a claim it did not create asks this before it mounts the claim
+// (the spawner here, the controller's upgrade and start).
+func ClaimOf(c *corev1.PersistentVolumeClaim, owner, id string) bool {
+	return c.Labels[workspace.LabelWorkspaceID] == id && c.Annotations[workspace.AnnOwner] == owner
 }
 
 // cleanupContext outlives a cancelled request, so an undo still runs, but not forever.
