@@ -176,9 +176,10 @@ func (r *WorkspaceReconciler) createStoppedPod(ctx context.Context, a lifecycle.
 	case err != nil:
 		return false, fmt.Errorf("read pod %s to stop it: %w", a.Pod.Name, err)
 	}
-	if full.UID != a.Pod.UID || (full.DeletionTimestamp != nil) != a.Evicted || (a.Evicted && !lifecycle.Disrupted(&full)) {
+	if full.UID != a.Pod.UID || (full.DeletionTimestamp != nil) != a.Evicted || (a.Evicted && (!lifecycle.Disrupted(&full) || lifecycle.OwnerDeleted(&full))) {
 		// Gone, replaced, or (an eviction's copy) not being deleted by Kubernetes for a
-		// disruption as the API server has it: re-plan.
+		// disruption as the API server has it, or its owner's delete marked it since the
+		// cache showed it (nogoo9/deleted-at): re-plan.
 		return false, nil
 	}
 	if full.Annotations[workspace.AnnStopRequested] == "" && !a.NodeLost && !a.Evicted {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
+	"github.com/nogoo9/no-crd/pkg/lifecycle"
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/updatepolicy"
@@ -549,6 +550,14 @@ type DeleteResult struct {
 // leaves on a fresh pod without the maintenance, in the middle of the operator's work. The check
 // is made on the pods the API server lists (the first pass below), so a maintenance set a moment
 // ago and not in the cache yet holds too.
+//
+// A pod already going when the delete meets it (evicted by a drain, its preStop still running;
+// retired by an upgrade) is marked nogoo9/deleted-at before the others are deleted: the
+// controller copies a pod Kubernetes deletes for a disruption so the workspace survives it, and
+// without the mark it made that copy again once the delete had removed the first (its name free
+// again), bringing the deleted workspace back. A pod deleted here is not marked (no request more
+// on the usual path): its delete carries no DisruptionTarget, so it is never copied, unless the
+// second pass finds it marked by an eviction that raced this delete.
 func (s *Service) Delete(ctx context.Context, id string) (*DeleteResult, error) {
 	c, pods, err := s.workspacePods(ctx, id)
 	if err != nil {
@@ -563,7 +572,7 @@ func (s *Service) Delete(ctx context.Context, id string) (*DeleteResult, error) 
 	// sees the other's write, so no pod outlives the workspace. Unless the controller is killed
 	// between its create and its re-read: the sweep, in the background, deletes a pod made from
 	// one deleted here that lands after the second list.
-	gone := map[types.UID]bool{}
+	gone, deleted := map[types.UID]bool{}, map[types.UID]bool{}
 	defer func() {
 		if len(gone) > 0 && s.cfg.DeleteSweep > 0 {
 			go s.sweep(context.WithoutCancel(ctx), id, owner, gone)
@@ -584,8 +593,17 @@ func (s *Service) Delete(ctx context.Context, id string) (*DeleteResult, error) 
 		}
 		for _, p := range live {
 			// A pod already going (evicted, its node lost) is the workspace's too: a copy the
-			// controller makes of it is swept as well.
+			// controller makes of it is swept as well, and it is marked first, so the
+			// controller makes none once the live pods (a copy among them) are deleted below.
 			gone[p.UID] = true
+			if p.DeletionTimestamp == nil || p.Annotations[workspace.AnnDeletedAt] != "" || (deleted[p.UID] && !lifecycle.Disrupted(p)) {
+				continue
+			}
+			if err := s.markDeleted(ctx, p); err != nil {
+				return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("marking pod %s, which is already being deleted, as deleted by its owner failed; try again", p.Name), Err: err}
+			}
+		}
+		for _, p := range live {
 			if p.DeletionTimestamp != nil {
 				continue
 			}
@@ -595,10 +613,29 @@ func (s *Service) Delete(ctx context.Context, id string) (*DeleteResult, error) 
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("deleting pod %s failed; try again", p.Name), Err: err}
 			}
+			deleted[p.UID] = true
 			res.Pods = append(res.Pods, p.Name)
 		}
 	}
 	return res, nil
+}
+
+// markDeleted writes nogoo9/deleted-at on p, a pod of a workspace being deleted that was already
+// going, as the pod p is (the UID in the patch): a pod gone or replaced since needs none.
+func (s *Service) markDeleted(ctx context.Context, p *corev1.Pod) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": p.UID, "annotations": map[string]string{
+		workspace.AnnDeletedAt: s.cfg.Now().UTC().Format(time.RFC3339),
+	}}})
+	if err != nil {
+		return err
+	}
+	target := &corev1.Pod{}
+	target.Name, target.Namespace = p.Name, p.Namespace
+	err = s.cfg.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, body))
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
 }
 
 // madeFrom are the keys naming the pod a pod was made from: an upgrade's or a rollback's, a stop's

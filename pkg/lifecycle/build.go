@@ -11,13 +11,15 @@ import (
 
 // stoppedDropped are annotations the stopped copy does not inherit: the bookkeeping of an upgrade
 // that has ended (the stop waits for one in flight), the time of the running pod's last start
-// (its start stamps it again) and kubectl's copy of an applied object. A
+// (its start stamps it again), the owner's delete met on the running pod (it is about that pod's
+// delete, not the workspace's: a copy made in the instant before it landed is the sweep's) and
+// kubectl's copy of an applied object. A
 // requested upgrade that had not started stays (nogoo9/upgrade-requested): the start honours it.
 var stoppedDropped = []string{
 	workspace.AnnUpgradePod, workspace.AnnUpgradeStartedAt, workspace.AnnUpgradeFrom,
 	workspace.AnnUpgradeFromUID, workspace.AnnUpgradeFromVersion, workspace.AnnUpgradeStrategy,
 	workspace.AnnRollbackSpec, workspace.AnnUpgradeHMAC, workspace.AnnNodeLost, workspace.AnnStartedAt,
-	"kubectl.kubernetes.io/last-applied-configuration",
+	workspace.AnnDeletedAt, "kubectl.kubernetes.io/last-applied-configuration",
 }
 
 // StoppedPod is the stopped copy of running (the full pod as the API server has it; a cached pod

@@ -316,3 +316,89 @@ func TestPlanEvictedAfterNogoo9RetiredAPod(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanEvictedOwnerDeleteMet: the owner deletes the workspace while its pod is being evicted
+// (its preStop can run for minutes). The front end deletes the gated copy, if one was made, and
+// marks the evicted pod (nogoo9/deleted-at); the copy's name is free again, and without the mark
+// the next pass made the copy again and the deleted workspace came back, unless the front end's
+// sweep, in one replica's memory for 75 s, caught it. The mark on a pod not being deleted changes
+// nothing.
+func TestPlanEvictedOwnerDeleteMet(t *testing.T) {
+	target := Target{Found: true, Version: "v1"}
+	deleted := ann(workspace.AnnDeletedAt, t0.Add(time.Minute).Format(time.RFC3339))
+	running := func(opts ...func(*corev1.Pod)) *corev1.Pod {
+		return wsPod(base, "uid-run", "v1", t0.Add(-time.Hour), append([]func(*corev1.Pod){ready(t0.Add(-time.Hour)), onNode("node-a"), claim("home-demo")}, opts...)...)
+	}
+	nothing := func(t *testing.T, m Move) {
+		t.Helper()
+		if len(m.Actions) != 0 || m.State != "Deleting" {
+			t.Fatalf("got %s %q, want Deleting and no move", m.State, actionLines(m))
+		}
+	}
+
+	t.Run("an evicted pod the owner's delete met, its copy deleted: no copy again", func(t *testing.T) {
+		nothing(t, Plan([]*corev1.Pod{running(evictedAt(t0), deleted)}, target, t0.Add(2*time.Minute), Config{}))
+	})
+	t.Run("the same with the deleted copy still listed as being deleted", func(t *testing.T) {
+		p := running(evictedAt(t0), deleted)
+		cp := wsPod(StoppedPodName(p), "uid-copy", "v1", t0.Add(time.Second), gated, claim("home-demo"), ann(workspace.AnnStoppedFromUID, "uid-run"), deletedAt(t0.Add(time.Minute)))
+		nothing(t, Plan([]*corev1.Pod{cp, p}, target, t0.Add(2*time.Minute), Config{}))
+	})
+	t.Run("an evicted pod the owner's delete met before any copy was made: no copy", func(t *testing.T) {
+		nothing(t, Plan([]*corev1.Pod{running(disrupted("DeletionByTaintManager"), deleted)}, target, t0, Config{}))
+	})
+	t.Run("a drain evicts an upgrade's new pod while the old pod nogoo9 retired terminates, and the owner's delete met the old one: no copy", func(t *testing.T) {
+		old := running(deletedAt(t0.Add(-10*time.Minute)), deleted)
+		up := wsPod(workspace.NextPodName(old, "v2"), "uid-up", "v2", t0.Add(-20*time.Minute), onNode("node-a"), claim("home-demo"),
+			upgradedFrom(old), ann(workspace.AnnUpgradeStrategy, "SideBySide"), ready(t0.Add(-15*time.Minute)), evictedAt(t0))
+		nothing(t, Plan([]*corev1.Pod{up, old}, Target{Found: true, Version: "v2"}, t0, Config{}))
+	})
+	t.Run("the owner deletes the live pod, then a drain evicts it while it terminates (the condition a minute after the delete): no copy", func(t *testing.T) {
+		nothing(t, Plan([]*corev1.Pod{running(markedAt(t0, t0.Add(time.Minute)))}, target, t0.Add(2*time.Minute), Config{}))
+	})
+	t.Run("the same within the skew is still an eviction: copied (the delete's sweep removes it)", func(t *testing.T) {
+		p := running(markedAt(t0, t0.Add(10*time.Second)))
+		m := Plan([]*corev1.Pod{p}, target, t0.Add(time.Minute), Config{})
+		if len(m.Actions) != 1 || m.Actions[0].Kind != CreateStoppedPod || m.Actions[0].Pod != p {
+			t.Fatalf("got %q, want the copy", actionLines(m))
+		}
+	})
+
+	// A pod not being deleted with the mark (none the front end writes; only nogoo9 may write it)
+	// plans as the pod without it, and a copy made from it does not carry it.
+	lost := map[string]bool{"node-a": true}
+	for _, tc := range []struct {
+		name   string
+		pods   func(opts ...func(*corev1.Pod)) []*corev1.Pod
+		target Target
+	}{
+		{"a running pod with a stop intent", func(o ...func(*corev1.Pod)) []*corev1.Pod { return []*corev1.Pod{running(append(o, stopIntent)...)} }, target},
+		{"a stopped pod to start", func(o ...func(*corev1.Pod)) []*corev1.Pod {
+			return []*corev1.Pod{wsPod(named("stop1"), "uid-stop", "v1", t0.Add(-time.Hour), append([]func(*corev1.Pod){gated, claim("home-demo")}, o...)...)}
+		}, target},
+		{"a running pod on a lost node", func(o ...func(*corev1.Pod)) []*corev1.Pod { return []*corev1.Pod{running(o...)} }, Target{Found: true, Version: "v1", GoneNodes: lost}},
+		{"a running pod beside an evicted one (an upgrade in flight)", func(o ...func(*corev1.Pod)) []*corev1.Pod {
+			old := running(evictedAt(t0))
+			return []*corev1.Pod{wsPod(workspace.NextPodName(old, "v2"), "uid-up", "v2", t0.Add(-time.Minute), append([]func(*corev1.Pod){onNode("node-b"), upgradedFrom(old)}, o...)...), old}
+		}, target},
+	} {
+		t.Run("the mark on a live pod changes nothing: "+tc.name, func(t *testing.T) {
+			want, got := Plan(tc.pods(), tc.target, t0, Config{}), Plan(tc.pods(deleted), tc.target, t0, Config{})
+			if w, g := strings.Join(actionLines(want), "\n"), strings.Join(actionLines(got), "\n"); want.State != got.State || w != g {
+				t.Fatalf("with the mark %s %q, without %s %q", got.State, g, want.State, w)
+			}
+			for _, a := range got.Actions {
+				if a.Kind != CreateStoppedPod {
+					continue
+				}
+				cp, err := StoppedPod(a.Pod, a.Name, a.Set)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := cp.Annotations[workspace.AnnDeletedAt]; ok {
+					t.Fatal("the copy carries nogoo9/deleted-at")
+				}
+			}
+		})
+	}
+}

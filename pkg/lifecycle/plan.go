@@ -509,16 +509,21 @@ func Disrupted(p *corev1.Pod) bool {
 }
 
 // evictedToCopy is the pod planEvicted copies among pods (sorted with NewestFirst), or nil: none
-// of them is live, all are being deleted, and each carries DisruptionTarget=True or was retired
-// by nogoo9 in favour of one that does (retired). Any other pod being deleted without the
+// of them is live, all are being deleted, and each was deleted for a disruption (evicted) or was
+// retired by nogoo9 in favour of one that was (retired). Any other pod being deleted without the
 // condition means an owner or a person deletes the workspace (their delete reaches every pod), so
-// nothing is copied. A stopped pod has no node to be evicted from and is never copied. Of several
-// (a drain that evicts both pods of an upgrade in flight), the oldest running pod: the one the
-// upgrade came from, whose requested upgrade the copy keeps for its start.
+// nothing is copied; so does a pod the owner's delete met already going, which the front end
+// marks (workspace.AnnDeletedAt) whatever condition it carries. A stopped pod has no node to be
+// evicted from and is never copied. Of several (a drain that evicts both pods of an upgrade in
+// flight), the oldest running pod: the one the upgrade came from, whose requested upgrade the
+// copy keeps for its start.
 func evictedToCopy(pods []*corev1.Pod) *corev1.Pod {
 	var pick *corev1.Pod
 	for _, p := range pods {
-		if !Disrupted(p) {
+		if OwnerDeleted(p) {
+			return nil
+		}
+		if !evicted(p) {
 			if p.DeletionTimestamp == nil || !retired(p, pods) {
 				return nil
 			}
@@ -531,12 +536,31 @@ func evictedToCopy(pods []*corev1.Pod) *corev1.Pod {
 	return pick
 }
 
+// OwnerDeleted reports whether p is being deleted and the owner's delete of the workspace met it
+// so (workspace.AnnDeletedAt, written by the front end on a pod already going, before it deletes
+// the others). The marker on a pod not being deleted means nothing: such a pod is live, and a live
+// pod is never copied as an eviction's. Exported for the check the controller makes on the pod as
+// the API server has it before it creates an eviction's copy.
+func OwnerDeleted(p *corev1.Pod) bool {
+	return p.DeletionTimestamp != nil && p.Annotations[workspace.AnnDeletedAt] != ""
+}
+
+// evicted reports whether p is being deleted for a disruption (Disrupted) with the condition
+// dated with the delete (disruptionSkew), not added later to a pod already being deleted.
+func evicted(p *corev1.Pod) bool {
+	if !Disrupted(p) {
+		return false
+	}
+	at, ok := disruptedAt(p)
+	return !ok || !at.After(deleteAsked(p).Add(disruptionSkew))
+}
+
 // disruptionSkew bounds how much later than the delete it caused the DisruptionTarget condition
 // of a disrupted pod may be dated. Kubernetes marks a pod and deletes it in one go: the Eviction
 // API in one request, the taint manager, the scheduler and the pod GC from their own clocks. A
 // condition dated later than that was added to a pod already being deleted (an eviction of a pod
-// its owner deleted) and does not make that delete a disruption. The front end's delete sweep
-// (75 s) removes a copy made within the bound.
+// its owner deleted: the Eviction API marks a terminating pod too) and does not make that delete
+// a disruption. The front end's delete sweep (75 s) removes a copy made within the bound.
 const disruptionSkew = 30 * time.Second
 
 // retired reports whether r, being deleted without DisruptionTarget, was replaced by nogoo9 with
@@ -565,13 +589,7 @@ func retiredAmong(r *corev1.Pod, pods []*corev1.Pod, seen map[*corev1.Pod]bool) 
 		if seen[q] || q.DeletionTimestamp == nil || deleteAsked(r).After(deleteAsked(q)) || !(madeFrom(q, r) || failedUpgrade(r, q)) {
 			continue
 		}
-		if !Disrupted(q) {
-			if retiredAmong(q, pods, seen) {
-				return true
-			}
-			continue
-		}
-		if at, ok := disruptedAt(q); !ok || !at.After(deleteAsked(q).Add(disruptionSkew)) {
+		if evicted(q) || retiredAmong(q, pods, seen) {
 			return true
 		}
 	}

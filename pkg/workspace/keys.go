@@ -198,6 +198,13 @@ const (
 	// creation covers the pods a spawn, an upgrade or a start on the latest version make, this key
 	// the one pod whose creation is the stop's. Bookkeeping: only nogoo9 writes it.
 	AnnStartedAt = Prefix + "started-at"
+	// AnnDeletedAt (RFC 3339, UTC), on a pod being deleted, is when the owner (or an admin)
+	// deleted the workspace through the front end while that pod was already going (an eviction's
+	// preStop, a pod nogoo9 was retiring): its delete is the owner's, whatever DisruptionTarget
+	// it carries, and the controller copies no pod of the workspace (docs/reliability.md, "A pod
+	// that is evicted"). It means nothing on a pod not being deleted. Bookkeeping: only nogoo9
+	// writes it, so no one else can end an eviction's copy with it.
+	AnnDeletedAt = Prefix + "deleted-at"
 	// AnnStartedFromUID, on a pod created by a start on the template's latest version, is the
 	// UID of the stopped pod it replaces, which the controller deletes next.
 	AnnStartedFromUID = Prefix + "started-from-uid"
