@@ -70,18 +70,6 @@ func mounting(t *testing.T, c client.Reader, claim string) []string {
 	return out
 }
 
-func drained(rec *record.FakeRecorder) []string {
-	var out []string
-	for {
-		select {
-		case e := <-rec.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
-
 func TestStartOnLatestMountsOnlyTheWorkspacesOwnClaim(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -127,7 +115,7 @@ func TestStartOnLatestMountsOnlyTheWorkspacesOwnClaim(t *testing.T) {
 				if len(running) != 1 || running[0] != stopped.Name+"@v1" {
 					t.Errorf("running pods = %v, want %s@v1 (started on its own version)", running, stopped.Name)
 				}
-				events := strings.Join(drained(rec), "\n")
+				events := strings.Join(drain(rec), "\n")
 				if !strings.Contains(events, "Warning") || !strings.Contains(events, bobsHome) ||
 					!strings.Contains(events, "spawn this workspace under another id") || strings.Contains(events, "fix the template") {
 					t.Errorf("events = %q, want a Warning naming claim %s and what to do about a claim of another workspace", events, bobsHome)

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -21,18 +22,8 @@ import (
 func TestPolicyRunnersRequestClearsAWithdrawnRequestsTargetVersion(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "ws-stale", Namespace: "default", UID: "uid-ws-stale",
-			Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: "stale",
-				workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "1"},
-			Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1", workspace.AnnTargetVersion: "0.9"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
-		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}},
-	}
-	c := fake.NewClientBuilder().WithObjects(pod).Build()
-	r := &PolicyRunner{Client: c, Reader: c, Templates: whenIdleTemplates(), Recorder: record.NewFakeRecorder(10),
-		Opts: PolicyOptions{IdleAfter: time.Minute, Now: func() time.Time { return now }}}
+	pod := idleJanePod("stale", now, workspace.AnnTargetVersion, "0.9")
+	c, r := idleRunner(pod, now)
 	if n, err := r.Tick(ctx); err != nil || n != 1 {
 		t.Fatalf("tick requested %d (%v), want 1", n, err)
 	}
@@ -57,18 +48,8 @@ func TestPolicyRunnerRequestsNoUpgradeInMaintenanceWhateverItsValue(t *testing.T
 	now := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
 	for _, value := range []string{"disk migration", ""} {
 		t.Run("nogoo9/maintenance="+value, func(t *testing.T) {
-			pod := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: "ws-kept", Namespace: "default", UID: "uid-ws-kept",
-					Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: "kept",
-						workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "1"},
-					Annotations: map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1", workspace.AnnMaintenance: value}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
-				Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
-					{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}},
-			}
-			c := fake.NewClientBuilder().WithObjects(pod).Build()
-			r := &PolicyRunner{Client: c, Reader: c, Templates: whenIdleTemplates(), Recorder: record.NewFakeRecorder(10),
-				Opts: PolicyOptions{IdleAfter: time.Minute, Now: func() time.Time { return now }}}
+			pod := idleJanePod("kept", now, workspace.AnnMaintenance, value)
+			c, r := idleRunner(pod, now)
 			if n, err := r.Tick(ctx); err != nil || n != 0 {
 				t.Errorf("tick requested %d upgrades (%v), want none of a workspace in maintenance", n, err)
 			}
@@ -81,4 +62,30 @@ func TestPolicyRunnerRequestsNoUpgradeInMaintenanceWhateverItsValue(t *testing.T
 			}
 		})
 	}
+}
+
+// idleJanePod is jane's workspace id on template ide version 1, Ready for an hour before now (idle
+// under the when-idle policy), with the annotations kv (key, value, ...) besides its own.
+func idleJanePod(id string, now time.Time, kv ...string) *corev1.Pod {
+	ann := map[string]string{workspace.AnnOwner: "jane", workspace.AnnTemplateVersion: "1"}
+	for i := 0; i+1 < len(kv); i += 2 {
+		ann[kv[i]] = kv[i+1]
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "ws-" + id, Namespace: "default", UID: types.UID("uid-ws-" + id),
+			Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id,
+				workspace.LabelTemplate: "ide", workspace.LabelTemplateVersion: "1"},
+			Annotations: ann},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ide", Image: "example.com/ide:1"}}},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}},
+	}
+}
+
+// idleRunner is a policy runner at now over a fake API server holding pod, with the when-idle
+// templates and a one-minute idle threshold.
+func idleRunner(pod *corev1.Pod, now time.Time) (client.Client, *PolicyRunner) {
+	c := fake.NewClientBuilder().WithObjects(pod).Build()
+	return c, &PolicyRunner{Client: c, Reader: c, Templates: whenIdleTemplates(), Recorder: record.NewFakeRecorder(10),
+		Opts: PolicyOptions{IdleAfter: time.Minute, Now: func() time.Time { return now }}}
 }

@@ -62,9 +62,9 @@ func TestDeleteMarksAPodAlreadyBeingEvicted(t *testing.T) {
 		return fakeCache(pods...)
 	}
 
-	// evicting binds the workspace's pod to a node (its graceful delete then waits for a kubelet,
-	// as on a real node) and evicts it through the Eviction API, as kubectl drain does.
-	evicting := func(t *testing.T, api *liveAPI) *corev1.Pod {
+	// bound is the workspace's pod bound to a node of its own: its graceful delete then waits for
+	// a kubelet, as on a real node.
+	bound := func(t *testing.T, api *liveAPI) *corev1.Pod {
 		t.Helper()
 		run := api.create(t, pod("ws-a1", "alice", "a1", "2.0", t0))
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: api.ns + "-node"}}
@@ -78,6 +78,12 @@ func TestDeleteMarksAPodAlreadyBeingEvicted(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+		return run
+	}
+	// evicting is the bound pod evicted through the Eviction API, as kubectl drain does.
+	evicting := func(t *testing.T, api *liveAPI) *corev1.Pod {
+		t.Helper()
+		run := bound(t, api)
 		if err := api.k8s.SubResource("eviction").Create(api.ctx, run, &policyv1.Eviction{
 			ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: api.ns},
 		}); err != nil {
@@ -125,18 +131,7 @@ func TestDeleteMarksAPodAlreadyBeingEvicted(t *testing.T) {
 	t.Run("a workspace whose pods are live is deleted with no patch, and its pods carry no mark", func(t *testing.T) {
 		api := newLiveAPI(t)
 		// A bound pod waits for its kubelet: the second pass of the delete sees it being deleted.
-		run := api.create(t, pod("ws-a1", "alice", "a1", "2.0", t0))
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: api.ns + "-node"}}
-		if err := api.k8s.Create(api.ctx, node); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = api.k8s.Delete(context.Background(), node) })
-		if err := api.k8s.SubResource("binding").Create(api.ctx, run, &corev1.Binding{
-			ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: api.ns},
-			Target:     corev1.ObjectReference{Kind: "Node", Name: node.Name},
-		}); err != nil {
-			t.Fatal(err)
-		}
+		run := bound(t, api)
 		svc := api.service(t, api.snapshot(t, run.Name), nil)
 		before := api.count(http.MethodPatch)
 		if r, err := svc.Delete(aliceCtx, "a1"); err != nil || len(r.Pods) != 1 {
