@@ -259,6 +259,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	warnUnprotectedNamespaces(cfg, scheme, o, watched)
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		EventBroadcaster:        events, //nolint:staticcheck // the only way to set the correlator; it lives as long as the process
@@ -581,6 +582,30 @@ func addNamespaceWatcher(mgr ctrl.Manager, cfg *rest.Config, scheme *runtime.Sch
 		return fmt.Errorf("create a client to watch --namespaces: %w", err)
 	}
 	return mgr.Add(&namespaces.Watcher{Spec: spec, Home: o.namespace, Watched: watched, Reader: reader, Log: ctrl.Log.WithName("namespaces")})
+}
+
+// warnUnprotectedNamespaces logs, as an error, every watched namespace the bookkeeping admission
+// policy does not cover (namespaces.Unprotected): nogoo9 still starts, since the namespace may be
+// labelled a moment later, but the operator reads why workspaces there are not safe from a
+// tenant who may create pods. A namespace list it may not read is logged as not checked.
+func warnUnprotectedNamespaces(cfg *rest.Config, scheme *runtime.Scheme, o options, watched []string) {
+	if len(watched) < 2 {
+		return
+	}
+	log := ctrl.Log.WithName("namespaces")
+	reader, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var bare []string
+		if bare, err = namespaces.Unprotected(ctx, reader, watched, o.namespace); err == nil {
+			for _, n := range bare {
+				log.Error(nil, "Watched namespace is not labelled "+namespaces.ProtectionLabel+"=true, so the admission policy that keeps nogoo9's bookkeeping nogoo9's does not apply there: anyone who may create pods in it can forge a workspace's owner or claim a path the proxy serves; label it (kubectl label namespace "+n+" "+namespaces.ProtectionLabel+"=true) and apply config/namespaces", "namespace", n)
+			}
+			return
+		}
+	}
+	log.Info("Could not check that the watched namespaces are labelled "+namespaces.ProtectionLabel+"=true (the label that binds the admission policy there)", "error", err.Error())
 }
 
 // watchedNamespaces resolves --namespaces (pkg/namespaces); a selector lists namespaces once, now.

@@ -89,6 +89,36 @@ func Resolve(ctx context.Context, s Spec, home string, reader client.Reader) ([]
 	return out, nil
 }
 
+// ProtectionLabel=true is the label that binds, in a watched namespace, the admission policy that
+// keeps nogoo9's bookkeeping annotations and labels nogoo9's (config/namespaces,
+// bookkeeping_watched_binding.yaml; nogoo9's own namespace has its own binding, by name).
+const ProtectionLabel = "nogoo9/enabled"
+
+// Unprotected returns the namespaces of watched, home aside, that are not labelled
+// ProtectionLabel=true, sorted: the admission policy does not apply there, so whoever may create
+// or patch pods in one can forge a workspace's owner or claim a path the proxy serves
+// (docs/deploy.md). A list of names, or a selector on another label, picks such namespaces
+// without a word otherwise. reader lists namespaces (`list namespaces`, which selector mode
+// needs anyway); one List, of the labelled namespaces only.
+func Unprotected(ctx context.Context, reader client.Reader, watched []string, home string) ([]string, error) {
+	var list corev1.NamespaceList
+	if err := reader.List(ctx, &list, client.MatchingLabels{ProtectionLabel: "true"}); err != nil {
+		return nil, fmt.Errorf("list the namespaces labelled %s=true: %w", ProtectionLabel, err)
+	}
+	labelled := map[string]bool{}
+	for _, ns := range list.Items {
+		labelled[ns.Name] = true
+	}
+	var out []string
+	for _, n := range watched {
+		if n != home && !labelled[n] {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
 // ErrChanged is returned by Watcher.Start when the namespaces a selector picks are no longer the
 // ones resolved at start: the process should exit so that it starts again with the new set (the
 // Deployment restarts it; leader election hands the controller over safely meanwhile).

@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 )
 
 func TestParse(t *testing.T) {
@@ -188,7 +190,7 @@ func TestResolveAlwaysIncludesHomeAndPicksLabelledNamespaces(t *testing.T) {
 	label := "nogoo9-test/" + run
 	home, a, b, c3 := run+"-home", run+"-team-a", run+"-team-b", run+"-team-c"
 	for name, l := range map[string]map[string]string{
-		home: nil, a: {label: "true"}, b: {label: "true"}, c3: {label: "false"},
+		home: nil, a: {label: "true", ProtectionLabel: "true"}, b: {label: "true"}, c3: {label: "false"},
 	} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}); err != nil {
 			t.Fatal(err)
@@ -215,6 +217,11 @@ func TestResolveAlwaysIncludesHomeAndPicksLabelledNamespaces(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("Resolve(%q) = %v, want %v", tc.in, got, tc.want)
 		}
+	}
+	// Of the watched namespaces, b lacks the label that binds the admission policy there; home
+	// has a binding of its own.
+	if got, err := Unprotected(ctx, c, []string{home, a, b}, home); err != nil || !slices.Equal(got, []string{b}) {
+		t.Errorf("Unprotected = %v (%v), want [%s]", got, err, b)
 	}
 	// A namespace labelled after start: the Watcher stops with ErrChanged naming both sets; while
 	// nothing changes it keeps running (it is still running after several looks).
@@ -249,5 +256,22 @@ func TestResolveAlwaysIncludesHomeAndPicksLabelledNamespaces(t *testing.T) {
 	names, _ := Parse(a)
 	if err := (&Watcher{Spec: names, Home: home, Watched: []string{home, a}, Reader: c}).Start(ctx); err != nil {
 		t.Errorf("Watcher over a list of names: %v", err)
+	}
+}
+
+// ProtectionLabel is the label the watched namespaces' admission binding selects: the start-up
+// warning (Unprotected) checks the label that really binds the policy.
+func TestProtectionLabelIsTheOneTheAdmissionBindingSelects(t *testing.T) {
+	raw, err := os.ReadFile("../../config/namespaces/bookkeeping_watched_binding.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	if err := yaml.Unmarshal(raw, &b); err != nil {
+		t.Fatal(err)
+	}
+	sel := b.Spec.MatchResources.NamespaceSelector
+	if sel == nil || sel.MatchLabels[ProtectionLabel] != "true" || len(sel.MatchLabels) != 1 || len(sel.MatchExpressions) != 0 {
+		t.Errorf("the binding selects %+v, want exactly %s=true", sel, ProtectionLabel)
 	}
 }
