@@ -37,6 +37,16 @@ var _ = Describe("Several namespaces and clean URLs", Label("namespaces"), func(
 		aliceSub := "system:serviceaccount:" + nsA + ":alice"
 		p := StartNogoo9("--namespace="+nsA, "--namespaces="+nsA+","+nsB, "--max-workspaces-per-user=3")
 
+		By("naming namespace B in an error at start: it lacks nogoo9/enabled=true, so the admission policy does not cover it")
+		var warned []string
+		for _, l := range strings.Split(p.logOfLastStart(), "\n") {
+			if strings.Contains(l, "is not labelled nogoo9/enabled=true") {
+				warned = append(warned, l)
+			}
+		}
+		Expect(warned).To(HaveLen(1), "one error, for namespace B alone (A is nogoo9's own)")
+		Expect(warned[0]).To(ContainSubstring(nsB))
+
 		By("spawning workspace box in nogoo9's namespace: its path names the namespace")
 		wA := pxSpawn(p, alice, "ide", "box")
 		Expect(wA.WorkspacePath).To(Equal("/ws/" + nsA + "/box/"))
