@@ -85,26 +85,28 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 		terminating  bool
 		wantUpgraded bool
 		wantReads    int32
-		// claimCached: the cache shows the workspace's claim (else it has not seen it yet).
+		// claimCached: the cache shows the workspace's claim (else it has not seen it yet: the
+		// create meets AlreadyExists and the claim is read, one read more, to check that it is
+		// the workspace's own and not another owner's under the same name: spawner.ClaimOf).
 		claimCached      bool
 		wantClaimCreates int32
 	}{
-		{name: "nobody deletes the workspace: new pod kept, old pod deleted, one read", wantUpgraded: true, wantReads: 1, wantClaimCreates: 1},
+		{name: "nobody deletes the workspace: new pod kept, old pod deleted, one read and the claim's", wantUpgraded: true, wantReads: 2, wantClaimCreates: 1},
 		{name: "the claim the old pod mounts is in the cache: not created again", claimCached: true, wantUpgraded: true, wantReads: 1},
-		{name: "nobody deletes the workspace, old pod held terminating: new pod kept, one read", terminating: true, wantUpgraded: true, wantReads: 1, wantClaimCreates: 1},
+		{name: "nobody deletes the workspace, old pod held terminating: new pod kept, one read and the claim's", terminating: true, wantUpgraded: true, wantReads: 2, wantClaimCreates: 1},
 		{name: "the owner deletes the workspace right after the create, pod removed at once: the new pod goes too",
 			ownerDeletes: func(t *testing.T, old *corev1.Pod) {
 				if err := c.Delete(ctx, old, client.Preconditions{UID: &old.UID}); err != nil {
 					t.Errorf("owner's delete: %v", err)
 				}
-			}, wantReads: 2, wantClaimCreates: 1},
+			}, wantReads: 3, wantClaimCreates: 1},
 		{name: "the owner deletes the workspace right after the create, pod still terminating: the new pod goes too",
 			terminating: true,
 			ownerDeletes: func(t *testing.T, old *corev1.Pod) {
 				if err := c.Delete(ctx, old, client.Preconditions{UID: &old.UID}); err != nil {
 					t.Errorf("owner's delete: %v", err)
 				}
-			}, wantReads: 2, wantClaimCreates: 1},
+			}, wantReads: 3, wantClaimCreates: 1},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
