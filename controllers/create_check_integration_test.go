@@ -90,10 +90,7 @@ func TestSideBySideStartChecksTheOldPodInTheCache(t *testing.T) {
 			ns, reg, old, _ := outdatedWorkspace(t, c, fmt.Sprintf("create-check-%d", i), "gil", "desk", "", tc.terminating)
 			newName := workspace.NextPodName(old, "v2")
 
-			cw, err := client.NewWithWatch(cfg, client.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			cw := watchClient(t, cfg)
 			var once sync.Once
 			var createdNew, deletedNew atomic.Bool
 			hooked := interceptor.NewClient(cw, interceptor.Funcs{
@@ -153,7 +150,7 @@ func TestSideBySideStartChecksTheOldPodInTheCache(t *testing.T) {
 				t.Fatalf("upgraded pod %s was never created", newName)
 			}
 			var up corev1.Pod
-			err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: newName}, &up)
+			err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: newName}, &up)
 			if err != nil && !apierrors.IsNotFound(err) {
 				t.Fatal(err)
 			}

@@ -93,3 +93,14 @@ func newNamespace(t *testing.T, c client.Client, prefix string) string {
 	}
 	return ns
 }
+
+// watchClient is a client with Watch on cfg that reads straight from the API server, for tests
+// that hook a controller's reads and writes with an interceptor.
+func watchClient(t *testing.T, cfg *rest.Config) client.WithWatch {
+	t.Helper()
+	cw, err := client.NewWithWatch(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cw
+}

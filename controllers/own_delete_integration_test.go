@@ -26,10 +26,7 @@ import (
 func TestAPassFromACacheBehindItsOwnDeleteDoesNotDeleteAgain(t *testing.T) {
 	cfg, c := startAPIServer(t)
 	ctx := context.Background()
-	cw, err := client.NewWithWatch(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cw := watchClient(t, cfg)
 	// The deleted pod stays terminating, as on a real node, until released.
 	ns, reg, old, claims := outdatedWorkspace(t, c, "own-delete", "hal", "vault", corev1.ReadWriteOncePod, true)
 	var deletes atomic.Int32

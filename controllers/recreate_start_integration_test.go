@@ -73,10 +73,7 @@ func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj clie
 func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 	cfg, c := startAPIServer(t)
 	ctx := context.Background()
-	cw, err := client.NewWithWatch(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cw := watchClient(t, cfg)
 	cases := []struct {
 		name string
 		// ownerDeletes runs right after the upgraded pod's create (nil: nobody deletes).
@@ -139,7 +136,7 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 			}
 
 			var up corev1.Pod
-			err = c.Get(ctx, types.NamespacedName{Namespace: ns, Name: newName}, &up)
+			err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: newName}, &up)
 			upgraded := err == nil && up.DeletionTimestamp == nil
 			if err != nil && !apierrors.IsNotFound(err) {
 				t.Fatal(err)
@@ -187,10 +184,7 @@ func TestRecreateStartChecksTheOldPodWithItsDelete(t *testing.T) {
 func TestAPassFromACacheBehindItsOwnCreateDoesNotStartTheUpgradeAgain(t *testing.T) {
 	cfg, c := startAPIServer(t)
 	ctx := context.Background()
-	cw, err := client.NewWithWatch(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cw := watchClient(t, cfg)
 	ns, reg, old, _ := outdatedWorkspace(t, c, "stale-pass", "fay", "box", "", false)
 	var creates atomic.Int32
 	hooked := interceptor.NewClient(cw, interceptor.Funcs{
@@ -345,10 +339,7 @@ func (l *readLog) reads() []string {
 func TestRecreateStartReadsTheOldPodsSpecFromTheWatchCache(t *testing.T) {
 	cfg, c := startAPIServer(t)
 	ctx := context.Background()
-	cw, err := client.NewWithWatch(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cw := watchClient(t, cfg)
 	for i, tc := range []struct {
 		name string
 		// changeAfterPlan writes to the old pod after the pass's view of the cache was taken.
@@ -418,10 +409,7 @@ func snapshotReconciler(name string, cl client.Client, snap snapshotCache, api c
 func TestARecreateStartWhoseDeleteAnswerIsLostKeepsTheNewPod(t *testing.T) {
 	cfg, c := startAPIServer(t)
 	ctx := context.Background()
-	cw, err := client.NewWithWatch(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cw := watchClient(t, cfg)
 	for i, tc := range []struct {
 		name string
 		lost error

@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -141,4 +142,23 @@ func (l *liveAPI) snapshot(t *testing.T, names ...string) client.WithWatch {
 		pods[i] = l.get(t, n)
 	}
 	return fakeCache(pods...)
+}
+
+// unreachableClient is a client of an address nothing listens on: its connections are refused,
+// as by an API server that is down.
+func (l *liveAPI) unreachableClient(t *testing.T) client.Client {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	down := rest.CopyConfig(apiConfig)
+	down.Host = "https://" + addr
+	c, err := client.New(down, client.Options{Mapper: l.k8s.RESTMapper()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

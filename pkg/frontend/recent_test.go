@@ -2,12 +2,10 @@ package frontend
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
@@ -98,19 +96,7 @@ func TestAWorkspaceIsFoundRightAfterItsSpawn(t *testing.T) {
 	})
 
 	t.Run("503 when the API server cannot answer", func(t *testing.T) {
-		// An address nothing listens on: the connection is refused, as by an API server that is down.
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		_ = l.Close()
-		down := rest.CopyConfig(apiConfig)
-		down.Host = "https://" + addr
-		unreachable, err := client.New(down, client.Options{Mapper: api.k8s.RESTMapper()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		unreachable := api.unreachableClient(t)
 		svc := api.service(t, api.snapshot(t), func(c *Config) { c.Spawner, c.APIReader = spawn, unreachable })
 		if _, err := svc.Spawn(aliceCtx, SpawnInput{Template: "python", ID: "e1"}); err != nil {
 			t.Fatal(err)

@@ -3,13 +3,11 @@ package frontend
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nogoo9/no-crd/pkg/auth"
@@ -185,19 +183,7 @@ func TestUpgradeAllWritesOnceWhereTheCacheIsCurrent(t *testing.T) {
 func TestRollbackTemplateUnavailableIs503(t *testing.T) {
 	api := newLiveAPI(t)
 	api.create(t, pod("ws-a1", "alice", "a1", "1.5", t0, ready))
-	// An address nothing listens on: the connection is refused, as by an API server that is down.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	down := rest.CopyConfig(apiConfig)
-	down.Host = "https://" + addr
-	unreachable, err := client.New(down, client.Options{Mapper: api.k8s.RESTMapper()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	unreachable := api.unreachableClient(t)
 	for name, reader := range map[string]client.Reader{"unreachable": unreachable, "reachable": api.k8s} {
 		svc := api.service(t, api.snapshot(t, "ws-a1"), func(c *Config) {
 			c.History = &templates.History{Reader: reader, Namespace: api.ns}
