@@ -271,6 +271,12 @@ func TestPlanEvictedAfterNogoo9RetiredAPod(t *testing.T) {
 	ownerFirst := old(deletedAt(t0.Add(5 * time.Second)))
 	forged := wsPod(named("up002"), "uid-up", "v2", t0.Add(-20*time.Minute), onNode("node-a"), upgradedFrom(succeededOld), sideBySide, evictedAt(t0))
 	stoppedGone := withStoppedGone(stoppedAt)
+	// A claimless workspace's stop: its copy, ungated by the start at once (no claim to wait for),
+	// no longer names the running pod it was made from (the ungate drops stopped-from-uid).
+	stoppedRun := old(deletedAt(t0.Add(-10 * time.Minute)))
+	startedCopy := wsPod(StoppedPodName(stoppedRun), "uid-copy", "v1", t0.Add(-10*time.Minute), onNode("node-b"), evictedAt(t0))
+	strangerCopy := wsPod(StoppedPodName(stoppedRun), "uid-copy", "v1", t0.Add(-10*time.Minute), onNode("node-b"), evictedAt(t0),
+		ann(workspace.AnnOwner, "mallory"))
 	first := old(deletedAt(t0.Add(-20 * time.Minute)))
 	second := wsPod(workspace.NextPodName(first, "v2"), "uid-up", "v2", t0.Add(-30*time.Minute), onNode("node-a"), upgradedFrom(first), sideBySide, deletedAt(t0.Add(-10*time.Minute)))
 	third := wsPod(workspace.NextPodName(second, "v3"), "uid-up3", "v3", t0.Add(-15*time.Minute), onNode("node-a"), upgradedFrom(second), sideBySide, evictedAt(t0))
@@ -292,6 +298,10 @@ func TestPlanEvictedAfterNogoo9RetiredAPod(t *testing.T) {
 			[]*corev1.Pod{startedFrom(stoppedGone, StartedPodName(stoppedGone)), stoppedGone}, nil},
 		{"the same with the started pod's name of releases before stop 52 (the stopped pod's UID and the version)",
 			[]*corev1.Pod{startedFrom(stoppedGone, startedPodNameWithVersion(stoppedGone, "v2")), stoppedGone}, nil},
+		{"a claimless workspace started while its stopped running pod still terminates, then the started copy evicted: the copy is copied",
+			[]*corev1.Pod{startedCopy, stoppedRun}, nil},
+		{"the same copy's name on a pod of another owner: nothing",
+			[]*corev1.Pod{strangerCopy, stoppedRun}, nothing},
 		{"the new pod evicted first, then the owner deletes the workspace (the old pod, the one still live): nothing",
 			[]*corev1.Pod{up(ownerFirst, ready(t0), evictedAt(t0)), ownerFirst}, nothing},
 		{"the owner deletes the workspace, then someone evicts the new pod while it terminates (the condition comes after its delete): nothing",

@@ -599,13 +599,19 @@ func retiredAmong(r *corev1.Pod, pods []*corev1.Pod, seen map[*corev1.Pod]bool) 
 // madeFrom reports whether nogoo9 made q from old: q names old's UID as the pod it upgrades
 // (workspace.UpgradeLinkProblem: the name derived from old's UID and q's version, or for a
 // rollback from old's UID, and the same owner, id and user) or as the stopped pod it starts
-// (StartedPodName, or the name of releases before stop 52).
+// (StartedPodName, or the name of releases before stop 52), or q is old's copy (a stop's, an
+// eviction's, a lost node's) under the name StoppedPodName derives from old's UID, of the same
+// owner and id: a start ungates the copy of a workspace without claims at once, and the ungate
+// drops the stopped-from-uid the copy had, while old may still be terminating.
 func madeFrom(q, old *corev1.Pod) bool {
 	uid := string(old.UID)
 	if uid == "" {
 		return false
 	}
 	if q.Annotations[workspace.AnnUpgradeFromUID] == uid && workspace.UpgradeLinkProblem(q, old) == "" {
+		return true
+	}
+	if q.Name == StoppedPodName(old) && workspace.Owner(q) == workspace.Owner(old) && workspace.ID(q) == workspace.ID(old) {
 		return true
 	}
 	return q.Annotations[workspace.AnnStartedFromUID] == uid &&
