@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/nogoo9/no-crd/pkg/lifecycle"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
 	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
@@ -161,6 +164,102 @@ func TestEvictionOnAPIServer(t *testing.T) {
 			g.Expect(workspace.TemplateVersion(cp)).To(gomega.Equal("v1"))
 			e.expectIdentity(g, cp, old)
 		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the workspace survives the drain")
+	})
+
+	// Before, the lifecycle planner copied the evicted new pod without the upgrade's record (bound
+	// to the new pod's name): the copy ran the new version with no deadline and no rollback.
+	t.Run("a drain that evicts a Recreate upgrade's new pod before it is Ready rolls the upgrade back from the pod's record and copies nothing", func(t *testing.T) {
+		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod), UpgradeOptions{})
+		old := bound(e, "recreate")
+		e.start()
+		e.reg.set(ideTemplate("v2", "ide:2", corev1.ReadWriteOncePod))
+		e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
+		up := e.recreatedPod("recreate", old.Name)
+		terminating(e, old.Name)
+		// The kubelet's end of the old pod's delete; the new pod is then let through its gate.
+		e.g.Expect(e.c.Delete(ctx, old, client.GracePeriodSeconds(0), client.Preconditions{UID: &old.UID})).To(gomega.Succeed())
+		e.g.Eventually(func(g gomega.Gomega) {
+			g.Expect(e.only(g, "recreate").Spec.SchedulingGates).To(gomega.BeEmpty())
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the new pod ungated once the old pod is gone")
+		bindTo(e, up)
+		e.g.Expect(e.get(up.Name).Annotations).To(gomega.HaveKey(workspace.AnnRollbackSpec), "the upgrade is in flight")
+
+		evict(e, e.get(up.Name))
+		var back *corev1.Pod
+		e.g.Eventually(func(g gomega.Gomega) {
+			back = e.only(g, "recreate")
+			g.Expect(back.Name).To(gomega.Equal(workspace.RollbackPodName(up)), "the rollback pod, not a copy of the evicted one")
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the upgrade is rolled back")
+		e.g.Expect(back.Annotations[workspace.AnnUpgradeStrategy]).To(gomega.Equal(string(upgrade.Rollback)))
+		e.g.Expect(workspace.TemplateVersion(back)).To(gomega.Equal("v1"))
+		e.g.Expect(back.Spec.Containers[0].Image).To(gomega.Equal("ide:1"))
+		e.g.Expect(back.Annotations[workspace.AnnLastUpgradeError]).To(gomega.ContainSubstring(upgrade.ReasonEvicted))
+		e.g.Expect(claims(back)).To(gomega.Equal(claims(up)))
+		e.expectIdentity(e.g, back, old)
+
+		e.g.Consistently(func(g gomega.Gomega) {
+			p := e.only(g, "recreate")
+			g.Expect(p.UID).To(gomega.Equal(back.UID), "the rollback pod is not undone as a deleted workspace")
+			g.Expect(p.Spec.SchedulingGates).NotTo(gomega.BeEmpty(), "it waits while the evicted pod mounts its claim")
+			var cp corev1.Pod
+			g.Expect(apierrors.IsNotFound(e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: lifecycle.StoppedPodName(up)}, &cp))).To(gomega.BeTrue(), "no copy of the evicted pod")
+		}).WithTimeout(3 * time.Second).Should(gomega.Succeed())
+
+		evicted := e.get(up.Name)
+		e.g.Expect(e.c.Delete(ctx, evicted, client.GracePeriodSeconds(0), client.Preconditions{UID: &evicted.UID})).To(gomega.Succeed())
+		e.g.Eventually(func(g gomega.Gomega) {
+			p := e.only(g, "recreate")
+			g.Expect(p.UID).To(gomega.Equal(back.UID))
+			g.Expect(p.Spec.SchedulingGates).To(gomega.BeEmpty(), "released to the scheduler")
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the rollback pod starts once the evicted pod is gone")
+	})
+
+	// Before, the check after the create read the old pod's eviction as the owner's delete and
+	// deleted the new pod; bound to a node, it terminated without DisruptionTarget, so nothing
+	// was copied either, and the workspace was gone.
+	t.Run("an eviction of the old pod right before a side-by-side upgrade's create is no delete of the workspace: the new pod, bound at once, stays", func(t *testing.T) {
+		e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", ""), UpgradeOptions{})
+		old := bound(e, "oldevicted")
+		newName := workspace.NextPodName(old, "v2")
+		var once sync.Once
+		e.startWithClient(func(cw client.WithWatch) client.WithWatch {
+			return interceptor.NewClient(cw, interceptor.Funcs{
+				Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+					mine := obj.GetName() == newName
+					if mine {
+						// A drain evicts the old pod after the pass planned from the cache.
+						once.Do(func() {
+							if err := c.SubResource("eviction").Create(ctx, old, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: old.Name, Namespace: e.ns}}); err != nil {
+								t.Errorf("evict %s: %v", old.Name, err)
+							}
+						})
+					}
+					err := cl.Create(ctx, obj, opts...)
+					if err == nil && mine {
+						// The scheduler binds the new pod at once.
+						if berr := c.SubResource("binding").Create(ctx, obj, &corev1.Binding{
+							ObjectMeta: metav1.ObjectMeta{Name: newName, Namespace: e.ns},
+							Target:     corev1.ObjectReference{Kind: "Node", Name: e.ns + "-oldevicted"},
+						}); berr != nil {
+							t.Errorf("bind %s: %v", newName, berr)
+						}
+					}
+					return err
+				},
+			})
+		})
+		e.reg.set(ideTemplate("v2", "ide:2", ""))
+		e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
+		e.g.Eventually(func(g gomega.Gomega) {
+			g.Expect(lifecycle.Disrupted(e.get(old.Name))).To(gomega.BeTrue())
+			g.Expect(e.only(g, "oldevicted").Name).To(gomega.Equal(newName))
+		}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the old pod evicted, the new pod live")
+		e.g.Consistently(func(g gomega.Gomega) {
+			p := e.only(g, "oldevicted")
+			g.Expect(p.Name).To(gomega.Equal(newName), "the new pod keeps the workspace")
+			g.Expect(p.Spec.NodeName).NotTo(gomega.BeEmpty())
+		}).WithTimeout(3 * time.Second).Should(gomega.Succeed())
+		e.expectIdentity(e.g, e.get(newName), old)
 	})
 
 	t.Run("a person's kubectl delete of the workspace's pod still deletes the workspace", func(t *testing.T) {

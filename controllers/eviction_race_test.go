@@ -92,3 +92,41 @@ func TestEvictedPodCopiedAndNotUndone(t *testing.T) {
 		})
 	}
 }
+
+// A stop's copy made while a drain evicts the running pod (the eviction lands between the pass's
+// read and its create) stays: the check after the create (stopUndone) reads the pod in full and
+// takes its delete for the eviction, not for the owner's. Before, it removed the copy, and the
+// workspace was lost when the evicted pod was gone before the next pass could copy it.
+func TestAStopCopyMadeDuringAnEvictionStays(t *testing.T) {
+	ctx := context.Background()
+	tmpl := ideTemplate("v1", "ide:1", "")
+	run := racePod(t, tmpl, map[string]string{workspace.AnnStopRequested: "by jane"})
+	run.Finalizers = []string{"example.com/hold"} // a delete leaves it terminating, as a kubelet's grace period does
+	api := raceAPI([]client.Object{run}, func(ctx context.Context, cl client.WithWatch, obj client.Object) {
+		if obj.GetName() != lifecycle.StoppedPodName(run) {
+			return
+		}
+		var p corev1.Pod
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(run), &p); err != nil {
+			t.Fatalf("read the running pod: %v", err)
+		}
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
+			Type: lifecycle.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI"})
+		if err := cl.Status().Update(ctx, &p); err != nil {
+			t.Fatalf("the eviction's condition: %v", err)
+		}
+		if err := cl.Delete(ctx, &p); err != nil {
+			t.Fatalf("the eviction's delete: %v", err)
+		}
+	})
+	r := snapshotReconciler("lifecycle-race-test", api, snapshotCache{}, api, &fakeTemplates{}, record.NewFakeRecorder(100), nil)
+
+	racePass(t, r, racePods(t, api), tmpl) // creates the stop's copy, meanwhile the drain evicts the pod
+	var cp corev1.Pod
+	if err := api.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: lifecycle.StoppedPodName(run)}, &cp); err != nil {
+		t.Fatalf("the stop's copy %s: %v (removed as if the owner had deleted the workspace)", lifecycle.StoppedPodName(run), err)
+	}
+	if cp.DeletionTimestamp != nil || !workspace.IsStoppedPod(&cp) || workspace.Owner(&cp) != "jane" {
+		t.Fatalf("the stop's copy: deleting %v, stopped %v, owner %q", cp.DeletionTimestamp != nil, workspace.IsStoppedPod(&cp), workspace.Owner(&cp))
+	}
+}

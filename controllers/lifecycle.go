@@ -226,7 +226,9 @@ func (r *WorkspaceReconciler) createStoppedPod(ctx context.Context, a lifecycle.
 //
 // A copy of a pod Kubernetes is deleting for a disruption (evicted: createStoppedPod checked
 // DisruptionTarget=True on the pod it copied) stays while that pod is being deleted, and when it
-// is gone: that delete is the eviction, not the owner's.
+// is gone: that delete is the eviction, not the owner's. So does a stop's copy whose pod a drain
+// evicted after this pass's read (read in full: deletedByOwner is false): the eviction would
+// make the same copy, and removing it lost the workspace when the evicted pod went first.
 func (r *WorkspaceReconciler) stopUndone(ctx context.Context, running *corev1.Pod, nodeLost, evicted bool) (string, error) {
 	const deleted = "Workspace deleted during its stop; removing the stopped pod"
 	live := podMeta()
@@ -237,6 +239,19 @@ func (r *WorkspaceReconciler) stopUndone(ctx context.Context, running *corev1.Po
 		return deleted, nil
 	case err != nil:
 		return "", err
+	}
+	if live.UID == running.UID && live.DeletionTimestamp != nil && !evicted {
+		// Being deleted: the owner's delete, or a drain's eviction that came after this pass's
+		// read. The metadata read has no status: read the pod in full for its condition.
+		var full corev1.Pod
+		switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(running), &full); {
+		case apierrors.IsNotFound(err):
+			return deleted, nil
+		case err != nil:
+			return "", err
+		case full.UID == running.UID && !deletedByOwner(&full):
+			return "", nil // the eviction's copy is this copy: it stays, as createStoppedPod's
+		}
 	}
 	switch {
 	case live.UID == running.UID && live.DeletionTimestamp != nil && evicted:

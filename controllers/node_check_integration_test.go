@@ -3,16 +3,22 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/nogoo9/no-crd/pkg/podcache"
+	"github.com/nogoo9/no-crd/pkg/upgrade"
+	"github.com/nogoo9/no-crd/pkg/workspace"
 )
 
 // TestTheNodeCheckCopiesNoNode: every pass of every workspace asks whether the nodes of its pods
@@ -100,4 +106,86 @@ func TestTheNodeCheckCopiesNoNode(t *testing.T) {
 	if err != nil || !gone[node.Name] {
 		t.Fatalf("goneNodes(pod on deleted node %s) = %v, %v; want it gone", node.Name, gone, err)
 	}
+}
+
+// TestARecreateUpgradeWhoseNewPodLosesItsNodeRollsBack: a Recreate upgrade's new pod is bound to
+// a Node that is deleted before the pod is Ready, its old pod gone. The lifecycle planner marks it
+// (nogoo9/node-lost) and leaves the upgrade to its planner, which fails it at once (NodeLost) and
+// brings the previous pod back from the new pod's record; the pod GC force-deletes the new pod
+// right after the rollback pod's create (here before the check that follows it: a pod of a gone
+// Node is no delete of the workspace), and the rollback pod stays and starts. Before, the upgrade
+// waited for its 10-minute deadline while the GC removed the only pod, record and all, and a
+// rollback pod made in time was undone as a deleted workspace's.
+func TestARecreateUpgradeWhoseNewPodLosesItsNodeRollsBack(t *testing.T) {
+	cfg, c := startAPIServer(t)
+	ctx := context.Background()
+	e := newNamespaceEnv(t, cfg, c, ideTemplate("v1", "ide:1", corev1.ReadWriteOncePod), UpgradeOptions{})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.ns + "-node"}}
+	e.g.Expect(c.Create(ctx, node)).To(gomega.Succeed())
+	bind := func(p *corev1.Pod) {
+		e.g.Expect(c.SubResource("binding").Create(ctx, p, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: e.ns},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: node.Name},
+		})).To(gomega.Succeed())
+	}
+	old := e.spawn("jane", "lost")
+	bind(old)
+
+	var lostPod atomic.Pointer[corev1.Pod] // the new pod, once bound
+	var gcOnce sync.Once
+	var gcRan atomic.Bool
+	var gcErr atomic.Value
+	e.startWithClient(func(cw client.WithWatch) client.WithWatch {
+		return interceptor.NewClient(cw, interceptor.Funcs{
+			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				err := cl.Create(ctx, obj, opts...)
+				if up := lostPod.Load(); err == nil && up != nil && obj.GetName() == workspace.RollbackPodName(up) {
+					// The pod GC removes the pod of the gone Node (grace period 0).
+					gcOnce.Do(func() {
+						gcRan.Store(true)
+						if derr := c.Delete(ctx, up, client.GracePeriodSeconds(0), client.Preconditions{UID: &up.UID}); derr != nil {
+							gcErr.Store(derr.Error())
+						}
+					})
+				}
+				return err
+			},
+		})
+	})
+	e.reg.set(ideTemplate("v2", "ide:2", corev1.ReadWriteOncePod))
+	e.annotate(old.Name, workspace.AnnUpgradeRequested, str("true"))
+	created := e.recreatedPod("lost", old.Name)
+	// The kubelet's end of the old pod's delete; the new pod is then let through its gate.
+	e.g.Eventually(func(g gomega.Gomega) {
+		g.Expect(e.get(old.Name).DeletionTimestamp).NotTo(gomega.BeNil())
+	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	e.g.Expect(c.Delete(ctx, old, client.GracePeriodSeconds(0), client.Preconditions{UID: &old.UID})).To(gomega.Succeed())
+	e.g.Eventually(func(g gomega.Gomega) {
+		g.Expect(e.only(g, "lost").Spec.SchedulingGates).To(gomega.BeEmpty())
+	}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the new pod ungated once the old pod is gone")
+	bind(created)
+	up := e.get(created.Name)
+	lostPod.Store(up.DeepCopy())
+	e.g.Expect(up.Annotations).To(gomega.HaveKey(workspace.AnnRollbackSpec), "the upgrade is in flight")
+
+	e.g.Expect(c.Delete(ctx, node)).To(gomega.Succeed())
+	var back *corev1.Pod
+	e.g.Eventually(func(g gomega.Gomega) {
+		back = e.only(g, "lost")
+		g.Expect(back.Name).To(gomega.Equal(workspace.RollbackPodName(up)), "the rollback pod")
+	}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the upgrade is rolled back well before its deadline")
+	e.g.Expect(gcRan.Load()).To(gomega.BeTrue(), "the pod GC removed the lost pod right after the rollback pod's create")
+	e.g.Expect(gcErr.Load()).To(gomega.BeNil(), "the pod GC's delete")
+	e.g.Expect(back.Annotations[workspace.AnnUpgradeStrategy]).To(gomega.Equal(string(upgrade.Rollback)))
+	e.g.Expect(workspace.TemplateVersion(back)).To(gomega.Equal("v1"))
+	e.g.Expect(back.Annotations[workspace.AnnLastUpgradeError]).To(gomega.ContainSubstring(upgrade.ReasonNodeLost))
+	e.expectIdentity(e.g, back, old)
+	e.g.Eventually(func(g gomega.Gomega) {
+		p := e.only(g, "lost")
+		g.Expect(p.UID).To(gomega.Equal(back.UID), "the rollback pod is not undone as a deleted workspace")
+		g.Expect(p.Spec.SchedulingGates).To(gomega.BeEmpty(), "released to the scheduler")
+	}).WithTimeout(30*time.Second).Should(gomega.Succeed(), "the rollback pod starts once the lost pod is gone")
+	e.g.Consistently(func(g gomega.Gomega) {
+		g.Expect(e.only(g, "lost").UID).To(gomega.Equal(back.UID))
+	}).WithTimeout(2 * time.Second).Should(gomega.Succeed())
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/nogoo9/no-crd/pkg/lifecycle"
 	"github.com/nogoo9/no-crd/pkg/templates"
 	"github.com/nogoo9/no-crd/pkg/upgrade"
 	"github.com/nogoo9/no-crd/pkg/workspace"
@@ -362,5 +363,124 @@ func expectWoken(t *testing.T, wake <-chan event.GenericEvent, want, after strin
 		}
 	default:
 		t.Errorf("no workspace woken after %s", after)
+	}
+}
+
+// TestAnEvictedRecreatePodIsRolledBackNotCopied: when Kubernetes evicts a Recreate upgrade's new
+// pod before it is Ready (its old pod gone or going), the upgrade planner rolls it back from its
+// record and the lifecycle planner does not also copy it (one workspace, one pod): the pass takes
+// the rollback first (evictedRollback). Every other delete is the lifecycle planner's, as before:
+// the owner's, an eviction the owner's delete met, a pod that was Ready, a workspace with a live
+// pod (the rollback pod, once made).
+func TestAnEvictedRecreatePodIsRolledBackNotCopied(t *testing.T) {
+	keys, err := upgrade.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := upgrade.Config{Keys: keys}
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	const owner, id = "auth0|jane", "demo"
+	pod := func(name, uid, version string, created time.Time) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(uid), CreationTimestamp: metav1.NewTime(created),
+			Labels: map[string]string{workspace.LabelType: workspace.TypeWorkspace, workspace.LabelWorkspaceID: id,
+				workspace.LabelUserSub: workspace.UserLabel(owner), workspace.LabelTemplate: "ide"},
+			Annotations: map[string]string{workspace.AnnOwner: owner, workspace.AnnTemplateVersion: version}},
+			Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "ide", Image: "ide:" + version}},
+				Volumes: []corev1.Volume{{Name: "home", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "home"}}}}}}
+	}
+	deleted := func(p *corev1.Pod, at time.Time) *corev1.Pod {
+		ts, grace := metav1.NewTime(at), int64(30)
+		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &ts, &grace
+		return p
+	}
+	evicted := func(p *corev1.Pod, at time.Time) *corev1.Pod {
+		deleted(p, at.Add(30*time.Second))
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: lifecycle.DisruptionTarget, Status: corev1.ConditionTrue,
+			Reason: "EvictionByEvictionAPI", LastTransitionTime: metav1.NewTime(at)})
+		return p
+	}
+	readyNow := func(p *corev1.Pod) *corev1.Pod {
+		p.Status.Phase, p.Status.PodIP = corev1.PodRunning, "10.0.0.1"
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+		return p
+	}
+	old := func() *corev1.Pod { return pod(workspace.PodName(owner, id), "uid-old", "v1", now.Add(-time.Hour)) }
+	newRe := func() *corev1.Pod {
+		o := old()
+		p := pod(workspace.NextPodName(o, "v2"), "uid-new", "v2", now.Add(-3*time.Minute))
+		p.Annotations[workspace.AnnUpgradeFrom] = o.Name
+		p.Annotations[workspace.AnnUpgradeFromUID] = string(o.UID)
+		p.Annotations[workspace.AnnUpgradeFromVersion] = "v1"
+		p.Annotations[workspace.AnnUpgradeStrategy] = string(upgrade.Recreate)
+		p.Annotations[workspace.AnnUpgradeStartedAt] = now.Add(-2 * time.Minute).Format(time.RFC3339)
+		p.Annotations[workspace.AnnRollbackSpec] = "gzip+base64:spec"
+		p.Annotations[workspace.AnnUpgradeHMAC] = keys.Sign(p.Namespace, p.Name, p.Annotations, p.Annotations[workspace.AnnRollbackSpec])
+		return p
+	}
+	rollbackOf := func(failed *corev1.Pod) *corev1.Pod {
+		p := pod(workspace.RollbackPodName(failed), "uid-rb", "v1", now)
+		p.Spec.NodeName = ""
+		p.Annotations[workspace.AnnUpgradeFrom] = failed.Name
+		p.Annotations[workspace.AnnUpgradeFromUID] = string(failed.UID)
+		p.Annotations[workspace.AnnUpgradeStrategy] = string(upgrade.Rollback)
+		return p
+	}
+
+	for _, tc := range []struct {
+		name     string
+		pods     func() []*corev1.Pod
+		rollback bool
+		// copied: the lifecycle planner, which has the workspace when there is no rollback,
+		// copies the evicted pod.
+		copied bool
+	}{
+		{name: "the new pod evicted before it was Ready, the old pod gone: rolled back, not copied", rollback: true,
+			pods: func() []*corev1.Pod { return []*corev1.Pod{evicted(newRe(), now)} }},
+		{name: "the new pod evicted before it was Ready, the old pod still terminating (nogoo9 deleted it first): rolled back", rollback: true,
+			pods: func() []*corev1.Pod {
+				return []*corev1.Pod{evicted(newRe(), now), deleted(old(), now.Add(-2*time.Minute))}
+			}},
+		{name: "the new pod evicted once Ready, before the pass that confirms it: copied (the new version ran)", copied: true,
+			pods: func() []*corev1.Pod { return []*corev1.Pod{evicted(readyNow(newRe()), now)} }},
+		{name: "the rollback pod made (live): nothing more for either planner on the evicted pod",
+			pods: func() []*corev1.Pod { n := evicted(newRe(), now); return []*corev1.Pod{rollbackOf(n), n} }},
+		{name: "the owner's delete met the evicted pod (deleted-at): neither rolled back nor copied",
+			pods: func() []*corev1.Pod {
+				n := evicted(newRe(), now)
+				n.Annotations[workspace.AnnDeletedAt] = now.Format(time.RFC3339)
+				return []*corev1.Pod{n}
+			}},
+		{name: "the owner deleted the new pod (no DisruptionTarget): neither",
+			pods: func() []*corev1.Pod { return []*corev1.Pod{deleted(newRe(), now)} }},
+		{name: "a pod the owner deleted, evicted two minutes later (the Eviction API marks a terminating pod): neither",
+			pods: func() []*corev1.Pod {
+				n := evicted(newRe(), now)
+				ts := metav1.NewTime(now.Add(-2 * time.Minute))
+				n.DeletionTimestamp = &ts
+				return []*corev1.Pod{n}
+			}},
+		{name: "a workspace with no upgrade evicted: copied, as before", copied: true,
+			pods: func() []*corev1.Pod { return []*corev1.Pod{evicted(old(), now)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pods := tc.pods()
+			m, ok := evictedRollback(pods, now, cfg)
+			if ok != tc.rollback {
+				t.Fatalf("evictedRollback = %v (%d actions), want %v", ok, len(m.Actions), tc.rollback)
+			}
+			if ok {
+				if len(m.Actions) != 1 || m.Actions[0].Kind != upgrade.CreateRollbackPod || m.Actions[0].Pod != pods[0] {
+					t.Fatalf("actions %+v, want the rollback of %s", m.Actions, pods[0].Name)
+				}
+				return
+			}
+			copied := false
+			for _, a := range lifecycle.Plan(pods, lifecycle.Target{Found: true, Version: "v2"}, now, lifecycle.Config{}).Actions {
+				copied = copied || a.Kind == lifecycle.CreateStoppedPod && a.Evicted
+			}
+			if copied != tc.copied {
+				t.Errorf("the lifecycle planner copies an evicted pod: %v, want %v", copied, tc.copied)
+			}
+		})
 	}
 }

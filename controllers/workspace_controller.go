@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/nogoo9/no-crd/pkg/lifecycle"
 	"github.com/nogoo9/no-crd/pkg/podcache"
 	"github.com/nogoo9/no-crd/pkg/spawner"
 	"github.com/nogoo9/no-crd/pkg/templates"
@@ -51,8 +52,9 @@ type TemplateSource interface {
 	Subscribe(fn func(key string))
 }
 
-// deletedMeanwhile reads old from the API server and reports whether it is gone, being deleted, or
-// replaced by another pod of the same name since the cache showed it.
+// deletedMeanwhile reads old from the API server and reports whether it is gone, being deleted by
+// a delete of its workspace (deletedByOwner), or replaced by another pod of the same name since
+// the cache showed it.
 func (r *WorkspaceReconciler) deletedMeanwhile(ctx context.Context, old *corev1.Pod) (bool, error) {
 	var live corev1.Pod
 	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(old), &live); {
@@ -61,7 +63,38 @@ func (r *WorkspaceReconciler) deletedMeanwhile(ctx context.Context, old *corev1.
 	case err != nil:
 		return false, err
 	}
-	return live.DeletionTimestamp != nil || live.UID != old.UID, nil
+	return deletedByOwner(&live) || live.UID != old.UID, nil
+}
+
+// deletedByOwner reports whether p is being deleted as its workspace is: by its owner, a person's
+// kubectl delete, anything but Kubernetes deleting it for a disruption (lifecycle.Disrupted: a
+// drain's eviction, the taint manager, preemption, the pod GC), which is no delete of the
+// workspace, unless the owner's delete met the pod so (lifecycle.OwnerDeleted). Before, any
+// deletion counted: an eviction of the old pod right after an upgrade's create read as the
+// owner's delete, and the new pod, the one the workspace had left, was deleted with it.
+func deletedByOwner(p *corev1.Pod) bool {
+	return p.DeletionTimestamp != nil && (!lifecycle.Disrupted(p) || lifecycle.OwnerDeleted(p))
+}
+
+// evictedRollback is the upgrade planner's move for a workspace none of whose pods is live, when
+// the pod the lifecycle planner would copy for an eviction (lifecycle.Plan's CreateStoppedPod with
+// Evicted: it alone decides what is an eviction, what the owner's delete, and whom to trust) is a
+// Recreate upgrade's new pod that was never Ready (upgrade.PlanEvicted): that pod is rolled back,
+// not copied. The copy would run the new version without the upgrade's record, so without a
+// rollback; the rollback pod, once it exists, is live, and the lifecycle planner copies nothing
+// more. ok is false otherwise: the lifecycle planner has the workspace.
+func evictedRollback(pods []*corev1.Pod, now time.Time, cfg upgrade.Config) (upgrade.Move, bool) {
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil {
+			return upgrade.Move{}, false
+		}
+	}
+	for _, a := range lifecycle.Plan(pods, lifecycle.Target{}, now, lifecycle.Config{}).Actions {
+		if a.Kind == lifecycle.CreateStoppedPod && a.Evicted {
+			return upgrade.PlanEvicted(a.Pod, now, cfg)
+		}
+	}
+	return upgrade.Move{}, false
 }
 
 // templatesSynced reports whether src has loaded its initial set of templates. A source that cannot
@@ -352,17 +385,26 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	if found {
 		target.Found, target.Version = true, tmpl.Version
 	}
-	// Stop, start and culling first: a stopped or stopping workspace is moved by the lifecycle
-	// planner alone, in the same pass order, so the two planners never race on one workspace.
-	var lifeTmpl *templates.Template
-	if found {
-		lifeTmpl = tmpl
+	cfg := upgrade.Config{Timeout: r.Opts.Timeout, Keys: r.Opts.Keys}
+	// A Recreate upgrade's new pod that Kubernetes evicts before it is Ready is the upgrade's to
+	// end (a rollback from its record), not the lifecycle planner's to copy (evictedRollback).
+	move, evicted := evictedRollback(obs.Pods, now, cfg)
+	var lres reconcile.Result
+	if !evicted {
+		// Stop, start and culling first: a stopped or stopping workspace is moved by the
+		// lifecycle planner alone, in the same pass order, so the two planners never race on
+		// one workspace.
+		var lifeTmpl *templates.Template
+		if found {
+			lifeTmpl = tmpl
+		}
+		var held bool
+		held, lres, err = r.reconcileLifecycle(ctx, req.NamespacedName, obs.Pods, lifeTmpl, now)
+		if err != nil || held {
+			return lres, err
+		}
+		move = upgrade.Plan(obs, target, now, cfg)
 	}
-	held, lres, err := r.reconcileLifecycle(ctx, req.NamespacedName, obs.Pods, lifeTmpl, now)
-	if err != nil || held {
-		return lres, err
-	}
-	move := upgrade.Plan(obs, target, now, upgrade.Config{Timeout: r.Opts.Timeout, Keys: r.Opts.Keys})
 	if found {
 		switch behind, err := r.templateBehind(ctx, req.NamespacedName, move, tmpl, now); {
 		case err != nil:
@@ -745,8 +787,9 @@ func (r *WorkspaceReconciler) checkAfterCreate(ctx context.Context, key types.Na
 	return 0, fmt.Errorf("check pod %s after creating %s: %w", old.Name, pod.Name, err)
 }
 
-// deletedBeforeCreate reports whether old was gone, being deleted or replaced when pod, its
-// upgrade, was created: what the owner's delete race needs to know (checkAfterCreate). It waits
+// deletedBeforeCreate reports whether old was gone, being deleted with its workspace
+// (deletedByOwner: an eviction is not) or replaced when pod, its upgrade, was created: what the
+// owner's delete race needs to know (checkAfterCreate). It waits
 // for the informer cache to show pod (podcache.Seen): the cache then holds every pod write committed
 // before the create, so old as the cache shows it answers without a read from the API server (a
 // delete committed after the create is the front end's to find: it lists again after its own
@@ -758,7 +801,7 @@ func (r *WorkspaceReconciler) deletedBeforeCreate(ctx context.Context, pod, old 
 	if r.seen.Wait(ctx, r.Reader, pod, podcache.AwaitSeen) {
 		var cached corev1.Pod
 		if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(old), &cached, client.UnsafeDisableDeepCopy); err == nil {
-			return cached.DeletionTimestamp != nil || cached.UID != old.UID, nil
+			return deletedByOwner(&cached) || cached.UID != old.UID, nil
 		}
 	}
 	return r.deletedMeanwhile(ctx, old)
@@ -784,8 +827,10 @@ func (r *WorkspaceReconciler) createRollbackPod(ctx context.Context, key types.N
 		}
 		return fmt.Errorf("read pod %s for its rollback spec: %w", a.Pod.Name, err)
 	}
-	if full.DeletionTimestamp != nil || full.UID != a.Pod.UID {
-		// The owner deleted the workspace (or the pod was replaced): nothing to bring back.
+	if deletedByOwner(&full) || full.UID != a.Pod.UID {
+		// The owner deleted the workspace (or the pod was replaced): nothing to bring back. A pod
+		// Kubernetes is deleting for a disruption is rolled back: its record goes with it
+		// (upgrade.PlanEvicted).
 		r.gate.release(key)
 		return nil
 	}
@@ -823,7 +868,7 @@ func (r *WorkspaceReconciler) createRollbackPod(ctx context.Context, key types.N
 	switch err := r.Client.Create(ctx, pod); {
 	case err == nil:
 		log.Info("Created rollback pod", "pod", klog.KObj(pod), "failed", klog.KObj(a.Pod))
-		if gone, err := r.deletedMeanwhile(ctx, &full); err != nil || gone {
+		if gone, err := r.rollbackUndone(ctx, &full); err != nil || gone {
 			// The owner deleted the workspace while this pass still saw the failed pod: the
 			// rollback pod must not bring it back (the delete lists again after its own write;
 			// this read after ours closes the race from this side).
@@ -848,6 +893,27 @@ func (r *WorkspaceReconciler) createRollbackPod(ctx context.Context, key types.N
 	default:
 		return fmt.Errorf("create rollback pod %s: %w", pod.Name, err)
 	}
+}
+
+// rollbackUndone reads failed, the pod a rollback pod was just made from (as the API server had it
+// before the create), again and reports whether the owner deleted the workspace meanwhile, so the
+// rollback pod must go: failed is being deleted with its workspace (deletedByOwner), replaced,
+// or gone. Not when failed is being deleted by Kubernetes for a disruption (an eviction is no
+// delete of the workspace), nor when failed, evicted or on a Node that is gone
+// (workspace.AnnNodeLost), is gone: the eviction's delete or the pod GC removed it (the GC
+// force-deletes a pod of a gone Node at any time), and the rollback pod is all the workspace has.
+// An owner's delete is graceful, and such a pod waits for its kubelet or the GC being deleted,
+// which the read sees; one the GC completes before the read is the delete's sweep's to find.
+func (r *WorkspaceReconciler) rollbackUndone(ctx context.Context, failed *corev1.Pod) (bool, error) {
+	var live corev1.Pod
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(failed), &live); {
+	case apierrors.IsNotFound(err):
+		taken := failed.Annotations[workspace.AnnNodeLost] != "" || (lifecycle.Disrupted(failed) && !lifecycle.OwnerDeleted(failed))
+		return !taken, nil
+	case err != nil:
+		return false, err
+	}
+	return deletedByOwner(&live) || live.UID != failed.UID, nil
 }
 
 // deletePod deletes a pod with its UID as precondition: a retried delete never removes a newer pod

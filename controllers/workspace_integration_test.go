@@ -391,6 +391,11 @@ func (e *upgradeEnv) expectIdentity(g gomega.Gomega, p, orig *corev1.Pod) {
 // (envtest; the test plays the kubelet by writing pod status). Each story has its namespace.
 func TestUpgradeControllerOnAPIServer(t *testing.T) {
 	cfg, c := startAPIServer(t)
+	// The node the tests bind new pods to: a pod bound to a node that does not exist is on a lost
+	// node, and its upgrade fails at once (upgrade.ReasonNodeLost).
+	if err := c.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}); err != nil {
+		t.Fatal(err)
+	}
 	nsSeq := 0
 	newEnv := func(t *testing.T, tmpl *templates.Template, opts UpgradeOptions) *upgradeEnv {
 		nsSeq++

@@ -492,7 +492,7 @@ func planNodeLost(pods, gated, running []*corev1.Pod, gone map[string]bool, now 
 // disruption: EvictionByEvictionAPI (a drain), DeletionByTaintManager (an unreachable or tainted
 // node), PreemptionByScheduler, DeletionByPodGC, TerminationByKubelet. A delete by the owner
 // (nogoo9's front end) or by a person with kubectl carries none.
-const DisruptionTarget corev1.PodConditionType = "DisruptionTarget"
+const DisruptionTarget = corev1.DisruptionTarget
 
 // Disrupted reports whether p is being deleted by Kubernetes for a disruption: a deletion
 // timestamp and DisruptionTarget=True. Any reason counts: each of them deletes the pod.

@@ -34,6 +34,18 @@ const (
 	ReasonVolumeNotReleased = "VolumeNotReleased"
 )
 
+// Failure reasons of an upgrade whose new pod Kubernetes takes away before it is Ready.
+const (
+	// ReasonNodeLost: the new pod is bound to a Node that no longer exists (the lifecycle planner
+	// marked it workspace.AnnNodeLost). No kubelet will run it, and the pod GC force-deletes it
+	// about 40 s after the Node went, with the record of a Recreate upgrade on it: the upgrade
+	// fails at once, while there is a record to roll back from.
+	ReasonNodeLost = "NodeLost"
+	// ReasonEvicted: Kubernetes is deleting the new pod of a Recreate upgrade for a disruption (a
+	// drain's eviction, the taint manager, preemption) before it was Ready (PlanEvicted).
+	ReasonEvicted = "Evicted"
+)
+
 // Failure is why an upgraded pod failed.
 type Failure struct {
 	At      time.Time
@@ -59,8 +71,13 @@ func Deadline(up *corev1.Pod, cfg Config) time.Time {
 }
 
 // Failed reports whether the upgraded pod up has failed at now: it shows a terminal reason, its
-// phase is Failed, or the deadline passed without it being Ready.
+// phase is Failed, it is not Ready on a Node that no longer exists, or the deadline passed without
+// it being Ready.
 func Failed(up *corev1.Pod, now time.Time, cfg Config) (Failure, bool) {
+	if up.Annotations[workspace.AnnNodeLost] != "" && !workspace.IsReady(up) {
+		return Failure{At: now, Reason: ReasonNodeLost,
+			Message: fmt.Sprintf("node %s of pod %s no longer exists, so pod %s never became Ready", up.Spec.NodeName, up.Name, up.Name)}, true
+	}
 	reason, msg, terminal := FailureReason(up)
 	if terminal {
 		return Failure{At: now, Reason: reason, Message: msg}, true
