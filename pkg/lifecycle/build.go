@@ -43,6 +43,7 @@ func StoppedPod(running *corev1.Pod, name string, set map[string]string) (*corev
 	for _, k := range stoppedDropped {
 		delete(p.Annotations, k)
 	}
+	workspace.CarryCreatedAt(p, running) // the copy is as old as the workspace, not as itself
 	for k, v := range set {
 		p.Annotations[k] = v
 	}

@@ -54,6 +54,9 @@ func TestPlanEvicted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if !workspace.CreatedAt(cp).Equal(p.CreationTimestamp.Time) || cp.Annotations[workspace.AnnWorkspaceCreatedAt] == "" {
+				t.Fatalf("copy says its workspace was created %v (%q), want the evicted pod's creation %v", workspace.CreatedAt(cp), cp.Annotations[workspace.AnnWorkspaceCreatedAt], p.CreationTimestamp.Time)
+			}
 			if !workspace.IsStoppedCopy(cp) || cp.Spec.NodeName != "" || workspace.ID(cp) != "demo" || workspace.Owner(cp) != "jane" ||
 				len(cp.Spec.Volumes) != 1 || cp.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "home-demo" || cp.Annotations[workspace.AnnStopRequested] != "" {
 				t.Fatalf("copy %+v does not keep the workspace", cp)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"html/template"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -249,15 +250,20 @@ or <code>kubectl annotate pod -n {{.Namespace}} -l nogoo9/workspace-id={{.ID}} n
 </body></html>
 `))
 
-// serveStopped answers a request for a stopped workspace with 503 and how to start it.
+// serveStopped answers a request for a stopped workspace with 503 and how to start it. The
+// reason is shown only to whom the proxy authenticated (the owner, an admin): it names people
+// ("stopped by an admin (alice@corp)", or any text a kubectl user wrote in the stop intent), and a
+// public preview's visitors are anyone.
 func (p *Proxy) serveStopped(w http.ResponseWriter, r *http.Request, t *target) {
 	msg := t.status.Message
-	if msg == "" {
+	if msg == "" || t.public {
 		msg = "the workspace is stopped"
 	}
 	start := ""
 	if p.opts.UIURL != "" {
-		start = strings.TrimRight(p.opts.UIURL, "/") + "/workspaces/" + t.ws.id
+		// The UI's namespaced page serves every watched namespace, nogoo9's own included;
+		// /workspaces/<id> is a page of nogoo9's own namespace only (docs/ui.md).
+		start = strings.TrimRight(p.opts.UIURL, "/") + "/namespaces/" + url.PathEscape(t.ws.namespace) + "/workspaces/" + url.PathEscape(t.ws.id)
 	}
 	// The namespaced route works for every watched namespace, nogoo9's own included (docs/api.md).
 	startAPI := "/api/v1/namespaces/" + t.ws.namespace + "/workspaces/" + t.ws.id + "/start"

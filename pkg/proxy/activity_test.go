@@ -204,7 +204,7 @@ func TestStoppedWorkspaceGets503WithHowToStartIt(t *testing.T) {
 	code, body, hdr := activityGet(path, map[string]string{"Accept": "text/html,application/xhtml+xml"})
 	g.Expect(code).To(Equal(http.StatusServiceUnavailable))
 	g.Expect(hdr.Get("Content-Type")).To(HavePrefix("text/html"))
-	for _, want := range []string{"Workspace " + id + " is stopped", "without activity (idle timeout 30m0s)", activityUI + "/workspaces/" + id, "/api/v1/namespaces/" + ns + "/workspaces/" + id + "/start", "kubectl annotate pod -n " + ns + " -l nogoo9/workspace-id=" + id + " nogoo9/stop-requested-"} {
+	for _, want := range []string{"Workspace " + id + " is stopped", "without activity (idle timeout 30m0s)", activityUI + "/namespaces/" + ns + "/workspaces/" + id, "/api/v1/namespaces/" + ns + "/workspaces/" + id + "/start", "kubectl annotate pod -n " + ns + " -l nogoo9/workspace-id=" + id + " nogoo9/stop-requested-"} {
 		g.Expect(body).To(ContainSubstring(want))
 	}
 	code, body, hdr = activityGet(path, map[string]string{"Accept": "*/*"})

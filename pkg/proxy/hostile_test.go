@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -450,9 +451,11 @@ func TestAWorkspaceCannotSetNogoo9Cookies(t *testing.T) {
 // registers a service worker for the whole proxy origin, /_nogoo9/login (where a person pastes an
 // API token) included, and it stays; Clear-Site-Data "cookies" deletes every cookie of the site,
 // the proxy's and the UI's sessions with them. Both paths (NoFastPath: ReverseProxy) and the
-// informational answers before a final one.
+// informational answers before a final one, to a small GET (the proxy's own transport) and to a
+// 100 KiB POST (net/http's Transport, which hands informational answers on through a trace).
 func TestAWorkspaceCannotReachPastItsPaths(t *testing.T) {
 	onBothPaths(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
 		h := w.Header()
 		h.Set("Service-Worker-Allowed", "/")
 		h.Set("Clear-Site-Data", `"cookies", "storage"`)
@@ -460,33 +463,115 @@ func TestAWorkspaceCannotReachPastItsPaths(t *testing.T) {
 		w.WriteHeader(http.StatusEarlyHints)
 		_, _ = io.WriteString(w, "ok")
 	}, func(t *testing.T, p *Proxy) {
-		var early []http.Header
-		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			early = append(early, http.Header(h).Clone())
-			return nil
-		}}
 		srv := httptest.NewServer(p)
 		defer srv.Close()
-		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, srv.URL+"/ws/jane/demo/sw.js", nil)
-		req.Header.Set("Authorization", "Bearer good")
-		res, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		_ = res.Body.Close()
-		if res.StatusCode != http.StatusOK || res.Header.Get("X-Kept") != "1" {
-			t.Fatalf("answer %d with X-Kept %q, want 200 with the workspace's own field", res.StatusCode, res.Header.Get("X-Kept"))
-		}
-		for i, h := range append(early, res.Header) {
-			for _, k := range []string{"Service-Worker-Allowed", "Clear-Site-Data"} {
-				if v, ok := h[k]; ok {
-					t.Errorf("answer %d of %d carries %s: %q", i+1, len(early)+1, k, v)
+		for _, tc := range []struct {
+			name string
+			body []byte
+		}{
+			{name: "GET"},
+			{name: "100 KiB POST", body: make([]byte, 100<<10)},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				var early []http.Header
+				trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+					early = append(early, http.Header(h).Clone())
+					return nil
+				}}
+				method := http.MethodGet
+				var body io.Reader
+				if tc.body != nil {
+					method, body = http.MethodPost, bytes.NewReader(tc.body)
 				}
-			}
+				req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), method, srv.URL+"/ws/jane/demo/sw.js", body)
+				req.Header.Set("Authorization", "Bearer good")
+				res, err := srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				_ = res.Body.Close()
+				if res.StatusCode != http.StatusOK || res.Header.Get("X-Kept") != "1" {
+					t.Fatalf("answer %d with X-Kept %q, want 200 with the workspace's own field", res.StatusCode, res.Header.Get("X-Kept"))
+				}
+				for i, h := range append(early, res.Header) {
+					for _, k := range []string{"Service-Worker-Allowed", "Clear-Site-Data"} {
+						if v, ok := h[k]; ok {
+							t.Errorf("answer %d of %d carries %s: %q", i+1, len(early)+1, k, v)
+						}
+					}
+				}
+				if len(early) != 1 || early[0].Get("X-Kept") != "1" {
+					t.Errorf("informational answers passed on: %v, want the pod's one 103 with its own field X-Kept", early)
+				}
+			})
 		}
-		if len(early) != 1 {
-			t.Errorf("%d informational answers passed on, want the pod's one 103", len(early))
+	})
+}
+
+// TestAWorkspaceCannotSetCookiesInTrailers: the fields a workspace's answer never carries (a
+// nogoo9 cookie, Service-Worker-Allowed, Clear-Site-Data) never pass in its trailers either,
+// announced or not, and a Set-Cookie in a trailer would also escape the Set-Cookie cap (a client
+// or an intermediary that merges trailers into the header section applies them). Trailers carry
+// no Set-Cookie at all through the proxy; the workspace's other trailers pass. Both paths, each
+// with a small GET (the proxy's own transport) and a 100 KiB POST (net/http's Transport).
+func TestAWorkspaceCannotSetCookiesInTrailers(t *testing.T) {
+	dropped := []string{"Set-Cookie", "Service-Worker-Allowed", "Clear-Site-Data"}
+	onBothPaths(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		h := w.Header()
+		h.Set("Trailer", "Set-Cookie, Service-Worker-Allowed, Clear-Site-Data, X-Checksum")
+		h.Set("Set-Cookie", "sid=1; Path=/")
+		_, _ = io.WriteString(w, "ok")
+		w.(http.Flusher).Flush() // the header section is gone: what follows is trailers
+		h.Del("Set-Cookie")
+		h.Add("Set-Cookie", "__Host-nogoo9_token=attacker; Path=/; Secure; HttpOnly")
+		h.Add("Set-Cookie", "sid=2; Path=/")
+		h.Set("Service-Worker-Allowed", "/")
+		h.Set("Clear-Site-Data", `"cookies"`)
+		h.Set("X-Checksum", "abc")
+		// Unannounced ones too.
+		h.Set(http.TrailerPrefix+"Set-Cookie", "NOGOO9_TOKEN=late; Path=/")
+		h.Set(http.TrailerPrefix+"Clear-Site-Data", `"storage"`)
+	}, func(t *testing.T, p *Proxy) {
+		srv := httptest.NewServer(p)
+		defer srv.Close()
+		for _, tc := range []struct {
+			name string
+			body []byte
+		}{
+			{name: "GET"},
+			{name: "100 KiB POST", body: make([]byte, 100<<10)},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				method := http.MethodGet
+				var body io.Reader
+				if tc.body != nil {
+					method, body = http.MethodPost, bytes.NewReader(tc.body)
+				}
+				req, _ := http.NewRequest(method, srv.URL+"/ws/jane/demo/sum", body)
+				req.Header.Set("Authorization", "Bearer good")
+				res, err := srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := io.ReadAll(res.Body)
+				_ = res.Body.Close()
+				if err != nil || res.StatusCode != http.StatusOK || string(b) != "ok" {
+					t.Fatalf("answer %d %q (%v), want 200 ok", res.StatusCode, b, err)
+				}
+				if got := res.Header["Set-Cookie"]; len(got) != 1 || got[0] != "sid=1; Path=/" {
+					t.Errorf("header Set-Cookie %q, want the workspace's own header cookie", got)
+				}
+				for _, k := range dropped {
+					if v, ok := res.Trailer[k]; ok {
+						t.Errorf("trailer %s passed (announced or sent): %q; trailers %v", k, v, res.Trailer)
+					}
+				}
+				if got := res.Trailer.Get("X-Checksum"); got != "abc" {
+					t.Errorf("trailer X-Checksum %q, want the workspace's abc; trailers %v", got, res.Trailer)
+				}
+			})
 		}
 	})
 }

@@ -298,7 +298,7 @@ func (p *Proxy) newReverseProxy(t *target) *httputil.ReverseProxy {
 	if t.addr == "" || t.problem != "" {
 		return nil // never forwarded: unavailable() answers first
 	}
-	addr, strip, uid, ws := t.addr, t.strip, t.podUID, t.ws
+	addr, strip, uid, ws, person := t.addr, t.strip, t.podUID, t.ws, !t.public
 	fwdPrefix := []string{strings.TrimSuffix(t.prefix, "/")}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -342,7 +342,7 @@ func (p *Proxy) newReverseProxy(t *target) *httputil.ReverseProxy {
 			if !ok {
 				return nil // ReverseProxy reports it
 			}
-			c := p.conns.track(uid, rwc)
+			c := p.conns.track(uid, rwc, person) // only a person's WebSocket is activity
 			res.Body = c
 			if !p.router.podAlive(ws, uid) {
 				// The pod went away while the handshake was in flight.

@@ -85,15 +85,20 @@ func (r *router) route(prefix string) *target {
 	return t
 }
 
-// podAlive reports whether uid is a known pod that is not being deleted, of a workspace that is
-// not Unavailable: a WebSocket whose handshake finished after its pod went away or its workspace
-// was taken out of service is closed at once.
+// podAlive reports whether uid is a known pod that is not being deleted, is ready or not ready
+// for less than the grace period (its timer still runs), of a workspace that is not Unavailable:
+// a WebSocket whose handshake finished after its pod went away, stayed not-ready past the grace
+// (the timer that closed the pod's WebSockets has fired already) or its workspace was taken out
+// of service is closed at once.
 func (r *router) podAlive(key wsKey, uid types.UID) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.ws[key]
 	p := podByUID(st.pods, uid)
 	if p == nil || p.DeletionTimestamp != nil {
+		return false
+	}
+	if _, graceRuns := r.notReady[uid]; !graceRuns && !isReady(p) {
 		return false
 	}
 	return len(st.targets) == 0 || st.targets[0].status.Phase != workspace.PhaseUnavailable

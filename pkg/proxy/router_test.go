@@ -1,10 +1,15 @@
 package proxy
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -249,7 +254,7 @@ func trackWebSocket(t *testing.T, p *Proxy, uid types.UID) {
 	t.Helper()
 	a, b := net.Pipe()
 	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
-	p.conns.track(uid, a)
+	p.conns.track(uid, a, true)
 }
 
 // checkDemoWithoutX checks that nothing of workspace default/demo leads to pod x any more: its
@@ -385,5 +390,211 @@ func TestDeleteFindsThePodWhereverItIsFiled(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestAHandshakeFinishingAfterTheGraceIsClosed: a WebSocket stays pinned to its pod while the pod
+// is not ready for less than the grace period; when the grace ends, its WebSockets are closed. A
+// handshake that was in flight then, and finishes after, must be closed too: it was pinned to a
+// pod that stopped serving, and no timer is left to close it. One that finishes while the grace
+// still runs is kept, like the WebSockets already open.
+func TestAHandshakeFinishingAfterTheGraceIsClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		grace      time.Duration
+		graceOver  bool
+		wantClosed bool
+	}{
+		{name: "the handshake finishes after the grace ended", grace: time.Millisecond, graceOver: true, wantClosed: true},
+		{name: "the handshake finishes while the grace runs", grace: time.Hour, wantClosed: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			arrived, release := make(chan struct{}), make(chan struct{})
+			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				close(arrived)
+				<-release
+				c, brw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+				_, _ = io.Copy(c, brw.Reader)
+			}))
+			defer backend.Close()
+			defer func() {
+				select {
+				case <-release:
+				default:
+					close(release)
+				}
+			}()
+			host, port, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "http://"))
+			p, err := New(verifierOnly{}, Options{BindAddress: ":0", NotReadyGrace: tc.grace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.transport.CloseIdleConnections()
+			pod := podAt("jane", "demo", host, port, false)
+			p.PodChanged(pod)
+			srv := httptest.NewServer(p)
+			defer srv.Close()
+
+			c := dialProxy(t, strings.TrimPrefix(srv.URL, "http://"))
+			if _, err := io.WriteString(c, "GET /ws/jane/demo/term HTTP/1.1\r\nHost: proxy.example\r\nAuthorization: Bearer good\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-arrived:
+			case <-time.After(waitBound):
+				t.Fatalf("the handshake did not reach the pod within %v", waitBound)
+			}
+			// The pod turns not-ready while the handshake is in flight.
+			notReady := pod.DeepCopy()
+			for i := range notReady.Status.Conditions {
+				if notReady.Status.Conditions[i].Type == corev1.PodReady {
+					notReady.Status.Conditions[i].Status = corev1.ConditionFalse
+				}
+			}
+			p.podUpdated(pod, notReady)
+			graceRunning := func() bool {
+				p.router.mu.Lock()
+				defer p.router.mu.Unlock()
+				_, ok := p.router.notReady[pod.UID]
+				return ok
+			}
+			if tc.graceOver {
+				waitFor(t, "the not-ready grace ends", func() bool { return !graceRunning() })
+			} else if !graceRunning() {
+				t.Fatal("no not-ready grace runs for the pod")
+			}
+			close(release)
+
+			// The proxy decides on the connection before it passes the 101 on.
+			br := bufio.NewReader(c)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("the handshake's answer: %v", err)
+			}
+			if n := p.OpenWebSockets(string(pod.UID)); tc.wantClosed && n != 0 {
+				t.Fatalf("answer %d; %d WebSockets stay open to a pod not ready for longer than the grace, want 0", res.StatusCode, n)
+			} else if !tc.wantClosed && (res.StatusCode != http.StatusSwitchingProtocols || n != 1) {
+				t.Fatalf("answer %d with %d WebSockets open, want 101 and 1: the grace still runs", res.StatusCode, n)
+			}
+			if !tc.wantClosed {
+				// Still an echoing connection to the pod.
+				if _, err := io.WriteString(c, "ping"); err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, 4)
+				if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
+					t.Fatalf("echo %q, %v: the connection kept through the grace does not work", buf, err)
+				}
+				return
+			}
+			// The client sees its connection end (dialProxy's deadline bounds the read).
+			if _, err := io.Copy(io.Discard, br); err != nil {
+				t.Fatalf("the connection did not end: %v", err)
+			}
+		})
+	}
+}
+
+// TestAnUpgradedWorkspaceKeepsItsContestedPrefix: jane's workspace team/demo was spawned by an
+// earlier version on the path /ws/jane/demo/, which mallory's newer workspace jane/demo claims too
+// (its own path, workspace.WorkspacePath). The older, jane's, keeps it: and must keep it after
+// every pod it is made of has been replaced (an upgrade, a stop and start, an eviction's copy),
+// each copy created after mallory's pod. The copies carry the workspace's creation
+// (nogoo9/workspace-created-at) as the controller's copies do. The expected owner after each step
+// is written out, not worked out by the router's own rule.
+func TestAnUpgradedWorkspaceKeepsItsContestedPrefix(t *testing.T) {
+	const (
+		legacyCreated = "2026-01-02T02:04:05Z" // t0 - 1h: the creation of jane's first pod
+		rivalCreated  = "2026-01-02T02:54:05Z" // t0 - 10m: mallory's first pod
+	)
+	type step struct {
+		what      string
+		add       *corev1.Pod // PodChanged
+		del       *corev1.Pod // PodDeleted
+		wantOwner string      // of /ws/jane/demo/ and /preview/jane/demo/ afterwards
+	}
+	// pod is a workspace pod of ns/id owned by owner on jane's legacy paths, created age before
+	// t0, carrying the workspace's creation when created is set.
+	pod := func(ns, id, name, owner string, age time.Duration, ready bool, created string) *corev1.Pod {
+		ann := map[string]string{workspace.AnnOwner: owner}
+		if created != "" {
+			ann[workspace.AnnWorkspaceCreatedAt] = created
+		}
+		p := wsPod(name, age, "10.0.0."+fmt.Sprint(len(name)), ready, ann)
+		p.Namespace, p.UID = ns, types.UID("uid-"+ns+"-"+name)
+		p.Labels[workspace.LabelWorkspaceID] = id
+		return p
+	}
+	legacy := pod("team", "demo", "demo-1", "jane", time.Hour, true, "")
+	rival := pod("jane", "demo", "demo-x", "mallory", 10*time.Minute, true, "")
+	start := []step{
+		{what: "jane's workspace", add: legacy, wantOwner: "jane"},
+		{what: "mallory's newer workspace on the same path", add: rival, wantOwner: "jane"},
+	}
+	upgraded := pod("team", "demo", "demo-1-up-abcde", "jane", 0, true, legacyCreated)
+	upgraded.Annotations[workspace.AnnUpgradeFrom] = "demo-1"
+	stopped := pod("team", "demo", "demo-1-stop", "jane", 5*time.Minute, false, legacyCreated)
+	startedStopped := stopped.DeepCopy()
+	startedStopped.Status.Conditions[2].Status = corev1.ConditionTrue // PodReady
+	startedStopped.Status.Conditions[1].Status = corev1.ConditionTrue
+	evictedCopy := pod("team", "demo", "demo-1-up-abcde-evicted", "jane", 0, true, legacyCreated)
+	rivalUpgraded := pod("jane", "demo", "demo-x-up-fghij", "mallory", 0, true, rivalCreated)
+
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{name: "the older workspace is upgraded side by side", steps: append(start,
+			step{what: "its upgraded pod", add: upgraded, wantOwner: "jane"},
+			step{what: "the upgrade deletes the original pod", del: legacy, wantOwner: "jane"},
+		)},
+		{name: "the older workspace is stopped and started", steps: append(start,
+			step{what: "its stopped copy", add: stopped, wantOwner: "jane"},
+			step{what: "the stop deletes the running pod", del: legacy, wantOwner: "jane"},
+			step{what: "the start releases the stopped copy", add: startedStopped, wantOwner: "jane"},
+		)},
+		{name: "the older workspace is upgraded, then its pod evicted and copied", steps: append(start,
+			step{what: "its upgraded pod", add: upgraded, wantOwner: "jane"},
+			step{what: "the upgrade deletes the original pod", del: legacy, wantOwner: "jane"},
+			step{what: "the eviction's copy", add: evictedCopy, wantOwner: "jane"},
+			step{what: "the evicted pod goes", del: upgraded, wantOwner: "jane"},
+		)},
+		{name: "the newer workspace is upgraded", steps: append(start,
+			step{what: "its upgraded pod", add: rivalUpgraded, wantOwner: "jane"},
+			step{what: "the upgrade deletes its original pod", del: rival, wantOwner: "jane"},
+		)},
+		{name: "the older workspace is deleted", steps: append(start,
+			step{what: "its only pod goes", del: legacy, wantOwner: "mallory"},
+		)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := New(benchAuth{}, Options{BindAddress: "127.0.0.1:0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.router.now = func() time.Time { return t0 }
+			for _, s := range tc.steps {
+				if s.add != nil {
+					p.PodChanged(s.add.DeepCopy())
+				}
+				if s.del != nil {
+					p.PodDeleted(s.del.DeepCopy())
+				}
+				for _, path := range []string{"/ws/jane/demo/x", "/preview/jane/demo/x"} {
+					if tg := p.router.lookup(path); tg == nil || tg.owner != s.wantOwner {
+						got := "nothing"
+						if tg != nil {
+							got = tg.owner + "'s workspace " + tg.ws.String()
+						}
+						t.Fatalf("after %s, %s goes to %s, want %s's", s.what, path, got, s.wantOwner)
+					}
+				}
+			}
+		})
 	}
 }

@@ -48,8 +48,8 @@ type target struct {
 	public bool   // preview opted in to nogoo9/public-preview
 	strip  bool   // strip the prefix before forwarding
 	owner  string // raw subject (nogoo9/owner)
-	// created is the workspace's oldest pod's creation time (unixNanos): it breaks ties when two
-	// workspaces claim one prefix (the older keeps it). Nanoseconds instead of a time.Time, and
+	// created is the workspace's creation time (workspaceCreated, unixNanos): it breaks ties when
+	// two workspaces claim one prefix (the older keeps it). Nanoseconds instead of a time.Time, and
 	// the flags beside kind, keep a target at 208 bytes instead of 232 (the 240-byte size
 	// class; bench/history.md, "Seventh round").
 	created int64
@@ -135,7 +135,7 @@ func routesFor(key wsKey, pods []*corev1.Pod, now time.Time) ([]*target, []error
 	if status == nil {
 		status = &phase
 	}
-	created := unixNanos(sorted[len(sorted)-1].CreationTimestamp.Time)
+	created := unixNanos(workspaceCreated(sorted))
 	ann := active.Annotations
 	var out []*target
 	var errs []error
@@ -176,6 +176,20 @@ func routesFor(key wsKey, pods []*corev1.Pod, now time.Time) ([]*target, []error
 		out = append(out, t)
 	}
 	return out, errs
+}
+
+// workspaceCreated is when the workspace of pods (at least one) was created: the earliest of
+// its pods' workspace.CreatedAt. A pod's own creation time alone is not the workspace's: every
+// upgrade, stop and start, and eviction's copy makes a new pod, and a workspace whose original
+// pod is gone looked newer than one spawned after it, which then took its contested prefix.
+func workspaceCreated(pods []*corev1.Pod) time.Time {
+	created := workspace.CreatedAt(pods[0])
+	for _, p := range pods[1:] {
+		if c := workspace.CreatedAt(p); c.Before(created) {
+			created = c
+		}
+	}
+	return created
 }
 
 // normalizePrefix turns an annotation path into a route prefix (workspace.RoutePrefix).

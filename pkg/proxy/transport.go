@@ -393,6 +393,12 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 		}
 	}
 	pc.lr.n = noLimit
+	if res.Trailer != nil {
+		// Announced trailers (only http.ReadResponse reads an answer that has them): the keys
+		// the client is told of. Their values, and any not announced, arrive at the body's end
+		// (connBody).
+		dropTrailerFields(res.Trailer)
+	}
 	if !bodyBuffered(res, pc.br) {
 		// The body may take any time (an event stream): no deadline while it is read. A body
 		// that is all in the buffer already is read without touching the connection, so the
@@ -436,7 +442,7 @@ func (pc *persistConn) roundTrip(req *http.Request, ex exchange) (res *http.Resp
 		res.Body = body
 		return res, nil, false
 	}
-	res.Body = &connBody{body: res.Body, pc: pc, stop: stop, reuse: reuse}
+	res.Body = &connBody{body: res.Body, res: res, pc: pc, stop: stop, reuse: reuse}
 	return res, nil, false
 }
 
@@ -546,7 +552,10 @@ func (pc *persistConn) close() error {
 // body nobody reads).
 type connBody struct {
 	// body is the body http.ReadResponse made; nil: the body is the next n bytes of pc.br.
-	body  io.ReadCloser
+	body io.ReadCloser
+	// res is the answer body belongs to: http.ReadResponse's body reader merges the trailers
+	// into res.Trailer in the Read that ends the body (nil with body).
+	res   *http.Response
 	n     int64
 	pc    *persistConn // nil once released
 	stop  canceller
@@ -570,6 +579,9 @@ func (b *connBody) Read(p []byte) (int, error) {
 	}
 	if err == io.EOF {
 		b.eof = true
+		if b.res != nil {
+			dropTrailerFields(b.res.Trailer)
+		}
 		b.release(b.reuse)
 	} else if err != nil {
 		b.release(false)
@@ -793,8 +805,10 @@ func (l *limit1xx) RoundTrip(req *http.Request) (*http.Response, error) {
 			return err
 		}
 		// Called before ReverseProxy's hook, on the same map: an informational answer never
-		// sets cookies through the proxy.
+		// sets cookies through the proxy, nor carries a field that reaches past the workspace
+		// (originWide), as on the proxy's own transport (roundTrip).
 		delete(h, "Set-Cookie")
+		dropOriginWide(http.Header(h))
 		return nil
 	}}
 	res, err := l.next.RoundTrip(req.WithContext(httptrace.WithClientTrace(ctx, trace)))
@@ -803,8 +817,41 @@ func (l *limit1xx) RoundTrip(req *http.Request) (*http.Response, error) {
 		if cause := context.Cause(ctx); errors.As(cause, &be) {
 			return nil, be
 		}
+		return res, err
 	}
-	return res, err
+	if res.Trailer != nil {
+		dropTrailerFields(res.Trailer) // the announced keys
+	}
+	if res.StatusCode != http.StatusSwitchingProtocols && (res.Trailer != nil || len(res.TransferEncoding) > 0) {
+		// A chunked body may end in trailers, announced or not.
+		res.Body = &trailerFilter{ReadCloser: res.Body, res: res}
+	}
+	return res, nil
+}
+
+// dropTrailerFields removes the fields a workspace's answer never carries in its trailers: Set-Cookie
+// (filterSetCookies and its cap see the header section only, and a workspace has no reason to
+// set a cookie after its body; a client or an intermediary that merges trailers into the header
+// section would apply it) and originWide's.
+func dropTrailerFields(tr http.Header) {
+	delete(tr, "Set-Cookie")
+	dropOriginWide(tr)
+}
+
+// trailerFilter is the body of an answer of net/http's Transport that may end in trailers: in
+// the Read that ends the body, net/http merges them into res.Trailer, where ReverseProxy (or
+// forwardFast) copies them from after the body; trailerDropped's are removed first.
+type trailerFilter struct {
+	io.ReadCloser
+	res *http.Response
+}
+
+func (b *trailerFilter) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		dropTrailerFields(b.res.Trailer)
+	}
+	return n, err
 }
 
 func (l *limit1xx) CloseIdleConnections() { l.next.CloseIdleConnections() }

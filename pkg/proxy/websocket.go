@@ -35,6 +35,9 @@ type trackedConn struct {
 	once sync.Once
 	// opened is when the connection was upgraded (the idle culler's WebSocket age).
 	opened time.Time
+	// person is set when the handshake was authenticated (not an anonymous one to a public
+	// preview): only a person's WebSocket counts as activity (newestOpen).
+	person bool
 }
 
 func (c *trackedConn) Close() error {
@@ -45,15 +48,16 @@ func (c *trackedConn) Close() error {
 // untrack removes c from the registry (once).
 func (c *trackedConn) untrack() { c.once.Do(func() { c.reg.remove(c) }) }
 
-// track registers rwc as a connection to pod and returns the wrapper ReverseProxy must use.
+// track registers rwc as a connection to pod and returns the wrapper ReverseProxy must use;
+// person says whether a person opened it (an authenticated handshake).
 //
 // A connection the synchronous transport upgraded also leaves the registry when the connection
 // itself is closed, by whatever closes it (persistConn.close): ReverseProxy drops the body of an
 // upgrade it gives up on without closing it (a client that cannot be hijacked), and the request's
 // context then closes the pod connection (roundTrip's canceller), not the body. So an entry lives
 // exactly as long as its pod connection.
-func (reg *connRegistry) track(pod types.UID, rwc io.ReadWriteCloser) *trackedConn {
-	c := &trackedConn{ReadWriteCloser: rwc, reg: reg, pod: pod, opened: time.Now()}
+func (reg *connRegistry) track(pod types.UID, rwc io.ReadWriteCloser, person bool) *trackedConn {
+	c := &trackedConn{ReadWriteCloser: rwc, reg: reg, pod: pod, opened: time.Now(), person: person}
 	reg.mu.Lock()
 	m := reg.byPod[pod]
 	if m == nil {
@@ -85,13 +89,15 @@ func (reg *connRegistry) has(pod types.UID) bool {
 	return len(reg.byPod[pod]) > 0
 }
 
-// newestOpen is when the most recent open connection to pod was opened.
+// newestOpen is when the most recent open connection a person opened to pod was opened. An
+// anonymous one (public preview) is left out: anyone may hold it open, the workspace's own
+// process included, and it would keep the workspace from ever being idle.
 func (reg *connRegistry) newestOpen(pod types.UID) (time.Time, bool) {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	var newest time.Time
 	for c := range reg.byPod[pod] {
-		if c.opened.After(newest) {
+		if c.person && c.opened.After(newest) {
 			newest = c.opened
 		}
 	}

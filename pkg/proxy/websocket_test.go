@@ -143,7 +143,7 @@ func TestAnUpgradedPodConnectionLeavesTheRegistryWhenItCloses(t *testing.T) {
 		a, _ := tcpPair(t)
 		pc := &persistConn{conn: a}
 		_ = pc.close()
-		reg.track("pod", &upgradedConn{pc: pc})
+		reg.track("pod", &upgradedConn{pc: pc}, true)
 		if n := reg.count("pod"); n != 0 {
 			t.Fatalf("%d tracked, want 0: the connection was closed already", n)
 		}
@@ -152,7 +152,7 @@ func TestAnUpgradedPodConnectionLeavesTheRegistryWhenItCloses(t *testing.T) {
 		reg := newConnRegistry(logr.Discard())
 		a, _ := tcpPair(t)
 		pc := &persistConn{conn: a}
-		c := reg.track("pod", &upgradedConn{pc: pc})
+		c := reg.track("pod", &upgradedConn{pc: pc}, true)
 		if n := reg.count("pod"); n != 1 {
 			t.Fatalf("%d tracked, want 1", n)
 		}

@@ -461,4 +461,5 @@ func preserveIdentityKeys(p, old *corev1.Pod) {
 	if o := workspace.Owner(old); o != "" {
 		p.Annotations[workspace.AnnOwner] = o
 	}
+	workspace.CarryCreatedAt(p, old) // the new pod is as old as the workspace, not as itself
 }

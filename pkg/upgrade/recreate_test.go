@@ -166,6 +166,9 @@ func TestPreserveIdentityKeepsWhatPeopleAddedToThePod(t *testing.T) {
 	if workspace.TemplateVersion(p) != "v2" {
 		t.Errorf("template version = %q: nogoo9's keys of the old pod must not be copied", workspace.TemplateVersion(p))
 	}
+	if got := p.Annotations[workspace.AnnWorkspaceCreatedAt]; got != old.CreationTimestamp.UTC().Format(time.RFC3339) {
+		t.Errorf("annotation %s = %q, want the old pod's creation %v: the workspace is as old as its first pod", workspace.AnnWorkspaceCreatedAt, got, old.CreationTimestamp.Time)
+	}
 
 	t.Run("a rollback pod does not take the failed version's keys", func(t *testing.T) {
 		spec, err := RollbackSpec(old)

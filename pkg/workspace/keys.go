@@ -205,6 +205,13 @@ const (
 	// that is evicted"). It means nothing on a pod not being deleted. Bookkeeping: only nogoo9
 	// writes it, so no one else can end an eviction's copy with it.
 	AnnDeletedAt = Prefix + "deleted-at"
+	// AnnWorkspaceCreatedAt (RFC 3339, UTC) is when the workspace was created: the creation of
+	// its first pod, carried to every pod that replaces one of it (upgrades, rollbacks, stopped
+	// and evicted copies, starts on the latest version; CarryCreatedAt). A pod's own creation
+	// time is the replacement's, so without this key an upgraded workspace looked newer than one
+	// spawned after it: the proxy gives a route prefix two workspaces claim to the older
+	// (docs/proxy.md). Bookkeeping: only nogoo9 writes it.
+	AnnWorkspaceCreatedAt = Prefix + "workspace-created-at"
 	// AnnStartedFromUID, on a pod created by a start on the template's latest version, is the
 	// UID of the stopped pod it replaces, which the controller deletes next.
 	AnnStartedFromUID = Prefix + "started-from-uid"
