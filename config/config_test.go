@@ -365,16 +365,29 @@ func checkAdmission(t *testing.T, dir string, m *manifests) {
 	if want := "[" + strings.Join(quoted, ", ") + "]"; keys != want {
 		t.Errorf("%s: policy %s lets people write %s, want workspace.PersonWritableKeys %s", dir, p.Name, keys, want)
 	}
-	var resources []string
 	for _, r := range p.Spec.MatchConstraints.ResourceRules {
-		resources = append(resources, r.Resources...)
 		if slices.Contains(r.Operations, admissionv1.Delete) {
 			t.Errorf("%s: policy %s matches DELETE: deleting a workspace pod or a ledger stays an operator's right", dir, p.Name)
 		}
 	}
-	for _, want := range []string{"pods", "pods/status", "pods/binding", "persistentvolumeclaims", "persistentvolumeclaims/status", "configmaps"} {
+	checkGuardedResources(t, dir, p)
+}
+
+// guardedResources are what the bookkeeping policies must match: the status subresources can
+// change labels and annotations too, and a Binding's annotations (and, since Kubernetes 1.35, its
+// labels) are copied onto its pod, whether it is posted to pods/{name}/binding or to the legacy
+// bindings resource (POST /api/v1/namespaces/{ns}/bindings runs the same storage code).
+var guardedResources = []string{"pods", "pods/status", "pods/binding", "bindings", "persistentvolumeclaims", "persistentvolumeclaims/status", "configmaps"}
+
+func checkGuardedResources(t *testing.T, dir string, p admissionv1.ValidatingAdmissionPolicy) {
+	t.Helper()
+	var resources []string
+	for _, r := range p.Spec.MatchConstraints.ResourceRules {
+		resources = append(resources, r.Resources...)
+	}
+	for _, want := range guardedResources {
 		if !slices.Contains(resources, want) {
-			t.Errorf("%s: policy %s does not cover %s (the status subresources can change labels and annotations too; a binding's annotations are copied onto its pod)", dir, p.Name, want)
+			t.Errorf("%s: policy %s does not cover %s (the status subresources can change labels and annotations too; a binding's annotations and labels are copied onto its pod, through pods/binding and the legacy bindings resource alike)", dir, p.Name, want)
 		}
 	}
 }

@@ -64,23 +64,36 @@ func selects(sel *metav1.LabelSelector, l map[string]string) (bool, error) {
 	return s.Matches(labels.Set(l)), nil
 }
 
-// peerSelects reports whether peer selects a pod with labels l in the policy's own namespace
-// (namespace: the install's, labelled as the API server labels every namespace).
+// peerSelects reports whether peer, of a policy in the install's namespace, selects a pod with
+// labels l there.
 func peerSelects(peer networkingv1.NetworkPolicyPeer, l map[string]string) (bool, error) {
+	return peerSelectsIn(peer, namespace, namespace, l)
+}
+
+// peerSelectsIn reports whether peer, of a policy in namespace policyNS, selects a pod with labels
+// l in namespace podNS (labelled as the API server labels every namespace): a peer without a
+// namespaceSelector selects pods of the policy's own namespace only.
+func peerSelectsIn(peer networkingv1.NetworkPolicyPeer, policyNS, podNS string, l map[string]string) (bool, error) {
 	if peer.IPBlock != nil {
 		return false, nil
 	}
 	if peer.NamespaceSelector != nil {
-		ok, err := selects(peer.NamespaceSelector, map[string]string{"kubernetes.io/metadata.name": namespace})
+		ok, err := selects(peer.NamespaceSelector, map[string]string{"kubernetes.io/metadata.name": podNS})
 		if err != nil || !ok {
 			return false, err
 		}
+	} else if podNS != policyNS {
+		return false, nil
 	}
 	if peer.PodSelector == nil {
 		return true, nil
 	}
 	return selects(peer.PodSelector, l)
 }
+
+// otherTeam is a namespace no policy under test belongs to: a peer that selects its pods reaches
+// beyond what it should.
+const otherTeam = "team-z"
 
 // containerPort resolves a NetworkPolicy port (number or name) on pod.
 func containerPort(pod *corev1.Pod, p networkingv1.NetworkPolicyPort) int32 {
@@ -101,16 +114,30 @@ func containerPort(pod *corev1.Pod, p networkingv1.NetworkPolicyPort) int32 {
 }
 
 // checkNetwork returns every way the NetworkPolicies of m fail to isolate pods (workspace pods as
-// the spawner renders them): empty means isolated as docs/security.md says.
+// the spawner renders them): empty means isolated as docs/security.md says. Every policy of the
+// install is in its namespace.
 func checkNetwork(m *manifests, pods []*corev1.Pod) []string {
 	var problems []string
-	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	byName := map[string]networkingv1.NetworkPolicy{}
 	for _, np := range m.networkPolicies {
 		if np.Namespace != namespace {
-			add("NetworkPolicy %s is in namespace %q, want %q (the workspaces' namespace)", np.Name, np.Namespace, namespace)
+			problems = append(problems, fmt.Sprintf("NetworkPolicy %s is in namespace %q, want %q (the workspaces' namespace)", np.Name, np.Namespace, namespace))
 		}
-		byName[np.Name] = np
+	}
+	return append(problems, checkNetworkIn(m, pods, namespace)...)
+}
+
+// checkNetworkIn checks the workspace NetworkPolicies of namespace ns (nogoo9's own, or a team
+// namespace nogoo9 watches, where the proxy's pods are in another namespace): workspace pods of ns
+// are reached only by the proxy's pods (in the install's namespace), and reach no workspace of
+// any namespace and no pod of nogoo9.
+func checkNetworkIn(m *manifests, pods []*corev1.Pod, ns string) []string {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(ns+": "+format, args...)) }
+	byName := map[string]networkingv1.NetworkPolicy{}
+	for _, np := range m.networkPolicies {
+		if np.Namespace == ns {
+			byName[np.Name] = np
+		}
 	}
 	in, ok := byName[ingressPolicy]
 	if !ok {
@@ -157,16 +184,28 @@ func checkNetwork(m *manifests, pods []*corev1.Pod) []string {
 			add("%s: a rule without \"from\" admits every source", in.Name)
 		}
 		for _, peer := range rule.From {
-			if peer.IPBlock != nil || peer.NamespaceSelector != nil {
+			// The proxy's pods are in the install's namespace: a peer may name that namespace (a
+			// team namespace's policy must) but no other.
+			beyond := peer.IPBlock != nil
+			if peer.NamespaceSelector != nil {
+				for _, other := range []string{otherTeam, "default", "kube-system"} {
+					if ok, _ := peerSelectsIn(networkingv1.NetworkPolicyPeer{NamespaceSelector: peer.NamespaceSelector}, ns, other, nil); ok && other != namespace {
+						beyond = true
+					}
+				}
+			}
+			if beyond {
 				add("%s: peer %+v admits sources beyond nogoo9's proxy pods", in.Name, peer)
 			}
 			for _, pod := range pods {
-				if ok, _ := peerSelects(peer, pod.Labels); ok {
-					add("%s: peer %v admits workspace pod %s: workspaces could reach each other", in.Name, metav1.FormatLabelSelector(peer.PodSelector), pod.Name)
+				for _, podNS := range []string{ns, namespace, otherTeam} {
+					if ok, _ := peerSelectsIn(peer, ns, podNS, pod.Labels); ok {
+						add("%s: peer %v admits workspace pod %s of namespace %s: workspaces could reach each other", in.Name, metav1.FormatLabelSelector(peer.PodSelector), pod.Name, podNS)
+					}
 				}
 			}
 			for _, d := range deploys {
-				ok, err := peerSelects(peer, d.labels)
+				ok, err := peerSelectsIn(peer, ns, namespace, d.labels)
 				switch {
 				case err != nil:
 					add("%s: %v", in.Name, err)
@@ -234,12 +273,14 @@ func checkNetwork(m *manifests, pods []*corev1.Pod) []string {
 		}
 		for _, peer := range rule.To {
 			for _, pod := range pods {
-				if ok, _ := peerSelects(peer, pod.Labels); ok {
-					add("%s: peer %+v lets a workspace reach workspace pod %s", out.Name, peer, pod.Name)
+				for _, podNS := range []string{ns, namespace, otherTeam} {
+					if ok, _ := peerSelectsIn(peer, ns, podNS, pod.Labels); ok {
+						add("%s: peer %+v lets a workspace reach workspace pod %s of namespace %s", out.Name, peer, pod.Name, podNS)
+					}
 				}
 			}
 			for _, d := range deploys {
-				if ok, _ := peerSelects(peer, d.labels); ok {
+				if ok, _ := peerSelectsIn(peer, ns, namespace, d.labels); ok {
 					add("%s: peer %+v lets a workspace reach nogoo9's Deployment %s (API, metrics, probes)", out.Name, peer, d.name)
 				}
 			}

@@ -162,7 +162,9 @@ var _ = Describe("Admission from config/: Pod Security, nogoo9's bookkeeping key
 		operatorRole := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "operator"}, Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"pods", "configmaps", "persistentvolumeclaims"}, Verbs: []string{"get", "list", "create", "patch", "update", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"pods/status", "persistentvolumeclaims/status"}, Verbs: []string{"patch"}},
-			{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
+			// pods/binding and the legacy bindings resource (POST /api/v1/namespaces/{ns}/bindings): the
+			// same storage code binds the pod and copies the Binding's annotations onto it.
+			{APIGroups: []string{""}, Resources: []string{"pods/binding", "bindings"}, Verbs: []string{"create"}},
 		}}
 		operatorBinding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "operator"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "operator"},
@@ -312,6 +314,29 @@ var _ = Describe("Admission from config/: Pod Security, nogoo9's bookkeeping key
 			err := operator.SubResource("binding").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name}}, forged)
 			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want Forbidden, got %v", err)
 			Expect(err.Error()).To(And(ContainSubstring("only nogoo9"), ContainSubstring(workspace.AnnOwner)))
+		})
+
+		It("guards the legacy bindings resource too, which binds an unbound pod and copies the Binding's annotations and labels onto it", func(ctx SpecContext) {
+			// A workspace pod no node can take: it stays unbound, so a Binding would be accepted by
+			// the storage code and re-own it (nogoo9/owner, nogoo9/user-sub) if admission let it through.
+			unbound, _ := renderSample("template-node.yaml", ns, "unbound")
+			unbound.Spec.NodeSelector = map[string]string{"nogoo9-e2e/no-such-node": randomSuffix()}
+			Expect(manager.Create(ctx, unbound)).To(Succeed())
+			forged := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: unbound.Name,
+				Annotations: map[string]string{workspace.AnnOwner: "mallory"}, Labels: map[string]string{workspace.LabelUserSub: "mallory"}},
+				Target: corev1.ObjectReference{Kind: "Node", Name: "nowhere"}}
+			// POST /api/v1/namespaces/{ns}/bindings, not the pods/{name}/binding subresource.
+			err := operator.Create(ctx, forged)
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want Forbidden, got %v", err)
+			Expect(err.Error()).To(And(ContainSubstring("only nogoo9"), ContainSubstring(workspace.AnnOwner), ContainSubstring(workspace.LabelUserSub)))
+			var got corev1.Pod
+			Expect(K8s.Get(ctx, client.ObjectKeyFromObject(unbound), &got)).To(Succeed())
+			Expect(got.Spec.NodeName).To(BeEmpty(), "the pod stays unbound")
+			Expect(got.Annotations).To(HaveKeyWithValue(workspace.AnnOwner, unbound.Annotations[workspace.AnnOwner]))
+			Expect(got.Labels).To(HaveKeyWithValue(workspace.LabelUserSub, unbound.Labels[workspace.LabelUserSub]))
+			// A binding without nogoo9's keys (what a scheduler sends) is still the operator's to make.
+			plain := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: unbound.Name}, Target: corev1.ObjectReference{Kind: "Node", Name: "nowhere"}}
+			Expect(operator.Create(ctx, plain, client.DryRunAll)).To(Succeed())
 		})
 
 		It("lets nogoo9's service account write every key", func(ctx SpecContext) {

@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -125,6 +126,36 @@ var _ = Describe("Several namespaces and clean URLs", Label("namespaces"), func(
 			g.Expect(rep.Pod).To(Equal(upgraded.Name))
 		}).Should(Succeed(), "the proxy moves /ws/%s/box/ to the upgraded pod", nsB)
 		Expect(strings.HasPrefix(upgraded.Name, podB.Name)).To(BeTrue(), "upgraded pod %s is named after %s", upgraded.Name, podB.Name)
+	})
+
+	It("names at start each watched team namespace whose workspace pods no NetworkPolicy isolates, and not one with config/namespaces/workspace-network", func(ctx SpecContext) {
+		home, isolated, bare := NewNamespace(), NewNamespace(), NewNamespace()
+
+		By("applying config/namespaces/workspace-network to one team namespace, as docs/deploy.md says (kubectl apply -k ... -n)")
+		var n int
+		for _, u := range kustomizeObjects("config/namespaces/workspace-network") {
+			Expect(u.GetKind()).To(Equal("NetworkPolicy"))
+			Expect(u.GetNamespace()).To(BeEmpty(), "the base leaves the namespace to kubectl apply -n")
+			u.SetNamespace(isolated)
+			Expect(K8s.Create(ctx, u)).To(Succeed(), "NetworkPolicy %s", u.GetName())
+			n++
+		}
+		Expect(n).To(Equal(2))
+		// The other team namespace holds a policy, but one for other pods: its workspaces stay open.
+		Expect(K8s.Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: bare, Name: "database"},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "postgres"}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}}})).To(Succeed())
+
+		p := StartNogoo9("--namespace="+home, "--namespaces="+home+","+isolated+","+bare)
+		var named []string
+		for _, l := range strings.Split(p.logOfLastStart(), "\n") {
+			if strings.Contains(l, "no NetworkPolicy isolating its workspace pods") {
+				named = append(named, l)
+			}
+		}
+		Expect(named).To(HaveLen(1), "one error, for the namespace without the policies alone (nogoo9's own ships them with the install)")
+		Expect(named[0]).To(And(ContainSubstring(bare), ContainSubstring("config/namespaces/workspace-network"), ContainSubstring("Ingress"), ContainSubstring("Egress")))
+		Expect(named[0]).NotTo(ContainSubstring(isolated))
 	})
 
 	It("spawns in a team namespace through REST and MCP only for a caller its RoleBinding allows", func(ctx SpecContext) {
