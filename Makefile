@@ -57,7 +57,8 @@ test-unit: ## Unit tests of pure code (no cluster).
 	$(GO) test -short -count=1 $(UNIT_PKGS)
 
 .PHONY: test-integration
-test-integration: tools ## Unit + integration tests (envtest: real etcd and kube-apiserver from bin/).
+test-integration: tools ## Unit + integration tests (envtest: real etcd and kube-apiserver from bin/; Chromium for the UI's browser tests).
+	hack/install-chromium.sh
 	KUBEBUILDER_ASSETS=$(BIN) $(GO) test -count=1 -p 1 -timeout 20m $(UNIT_PKGS)
 
 .PHONY: test-race

@@ -220,6 +220,11 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	if o.ui.enabled {
+		if err := ui.CheckProxyURL(o.publicURL, o.ui.proxyURL); err != nil {
+			return err
+		}
+	}
 	// --proxy-workspace-domain: parsed once, for the proxy's routing and the UI's links.
 	var origins *workspace.Origins
 	if o.workspaceDomain != "" {
@@ -259,7 +264,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	warnUnprotectedNamespaces(cfg, scheme, o, watched)
+	warnUnsafeNamespaces(cfg, scheme, o, watched)
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		EventBroadcaster:        events, //nolint:staticcheck // the only way to set the correlator; it lives as long as the process
@@ -584,28 +589,39 @@ func addNamespaceWatcher(mgr ctrl.Manager, cfg *rest.Config, scheme *runtime.Sch
 	return mgr.Add(&namespaces.Watcher{Spec: spec, Home: o.namespace, Watched: watched, Reader: reader, Log: ctrl.Log.WithName("namespaces")})
 }
 
-// warnUnprotectedNamespaces logs, as an error, every watched namespace the bookkeeping admission
-// policy does not cover (namespaces.Unprotected): nogoo9 still starts, since the namespace may be
-// labelled a moment later, but the operator reads why workspaces there are not safe from a
-// tenant who may create pods. A namespace list it may not read is logged as not checked.
-func warnUnprotectedNamespaces(cfg *rest.Config, scheme *runtime.Scheme, o options, watched []string) {
+// warnUnsafeNamespaces logs, as an error, every watched namespace but nogoo9's own that is not
+// safe for tenants: one the bookkeeping admission policy does not cover (namespaces.Unprotected),
+// where anyone who may create pods can forge a workspace's owner or claim a path the proxy serves,
+// and one whose workspace pods no NetworkPolicy isolates both ways (namespaces.Unisolated), where
+// a workspace can connect to other tenants' workspaces past the proxy. nogoo9 still starts, since
+// the label or the policies may come a moment later, but the operator reads why and what to
+// apply. What nogoo9 may not read is logged as not checked.
+func warnUnsafeNamespaces(cfg *rest.Config, scheme *runtime.Scheme, o options, watched []string) {
 	if len(watched) < 2 {
 		return
 	}
 	log := ctrl.Log.WithName("namespaces")
 	reader, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		var bare []string
-		if bare, err = namespaces.Unprotected(ctx, reader, watched, o.namespace); err == nil {
-			for _, n := range bare {
-				log.Error(nil, "Watched namespace is not labelled "+namespaces.ProtectionLabel+"=true, so the admission policy that keeps nogoo9's bookkeeping nogoo9's does not apply there: anyone who may create pods in it can forge a workspace's owner or claim a path the proxy serves; label it (kubectl label namespace "+n+" "+namespaces.ProtectionLabel+"=true) and apply config/namespaces", "namespace", n)
-			}
-			return
+	if err != nil {
+		log.Info("Could not check that the watched namespaces are safe for tenants", "error", err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if bare, err := namespaces.Unprotected(ctx, reader, watched, o.namespace); err != nil {
+		log.Info("Could not check that the watched namespaces are labelled "+namespaces.ProtectionLabel+"=true (the label that binds the admission policy there)", "error", err.Error())
+	} else {
+		for _, n := range bare {
+			log.Error(nil, "Watched namespace is not labelled "+namespaces.ProtectionLabel+"=true, so the admission policy that keeps nogoo9's bookkeeping nogoo9's does not apply there: anyone who may create pods in it can forge a workspace's owner or claim a path the proxy serves; label it (kubectl label namespace "+n+" "+namespaces.ProtectionLabel+"=true) and apply config/namespaces", "namespace", n)
 		}
 	}
-	log.Info("Could not check that the watched namespaces are labelled "+namespaces.ProtectionLabel+"=true (the label that binds the admission policy there)", "error", err.Error())
+	if open, err := namespaces.Unisolated(ctx, reader, watched, o.namespace); err != nil {
+		log.Info("Could not check that the watched namespaces have NetworkPolicies isolating workspace pods (the nogoo9-workspaces ClusterRole grants list networkpolicies)", "error", err.Error())
+	} else {
+		for _, u := range open {
+			log.Error(nil, "Watched namespace has no NetworkPolicy isolating its workspace pods, so a workspace there can connect to other tenants' workspaces past the proxy: apply config/namespaces/workspace-network to it (kubectl apply -k config/namespaces/workspace-network -n "+u.Namespace+")", "namespace", u.Namespace, "missing", u.Missing)
+		}
+	}
 }
 
 // watchedNamespaces resolves --namespaces (pkg/namespaces); a selector lists namespaces once, now.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Debian's chromium for the browser e2e specs (test/e2e/ui_test.go) when it is missing.
+# Installs Debian's chromium for the browser tests (test/e2e/ui_test.go, pkg/ui) when it is missing.
 # A browser that cannot be installed is an error with a clear message: the specs never skip.
 set -euo pipefail
 

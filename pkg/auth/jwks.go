@@ -214,7 +214,16 @@ func shortErr(err error) error {
 	if err == nil || len(err.Error()) <= maxErrText {
 		return err
 	}
-	return &truncatedError{msg: err.Error()[:maxErrText] + fmt.Sprintf("... (%d bytes)", len(err.Error())), err: err}
+	return &truncatedError{msg: BoundText(err.Error()), err: err}
+}
+
+// BoundText is s, text from a peer (an identity provider, a callback's URL) about to be logged or
+// wrapped, cut to 512 bytes (valid UTF-8), saying how long it was.
+func BoundText(s string) string {
+	if len(s) <= maxErrText {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxErrText], "") + fmt.Sprintf("... (%d bytes)", len(s))
 }
 
 type truncatedError struct {
@@ -270,12 +279,15 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 
 // plainHTTPAllowed reports whether u may be read over plain http: only on a loopback host
 // (127.0.0.0/8, ::1, localhost), where nobody else is on the path.
-func plainHTTPAllowed(u *url.URL) bool {
-	h := u.Hostname()
-	if strings.EqualFold(h, "localhost") {
+func plainHTTPAllowed(u *url.URL) bool { return LoopbackHost(u.Hostname()) }
+
+// LoopbackHost reports whether host (no port) names the local machine: localhost, 127.0.0.0/8,
+// ::1 (IPv4-mapped too). Only there may an identity provider's URLs use plain http.
+func LoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
 		return true
 	}
-	ip, err := netip.ParseAddr(h)
+	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.Unmap().IsLoopback()
 }
 

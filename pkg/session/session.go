@@ -13,9 +13,11 @@ import (
 	"github.com/nogoo9/no-crd/pkg/auth"
 )
 
-// Session is one logged-in browser.
+// Session is one logged-in browser. A Session is never changed once the store holds it: a recheck
+// replaces it with a copy (Rechecked), so a request keeps the one it read.
 type Session struct {
-	// Caller is who logged in, as the authenticator verified them at login.
+	// Caller is who logged in, as the authenticator verified them at login or at the last
+	// recheck.
 	Caller *auth.Caller
 	// CSRF is the token every state-changing request of this session must carry (a form field or
 	// a header): a cross-site page cannot read it.
@@ -23,7 +25,16 @@ type Session struct {
 	// Expires is when the session ends: the store's TTL after login, or the token's expiry when
 	// that is sooner.
 	Expires time.Time
+	// Checked is when the authenticator last verified the session's token: at login, then at
+	// every recheck (Rechecked).
+	Checked time.Time
+	// token is the bearer token the session started with: held here, in memory, so that the
+	// authenticator can verify it again (a revoked token ends the session); never in the cookie.
+	token string
 }
+
+// Token returns the bearer token the session started with, for the authenticator to verify again.
+func (s *Session) Token() string { return s.token }
 
 // ValidCSRF reports whether token is the session's CSRF token (constant time).
 func (s *Session) ValidCSRF(token string) bool {
@@ -39,6 +50,9 @@ type Options struct {
 	// MaxPerCaller bounds the sessions one caller (by subject) holds at once (20 when 0); a
 	// caller's next login ends their oldest session.
 	MaxPerCaller int
+	// RecheckAfter is how long a verified token is trusted before the session's next request
+	// has it verified again (Stale); 30 s when 0.
+	RecheckAfter time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -68,6 +82,9 @@ func NewStore(o Options) *Store {
 	if o.MaxPerCaller <= 0 {
 		o.MaxPerCaller = 20
 	}
+	if o.RecheckAfter <= 0 {
+		o.RecheckAfter = 30 * time.Second
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -83,10 +100,11 @@ func RandomToken() string {
 
 func key(id string) [sha256.Size]byte { return sha256.Sum256([]byte(id)) }
 
-// Create starts a session for c and returns its id (the cookie value) and the session.
-func (s *Store) Create(c *auth.Caller) (string, *Session) {
+// Create starts a session for c, whose token the authenticator has just verified, and returns its
+// id (the cookie value) and the session.
+func (s *Store) Create(c *auth.Caller, token string) (string, *Session) {
 	now := s.o.Now()
-	sess := &Session{Caller: c, CSRF: RandomToken(), Expires: now.Add(s.o.TTL)}
+	sess := &Session{Caller: c, CSRF: RandomToken(), Expires: now.Add(s.o.TTL), Checked: now, token: token}
 	if !c.Expiry.IsZero() && c.Expiry.Before(sess.Expires) {
 		sess.Expires = c.Expiry
 	}
@@ -194,6 +212,37 @@ func (s *Store) Get(id string) (*Session, bool) {
 		return nil, false
 	}
 	return sess, true
+}
+
+// Stale reports whether sess's token was last verified RecheckAfter ago or longer: it must be
+// verified again before the session serves another request.
+func (s *Store) Stale(sess *Session) bool {
+	return !s.o.Now().Before(sess.Checked.Add(s.o.RecheckAfter))
+}
+
+// Rechecked records that the session with id had its token verified again, as c, and returns the
+// session as it now stands: a copy whose caller is c (an admin demoted is a user from now on),
+// checked now, ending no later than c's expiry. False when the session ended meanwhile, or when c
+// is another subject than the one who logged in: the session then ends (its owner logs in again).
+func (s *Store) Rechecked(id string, c *auth.Caller) (*Session, bool) {
+	k := key(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.m[k]
+	if !ok {
+		return nil, false
+	}
+	if c.Subject != old.Caller.Subject {
+		s.deleteLocked(k)
+		return nil, false
+	}
+	sess := *old
+	sess.Caller, sess.Checked = c, s.o.Now()
+	if !c.Expiry.IsZero() && c.Expiry.Before(sess.Expires) {
+		sess.Expires = c.Expiry
+	}
+	s.m[k] = &sess
+	return &sess, true
 }
 
 // Delete ends the session with id (logout). Unknown ids are ignored.

@@ -15,11 +15,11 @@ func (c *clock) now() time.Time { return c.t }
 func TestSessionLivesUntilTTLOrTokenExpiryWhicheverIsFirst(t *testing.T) {
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s := NewStore(Options{TTL: time.Hour, Now: c.now})
-	id, sess := s.Create(&auth.Caller{Subject: "jane"})
+	id, sess := s.Create(&auth.Caller{Subject: "jane"}, "token")
 	if got, ok := s.Get(id); !ok || got != sess {
 		t.Fatalf("Get(new id) = %v, %v; want the session", got, ok)
 	}
-	short, _ := s.Create(&auth.Caller{Subject: "bob", Expiry: c.t.Add(10 * time.Minute)})
+	short, _ := s.Create(&auth.Caller{Subject: "bob", Expiry: c.t.Add(10 * time.Minute)}, "token")
 	c.t = c.t.Add(11 * time.Minute)
 	if _, ok := s.Get(short); ok {
 		t.Fatal("a session outlived its token's expiry")
@@ -38,7 +38,7 @@ func TestSessionLivesUntilTTLOrTokenExpiryWhicheverIsFirst(t *testing.T) {
 
 func TestDeleteEndsTheSessionAndUnknownIdsFindNothing(t *testing.T) {
 	s := NewStore(Options{})
-	id, _ := s.Create(&auth.Caller{Subject: "jane"})
+	id, _ := s.Create(&auth.Caller{Subject: "jane"}, "token")
 	s.Delete(id)
 	for _, probe := range []string{id, "", "not-a-session"} {
 		if _, ok := s.Get(probe); ok {
@@ -50,11 +50,11 @@ func TestDeleteEndsTheSessionAndUnknownIdsFindNothing(t *testing.T) {
 func TestStoreIsBoundedAndAFullStoreEvictsFromTheCallersHoldingTheMost(t *testing.T) {
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s := NewStore(Options{TTL: time.Hour, MaxEntries: 10, Now: c.now})
-	first, _ := s.Create(&auth.Caller{Subject: "first"})
+	first, _ := s.Create(&auth.Caller{Subject: "first"}, "token")
 	var last string
 	for i := 0; i < 50; i++ {
 		c.t = c.t.Add(time.Second)
-		last, _ = s.Create(&auth.Caller{Subject: "u"})
+		last, _ = s.Create(&auth.Caller{Subject: "u"}, "token")
 		if s.Len() > 10 {
 			t.Fatalf("store holds %d sessions, bound is 10", s.Len())
 		}
@@ -73,12 +73,12 @@ func TestStoreIsBoundedAndAFullStoreEvictsFromTheCallersHoldingTheMost(t *testin
 func TestOneCallersLoginsNeverEndAnotherCallersSession(t *testing.T) {
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s := NewStore(Options{Now: c.now})
-	admin, _ := s.Create(&auth.Caller{Subject: "root", IsAdmin: true})
-	oidc, _ := s.Create(&auth.Caller{Subject: "jane", Expiry: c.t.Add(time.Hour)})
+	admin, _ := s.Create(&auth.Caller{Subject: "root", IsAdmin: true}, "token")
+	oidc, _ := s.Create(&auth.Caller{Subject: "jane", Expiry: c.t.Add(time.Hour)}, "token")
 	c.t = c.t.Add(time.Second)
 	var mallory []string
 	for i := 0; i < 10000; i++ {
-		id, _ := s.Create(&auth.Caller{Subject: "mallory"})
+		id, _ := s.Create(&auth.Caller{Subject: "mallory"}, "token")
 		mallory = append(mallory, id)
 	}
 	for name, id := range map[string]string{"the admin's": admin, "an OIDC user's (expiring first)": oidc, "mallory's newest": mallory[len(mallory)-1]} {
@@ -100,7 +100,7 @@ func TestAFullStoreOfEqualCallersEvictsWhatExpiresFirst(t *testing.T) {
 	s := NewStore(Options{TTL: time.Hour, MaxEntries: 10, Now: c.now})
 	var ids []string
 	for i := 0; i < 11; i++ {
-		id, _ := s.Create(&auth.Caller{Subject: fmt.Sprintf("user-%d", i)})
+		id, _ := s.Create(&auth.Caller{Subject: fmt.Sprintf("user-%d", i)}, "token")
 		ids = append(ids, id)
 		c.t = c.t.Add(time.Second)
 	}
@@ -116,8 +116,8 @@ func TestAFullStoreOfEqualCallersEvictsWhatExpiresFirst(t *testing.T) {
 
 func TestCSRFTokenIsPerSessionAndComparedExactly(t *testing.T) {
 	s := NewStore(Options{})
-	_, a := s.Create(&auth.Caller{Subject: "a"})
-	_, b := s.Create(&auth.Caller{Subject: "b"})
+	_, a := s.Create(&auth.Caller{Subject: "a"}, "token")
+	_, b := s.Create(&auth.Caller{Subject: "b"}, "token")
 	if a.CSRF == b.CSRF || len(a.CSRF) < 40 {
 		t.Fatalf("CSRF tokens not random per session: %q %q", a.CSRF, b.CSRF)
 	}
@@ -136,5 +136,45 @@ func TestCSRFTokenIsPerSessionAndComparedExactly(t *testing.T) {
 				t.Errorf("ValidCSRF = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A session keeps its token to have it verified again: due RecheckAfter after the last check,
+// replaced (never changed in place: a request keeps the session it read) by a copy with the caller
+// the authenticator gives now, and ended when that is another subject.
+func TestARecheckedSessionTakesTheCallerAsVerifiedNow(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s := NewStore(Options{RecheckAfter: 30 * time.Second, Now: c.now})
+	id, sess := s.Create(&auth.Caller{Subject: "root", IsAdmin: true}, "root-token")
+	if sess.Token() != "root-token" {
+		t.Fatalf("Token() = %q, want the token the session started with", sess.Token())
+	}
+	c.t = c.t.Add(29 * time.Second)
+	if s.Stale(sess) {
+		t.Fatal("a session checked 29 s ago is due for a recheck (RecheckAfter 30 s)")
+	}
+	c.t = c.t.Add(time.Second)
+	if !s.Stale(sess) {
+		t.Fatal("a session checked 30 s ago is not due for a recheck")
+	}
+	expiry := c.t.Add(time.Minute)
+	now, ok := s.Rechecked(id, &auth.Caller{Subject: "root", Expiry: expiry})
+	if !ok || now.Caller.IsAdmin || !now.Checked.Equal(c.t) || !now.Expires.Equal(expiry) || now.CSRF != sess.CSRF || now.Token() != "root-token" {
+		t.Fatalf("Rechecked = %+v, %v; want the demoted caller, checked now, ending at the token's expiry, same CSRF and token", now, ok)
+	}
+	if !sess.Caller.IsAdmin {
+		t.Error("Rechecked changed the session a request already holds")
+	}
+	if got, _ := s.Get(id); got != now || s.Stale(got) {
+		t.Errorf("Get after Rechecked = %+v, want the rechecked session, not due", got)
+	}
+	if _, ok := s.Rechecked(id, &auth.Caller{Subject: "someone-else"}); ok {
+		t.Fatal("a recheck as another subject kept the session")
+	}
+	if _, ok := s.Get(id); ok || s.Len() != 0 {
+		t.Error("a recheck as another subject did not end the session")
+	}
+	if _, ok := s.Rechecked(id, &auth.Caller{Subject: "root"}); ok {
+		t.Error("Rechecked brought back a session that had ended")
 	}
 }

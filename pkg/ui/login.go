@@ -113,13 +113,14 @@ func (u *UI) devLogin(w http.ResponseWriter, r *http.Request) {
 		u.renderLogin(w, r, status, next, msg)
 		return
 	}
-	u.startSession(w, r, caller)
+	u.startSession(w, r, caller, token)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// startSession creates the server-side session and sets its cookie.
-func (u *UI) startSession(w http.ResponseWriter, r *http.Request, c *auth.Caller) {
-	id, sess := u.o.Sessions.Create(c)
+// startSession creates the server-side session of c, who token verified as, and sets its cookie.
+// The token stays in the server's memory (the session store), for the rechecks (liveSession).
+func (u *UI) startSession(w http.ResponseWriter, r *http.Request, c *auth.Caller, token string) {
+	id, sess := u.o.Sessions.Create(c, token)
 	u.loginCookie(w, "", -1)
 	http.SetCookie(w, &http.Cookie{
 		Name: u.cookieName(), Value: id, Path: "/", Expires: sess.Expires,

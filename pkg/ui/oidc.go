@@ -106,6 +106,19 @@ func NewOIDCLogin(ctx context.Context, c OIDCConfig) (*OIDCLogin, error) {
 	if provider.Endpoint().AuthURL == "" {
 		return nil, fmt.Errorf("OIDC issuer %s has no authorization endpoint: the UI's single sign-on needs one (use the development login instead)", c.IssuerURL)
 	}
+	if provider.Endpoint().TokenURL == "" {
+		return nil, fmt.Errorf("OIDC issuer %s has no token endpoint: the UI's single sign-on needs one (use the development login instead)", c.IssuerURL)
+	}
+	// The browser carries the login's state and PKCE challenge to the authorization endpoint, and
+	// nogoo9 sends the code and its verifier to the token endpoint, which answers with the ID
+	// token: the same rule as for the issuer and its keys (pkg/auth).
+	for _, e := range []struct{ field, value string }{
+		{"authorization_endpoint", provider.Endpoint().AuthURL}, {"token_endpoint", provider.Endpoint().TokenURL},
+	} {
+		if err := checkEndpoint(c.IssuerURL, e.field, e.value); err != nil {
+			return nil, err
+		}
+	}
 	name := c.DisplayName
 	if name == "" {
 		name = "single sign-on"
@@ -128,6 +141,20 @@ func NewOIDCLogin(ctx context.Context, c OIDCConfig) (*OIDCLogin, error) {
 		gate:     newExchangeGate(time.Now),
 		trusted:  c.TrustedProxies,
 	}, nil
+}
+
+// checkEndpoint refuses an endpoint of the issuer's discovery document (field, value) that anyone
+// on the network path could read or answer: a URL other than https, except http on a loopback
+// host (127.0.0.0/8, ::1, localhost), as pkg/auth requires of the issuer URL and jwks_uri.
+func checkEndpoint(issuer, field, value string) error {
+	u, err := url.Parse(value)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return fmt.Errorf("OIDC issuer %s (--oidc-issuer-url) names %s %.300q in its discovery document, which is not an http(s) URL: fix the issuer's configuration, or turn single sign-on off (no --ui-oidc-redirect-url) and use the development login", issuer, field, value)
+	}
+	if u.Scheme == "http" && !auth.LoopbackHost(u.Hostname()) {
+		return fmt.Errorf("OIDC issuer %s (--oidc-issuer-url) names %s %.300q in its discovery document, which uses plain http on a host that is not loopback: anyone on the network path could read the login codes or answer with tokens of their own; the issuer must publish its endpoints over https (or turn single sign-on off: no --ui-oidc-redirect-url)", issuer, field, value)
+	}
+	return nil
 }
 
 // authStyle is how the token request carries the client's credentials. Left unset, oauth2 guesses:
@@ -260,11 +287,13 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	if e := q.Get("error"); e != "" {
 		// The page names only a code RFC 6749 (4.1.2.1) or OpenID Connect (3.1.2.6) defines: the
 		// URL is anyone's to write, and its words would show on nogoo9's own page.
-		code := "an error"
+		// The log names it no more: a code OAuth does not define is anyone's text, and the
+		// description is bounded.
+		code, logged := "an error", "(a code OAuth does not define)"
 		if oauthErrors[e] {
-			code = e
+			code, logged = e, e
 		}
-		fail(http.StatusUnauthorized, "provider error "+e+": "+q.Get("error_description"), "The identity provider did not log you in ("+code+"); try again.")
+		fail(http.StatusUnauthorized, "provider error "+logged+": "+auth.BoundText(q.Get("error_description")), "The identity provider did not log you in ("+code+"); try again.")
 		return
 	}
 	if cookieErr != nil {
@@ -300,10 +329,10 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	// The API's authenticator (a Guard) limits its own failures.
 	caller, err := u.o.Auth.VerifyToken(auth.WithClient(ctx, r), raw)
 	if err != nil {
-		fail(http.StatusUnauthorized, "authenticator: "+err.Error(), "Your identity was not accepted by nogoo9; ask an administrator.")
+		fail(http.StatusUnauthorized, "authenticator: "+auth.BoundText(err.Error()), "Your identity was not accepted by nogoo9; ask an administrator.")
 		return
 	}
-	u.startSession(w, r, caller)
+	u.startSession(w, r, caller, raw)
 	// The provider's redirect made this a cross-site navigation, on which the browser withholds
 	// the SameSite=Strict session cookie; a same-site hop from this page carries it.
 	w.Header().Set("Refresh", "0;url="+p.Next)
@@ -316,7 +345,8 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 func (o *OIDCLogin) redeem(ctx context.Context, code string, p pendingLogin) (raw, reason, msg string) {
 	tok, err := o.oauth.Exchange(ctx, code, oauth2.VerifierOption(p.Verifier))
 	if err != nil {
-		return "", "code exchange: " + err.Error(), "The identity provider refused the login code; start again."
+		// oauth2 quotes the token endpoint's answer (up to the issuer client's 1 MiB).
+		return "", "code exchange: " + auth.BoundText(err.Error()), "The identity provider refused the login code; start again."
 	}
 	raw, _ = tok.Extra("id_token").(string)
 	if raw == "" {
@@ -324,7 +354,7 @@ func (o *OIDCLogin) redeem(ctx context.Context, code string, p pendingLogin) (ra
 	}
 	idt, err := o.verifier.Verify(ctx, raw)
 	if err != nil {
-		return "", "id token: " + err.Error(), "The identity provider's ID token was not valid; start again."
+		return "", "id token: " + auth.BoundText(err.Error()), "The identity provider's ID token was not valid; start again."
 	}
 	if !(&session.Session{CSRF: p.Nonce}).ValidCSRF(idt.Nonce) {
 		return "", "nonce mismatch", "The ID token was not issued for this login; start again."

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -71,4 +73,42 @@ func Setup(ctx context.Context, mgr manager.Manager, c Config) func(*frontend.Se
 		}
 		return u.Handler(), nil
 	}
+}
+
+// CheckProxyURL refuses a proxy (--ui-proxy-url, proxyURL) served on the web UI's own origin
+// (--public-url, publicURL). The proxy serves what workspaces answer: on the UI's origin a
+// workspace's page is, to the browser, nogoo9's own UI, which reads the UI's pages with the
+// viewer's session, takes their CSRF token and acts as the viewer (an admin's Upgrade All
+// included): a full takeover. Either empty: nothing to compare (without --ui-proxy-url, links use
+// the --proxy-bind-address port, another origin).
+func CheckProxyURL(publicURL, proxyURL string) error {
+	if publicURL == "" || proxyURL == "" {
+		return nil
+	}
+	ui, proxy := origin(publicURL), origin(proxyURL)
+	if ui == "" || ui != proxy {
+		return nil
+	}
+	return fmt.Errorf("--ui-proxy-url=%s and --public-url=%s are one origin (%s): workspace pages would run as nogoo9's web UI, with the viewer's session and every action it allows, an admin's included; serve the proxy on another host (e.g. https://ws.example.com) or another port, and set --ui-proxy-url to that", proxyURL, publicURL, ui)
+}
+
+// origin is raw's scheme://host:port, lower-case, with the scheme's default port; "" when raw is
+// no http(s) URL with a host.
+func origin(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	switch {
+	case port != "":
+	case scheme == "https":
+		port = "443"
+	case scheme == "http":
+		port = "80"
+	default:
+		return ""
+	}
+	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -487,23 +488,24 @@ func contains(list []string, s string) bool {
 
 // streamLoop runs a stream until the client leaves, the session ends, the stream's time is up
 // or a write fails. flush sends what the hub reported; events (may be nil) are appended to the
-// page's event list.
+// page's event list. Each wake-up (a change, an event, the keep-alive) first checks that the
+// stream may go on (goesOn), so nothing is sent for a session that has ended.
 func (u *UI) streamLoop(r *request, sub *Sub, events <-chan frontend.Event, flush func(ids []string, all bool, seq uint64) error, out *sse) {
 	ctx, cancel := context.WithTimeout(r.ctx, u.o.MaxStream)
 	defer cancel()
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
 	for {
+		// Changes already pending when the stream starts are sent without a check: the
+		// request's session was checked a moment ago (withSession).
 		if sub.Pending() {
-			if _, ok := u.o.Sessions.Get(r.sessID); !ok {
-				out.refuse(msgSessionEnded, true)
-				return
-			}
 			ids, all, seq := sub.Take()
 			if err := flush(ids, all, seq); err != nil {
 				return
 			}
 		}
+		var ev *frontend.Event
+		ping := false
 		select {
 		case <-ctx.Done():
 			return
@@ -512,23 +514,49 @@ func (u *UI) streamLoop(r *request, sub *Sub, events <-chan frontend.Event, flus
 			if !ok {
 				return // the watch ended: the browser reconnects and reads the list again
 			}
+			ev = &e
+		case <-tick.C:
+			ping = true
+		}
+		if !u.goesOn(r, out) {
+			return
+		}
+		switch {
+		case ev != nil:
 			var buf bytes.Buffer
 			buf.WriteString(`<template><ol hx-swap-oob="beforeend:#events">`)
-			if err := u.partial(&buf, "event", e); err != nil {
+			if err := u.partial(&buf, "event", *ev); err != nil {
 				return
 			}
 			buf.WriteString("</ol></template>\n")
 			if err := out.send(0, buf.Bytes()); err != nil {
 				return
 			}
-		case <-tick.C:
-			if _, ok := u.o.Sessions.Get(r.sessID); !ok {
-				out.refuse(msgSessionEnded, true)
-				return
-			}
+		case ping:
 			if err := out.ping(); err != nil {
 				return
 			}
 		}
 	}
+}
+
+// goesOn reports whether stream r may send more: its session still lives (logged out, expired, or
+// its token refused at a recheck: the stream says so and closes) and its caller is still who the
+// stream was opened for. A caller whose admin status or groups changed at a recheck ends the
+// stream without a word: the browser reconnects, and the new stream serves the caller as now. So
+// does a token that could not be checked just now.
+func (u *UI) goesOn(r *request, out *sse) bool {
+	sess, ok := u.o.Sessions.Get(r.sessID)
+	var err error
+	if ok {
+		sess, ok, err = u.liveSession(r.Request, r.sessID, sess)
+	}
+	switch {
+	case err != nil:
+		return false
+	case !ok:
+		out.refuse(msgSessionEnded, true)
+		return false
+	}
+	return sess.Caller.IsAdmin == r.sess.Caller.IsAdmin && slices.Equal(sess.Caller.Groups, r.sess.Caller.Groups)
 }

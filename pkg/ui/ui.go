@@ -110,11 +110,11 @@ func (u *UI) routes() {
 	u.mux.HandleFunc("GET /login/callback", u.oidcCallback)
 	u.mux.HandleFunc("POST /logout", u.withSession(u.logout))
 	u.mux.HandleFunc("GET /{$}", u.withSession(u.listPage))
-	u.mux.HandleFunc("GET /stream", u.withSession(u.listStream))
+	u.mux.HandleFunc("GET /stream", ownPagesOnly(u.withSession(u.listStream)))
 	u.mux.HandleFunc("GET /workspaces/new", u.withSession(u.newPage))
 	u.mux.HandleFunc("POST /workspaces", u.withSession(u.spawn))
 	u.mux.HandleFunc("GET /workspaces/{id}", u.withSession(u.workspacePage))
-	u.mux.HandleFunc("GET /workspaces/{id}/stream", u.withSession(u.workspaceStream))
+	u.mux.HandleFunc("GET /workspaces/{id}/stream", ownPagesOnly(u.withSession(u.workspaceStream)))
 	u.mux.HandleFunc("POST /workspaces/{id}/upgrade", u.withSession(u.upgrade))
 	u.mux.HandleFunc("GET /workspaces/{id}/delete", u.withSession(u.deletePage))
 	u.mux.HandleFunc("POST /workspaces/{id}/delete", u.withSession(u.delete))
@@ -125,7 +125,7 @@ func (u *UI) routes() {
 	// The same pages and actions for a workspace in another watched namespace; the routes above
 	// address nogoo9's own namespace, so links made before namespaces keep working.
 	u.mux.HandleFunc("GET /namespaces/{ns}/workspaces/{id}", u.withSession(u.workspacePage))
-	u.mux.HandleFunc("GET /namespaces/{ns}/workspaces/{id}/stream", u.withSession(u.workspaceStream))
+	u.mux.HandleFunc("GET /namespaces/{ns}/workspaces/{id}/stream", ownPagesOnly(u.withSession(u.workspaceStream)))
 	u.mux.HandleFunc("POST /namespaces/{ns}/workspaces/{id}/upgrade", u.withSession(u.upgrade))
 	u.mux.HandleFunc("GET /namespaces/{ns}/workspaces/{id}/delete", u.withSession(u.deletePage))
 	u.mux.HandleFunc("POST /namespaces/{ns}/workspaces/{id}/delete", u.withSession(u.delete))
@@ -168,6 +168,31 @@ func cacheStatic(h http.Handler) http.Handler {
 	})
 }
 
+// ownPagesOnly serves h (a live stream) only to nogoo9's own pages. A stream is a GET, which the
+// cross-origin protection lets through, and it takes one of a few places (a user's live lists, the
+// follows a user shares with REST and MCP) for as long as it stays open; the session cookie
+// (SameSite=Strict) goes with requests from any page of the same site, a workspace's on another
+// host or port included, which could thus open the viewer's streams until none were left. A
+// request the browser marks as from another origin (Sec-Fetch-Site other than same-origin or
+// none; without it, an Origin that is not this host) is refused with 403 before it takes a place.
+func ownPagesOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		site := r.Header.Get("Sec-Fetch-Site")
+		foreign := site != "" && site != "same-origin" && site != "none"
+		if origin := r.Header.Get("Origin"); site == "" && origin != "" {
+			o, err := url.Parse(origin)
+			foreign = err != nil || o.Host != r.Host
+		}
+		if foreign {
+			ctrl.LoggerFrom(r.Context()).WithName("ui").Info("request refused: a stream from another origin", "path", r.URL.Path, "site", site)
+			w.Header().Set("Cache-Control", "no-store")
+			http.Error(w, "403 Forbidden: live updates are sent only to nogoo9's own pages, not to a page of another origin (a workspace's included); open the page on nogoo9 itself", http.StatusForbidden)
+			return
+		}
+		h(w, r)
+	}
+}
+
 // request is what a handler with a session gets.
 type request struct {
 	*http.Request
@@ -199,8 +224,41 @@ func (u *UI) sessionOf(r *http.Request) (string, *session.Session, bool) {
 	return c.Value, s, ok
 }
 
+// liveSession returns the session with id as it stands now. Its token, verified at login, is
+// verified again by the authenticator the API uses when its last check is the store's
+// RecheckAfter (30 s) old or older: refused (revoked, expired, its account gone), the session ends
+// and ok is false; verified, the session's caller becomes what the authenticator says now (an
+// admin demoted is a user from this request on). err is set, and the session kept as it is, when
+// the token could not be checked now (auth.Status 429 or 503: the verifier away, too many
+// refusals).
+func (u *UI) liveSession(r *http.Request, id string, sess *session.Session) (_ *session.Session, ok bool, err error) {
+	if !u.o.Sessions.Stale(sess) {
+		return sess, true, nil
+	}
+	log := ctrl.LoggerFrom(r.Context()).WithName("ui")
+	c, err := u.o.Auth.VerifyToken(auth.WithClient(r.Context(), r), sess.Token())
+	if err != nil {
+		if status, _ := auth.Status(err); status != http.StatusUnauthorized {
+			log.Info("session not rechecked: the token could not be checked now", "user", sess.Caller.Subject, "reason", err.Error())
+			return nil, false, err
+		}
+		u.o.Sessions.Delete(id)
+		log.Info("session ended: its token was refused", "user", sess.Caller.Subject, "reason", err.Error())
+		return nil, false, nil
+	}
+	now, ok := u.o.Sessions.Rechecked(id, c)
+	if !ok {
+		log.Info("session ended: its token now names another user, or it was logged out", "user", sess.Caller.Subject)
+		return nil, false, nil
+	}
+	if c.IsAdmin != sess.Caller.IsAdmin {
+		log.Info("session's caller changed at its recheck", "user", c.Subject, "admin", c.IsAdmin, "wasAdmin", sess.Caller.IsAdmin)
+	}
+	return now, true, nil
+}
+
 // withSession runs h with the request's session, checking the CSRF token of every request that
-// is not GET or HEAD. Without a live session (the cookie of one that ended is cleared): a page
+// is not GET or HEAD. The session's token is verified again when due (liveSession). Without a live session (the cookie of one that ended is cleared): a page
 // redirects to the login page and comes back, a form goes to the login page, htmx's request
 // answers 401 with HX-Redirect (htmx follows that; a redirect it would swap into the target), and
 // a live stream says so in its page and closes.
@@ -208,6 +266,26 @@ func (u *UI) withSession(h func(http.ResponseWriter, *request)) http.HandlerFunc
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		id, sess, ok := u.sessionOf(r)
+		if ok {
+			var err error
+			if sess, ok, err = u.liveSession(r, id, sess); err != nil {
+				// Nothing is known about the token now: the session stays, this request waits.
+				status, retry := auth.Status(err)
+				if retry != "" {
+					w.Header().Set("Retry-After", retry)
+				}
+				msg := "Service Unavailable: your login could not be checked just now (the identity service did not answer); try again in a few seconds."
+				if status == http.StatusTooManyRequests {
+					msg = "Too Many Requests: too many logins were refused recently, so yours could not be checked just now; try again in " + retry + " seconds."
+				}
+				if isStreamRequest(r) {
+					http.Error(w, msg, status) // the browser reconnects, and the page then streams
+					return
+				}
+				u.renderError(w, r, nil, status, msg)
+				return
+			}
+		}
 		if !ok {
 			if id != "" {
 				u.clearSessionCookie(w)
