@@ -532,16 +532,7 @@ func checkServices(t *testing.T, dir string, m *manifests) {
 func TestIntegrityKeyComponent(t *testing.T) {
 	for _, base := range []string{"default", "split"} {
 		t.Run(base, func(t *testing.T) {
-			dir, err := os.MkdirTemp(".", ".overlay-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = os.RemoveAll(dir) })
-			k := fmt.Sprintf("resources: [../%s]\ncomponents: [../integrity-key]\n", base)
-			if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			m := build(t, dir)
+			m := buildWithComponent(t, base, "integrity-key")
 			if len(m.deployments) == 0 {
 				t.Fatalf("%s: no Deployments rendered", base)
 			}
@@ -579,4 +570,20 @@ func TestIntegrityKeyComponent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildWithComponent renders base (default or split) with component added, as an operator's
+// overlay in a directory of its own beside them.
+func buildWithComponent(t *testing.T, base, component string) *manifests {
+	t.Helper()
+	dir, err := os.MkdirTemp(".", ".overlay-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	k := fmt.Sprintf("resources: [../%s]\ncomponents: [../%s]\n", base, component)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return build(t, dir)
 }

@@ -2,8 +2,6 @@ package config_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -71,16 +69,7 @@ func forbiddenForPeople(where string, rules []rbacv1.PolicyRule) []string {
 func TestPeopleRolesGrantNothingOfNogoo9s(t *testing.T) {
 	for _, base := range []string{"default", "split"} {
 		t.Run(base, func(t *testing.T) {
-			dir, err := os.MkdirTemp(".", ".overlay-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = os.RemoveAll(dir) })
-			k := fmt.Sprintf("resources: [../%s]\ncomponents: [../roles]\n", base)
-			if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			m := build(t, dir)
+			m := buildWithComponent(t, base, "roles")
 			got := map[string]rbacv1.Role{}
 			for _, r := range m.roles {
 				if r.Name != "nogoo9-manager" {

@@ -3,7 +3,6 @@ package namespaces
 import (
 	"context"
 	"fmt"
-	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -12,8 +11,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 func policy(sel metav1.LabelSelector, types ...networkingv1.PolicyType) networkingv1.NetworkPolicy {
@@ -70,19 +67,7 @@ func ptrTo[T any](v T) *T { return &v }
 // Unisolated against a real API server: the policies it reads are the ones kube-apiserver stored
 // (and defaulted). Names are unique per run, so -count=3 passes.
 func TestUnisolatedReadsEachWatchedNamespacesPolicies(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: needs kube-apiserver (run without -short)")
-	}
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("envtest did not start (KUBEBUILDER_ASSETS=%s): %v", os.Getenv("KUBEBUILDER_ASSETS"), err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startAPIServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	run := fmt.Sprintf("i%d", time.Now().UnixNano()%1000000)

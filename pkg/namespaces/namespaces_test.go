@@ -171,19 +171,7 @@ func TestWatcherJittersItsLooks(t *testing.T) {
 // Resolve against a real API server: the selector is evaluated by kube-apiserver's label matching.
 // Names are unique per run, so -count=3 passes.
 func TestResolveAlwaysIncludesHomeAndPicksLabelledNamespaces(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: needs kube-apiserver (run without -short)")
-	}
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("envtest did not start (KUBEBUILDER_ASSETS=%s): %v", os.Getenv("KUBEBUILDER_ASSETS"), err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startAPIServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	run := fmt.Sprintf("r%d", time.Now().UnixNano()%1000000)
@@ -274,4 +262,24 @@ func TestProtectionLabelIsTheOneTheAdmissionBindingSelects(t *testing.T) {
 	if sel == nil || sel.MatchLabels[ProtectionLabel] != "true" || len(sel.MatchLabels) != 1 || len(sel.MatchExpressions) != 0 {
 		t.Errorf("the binding selects %+v, want exactly %s=true", sel, ProtectionLabel)
 	}
+}
+
+// startAPIServer starts a kube-apiserver (envtest) for the test, stopped when it ends, and gives
+// a client of it; under -short the test skips itself.
+func startAPIServer(t *testing.T) client.Client {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs kube-apiserver (run without -short)")
+	}
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("envtest did not start (KUBEBUILDER_ASSETS=%s): %v", os.Getenv("KUBEBUILDER_ASSETS"), err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
