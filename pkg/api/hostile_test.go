@@ -115,6 +115,13 @@ func TestHostileRESTInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 		{"a maintenance reason in another case", admin, "PUT", "/api/v1/workspaces/victim/maintenance", `{"Reason":"disk full"}`, `"Reason"`},
 		{"a maintenance reason given twice", admin, "PUT", "/api/v1/workspaces/victim/maintenance", `{"reason":"","reason":"disk full"}`, `"reason"`},
 		{"a body that is not an object", admin, "PUT", "/api/v1/workspaces/victim/maintenance", `null`, "object"},
+		// A reason the API server would refuse (annotations are at most 256 KiB) was a 500 "try
+		// again"; one with a line break was stored.
+		{"maintenance with a 300 KB reason", admin, "PUT", "/api/v1/workspaces/victim/maintenance", `{"reason":"` + strings.Repeat("m", 300_000) + `"}`, "(300000 bytes) is 300000 bytes long"},
+		{"maintenance with a line break in its reason", admin, "PUT", "/api/v1/workspaces/victim/maintenance", `{"reason":"disk\nfull"}`, "control character"},
+		// Bodies and query parameters a route does not take.
+		{"an upgrade with a body", tok, "POST", "/api/v1/workspaces/victim/upgrade", `{"dryRun":true}`, `"dryRun"`},
+		{"a delete with a parameter it does not take", tok, "DELETE", "/api/v1/workspaces/victim?dryRun=All", "", `"dryRun"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -49,10 +51,13 @@ func allRoutes() []route {
 		if !ok || !(strings.HasPrefix(tail, "workspaces") || tail == "upgrade-all" || tail == "templates") {
 			continue
 		}
+		twin := r
+		twin.pattern = method + " " + namespacedPrefix + tail
 		h := r.handler
-		out = append(out, route{method + " " + namespacedPrefix + tail, func(x *rest, w http.ResponseWriter, req *http.Request) {
+		twin.handler = func(x *rest, w http.ResponseWriter, req *http.Request) {
 			h(x, w, req.WithContext(frontend.WithNamespace(req.Context(), req.PathValue("ns"))))
-		}})
+		}
+		out = append(out, twin)
 	}
 	return out
 }
@@ -60,28 +65,141 @@ func allRoutes() []route {
 type route struct {
 	pattern string
 	handler func(*rest, http.ResponseWriter, *http.Request)
+	// body: the route reads a JSON body (decode). A route without one refuses any body but a
+	// blank one or {} (noBody): a field it would ignore must not be taken for honoured.
+	body bool
+	// query are the query parameters the route takes, each at most once (those in queryLists
+	// may repeat); any other is refused (checkQuery), in any case, so a misspelled one is never
+	// silently ignored.
+	query []string
 }
 
+// A route's body, as routes write it.
+const (
+	withBody = true
+	noBody   = false
+)
+
 var routes = []route{
-	{"GET /api/v1/whoami", (*rest).whoami},
-	{"GET /api/v1/templates", (*rest).listTemplates},
-	{"GET /api/v1/workspaces", (*rest).listWorkspaces},
-	{"POST /api/v1/workspaces", (*rest).spawn},
-	{"GET /api/v1/workspaces/{id}", (*rest).get},
-	{"DELETE /api/v1/workspaces/{id}", (*rest).delete},
-	{"POST /api/v1/workspaces/{id}/upgrade", (*rest).upgrade},
-	{"GET /api/v1/workspaces/{id}/events", (*rest).events},
-	{"PUT /api/v1/workspaces/{id}/maintenance", (*rest).setMaintenance},
-	{"DELETE /api/v1/workspaces/{id}/maintenance", (*rest).clearMaintenance},
-	{"POST /api/v1/upgrade-all", (*rest).upgradeAll},
-	{"POST /api/v1/workspaces/{id}/stop", (*rest).stop},
-	{"POST /api/v1/workspaces/{id}/start", (*rest).start},
-	{"PUT /api/v1/workspaces/{id}/pin", (*rest).pin},
-	{"DELETE /api/v1/workspaces/{id}/pin", (*rest).unpin},
-	{"PUT /api/v1/workspaces/{id}/update-policy", (*rest).setUpdatePolicy},
-	{"DELETE /api/v1/workspaces/{id}/update-policy", (*rest).clearUpdatePolicy},
-	{"GET /api/v1/templates/{name}/history", (*rest).templateHistory},
-	{"POST /api/v1/templates/{name}/rollback", (*rest).rollbackTemplate},
+	{"GET /api/v1/whoami", (*rest).whoami, noBody, nil},
+	{"GET /api/v1/templates", (*rest).listTemplates, noBody, nil},
+	{"GET /api/v1/workspaces", (*rest).listWorkspaces, noBody, []string{"all", "allNamespaces", "limit", "continue"}},
+	{"POST /api/v1/workspaces", (*rest).spawn, withBody, nil},
+	{"GET /api/v1/workspaces/{id}", (*rest).get, noBody, nil},
+	{"DELETE /api/v1/workspaces/{id}", (*rest).delete, noBody, nil},
+	{"POST /api/v1/workspaces/{id}/upgrade", (*rest).upgrade, noBody, []string{"dryRun", "version"}},
+	{"GET /api/v1/workspaces/{id}/events", (*rest).events, noBody, []string{"follow", "timeout", "until"}},
+	{"PUT /api/v1/workspaces/{id}/maintenance", (*rest).setMaintenance, withBody, nil},
+	{"DELETE /api/v1/workspaces/{id}/maintenance", (*rest).clearMaintenance, noBody, nil},
+	{"POST /api/v1/upgrade-all", (*rest).upgradeAll, noBody, nil},
+	{"POST /api/v1/workspaces/{id}/stop", (*rest).stop, noBody, nil},
+	{"POST /api/v1/workspaces/{id}/start", (*rest).start, noBody, nil},
+	{"PUT /api/v1/workspaces/{id}/pin", (*rest).pin, noBody, nil},
+	{"DELETE /api/v1/workspaces/{id}/pin", (*rest).unpin, noBody, nil},
+	{"PUT /api/v1/workspaces/{id}/update-policy", (*rest).setUpdatePolicy, withBody, nil},
+	{"DELETE /api/v1/workspaces/{id}/update-policy", (*rest).clearUpdatePolicy, noBody, nil},
+	{"GET /api/v1/templates/{name}/history", (*rest).templateHistory, noBody, nil},
+	{"POST /api/v1/templates/{name}/rollback", (*rest).rollbackTemplate, withBody, nil},
+}
+
+// queryLists are the query parameters that may be given more than once (until=A&until=B).
+var queryLists = []string{"until"}
+
+// serve is r's handler behind the checks every route shares: its query parameters
+// (checkQuery), and for a write route without a body, that none was sent (refuseBody). A refusal
+// is a 400 before the handler runs, so nothing is written.
+func (r route) serve(h *rest, w http.ResponseWriter, req *http.Request) {
+	write := req.Method != http.MethodGet && req.Method != http.MethodHead
+	if err := checkQuery(req, r.query, write); err != nil {
+		writeError(w, req, err)
+		return
+	}
+	if write && !r.body {
+		if err := refuseBody(w, req, r.query); err != nil {
+			writeError(w, req, err)
+			return
+		}
+	}
+	r.handler(h, w, req)
+}
+
+// checkQuery refuses req unless each of its query parameters is one of accepted, spelled
+// exactly, and given once (queryLists excepted). write adds that nothing was changed.
+func checkQuery(req *http.Request, accepted []string, write bool) error {
+	if req.URL.RawQuery == "" {
+		return nil
+	}
+	q, err := url.ParseQuery(req.URL.RawQuery)
+	if err != nil {
+		return &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("the query %s is not valid: %s", workspace.Quote(req.URL.RawQuery), strings.TrimPrefix(err.Error(), "invalid URL escape "))}
+	}
+	nothing := ""
+	if write {
+		nothing = "; nothing was changed"
+	}
+	names := slices.Sorted(maps.Keys(q))
+	for _, k := range names {
+		if !slices.Contains(accepted, k) {
+			for _, a := range accepted {
+				if strings.EqualFold(a, k) {
+					return &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("query parameter %s is not known: parameter names are case-sensitive, use %q%s", workspace.Quote(k), a, nothing)}
+				}
+			}
+			takes := "this endpoint takes no query parameters"
+			if len(accepted) > 0 {
+				takes = "this endpoint takes " + strings.Join(accepted, ", ")
+			}
+			return &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("query parameter %s is not known: %s (see docs/api.md)%s", workspace.Quote(k), takes, nothing)}
+		}
+		if len(q[k]) > 1 && !slices.Contains(queryLists, k) {
+			return &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("query parameter %s is given twice: give it once%s", workspace.Quote(k), nothing)}
+		}
+	}
+	return nil
+}
+
+// queryExample is a value of query parameter p as an error suggests it.
+func queryExample(p string) string {
+	switch p {
+	case "dryRun", "follow", "all", "allNamespaces":
+		return "true"
+	case "version":
+		return "V"
+	}
+	return "..."
+}
+
+// refuseBody refuses a request to a route that takes no body when it carries one (at most
+// MaxBodyBytes are read): anything but blanks or an empty JSON object is a 400 naming the body's
+// first field, and, when that field is one of the route's query parameters (query), how to give it.
+func refuseBody(w http.ResponseWriter, r *http.Request, query []string) error {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf("request body is larger than %d bytes, and this endpoint takes no body: send none", MaxBodyBytes)}
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err == nil && tok == json.Delim('{') {
+		tok, err = dec.Token()
+		if err == nil && tok == json.Delim('}') {
+			if _, err := dec.Token(); errors.Is(err, io.EOF) {
+				return nil // {}: no field, nothing ignored
+			}
+		}
+		if k, ok := tok.(string); err == nil && ok {
+			msg := fmt.Sprintf("request body field %s is not known: this endpoint takes no body", workspace.Quote(k))
+			for _, p := range query {
+				if strings.EqualFold(p, k) {
+					msg += " (use ?" + p + "=" + queryExample(p) + ")"
+				}
+			}
+			return &frontend.Error{Code: frontend.CodeInvalid, Message: msg + "; nothing was changed"}
+		}
+	}
+	return &frontend.Error{Code: frontend.CodeInvalid, Message: "request body is given, but this endpoint takes no body: send none (see docs/api.md); nothing was changed"}
 }
 
 // NewREST returns the /api/v1 handler. It expects the caller in the request context (wrap it with
@@ -104,7 +222,7 @@ func newREST(svc *frontend.Service, heartbeat time.Duration) http.Handler {
 	h := &rest{svc: svc, heartbeat: heartbeat}
 	mux := http.NewServeMux()
 	for _, r := range allRoutes() {
-		mux.HandleFunc(r.pattern, func(w http.ResponseWriter, req *http.Request) { r.handler(h, w, req) })
+		mux.HandleFunc(r.pattern, func(w http.ResponseWriter, req *http.Request) { r.serve(h, w, req) })
 	}
 	// A path no route matches with this method: 405 naming the methods the path has, else 404.
 	// The routes' patterns carry methods, so without this catch-all net/http would answer 405

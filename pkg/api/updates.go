@@ -27,6 +27,10 @@ func (h *rest) upgradeWith(w http.ResponseWriter, r *http.Request) bool {
 		dry = b
 	}
 	version := q.Get("version")
+	if q.Has("version") && version == "" {
+		writeError(w, r, &frontend.Error{Code: frontend.CodeInvalid, Message: "version is empty: give the kept version to roll the workspace to (?version=V; GET /api/v1/templates/{name}/history lists them), or leave version out to upgrade to the latest; nothing was changed"})
+		return true
+	}
 	if dry {
 		res, err := h.svc.PreviewUpgrade(r.Context(), r.PathValue("id"), version)
 		if err != nil {
@@ -37,7 +41,7 @@ func (h *rest) upgradeWith(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	if version == "" {
-		return false
+		return false // dryRun=false: the upgrade itself
 	}
 	res, err := h.svc.Rollback(r.Context(), r.PathValue("id"), version)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // Code classifies an Error; each front end maps it to its own status (HTTP code, MCP tool error).
@@ -84,3 +85,18 @@ func accessDenied(id string) *Error {
 func notFound(id string) *Error {
 	return errorf(CodeNotFound, "workspace %q not found: list_workspaces (GET /api/v1/workspaces) shows yours", id)
 }
+
+// refusedAsInvalid is the error of a write (what: "maintenance", "rollback", ...) of workspace id
+// that the API server refused as invalid (422): the caller's input, never fixed by a retry, so it
+// is CodeInvalid with the API server's reason (cut: it may quote what was sent), not "try again".
+func refusedAsInvalid(what, id string, err error) *Error {
+	reason := err.Error()
+	if len(reason) > maxRefusalReason {
+		reason = strings.ToValidUTF8(reason[:maxRefusalReason], "") + "..."
+	}
+	return &Error{Code: CodeInvalid, Err: err, Message: fmt.Sprintf(
+		"the Kubernetes API server refused the %s of workspace %q as invalid, so nothing was written (%s): change what you sent, e.g. a shorter value", what, id, reason)}
+}
+
+// maxRefusalReason bounds the API server's reason quoted in refusedAsInvalid, in bytes.
+const maxRefusalReason = 300

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -283,7 +286,7 @@ func (s *Service) List(ctx context.Context, o ListOptions) (*WorkspaceList, erro
 		return nil, errorf(CodeInvalid, "limit %d is negative: give a positive number of workspaces per page, or 0 for all", o.Limit)
 	}
 	if named, _ := ctx.Value(namespaceKey{}).(string); o.AllNamespaces && named != "" {
-		return nil, errorf(CodeInvalid, "namespace %q and allNamespaces=true both given: give a namespace to list that one, or allNamespaces=true (and no namespace) to list every watched namespace", named)
+		return nil, errorf(CodeInvalid, "namespace %s and allNamespaces=true both given: give a namespace to list that one, or allNamespaces=true (and no namespace) to list every watched namespace", workspace.Quote(named))
 	}
 	var after position
 	if o.Continue != "" {
@@ -449,13 +452,25 @@ func (s *Service) workspacePods(ctx context.Context, id string) (*auth.Caller, [
 			s.recent.forget(s.nsOf(ctx), id) // gone already: the next request need not look again
 		}
 	}
+	if len(pods) > 0 && mayActOn(c, workspace.Owner(workspace.Active(pods))) {
+		return c, pods, nil
+	}
+	// Another team's workspaces are as private as its templates (ListTemplates): to a caller
+	// who may not spawn in that namespace, one that exists is as unknown as one that does not,
+	// so ids cannot be probed there. The check runs for a missing id too, so neither its cost
+	// nor its failure tells the two apart.
+	if ns := s.nsOf(ctx); ns != s.cfg.Namespace {
+		switch err := s.maySpawnIn(ctx, c, ns); {
+		case CodeOf(err) == CodeForbidden:
+			return nil, nil, notFound(id)
+		case err != nil:
+			return nil, nil, err
+		}
+	}
 	if len(pods) == 0 {
 		return nil, nil, notFound(id)
 	}
-	if !mayActOn(c, workspace.Owner(workspace.Active(pods))) {
-		return nil, nil, accessDenied(id)
-	}
-	return c, pods, nil
+	return nil, nil, accessDenied(id)
 }
 
 // GetWorkspace returns one workspace of the caller's (any, for an admin).
@@ -751,6 +766,8 @@ func (s *Service) writeIntent(ctx context.Context, pods []*corev1.Pod, what stri
 		case err == nil:
 			ctrl.LoggerFrom(ctx).Info(what+" recorded", "workspace", id, "owner", res.Owner, "pod", active.Name, "upgradePod", res.PodName, "to", res.To, "tries", try)
 			return res, nil
+		case apierrors.IsInvalid(err):
+			return nil, refusedAsInvalid(what, id, err)
 		case !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
 			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("recording the %s of workspace %q failed; try again", what, id), Err: err}
 		case try == maxIntentTries:
@@ -1012,6 +1029,9 @@ func (s *Service) SetMaintenance(ctx context.Context, id, reason string) (*Works
 	if !c.IsAdmin {
 		return nil, errorf(CodeForbidden, "Forbidden: only admin users can set maintenance")
 	}
+	if err := ValidateMaintenanceReason(reason); err != nil {
+		return nil, err
+	}
 	_, pods, err := s.workspacePods(ctx, id)
 	if err != nil {
 		return nil, err
@@ -1041,6 +1061,31 @@ func (s *Service) SetMaintenance(ctx context.Context, id, reason string) (*Works
 		w.Message += fmt.Sprintf("; the upgrade%s requested before, not started yet, was withdrawn: an admin may upgrade it during the maintenance, its owner once it is lifted", to)
 	}
 	return w, nil
+}
+
+// MaxMaintenanceReason bounds a maintenance reason (nogoo9/maintenance), in bytes: a sentence or
+// two for the pages and lists that show it, far below the 256 KiB the API server allows all of a
+// pod's annotations together.
+const MaxMaintenanceReason = 1024
+
+// ValidateMaintenanceReason reports why reason cannot be a maintenance reason, or nil: "" (back
+// into service) or at most MaxMaintenanceReason bytes of valid UTF-8 without control characters
+// that is not only blanks (as workspace.ValidateName for a display name).
+func ValidateMaintenanceReason(reason string) error {
+	switch {
+	case reason == "":
+		return nil
+	case len(reason) > MaxMaintenanceReason:
+		return errorf(CodeInvalid, "maintenance reason %s is %d bytes long: use at most %d, a sentence saying why the workspace is out of service", workspace.Quote(reason), len(reason), MaxMaintenanceReason)
+	case !utf8.ValidString(reason):
+		return errorf(CodeInvalid, "maintenance reason %s is not valid UTF-8: use plain text", workspace.Quote(reason))
+	case strings.TrimSpace(reason) == "":
+		return errorf(CodeInvalid, "maintenance reason %s is blank: say why the workspace is out of service, or give an empty reason to put it back into service", workspace.Quote(reason))
+	}
+	if i := strings.IndexFunc(reason, unicode.IsControl); i >= 0 {
+		return errorf(CodeInvalid, "maintenance reason %s has a control character at byte %d: use printable text on one line (no line breaks or tabs)", workspace.Quote(reason), i)
+	}
+	return nil
 }
 
 // takeOutOfService writes maintenance reason to the active pod of the workspace of pods (the

@@ -40,7 +40,12 @@ func (s *Service) patchLive(ctx context.Context, pods []*corev1.Pod, ann map[str
 	write := func(p *corev1.Pod) error {
 		target := &corev1.Pod{}
 		target.Name, target.Namespace = p.Name, p.Namespace
-		if err := s.cfg.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		err := s.cfg.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch))
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+		case apierrors.IsInvalid(err):
+			return refusedAsInvalid("settings", workspace.ID(p), err)
+		default:
 			return &Error{Code: CodeInternal, Message: fmt.Sprintf("writing pod %s failed; try again", p.Name), Err: err}
 		}
 		return nil
@@ -464,7 +469,13 @@ func (s *Service) RollbackTemplate(ctx context.Context, name, version string) ([
 		}
 		r, err := s.rollback(ctx, g, version, skip)
 		if err != nil {
-			r = &UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: "skipped", From: workspace.TemplateVersion(a), To: version, Error: err.Error()}
+			// A refusal (an upgrade in flight, a conflict) is a deliberate skip; a write that
+			// failed is "failed", as upgrade-all lists it.
+			status := "failed"
+			if CodeOf(err) == CodeConflict {
+				status = "skipped"
+			}
+			r = &UpgradeResult{Namespace: a.Namespace, ID: workspace.ID(a), Owner: workspace.Owner(a), Status: status, From: workspace.TemplateVersion(a), To: version, Error: err.Error()}
 		}
 		out = append(out, *r)
 	}

@@ -28,6 +28,15 @@ func TestToolInputErrorsSayWhatWasGivenAndWhatToDo(t *testing.T) {
 			[]string{"timeoutSeconds is 301", "from 1 to 300", "the default, 60"}},
 		{"a negative follow timeout", "get_workspace_events", map[string]any{"id": "ws-0", "timeoutSeconds": -5},
 			[]string{"timeoutSeconds is -5", "from 1 to 300"}},
+		// time.Duration(s)*time.Second overflowed before the range check: 9223372037 s wrapped
+		// to a negative duration and was accepted.
+		{"a follow timeout whose nanoseconds overflow int64", "get_workspace_events", map[string]any{"id": "ws-0", "timeoutSeconds": int64(9223372037)},
+			[]string{"timeoutSeconds is 9223372037", "from 1 to 300"}},
+		{"a follow timeout of a year", "get_workspace_events", map[string]any{"id": "ws-0", "timeoutSeconds": 31_536_000},
+			[]string{"timeoutSeconds is 31536000", "from 1 to 300"}},
+		// The namespace was formatted with %q before it was validated: the whole 500 KB came back.
+		{"a 500 KB namespace with allNamespaces is quoted by its start", "list_workspaces", map[string]any{"namespace": strings.Repeat("n", 500_000), "allNamespaces": true},
+			[]string{"(500000 bytes)", "allNamespaces"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := callTool(t, s, tc.tool, tc.args, nil)

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -267,7 +269,9 @@ const endedDisconnected = "disconnected"
 func events(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest, in eventsInput, heartbeat time.Duration) (*mcp.CallToolResult, eventsOutput, error) {
 	timeout := defaultFollow
 	if in.TimeoutSeconds != 0 {
-		if in.TimeoutSeconds < 1 || time.Duration(in.TimeoutSeconds)*time.Second > frontend.MaxFollow {
+		// Compared in seconds: a large count multiplied into a Duration first would overflow
+		// (9223372037 s wraps to a negative duration) and pass.
+		if in.TimeoutSeconds < 1 || in.TimeoutSeconds > int(frontend.MaxFollow/time.Second) {
 			return nil, eventsOutput{}, &frontend.Error{Code: frontend.CodeInvalid, Message: fmt.Sprintf(
 				"timeoutSeconds is %d: give a number of seconds from 1 to %d, or leave it out for the default, %d",
 				in.TimeoutSeconds, int(frontend.MaxFollow/time.Second), int(defaultFollow/time.Second))}
@@ -422,11 +426,16 @@ func listWorkspaces(ctx context.Context, svc *frontend.Service, req *mcp.CallToo
 // error to answer instead (b and text are then unused).
 func listJSON(ctx context.Context, svc *frontend.Service, args json.RawMessage, b, text *bytes.Buffer) (*mcp.CallToolResult, error) {
 	var in listInput
-	if len(args) > 0 {
+	if len(args) > 0 && string(bytes.TrimSpace(args)) != "null" {
+		// The schema's additionalProperties: false with exact names, which encoding/json alone
+		// does not hold to: it matches a key in any case ("LIMIT") and keeps the last of two.
+		if err := checkArgumentKeys(args, listArguments); err != nil {
+			return toolError(fmt.Errorf("%v; %s", err, listTakes)), nil
+		}
 		dec := json.NewDecoder(bytes.NewReader(args))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil {
-			return toolError(fmt.Errorf("validating \"arguments\": %v; list_workspaces takes allUsers (boolean), limit (integer), continue (string), namespace (string) and allNamespaces (boolean)", err)), nil
+			return toolError(fmt.Errorf("validating \"arguments\": %v; %s", err, listTakes)), nil
 		}
 	}
 	limit, err := pageLimit(in.Limit)
@@ -455,6 +464,46 @@ func listJSON(ctx context.Context, svc *frontend.Service, args json.RawMessage, 
 		text.Write(frontend.AppendEscaped(text.AvailableBuffer(), tail))
 	}
 	return nil, nil
+}
+
+// listArguments are list_workspaces's argument names (listInput's JSON names), listTakes says
+// them with their types.
+var listArguments = []string{"allUsers", "limit", "continue", "namespace", "allNamespaces"}
+
+const listTakes = "list_workspaces takes allUsers (boolean), limit (integer), continue (string), namespace (string) and allNamespaces (boolean)"
+
+// checkArgumentKeys refuses args (a tool call's arguments) unless it is a JSON object whose keys
+// are among names, spelled exactly, each given once. The values are left to the decoder.
+func checkArgumentKeys(args json.RawMessage, names []string) error {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return errors.New(`validating "arguments": they are not a JSON object`)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf(`validating "arguments": %v`, err)
+		}
+		k, _ := tok.(string)
+		if !slices.Contains(names, k) {
+			for _, n := range names {
+				if strings.EqualFold(n, k) {
+					return fmt.Errorf("argument %s is not known: argument names are case-sensitive, use %q", workspace.Quote(k), n)
+				}
+			}
+			return fmt.Errorf("argument %s is not known", workspace.Quote(k))
+		}
+		if seen[k] {
+			return fmt.Errorf("argument %s is given twice: give each argument once", workspace.Quote(k))
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return fmt.Errorf(`validating "arguments": %v`, err)
+		}
+	}
+	return nil
 }
 
 // DefaultListLimit and MaxListLimit bound one list_workspaces answer. An agent reads the answer
