@@ -48,6 +48,7 @@ var spawnerCodes = map[spawner.Code]Code{
 	spawner.Conflict:      CodeConflict,
 	spawner.QuotaExceeded: CodeQuotaExceeded,
 	spawner.Forbidden:     CodeForbidden,
+	spawner.Unavailable:   CodeUnavailable,
 }
 
 func (f spawnerAdapter) Spawn(ctx context.Context, r SpawnRequest) (*corev1.Pod, error) {

@@ -20,6 +20,8 @@ const (
 	QuotaExceeded Code = "QuotaExceeded"
 	// Forbidden: the caller may not spawn for this owner. HTTP 403.
 	Forbidden Code = "Forbidden"
+	// Unavailable: nogoo9 cannot tell yet (its templates are still loading); retry. HTTP 503.
+	Unavailable Code = "Unavailable"
 )
 
 // Error is a refused spawn. Message is one sentence for a person: what happened, what to do.
@@ -46,6 +48,7 @@ var (
 	ErrConflict      = &Error{Code: Conflict}
 	ErrQuotaExceeded = &Error{Code: QuotaExceeded}
 	ErrForbidden     = &Error{Code: Forbidden}
+	ErrUnavailable   = &Error{Code: Unavailable}
 )
 
 // CodeOf returns the Code of err, or "" when err is no *Error (an internal failure).

@@ -248,7 +248,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (*Result, error) {
 	t, key, ok := s.reg.Shared().Resolve(ns, req.Template) // BuildPod only reads it
 	if !ok {
 		if !synced {
-			return nil, fmt.Errorf("templates are still loading: retry in a few seconds")
+			return nil, errorf(Unavailable, nil, "nogoo9 is still loading its templates, so it cannot tell whether template %s exists: retry in a few seconds", workspace.Quote(req.Template))
 		}
 		return nil, s.notFound(key, ns)
 	}
