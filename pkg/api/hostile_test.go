@@ -94,6 +94,8 @@ func TestHostileRESTInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 		{"a 500 KB timeout", tok, "GET", "/api/v1/workspaces/victim/events?follow=true&timeout=" + huge, "", "timeout"},
 		{"a 500 KB limit", tok, "GET", "/api/v1/workspaces?limit=" + huge, "", "limit"},
 		{"a 500 KB follow", tok, "GET", "/api/v1/workspaces/victim/events?follow=" + huge, "", "follow"},
+		{"until without follow", tok, "GET", "/api/v1/workspaces/victim/events?until=UpgradeSucceeded", "", "follow=true"},
+		{"a timeout without follow", tok, "GET", "/api/v1/workspaces/victim/events?follow=false&timeout=5s", "", "follow=true"},
 		{"a 500 KB all", tok, "GET", "/api/v1/workspaces?all=" + huge, "", "all"},
 		{"a 500 KB allNamespaces", tok, "GET", "/api/v1/workspaces?allNamespaces=" + huge, "", "allNamespaces"},
 		{"a 500 KB dryRun", tok, "POST", "/api/v1/workspaces/victim/upgrade?dryRun=" + huge, "", "dryRun"},

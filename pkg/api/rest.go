@@ -754,6 +754,16 @@ func (h *rest) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	var given []string
+	for _, p := range []string{"until", "timeout"} {
+		if r.URL.Query().Has(p) {
+			given = append(given, p)
+		}
+	}
+	if err := frontend.FollowOnly(follow, "follow=true", given...); err != nil {
+		writeError(w, r, err)
+		return
+	}
 	ctx := r.Context()
 	past, stream, err := h.svc.Events(ctx, r.PathValue("id"), follow)
 	if err != nil {

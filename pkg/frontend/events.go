@@ -331,6 +331,18 @@ func ParseUntil(items []string) (Until, error) {
 	return out, nil
 }
 
+// FollowOnly refuses options that shape a follow (given: their names, as the caller spelled
+// them, e.g. "until", "timeout") on a request that does not follow: they would be ignored, and
+// the caller who meant to wait for an event would read the past ones and go. followName is the
+// follow option as the caller writes it ("follow=true", "follow: true").
+func FollowOnly(follow bool, followName string, given ...string) error {
+	if follow || len(given) == 0 {
+		return nil
+	}
+	opts := strings.Join(given, " and ")
+	return errorf(CodeInvalid, "%s given without %s: add %s to follow the workspace's events, or leave %s out to read the past ones", opts, followName, followName, opts)
+}
+
 // Ends reports whether e ends the follow.
 func (u Until) Ends(e Event) bool { return u[e.Reason] }
 

@@ -34,6 +34,12 @@ func TestToolInputErrorsSayWhatWasGivenAndWhatToDo(t *testing.T) {
 			[]string{"timeoutSeconds is 9223372037", "from 1 to 300"}},
 		{"a follow timeout of a year", "get_workspace_events", map[string]any{"id": "ws-0", "timeoutSeconds": 31_536_000},
 			[]string{"timeoutSeconds is 31536000", "from 1 to 300"}},
+		// Options of a follow on a call that does not follow were ignored: the caller who meant
+		// to wait for UpgradeSucceeded read the past events and went on.
+		{"until without follow", "get_workspace_events", map[string]any{"id": "ws-0", "until": []string{"UpgradeSucceeded"}},
+			[]string{"until given without follow: true", "add follow: true", "leave until out"}},
+		{"a timeout without follow", "get_workspace_events", map[string]any{"id": "ws-0", "timeoutSeconds": 30, "until": []string{"UpgradeFailed"}},
+			[]string{"until and timeoutSeconds given without follow: true"}},
 		// The namespace was formatted with %q before it was validated: the whole 500 KB came back.
 		{"a 500 KB namespace with allNamespaces is quoted by its start", "list_workspaces", map[string]any{"namespace": strings.Repeat("n", 500_000), "allNamespaces": true},
 			[]string{"(500000 bytes)", "allNamespaces"}},

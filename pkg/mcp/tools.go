@@ -282,6 +282,16 @@ func events(ctx context.Context, svc *frontend.Service, req *mcp.CallToolRequest
 	if err != nil {
 		return nil, eventsOutput{}, err
 	}
+	var given []string
+	if in.Until != nil {
+		given = append(given, "until")
+	}
+	if in.TimeoutSeconds != 0 {
+		given = append(given, "timeoutSeconds")
+	}
+	if err := frontend.FollowOnly(in.Follow, "follow: true", given...); err != nil {
+		return nil, eventsOutput{}, err
+	}
 	if in.Follow {
 		// The SDK runs a call detached from the HTTP request that carries it; a follow ends
 		// with that request (its client went away), as REST's does.
